@@ -1,0 +1,1 @@
+"""engine_template: filled by a later issue."""

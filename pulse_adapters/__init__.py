@@ -1,0 +1,1 @@
+"""pulse_adapters: filled by a later issue."""

@@ -1,0 +1,1 @@
+"""pulse_survival: filled by a later issue."""
