@@ -1,0 +1,212 @@
+"""Effects (actions described as data) and Executors (what carries them out).
+
+An effect's life is a run of events on one key, the effect id::
+
+    effect ─▶ effect-executing ─▶ effect-acked
+                     │
+                     └─▶ effect-failed ─(retry_at)─▶ effect-executing ─▶ ...
+                                       └─(final)
+
+A claim (`effect-executing`) carries a lease; when the lease runs out, or its owner process
+is gone, the effect can be claimed again with the next attempt number.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import hashlib
+import random
+from typing import Any, ClassVar
+
+import msgspec
+
+from pulse_core.clock import Clock
+from pulse_core.errors import UnknownEffect
+from pulse_core.events import Event, EventDraft, uuid7
+
+EFFECT_KINDS = frozenset({"effect", "effect-executing", "effect-acked", "effect-failed"})
+
+_effect_types: dict[str, type[Effect]] = {}
+
+
+class Effect(msgspec.Struct, kw_only=True, tag_field="type"):
+    """Base of every effect. Subclass with a tag: `class Notify(Effect, tag="notify")`.
+
+    Effects are values: build a new one rather than changing a field.
+    """
+
+    @classmethod
+    def tag(cls) -> str:
+        """The tag stored in events for this effect type."""
+        tag = cls.__struct_config__.tag
+        if not isinstance(tag, str):
+            raise UnknownEffect(f"{cls.__name__} has no tag; declare class {cls.__name__}"
+                                "(Effect, tag='...')")
+        return tag
+
+    def dedup_key(self) -> str:
+        """Two effects with the same key are the same action; the dedup rule keeps one.
+
+        Default: the tag and a digest of every field. Override to dedup more coarsely.
+        """
+        digest = hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:24]
+        return f"{type(self).tag()}:{digest}"
+
+
+def _index_effect_types() -> None:
+    pending: list[type[Effect]] = list(Effect.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        tag = cls.__struct_config__.tag
+        if isinstance(tag, str):
+            _effect_types[tag] = cls
+        pending.extend(cls.__subclasses__())
+
+
+def effect_type(tag: str) -> type[Effect]:
+    """The Effect class declared with `tag`, or UnknownEffect."""
+    if tag not in _effect_types:
+        _index_effect_types()
+    try:
+        return _effect_types[tag]
+    except KeyError:
+        raise UnknownEffect(
+            f"no Effect class declares tag {tag!r} in this process "
+            f"(known: {', '.join(sorted(_effect_types)) or 'none'}) — import the module that "
+            "defines it"
+        ) from None
+
+
+def decode_effect(data: Any) -> Effect:
+    """The Effect stored in an `effect` event's data."""
+    body = data.get("effect") if isinstance(data, dict) else None
+    tag = body.get("type") if isinstance(body, dict) else None
+    if not isinstance(tag, str):
+        raise UnknownEffect(f"effect data {data!r} has no effect.type tag")
+    return msgspec.convert(body, effect_type(tag))
+
+
+def effect_draft(effect: Effect, origin: str, cause: int | None = None) -> EventDraft:
+    """The `effect` event that records `effect` under a new effect id."""
+    type(effect).tag()
+    return EventDraft(
+        "effect",
+        uuid7(),
+        {"effect": msgspec.to_builtins(effect), "dedup": effect.dedup_key()},
+        origin=origin,
+        cause=cause,
+    )
+
+
+class EffectOutcome(enum.Enum):
+    """How one attempt ended."""
+
+    ACKED = "acked"
+    FAILED = "failed"
+    RETRY = "retry"
+    TIMED_OUT = "timed-out"
+    INTERRUPTED = "interrupted"
+    LOST_CLAIM = "lost-claim"
+
+
+class Backoff(msgspec.Struct, frozen=True):
+    """Delay before retry n: initial_ms * factor**(n-1), capped at max_ms, with jitter."""
+
+    initial_ms: int = 1_000
+    factor: float = 2.0
+    max_ms: int = 300_000
+    jitter: float = 0.1
+
+    def delay_ms(self, attempt: int) -> int:
+        """The delay after failed attempt number `attempt` (1-based)."""
+        base = min(self.max_ms, self.initial_ms * self.factor ** max(attempt - 1, 0))
+        return int(base * (1 + random.uniform(-self.jitter, self.jitter)))
+
+
+class ExecutionContext(msgspec.Struct, frozen=True):
+    """What an executor knows about the attempt it runs.
+
+    `idempotency_key` (effect id and attempt) is stable for this attempt: pass it to any
+    external system that can deduplicate, so a re-run after a crash is recognised.
+    """
+
+    effect_id: str
+    attempt: int
+    seq: int
+    origin: str
+    clock: Clock
+
+    @property
+    def idempotency_key(self) -> str:
+        """`effect_id:attempt`."""
+        return f"{self.effect_id}:{self.attempt}"
+
+
+class Executor(abc.ABC):
+    """Carries out effects of the types in `handles`; the ExecutorLoop decides when.
+
+    `timeout` (seconds) bounds one attempt; `max_attempts` counts attempts including the first;
+    `backoff` spaces retries. The result of `execute` is stored in `effect-acked` and must be
+    JSON-encodable; an exception fails the attempt.
+    """
+
+    handles: ClassVar[tuple[type[Effect], ...]] = ()
+    timeout: float = 30.0
+    max_attempts: int = 3
+    backoff: Backoff = Backoff()
+
+    @property
+    def name(self) -> str:
+        """The executor's name in events: `executor:<name>`."""
+        return type(self).__name__
+
+    @abc.abstractmethod
+    async def execute(self, effect: Any, ctx: ExecutionContext) -> Any:
+        """Carry out `effect`; return a JSON-encodable result or raise."""
+
+
+class EffectEntry(msgspec.Struct, gc=False):
+    """Where one effect is in its life, folded from its events."""
+
+    id: str
+    seq: int
+    data: Any
+    version: int
+    status: str
+    attempt: int = 0
+    lease_until: int = 0
+    owner: str = ""
+    owner_pid: int = 0
+    owner_started: float = 0.0
+    retry_at: int = 0
+
+    @property
+    def dedup(self) -> str:
+        """The dedup key recorded with the effect."""
+        return str(self.data.get("dedup", self.id)) if isinstance(self.data, dict) else self.id
+
+
+def advance(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
+    """The entry after `event` (None once the effect is finished: acked or finally failed)."""
+    if event.kind == "effect":
+        return EffectEntry(event.key, event.seq, event.data, event.version, "pending")
+    if entry is None:
+        return None
+    data = event.data if isinstance(event.data, dict) else {}
+    entry.version = event.version
+    if event.kind == "effect-executing":
+        entry.status = "executing"
+        entry.attempt = int(data.get("attempt", entry.attempt + 1))
+        entry.lease_until = int(data.get("lease_until", 0))
+        entry.owner = str(data.get("owner", ""))
+        entry.owner_pid = int(data.get("pid", 0))
+        entry.owner_started = float(data.get("started", 0.0))
+        return entry
+    if event.kind == "effect-acked" or (event.kind == "effect-failed" and data.get("final")):
+        return None
+    if event.kind == "effect-failed":
+        entry.status = "retrying"
+        entry.retry_at = int(data.get("retry_at", 0))
+        return entry
+    return entry

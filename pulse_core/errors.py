@@ -1,0 +1,121 @@
+"""Every error pulse raises on purpose, under one base.
+
+::
+
+    PulseError
+    ├── StoreError                  a store cannot be opened or written
+    │   ├── NotAPulseDatabase       the file is not SQLite, or SQLite of another program
+    │   ├── SchemaTooNew            written by a newer pulse; upgrade to read it
+    │   ├── StoreUnavailable        locked by another writer too long, disk full, I/O error
+    │   └── StoreClosed             used after close()
+    ├── HomeLocked                  another engine holds the home folder
+    ├── AppendRejected              an append was refused and nothing of it was written
+    │   ├── VersionConflict         a key is not at the version the caller expected
+    │   ├── IdempotencyConflict     an idempotency key was reused for other content
+    │   ├── InvalidEvent            a draft is malformed (bad kind, key, or payload shape)
+    │   ├── UnknownKind             the kind is not in the catalogue
+    │   └── PayloadNotEncodable     msgspec cannot encode the payload
+    ├── ObjectMissing               a content-addressed payload is absent or was purged
+    ├── RuleChainError              compose() got a non-callable, or inner was called twice
+    ├── UnknownEffect               an effect tag no Effect class declares
+    └── InvalidTransition           a task event that its current status does not allow
+
+Messages say what was wrong, where, and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class PulseError(Exception):
+    """Base of every error pulse raises on purpose."""
+
+
+class StoreError(PulseError):
+    """A store cannot be opened, read or written."""
+
+
+class NotAPulseDatabase(StoreError):
+    """The file is not a SQLite database, or belongs to another program, or is corrupted."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer pulse whose schema this version cannot read."""
+
+
+class StoreUnavailable(StoreError):
+    """SQLite refused the operation: locked too long, disk full, read-only, I/O error."""
+
+
+class StoreClosed(StoreError):
+    """The store was used after close()."""
+
+
+class HomeLocked(PulseError):
+    """Another engine already holds the exclusive lock on this home folder."""
+
+
+class AppendRejected(PulseError):
+    """An append was refused as a whole; nothing of it was written."""
+
+
+class VersionConflict(AppendRejected):
+    """A key is not at the version the caller expected."""
+
+    def __init__(self, key: str, expected: int, actual: int) -> None:
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"{key!r} is at version {actual}, expected {expected} — re-read and retry"
+        )
+
+
+class IdempotencyConflict(AppendRejected):
+    """An idempotency key was already used for different content."""
+
+    def __init__(self, idem: str, stored_seq: int) -> None:
+        self.idem = idem
+        self.stored_seq = stored_seq
+        super().__init__(
+            f"idempotency key {idem!r} already names event #{stored_seq} with different "
+            "content — use a new key for a new request"
+        )
+
+
+class InvalidEvent(AppendRejected):
+    """A draft is malformed: its kind, key, origin or payload shape is wrong."""
+
+
+class UnknownKind(InvalidEvent):
+    """The kind is not in the catalogue."""
+
+    def __init__(self, kind: str, known: Iterable[str]) -> None:
+        self.kind = kind
+        near = sorted(k for k in known if k.split("-")[0] == kind.split("-", maxsplit=1)[0])
+        hint = f"; known kinds like it: {', '.join(near)}" if near else ""
+        super().__init__(
+            f"unknown event kind {kind!r}{hint} — register it with "
+            "pulse_core.register_kind() before appending"
+        )
+
+
+class PayloadNotEncodable(InvalidEvent):
+    """msgspec cannot encode the payload of a draft."""
+
+
+class ObjectMissing(PulseError):
+    """A content-addressed payload is not in objects/ (never stored, or purged)."""
+
+
+class RuleChainError(PulseError):
+    """The rule chain is malformed or was driven wrongly (inner called twice in one tick)."""
+
+
+class UnknownEffect(PulseError):
+    """An `effect` event names a tag that no Effect class in this process declares."""
+
+
+class InvalidTransition(PulseError):
+    """A task lifecycle event that the task's current status does not allow."""

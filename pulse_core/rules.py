@@ -1,0 +1,184 @@
+"""Rules as onion middleware over snapshots, their composition, and the built-in rules.
+
+A rule receives the previous and current snapshots and `inner`, the rest of the chain. It may
+pass through (`return await inner(prev, curr)`), bypass (return without calling inner),
+decorate (call inner, then change the decision) or transform the snapshot it hands inward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple
+
+from pulse_core.effects import Effect
+from pulse_core.errors import RuleChainError
+from pulse_core.snapshot import Snapshot
+
+
+class Decision(NamedTuple):
+    """What the chain decided: effects to record, and how long to sleep before the next tick."""
+
+    effects: list[Effect]
+    tick_ms: int
+
+
+Inner = Callable[[Snapshot, Snapshot], Awaitable[Decision]]
+Rule = Callable[[Snapshot, Snapshot, Inner], Awaitable[Decision]]
+ErrorSink = Callable[[str, BaseException], None]
+
+
+def rule_name(rule: Any) -> str:
+    """A rule's name for errors and events: its `name` attribute, else its function name."""
+    return str(getattr(rule, "name", None) or getattr(rule, "__name__", None) or repr(rule))
+
+
+def check_decision(value: Any, where: str) -> Decision:
+    """`value` as a Decision, or RuleChainError saying what was wrong with it."""
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise RuleChainError(f"{where} returned {value!r}, not Decision(effects, tick_ms)")
+    effects, tick_ms = value
+    if not isinstance(tick_ms, int) or isinstance(tick_ms, bool) or tick_ms < 0:
+        raise RuleChainError(f"{where} returned tick_ms={tick_ms!r}; need an int >= 0")
+    if not isinstance(effects, list | tuple):
+        raise RuleChainError(f"{where} returned effects={effects!r}; need a list of Effect")
+    for i, effect in enumerate(effects):
+        if not isinstance(effect, Effect):
+            raise RuleChainError(f"{where} returned effects[{i}]={effect!r}, not an Effect")
+    return Decision(list(effects), tick_ms)
+
+
+def compose(rules: Sequence[Rule], default_tick_ms: int) -> Inner:
+    """The chain of `rules`, outermost first, ending in `([], default_tick_ms)`.
+
+    Raises RuleChainError now for a non-callable rule, and during a tick when a rule calls
+    its `inner` twice.
+    """
+    for index, rule in enumerate(rules):
+        if not callable(rule):
+            raise RuleChainError(f"rule {index} ({rule!r}) is not callable")
+    if not isinstance(default_tick_ms, int) or default_tick_ms < 0:
+        raise RuleChainError(f"default_tick_ms must be an int >= 0, not {default_tick_ms!r}")
+
+    async def terminal(prev: Snapshot, curr: Snapshot) -> Decision:
+        return Decision([], default_tick_ms)
+
+    chain: Inner = terminal
+    for rule in reversed(rules):
+        chain = _link(rule, chain)
+    return chain
+
+
+def _link(rule: Rule, nxt: Inner) -> Inner:
+    name = rule_name(rule)
+
+    async def step(prev: Snapshot, curr: Snapshot) -> Decision:
+        called = False
+
+        async def inner(p: Snapshot, c: Snapshot) -> Decision:
+            nonlocal called
+            if called:
+                raise RuleChainError(f"rule {name!r} called inner twice in one tick")
+            called = True
+            return await nxt(p, c)
+
+        return check_decision(await rule(prev, curr, inner), f"rule {name!r}")
+
+    return step
+
+
+def guarded(rule: Rule, on_error: ErrorSink) -> Rule:
+    """`rule`, but an exception in it is reported to `on_error` and the tick passes through.
+
+    If the rule had already called inner, inner's decision stands; otherwise inner is called
+    now. So a broken rule can never silence the rules inside it, nor those outside.
+    """
+    name = rule_name(rule)
+
+    async def run(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        outcome: Decision | None = None
+        entered = False
+
+        async def tracked(p: Snapshot, c: Snapshot) -> Decision:
+            nonlocal outcome, entered
+            entered = True
+            outcome = await inner(p, c)
+            return outcome
+
+        try:
+            return check_decision(await rule(prev, curr, tracked), f"rule {name!r}")
+        except Exception as exc:
+            on_error(name, exc)
+            if outcome is not None:
+                return outcome
+            if entered:
+                return Decision([], curr.last_tick_ms)
+            return await inner(prev, curr)
+
+    run.name = name  # type: ignore[attr-defined]
+    return run
+
+
+# -- built-in rules --------------------------------------------------------------------------
+
+
+def clamp_tick(min_ms: int = 100, max_ms: int = 60_000) -> Rule:
+    """Keep the inner chain's tick_ms within [min_ms, max_ms]."""
+    if not 0 <= min_ms <= max_ms:
+        raise ValueError(f"clamp_tick needs 0 <= min_ms <= max_ms, got {min_ms}, {max_ms}")
+
+    async def clamp_tick(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        effects, tick_ms = await inner(prev, curr)
+        return Decision(effects, min(max(tick_ms, min_ms), max_ms))
+
+    return clamp_tick
+
+
+def error_backoff(
+    window_ms: int = 60_000, factor: float = 2.0, max_ms: int = 60_000, projection: str = "errors"
+) -> Rule:
+    """Slow the tick while errors keep coming: tick_ms * factor**n for n errors in the window.
+
+    Reads the built-in `errors` projection (recent error timestamps).
+    """
+
+    async def error_backoff(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        effects, tick_ms = await inner(prev, curr)
+        recent = curr.projections.get(projection, ())
+        count = sum(1 for ts in recent if curr.at - ts <= window_ms)
+        if count:
+            tick_ms = int(min(max_ms, tick_ms * factor ** min(count, 32)))
+        return Decision(effects, tick_ms)
+
+    return error_backoff
+
+
+def adaptive_interval(fast_ms: int = 1_000, slow_ms: int = 30_000, growth: float = 1.5) -> Rule:
+    """Tick fast while the world moves (new events or effects), then slow down geometrically."""
+    if not 0 < fast_ms <= slow_ms:
+        raise ValueError(f"adaptive_interval needs 0 < fast_ms <= slow_ms: {fast_ms}, {slow_ms}")
+
+    async def adaptive_interval(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        effects, tick_ms = await inner(prev, curr)
+        if effects or curr.seq != prev.seq:
+            return Decision(effects, min(tick_ms, fast_ms))
+        grown = int(max(curr.last_tick_ms, fast_ms) * growth)
+        return Decision(effects, max(tick_ms, min(grown, slow_ms)))
+
+    return adaptive_interval
+
+
+def dedup() -> Rule:
+    """Drop effects whose dedup key is already pending or executing, or repeated in this tick."""
+
+    async def dedup(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        effects, tick_ms = await inner(prev, curr)
+        seen = set(curr.pending_effects)
+        kept: list[Effect] = []
+        for effect in effects:
+            key = effect.dedup_key()
+            if key not in seen:
+                seen.add(key)
+                kept.append(effect)
+        return Decision(kept, tick_ms)
+
+    return dedup

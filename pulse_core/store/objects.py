@@ -1,0 +1,115 @@
+"""objects/: content-addressed payloads, written atomically, stored once however often put."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from pulse_core.errors import ObjectMissing, StoreUnavailable
+from pulse_core.events import Event, EventDraft
+from pulse_core.store.base import EventStore
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def digest_of(data: bytes) -> str:
+    """The SHA-256 hex digest that names `data` in the object store."""
+    return hashlib.sha256(data).hexdigest()
+
+
+class ObjectStore:
+    """Blobs under `root/ab/cdef...` named by their SHA-256.
+
+    A put writes a temporary file, fsyncs it and renames it into place, so a reader never
+    sees half an object. Purging deletes the bytes; the events that name the digest stay
+    (see `pulse_core.purge_payload`).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path_of(self, digest: str) -> Path:
+        """Where the object named `digest` lives (whether or not it exists)."""
+        if not _DIGEST.match(digest):
+            raise ValueError(f"{digest!r} is not a SHA-256 hex digest")
+        return self.root / digest[:2] / digest[2:]
+
+    def put_sync(self, data: bytes) -> str:
+        """Store `data` (once) and return its digest."""
+        digest = digest_of(data)
+        target = self.path_of(digest)
+        if target.exists():
+            return digest
+        try:
+            target.parent.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise StoreUnavailable(f"{self.root}: cannot write object {digest}: {exc}") from exc
+        return digest
+
+    def get_sync(self, digest: str) -> bytes:
+        """The bytes named `digest`; ObjectMissing if never stored or purged."""
+        try:
+            return self.path_of(digest).read_bytes()
+        except FileNotFoundError:
+            raise ObjectMissing(
+                f"object {digest} is not in {self.root} (never stored, or purged)"
+            ) from None
+
+    def exists(self, digest: str) -> bool:
+        """Whether the bytes named `digest` are present."""
+        return self.path_of(digest).exists()
+
+    def delete_sync(self, digest: str) -> bool:
+        """Remove the bytes named `digest`; False when they were already gone."""
+        try:
+            self.path_of(digest).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def put(self, data: bytes) -> str:
+        """`put_sync` off the event loop."""
+        return await asyncio.to_thread(self.put_sync, data)
+
+    async def get(self, digest: str) -> bytes:
+        """`get_sync` off the event loop."""
+        return await asyncio.to_thread(self.get_sync, digest)
+
+
+async def purge_payload(
+    events: EventStore, objects: ObjectStore, digest: str, *, reason: str, origin: str = "human"
+) -> Event:
+    """Delete a payload's bytes and record it; the events naming the digest stay as they are.
+
+    The `payload-purged` event is appended first (idempotently), then the bytes go, so a
+    crash in between leaves a record and a retry finishes the job.
+    """
+    objects.path_of(digest)
+    result = await events.append(
+        [EventDraft("payload-purged", digest, {"reason": reason}, origin=origin,
+                    idem=f"payload-purged:{digest}")]
+    )
+    await asyncio.to_thread(objects.delete_sync, digest)
+    return result.events[0]

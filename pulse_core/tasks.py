@@ -1,0 +1,276 @@
+"""The task lifecycle as events, and the projections rules use to hand out work.
+
+::
+
+    task-created ─▶ task-assigned ─▶ task-executing ─▶ task-acked ─▶ task-closed
+         └──────────────┴────────────────┴──────────────────┴──────▶ task-given-up
+
+Each transition is appended with the task's expected version, so a task can never be
+assigned (or closed) twice, whatever races.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from pulse_core.errors import InvalidTransition
+from pulse_core.events import Event, EventDraft, register_kind
+from pulse_core.snapshot import Projection
+from pulse_core.store.base import EventStore
+
+
+class TaskCreated(msgspec.Struct, frozen=True):
+    """Payload of task-created."""
+
+    title: str
+    project: str = "default"
+    prompt: str = ""
+    priority: int = 0
+
+
+class TaskAssigned(msgspec.Struct, frozen=True):
+    """Payload of task-assigned."""
+
+    agent: str
+
+
+class TaskAcked(msgspec.Struct, frozen=True):
+    """Payload of task-acked."""
+
+    result: Any = None
+
+
+class TaskGivenUp(msgspec.Struct, frozen=True):
+    """Payload of task-given-up."""
+
+    reason: str
+
+
+register_kind("task-created", "a task was created; key: task id", TaskCreated)
+register_kind("task-assigned", "a task was given to an agent", TaskAssigned)
+register_kind("task-executing", "the assigned agent started the task")
+register_kind("task-acked", "the agent reported a result", TaskAcked)
+register_kind("task-closed", "the task is done")
+register_kind("task-given-up", "the task was abandoned; data: reason", TaskGivenUp)
+
+TASK_KINDS = frozenset(
+    {"task-created", "task-assigned", "task-executing", "task-acked", "task-closed",
+     "task-given-up"}
+)
+
+# status reached by each kind, and the statuses it may follow
+_TRANSITIONS: dict[str, tuple[str, frozenset[str]]] = {
+    "task-assigned": ("assigned", frozenset({"pending"})),
+    "task-executing": ("executing", frozenset({"assigned"})),
+    "task-acked": ("acked", frozenset({"executing"})),
+    "task-closed": ("closed", frozenset({"acked"})),
+    "task-given-up": ("given-up", frozenset({"pending", "assigned", "executing", "acked"})),
+}
+
+
+class TaskState(msgspec.Struct, frozen=True, rename="camel"):
+    """A task's whole current form."""
+
+    id: str
+    title: str
+    project: str
+    prompt: str
+    priority: int
+    status: str
+    version: int
+    created_at: int
+    agent: str | None = None
+    assigned_at: int | None = None
+    finished_at: int | None = None
+    result: Any = None
+    reason: str | None = None
+
+
+def next_task_state(state: TaskState | None, event: Event) -> TaskState | None:
+    """The task after `event`; InvalidTransition when its status does not allow it."""
+    if event.kind == "task-created":
+        if state is not None:
+            raise InvalidTransition(f"task {event.key!r} already exists ({state.status})")
+        body = event.payload(TaskCreated)
+        return TaskState(event.key, body.title, body.project, body.prompt, body.priority,
+                         "pending", event.version, event.ts)
+    if event.kind not in _TRANSITIONS:
+        return state
+    status, allowed = _TRANSITIONS[event.kind]
+    if state is None or state.status not in allowed:
+        current = "absent" if state is None else state.status
+        raise InvalidTransition(
+            f"{event.kind} needs task {event.key!r} to be {' or '.join(sorted(allowed))}; "
+            f"it is {current}"
+        )
+    changes: dict[str, Any] = {"status": status, "version": event.version}
+    if event.kind == "task-assigned":
+        changes.update(agent=event.payload(TaskAssigned).agent, assigned_at=event.ts)
+    elif event.kind == "task-acked":
+        changes["result"] = event.payload(TaskAcked).result
+    elif event.kind in ("task-closed", "task-given-up"):
+        changes["finished_at"] = event.ts
+        if event.kind == "task-given-up":
+            changes["reason"] = event.payload(TaskGivenUp).reason
+    return msgspec.structs.replace(state, **changes)
+
+
+class Tasks(Projection[dict[str, TaskState]]):
+    """Every task by id (TaskState)."""
+
+    name = "tasks"
+    kinds = TASK_KINDS
+
+    def initial(self) -> dict[str, TaskState]:
+        return {}
+
+    def apply(self, state: dict[str, TaskState], event: Event) -> dict[str, TaskState]:
+        try:
+            task = next_task_state(state.get(event.key), event)
+        except InvalidTransition:
+            return state  # written by a writer that skipped the board's checks; ignore
+        if task is None:
+            return state
+        return {**state, event.key: task}
+
+
+class PendingTasksData(msgspec.Struct, frozen=True, rename="camel"):
+    """Tasks waiting for an agent: how many, which (by priority), and how many per project."""
+
+    pending_count: int = 0
+    tasks: tuple[str, ...] = ()
+    by_project: dict[str, int] = {}
+    priorities: dict[str, int] = {}
+    projects: dict[str, str] = {}
+
+
+class PendingTasks(Projection[PendingTasksData]):
+    """The tasks not yet assigned, highest priority first, then oldest."""
+
+    name = "pending-tasks"
+    kinds = TASK_KINDS
+
+    def initial(self) -> PendingTasksData:
+        return PendingTasksData()
+
+    def apply(self, state: PendingTasksData, event: Event) -> PendingTasksData:
+        priorities = dict(state.priorities)
+        projects = dict(state.projects)
+        if event.kind == "task-created" and event.key not in priorities:
+            body = event.payload(TaskCreated)
+            priorities[event.key] = body.priority
+            projects[event.key] = body.project
+        elif event.kind in ("task-assigned", "task-given-up") and event.key in priorities:
+            del priorities[event.key]
+            del projects[event.key]
+        else:
+            return state
+        order = sorted(priorities, key=lambda t: -priorities[t])  # stable: oldest first
+        by_project: dict[str, int] = {}
+        for project in projects.values():
+            by_project[project] = by_project.get(project, 0) + 1
+        return PendingTasksData(len(order), tuple(order), by_project, priorities, projects)
+
+
+class AgentStats(msgspec.Struct, frozen=True, rename="camel"):
+    """How one agent has done with the tasks it was given."""
+
+    assigned: int = 0
+    closed: int = 0
+    given_up: int = 0
+    consecutive_failures: int = 0
+    avg_duration_ms: float = 0.0
+
+
+class CapabilityData(msgspec.Struct, frozen=True, rename="camel"):
+    """AgentStats by agent, and the open assignments they are computed from."""
+
+    agents: dict[str, AgentStats] = {}
+    open: dict[str, tuple[str, int]] = {}
+
+
+class AgentCapabilityStats(Projection[CapabilityData]):
+    """Per agent: assigned, closed, given up, consecutive failures, mean assigned→closed time."""
+
+    name = "agent-capability-stats"
+    kinds = frozenset({"task-assigned", "task-closed", "task-given-up"})
+
+    def initial(self) -> CapabilityData:
+        return CapabilityData()
+
+    def apply(self, state: CapabilityData, event: Event) -> CapabilityData:
+        agents = dict(state.agents)
+        open_ = dict(state.open)
+        if event.kind == "task-assigned":
+            agent = event.payload(TaskAssigned).agent
+            stats = agents.get(agent, AgentStats())
+            agents[agent] = msgspec.structs.replace(stats, assigned=stats.assigned + 1)
+            open_[event.key] = (agent, event.ts)
+            return CapabilityData(agents, open_)
+        if event.key not in open_:
+            return state
+        agent, since = open_.pop(event.key)
+        stats = agents.get(agent, AgentStats())
+        if event.kind == "task-closed":
+            duration = event.ts - since
+            avg = (stats.avg_duration_ms * stats.closed + duration) / (stats.closed + 1)
+            stats = msgspec.structs.replace(
+                stats, closed=stats.closed + 1, consecutive_failures=0, avg_duration_ms=avg)
+        else:
+            stats = msgspec.structs.replace(
+                stats, given_up=stats.given_up + 1,
+                consecutive_failures=stats.consecutive_failures + 1)
+        agents[agent] = stats
+        return CapabilityData(agents, open_)
+
+
+class TaskBoard:
+    """Moves tasks through their lifecycle, checking each step against the task's status."""
+
+    def __init__(self, store: EventStore, origin: str = "agent") -> None:
+        self.store = store
+        self.origin = origin
+
+    async def state(self, task_id: str) -> TaskState | None:
+        """The task as its events say now (None if it does not exist)."""
+        task: TaskState | None = None
+        for event in await self.store.read(key=task_id, kinds=TASK_KINDS):
+            task = next_task_state(task, event)
+        return task
+
+    async def create(self, task_id: str, title: str, *, project: str = "default",
+                     prompt: str = "", priority: int = 0) -> Event:
+        """Create a task; InvalidTransition-free VersionConflict if the id is taken."""
+        body = msgspec.to_builtins(TaskCreated(title, project, prompt, priority))
+        draft = EventDraft("task-created", task_id, body, origin=self.origin)
+        return (await self.store.append([draft], expect={task_id: 0})).events[0]
+
+    async def _move(self, task_id: str, kind: str, data: Any = None) -> Event:
+        task = await self.state(task_id)
+        draft = EventDraft(kind, task_id, data, origin=self.origin)
+        probe = Event(0, "", kind, task_id, 0, 0, self.origin, None, "", None, data, None)
+        next_task_state(task, probe)
+        version = task.version if task is not None else 0
+        return (await self.store.append([draft], expect={task_id: version})).events[0]
+
+    async def assign(self, task_id: str, agent: str) -> Event:
+        """Give a pending task to `agent`; a second assign fails whatever the timing."""
+        return await self._move(task_id, "task-assigned", {"agent": agent})
+
+    async def start(self, task_id: str) -> Event:
+        """Record that the assigned agent started."""
+        return await self._move(task_id, "task-executing")
+
+    async def ack(self, task_id: str, result: Any = None) -> Event:
+        """Record the agent's result."""
+        return await self._move(task_id, "task-acked", {"result": result})
+
+    async def close(self, task_id: str) -> Event:
+        """Mark an acked task done."""
+        return await self._move(task_id, "task-closed")
+
+    async def give_up(self, task_id: str, reason: str) -> Event:
+        """Abandon a task that is not finished."""
+        return await self._move(task_id, "task-given-up", {"reason": reason})
