@@ -1,0 +1,169 @@
+"""The ExecutorLoop: claims, retries, timeouts, leases, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pulse_core import (
+    Backoff,
+    Effect,
+    EventDraft,
+    ExecutionContext,
+    Executor,
+    ExecutorLoop,
+    ManualClock,
+    PulseError,
+    SqliteEventStore,
+)
+from pulse_core.effects import effect_draft
+
+
+class Task(Effect, tag="loop-task"):
+    n: int
+    fail_times: int = 0
+    sleep: float = 0.0
+
+
+class Worker(Executor):
+    handles = (Task,)
+    timeout = 0.2
+    max_attempts = 3
+    backoff = Backoff(initial_ms=1_000, factor=3.0, max_ms=60_000, jitter=0.0)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, str]] = []
+        self.running = 0
+        self.peak = 0
+
+    async def execute(self, effect: Task, ctx: ExecutionContext) -> object:
+        self.calls.append((effect.n, ctx.attempt, ctx.idempotency_key))
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await asyncio.sleep(effect.sleep)
+            if ctx.attempt <= effect.fail_times:
+                raise ConnectionError(f"attempt {ctx.attempt} failed")
+            return object() if effect.n < 0 else {"n": effect.n}
+        finally:
+            self.running -= 1
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
+    store = await SqliteEventStore.open(tmp_path / "events.db", synchronous="NORMAL")
+    yield store
+    await store.close()
+
+
+async def add(store: SqliteEventStore, *tasks: Task) -> list[str]:
+    result = await store.append([effect_draft(t, origin="agent") for t in tasks])
+    return [e.key for e in result.events]
+
+
+async def test_failures_retry_with_backoff_until_acked(store: SqliteEventStore) -> None:
+    clock = ManualClock()
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], clock=clock)
+    (effect_id,) = await add(store, Task(n=1, fail_times=2))
+    await loop.run_until_idle()
+    (failed,) = await store.read(kinds=["effect-failed"])
+    assert failed.data["retry_at"] == clock.now_ms() + 1_000 and not failed.data["final"]
+    clock.advance(999)
+    await loop.run_until_idle()
+    assert len(worker.calls) == 1
+    clock.advance(1)
+    await loop.run_until_idle()
+    clock.advance(3_000)
+    await loop.run_until_idle()
+    assert [c[1] for c in worker.calls] == [1, 2, 3]
+    assert [c[2] for c in worker.calls] == [f"{effect_id}:{a}" for a in (1, 2, 3)]
+    kinds = [e.kind for e in await store.read(key=effect_id)]
+    assert kinds == ["effect", *["effect-executing", "effect-failed"] * 2,
+                     "effect-executing", "effect-acked"]
+
+
+async def test_attempts_stop_at_max_attempts_with_a_final_failure(
+    store: SqliteEventStore,
+) -> None:
+    clock = ManualClock()
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], clock=clock)
+    await add(store, Task(n=1, fail_times=99))
+    for _ in range(6):
+        await loop.run_until_idle()
+        clock.advance(100_000)
+    failures = await store.read(kinds=["effect-failed"])
+    assert [f.data["final"] for f in failures] == [False, False, True]
+    assert "attempt 3 failed" in failures[-1].data["error"]
+    assert len(worker.calls) == 3 and loop.unfinished == 0
+
+
+async def test_a_slow_attempt_times_out_and_is_retried(store: SqliteEventStore) -> None:
+    clock = ManualClock()
+    loop = ExecutorLoop(store, [Worker()], clock=clock)
+    await add(store, Task(n=1, sleep=5.0))
+    await loop.run_until_idle()
+    (failed,) = await store.read(kinds=["effect-failed"])
+    assert "timed out after 0.2 s" in failed.data["error"] and not failed.data["final"]
+
+
+async def test_a_result_that_cannot_be_stored_fails_the_attempt(store: SqliteEventStore) -> None:
+    loop = ExecutorLoop(store, [Worker()], clock=ManualClock())
+    await add(store, Task(n=-1))
+    await loop.run_until_idle()
+    (failed,) = await store.read(kinds=["effect-failed"])
+    assert "cannot encode" in failed.data["error"]
+
+
+async def test_concurrency_is_limited(store: SqliteEventStore) -> None:
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], concurrency=3)
+    await add(store, *[Task(n=i, sleep=0.02) for i in range(10)])
+    await loop.run_until_idle()
+    assert worker.peak == 3
+    assert len(await store.read(kinds=["effect-acked"])) == 10
+
+
+async def test_an_expired_lease_is_reclaimed_with_the_next_attempt(
+    store: SqliteEventStore,
+) -> None:
+    clock = ManualClock()
+    (effect_id,) = await add(store, Task(n=7))
+    await store.append([EventDraft(
+        "effect-executing", effect_id,
+        {"attempt": 1, "lease_until": clock.now_ms() + 10_000, "owner": "elsewhere:1:x",
+         "pid": 1, "started": 0.0},
+        origin="executor:other")], expect={effect_id: 1})
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], clock=clock)
+    await loop.run_until_idle()
+    assert worker.calls == []  # another host's live lease is respected
+    clock.advance(10_000)
+    await loop.run_until_idle()
+    assert worker.calls == [(7, 2, f"{effect_id}:2")]
+
+
+async def test_the_loop_sees_effects_written_by_another_process_on_its_scan(
+    tmp_path: Path, store: SqliteEventStore
+) -> None:
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], scan_interval=0.05)
+    runner = asyncio.create_task(loop.run())
+    other = await SqliteEventStore.open(tmp_path / "events.db")  # a second writer
+    await other.append([effect_draft(Task(n=9), origin="agent")])
+    await other.close()
+    for _ in range(100):
+        if worker.calls:
+            break
+        await asyncio.sleep(0.01)
+    runner.cancel()
+    assert worker.calls and worker.calls[0][0] == 9
+
+
+def test_two_executors_for_one_effect_type_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(PulseError, match="loop-task"):
+        ExecutorLoop(None, [Worker(), Worker()])  # type: ignore[arg-type]

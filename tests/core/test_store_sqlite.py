@@ -1,0 +1,111 @@
+"""The SQLite EventStore: the contract, plus what only a SQLite file can show."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from pulse_core import (
+    EventDraft,
+    EventStore,
+    NotAPulseDatabase,
+    ObjectMissing,
+    ObjectStore,
+    SchemaTooNew,
+    SqliteEventStore,
+    purge_payload,
+)
+from tests.core.store_contract import EventStoreContract, draft
+
+
+class TestSqliteEventStore(EventStoreContract):
+    @pytest.fixture(autouse=True)
+    def _folder(self, tmp_path: Path) -> None:
+        self.folder = tmp_path
+
+    async def open_store(self, name: str = "events") -> EventStore:
+        return await SqliteEventStore.open(self.folder / f"{name}.db")
+
+
+async def test_update_and_delete_are_refused_by_the_database(tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    await store.append([draft("a", 1)])
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "events.db")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("UPDATE events SET data = x'00'")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        conn.execute("DELETE FROM events")
+    assert conn.execute("SELECT count(*) FROM events").fetchone() == (1,)
+
+
+async def test_a_file_that_is_not_sqlite_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    path.write_bytes(b"definitely not a database" * 100)
+    with pytest.raises(NotAPulseDatabase, match=str(path)):
+        await SqliteEventStore.open(path)
+    assert path.read_bytes() == b"definitely not a database" * 100
+
+
+async def test_another_programs_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(NotAPulseDatabase, match="another program"):
+        await SqliteEventStore.open(path)
+
+
+async def test_a_schema_from_a_newer_pulse_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = await SqliteEventStore.open(path)
+    await store.append([draft("a")])
+    await store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=99")
+    conn.close()
+    with pytest.raises(SchemaTooNew, match="upgrade pulse"):
+        await SqliteEventStore.open(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM events").fetchone() == (1,)
+
+
+async def test_a_corrupted_database_gives_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = await SqliteEventStore.open(path)
+    await store.append([draft(str(i)) for i in range(2000)])
+    await store.close()
+    raw = bytearray(path.read_bytes())
+    for offset in range(4096, len(raw), 4096):  # trash every page after the header page
+        raw[offset + 8 : offset + 64] = b"\xff" * 56
+    path.write_bytes(bytes(raw))
+    with pytest.raises(NotAPulseDatabase):
+        reopened = await SqliteEventStore.open(path)
+        try:
+            await reopened.read()
+        finally:
+            await reopened.close()
+
+
+async def test_attachments_go_to_objects_and_purge_keeps_the_record(tmp_path: Path) -> None:
+    objects = ObjectStore(tmp_path / "objects")
+    store = await SqliteEventStore.open(tmp_path / "events.db", objects=objects)
+    blob = b"x" * 100_000
+    first = await store.append([EventDraft("tick", "big", {"n": 1}, attachment=blob)])
+    second = await store.append([EventDraft("tick", "big2", {"n": 2}, attachment=blob)])
+    digest = first.events[0].hash
+    assert digest is not None and digest == second.events[0].hash
+    assert await objects.get(digest) == blob
+    assert sum(1 for p in (tmp_path / "objects").rglob("*") if p.is_file()) == 1
+    purged = await purge_payload(store, objects, digest, reason="retention")
+    assert (purged.kind, purged.key) == ("payload-purged", digest)
+    with pytest.raises(ObjectMissing, match=digest):
+        await objects.get(digest)
+    stored = await store.read(key="big")
+    assert stored[0].hash == digest and stored[0].data == {"n": 1}
+    again = await purge_payload(store, objects, digest, reason="retention")
+    assert again.seq == purged.seq
+    await store.close()
