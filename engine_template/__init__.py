@@ -1,1 +1,1 @@
-"""engine_template: filled by a later issue."""
+"""engine_template: what `upulse init` copies into an engine directory (the CLI issue)."""

@@ -1,1 +1,2 @@
-"""pulse_adapters: filled by a later issue."""
+"""pulse_adapters: model clients and agent adapters (OpenAI-compatible LLM, OpenClaw, Cursor,
+Hermes); filled by the adapters and awareness issues."""

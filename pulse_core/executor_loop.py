@@ -162,6 +162,9 @@ class ExecutorLoop:
             if self._slots.locked():
                 break
             if self._claimable(entry, now):
+                # Claim at the version judged claimable now: `refresh` updates entries in
+                # place while the attempt waits for a slot, and a claim expecting a later
+                # version would take over another loop's live lease (or an acked effect).
                 self._inflight[entry.id] = asyncio.create_task(
                     self._attempt(entry), name=f"pulse-effect-{entry.id}"
                 )

@@ -142,6 +142,8 @@ class SqliteEventStore(EventStore):
 
     Appends from any number of coroutines are queued to one writer thread that commits them
     in groups: many drafts, one fsync. Reads use their own connections in worker threads.
+    `busy_timeout` (seconds) is how long a write waits for another process's lock before
+    StoreUnavailable.
     """
 
     def __init__(
@@ -152,8 +154,10 @@ class SqliteEventStore(EventStore):
         clock: Clock | None = None,
         objects: ObjectStore | None = None,
         max_batch: int = 4096,
+        busy_timeout: float = 10.0,
     ) -> None:
         self.path = Path(path)
+        self.busy_timeout = busy_timeout
         self.clock: Clock = clock or SystemClock()
         self.objects = objects
         self._synchronous = synchronous
@@ -183,6 +187,7 @@ class SqliteEventStore(EventStore):
             lambda: open_database(
                 self.path, schema=SCHEMA, schema_version=SCHEMA_VERSION,
                 synchronous=self._synchronous, purpose="event log",
+                timeout=self.busy_timeout,
             ),
         )
         self._queue = asyncio.Queue()
@@ -281,8 +286,8 @@ class SqliteEventStore(EventStore):
             if self._closed:
                 raise StoreClosed(f"{self.path}: read after close")
             with sqlite_errors(self.path):
-                conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None,
-                                       check_same_thread=False)
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                                       isolation_level=None, check_same_thread=False)
                 conn.execute("PRAGMA query_only=ON")
             self._local.conn = conn
             with self._readers_lock:

@@ -12,14 +12,23 @@ from pulse_core.errors import NotAPulseDatabase, SchemaTooNew, StoreUnavailable
 # 'puls' in ASCII: marks a file as pulse's, so a stray database is never mistaken for ours.
 APPLICATION_ID = 0x70756C73
 
-_UNAVAILABLE = ("locked", "busy", "full", "readonly", "read-only", "disk i/o", "unable to open")
+_UNAVAILABLE = {
+    "locked": "another process holds the write lock: stop it, or raise busy_timeout",
+    "busy": "another process holds the write lock: stop it, or raise busy_timeout",
+    "full": "the disk is full: free space, then retry",
+    "disk i/o": "the disk refused the write (full, over quota, or failing): check it, then retry",
+    "readonly": "the file or folder is read-only: fix its permissions",
+    "read-only": "the file or folder is read-only: fix its permissions",
+    "unable to open": "the file cannot be opened: check the path and its permissions",
+}
 
 
 def classify(exc: sqlite3.Error, path: Path) -> Exception:
     """The typed pulse error for a SQLite error on `path`."""
     text = str(exc).lower()
-    if any(word in text for word in _UNAVAILABLE):
-        return StoreUnavailable(f"{path}: {exc} — free disk space or stop the other writer")
+    for word, advice in _UNAVAILABLE.items():
+        if word in text:
+            return StoreUnavailable(f"{path}: {exc} — {advice}")
     if isinstance(exc, sqlite3.DatabaseError) and (
         "not a database" in text or "malformed" in text or "corrupt" in text
     ):
