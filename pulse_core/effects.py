@@ -24,6 +24,7 @@ import msgspec
 from pulse_core.clock import Clock
 from pulse_core.errors import UnknownEffect
 from pulse_core.events import Event, EventDraft, uuid7
+from pulse_core.store.base import EventStore
 
 EFFECT_KINDS = frozenset({"effect", "effect-executing", "effect-acked", "effect-failed"})
 
@@ -125,7 +126,7 @@ class Backoff(msgspec.Struct, frozen=True):
 
 
 class ExecutionContext(msgspec.Struct, frozen=True):
-    """What an executor knows about the attempt it runs.
+    """What an executor knows about the attempt it runs, and the log it may append to.
 
     `idempotency_key` (effect id and attempt) is stable for this attempt: pass it to any
     external system that can deduplicate, so a re-run after a crash is recognised.
@@ -136,6 +137,7 @@ class ExecutionContext(msgspec.Struct, frozen=True):
     seq: int
     origin: str
     clock: Clock
+    events: EventStore
 
     @property
     def idempotency_key(self) -> str:

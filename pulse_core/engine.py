@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from pulse_core.clock import Clock, SystemClock
 from pulse_core.effects import Executor, effect_draft
-from pulse_core.errors import HomeLocked, PulseError
+from pulse_core.errors import HomeLocked, PulseError, SurvivalLocked
 from pulse_core.events import EventDraft
 from pulse_core.executor_loop import ExecutorLoop
 from pulse_core.projections import RecentErrors
@@ -27,6 +27,7 @@ from pulse_core.rules import (
     dedup,
     error_backoff,
     guarded,
+    rule_name,
 )
 from pulse_core.snapshot import Projection, Projector, Snapshot, VitalReading
 from pulse_core.store.base import AppendResult
@@ -42,11 +43,17 @@ def default_builtin_rules() -> list[Rule]:
     return [clamp_tick(), error_backoff(), dedup()]
 
 
-def _survival_layer() -> tuple[list[Watcher], list[Rule], list[Executor]]:
-    from pulse_survival import survival_layer
+def _survival_layer(config: Any, home: Path, directory: Any) -> Any:
+    from pulse_survival import SurvivalConfig, survival_layer
 
-    layer = survival_layer()
-    return list(layer.watchers), list(layer.rules), list(layer.executors)
+    if config is None:
+        config = SurvivalConfig()
+    if not isinstance(config, SurvivalConfig):
+        raise SurvivalLocked(
+            f"survival={config!r}: the survival layer cannot be switched off or replaced; "
+            "tune it with a pulse_survival.SurvivalConfig"
+        )
+    return survival_layer(config, home, directory)
 
 
 class Engine:
@@ -54,7 +61,9 @@ class Engine:
 
     The rule chain is fixed as: survival rules (outermost, from pulse_survival, not removable),
     the built-in rules, then `rules` in the order given. Every rule is guarded: an exception
-    becomes an `error` event and the tick passes through it.
+    becomes an `error` event and the tick passes through it. The business rules together get
+    `rule_timeout` seconds a tick; past it their decision is dropped (an `error` event) and
+    the survival rules decide alone.
     """
 
     def __init__(
@@ -73,15 +82,27 @@ class Engine:
         synchronous: str = "FULL",
         drain_timeout: float = 10.0,
         retention: Retention | None = None,
+        survival: Any = None,
+        engine_directory: Any = None,
+        rule_timeout: float = 2.0,
     ) -> None:
         self.home = Path(home).expanduser()
         self.clock: Clock = clock or SystemClock()
-        survival_watchers, survival_rules, survival_executors = _survival_layer()
-        self.watchers = [*survival_watchers, *watchers]
-        self.executors = [*survival_executors, *executors]
+        layer = _survival_layer(survival, self.home, engine_directory)
+        survival_names = {rule_name(r) for r in layer.rules}
+        for rule in (*rules, *(builtin_rules or ())):
+            if rule_name(rule) in survival_names:
+                raise SurvivalLocked(
+                    f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
+                    "outermost, in a fixed order, and cannot be added, removed or reordered"
+                )
+        self.watchers = [*layer.watchers, *watchers]
+        self.executors = [*layer.executors, *executors]
         self.projection_list: list[Projection[Any]] = [
-            Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), *projections
+            Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), *layer.projections,
+            *projections,
         ]
+        self.rule_timeout = rule_timeout
         self.default_tick_ms = default_tick_ms
         self.executor_concurrency = executor_concurrency
         self.executor_scan_interval = executor_scan_interval
@@ -90,8 +111,11 @@ class Engine:
         self.retention = retention or Retention()
         builtins = default_builtin_rules() if builtin_rules is None else list(builtin_rules)
         self._tick_errors: list[tuple[str, BaseException]] = []
-        chain = [guarded(r, self._rule_error) for r in (*survival_rules, *builtins, *rules)]
-        self._chain: Inner = compose(chain, default_tick_ms)
+        business = compose([guarded(r, self._rule_error) for r in rules], default_tick_ms)
+        chain = [guarded(r, self._rule_error) for r in (*layer.rules, *builtins)]
+        self._chain: Inner = compose([*chain, self._time_boxed(business)], default_tick_ms)
+        self.rule_names: tuple[str, ...] = tuple(
+            rule_name(r) for r in (*layer.rules, *builtins, *rules))
         self._lock_file: IO[str] | None = None
         self._events: SqliteEventStore | None = None
         self._vitals: VitalsStore | None = None
@@ -208,6 +232,9 @@ class Engine:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        for watcher in self.watchers:
+            with contextlib.suppress(Exception):
+                await watcher.aclose()
         if self._executor_loop is not None and self._events is not None:
             interrupted = await self._executor_loop.drain(self.drain_timeout)
             if self._background:
@@ -244,6 +271,18 @@ class Engine:
         self._wake.set()
 
     # -- ticking -----------------------------------------------------------------------------
+
+    def _time_boxed(self, business: Inner) -> Rule:
+        async def business_rules(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+            try:
+                return await asyncio.wait_for(business(prev, curr), self.rule_timeout)
+            except TimeoutError:
+                self._rule_error("business-rules", TimeoutError(
+                    f"business rules took longer than {self.rule_timeout:g} s; their decision "
+                    "was dropped for this tick"))
+                return await inner(prev, curr)
+
+        return business_rules
 
     def _rule_error(self, rule: str, exc: BaseException) -> None:
         self._tick_errors.append((f"rule:{rule}", exc))

@@ -17,6 +17,7 @@
     │   └── PayloadNotEncodable     msgspec cannot encode the payload
     ├── ObjectMissing               a content-addressed payload is absent or was purged
     ├── RuleChainError              compose() got a non-callable, or inner was called twice
+    ├── SurvivalLocked              user code tried to switch off or reorder a survival rule
     ├── UnknownEffect               an effect tag no Effect class declares
     └── InvalidTransition           a task event that its current status does not allow
 
@@ -111,6 +112,10 @@ class ObjectMissing(PulseError):
 
 class RuleChainError(PulseError):
     """The rule chain is malformed or was driven wrongly (inner called twice in one tick)."""
+
+
+class SurvivalLocked(PulseError):
+    """User code tried to switch off, replace, add or reorder a survival rule."""
 
 
 class UnknownEffect(PulseError):

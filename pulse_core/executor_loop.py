@@ -40,8 +40,13 @@ _CHECKPOINT_VERSION = 1
 
 
 def _process_started(pid: int) -> float:
+    """When process `pid` started, or 0.0 if there is none, or it is dead: a zombie with no
+    thread left only waits for its parent to reap it."""
     try:
-        return float(psutil.Process(pid).create_time())
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE and process.num_threads() <= 1:
+            return 0.0
+        return float(process.create_time())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return 0.0
 
@@ -166,7 +171,7 @@ class ExecutorLoop:
                 # place while the attempt waits for a slot, and a claim expecting a later
                 # version would take over another loop's live lease (or an acked effect).
                 self._inflight[entry.id] = asyncio.create_task(
-                    self._attempt(entry), name=f"pulse-effect-{entry.id}"
+                    self._attempt(msgspec.structs.replace(entry)), name=f"pulse-effect-{entry.id}"
                 )
                 started += 1
         return started
@@ -232,7 +237,7 @@ class ExecutorLoop:
         except (UnknownEffect, msgspec.ValidationError) as exc:
             return await self._finish(entry, version=version, attempt=attempt, origin=origin,
                                       acked=None, error=str(exc), final=True)
-        ctx = ExecutionContext(entry.id, attempt, entry.seq, origin, self.clock)
+        ctx = ExecutionContext(entry.id, attempt, entry.seq, origin, self.clock, self.store)
         started = time.perf_counter()
         try:
             result = await asyncio.wait_for(executor.execute(effect, ctx), executor.timeout)

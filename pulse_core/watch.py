@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +39,19 @@ class Watcher(abc.ABC):
     def should_wake(self, window: Sequence[Sample]) -> bool:
         """Whether these recent samples (oldest first) call for a tick now. Default: never."""
         return False
+
+    def nudge(self) -> None:
+        """Ask for the next collect now rather than at the end of the interval."""
+        self._nudged().set()
+
+    def _nudged(self) -> asyncio.Event:
+        event: asyncio.Event | None = self.__dict__.get("_nudge_event")
+        if event is None:
+            event = self.__dict__["_nudge_event"] = asyncio.Event()
+        return event
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Release what the watcher holds (files, tasks); called when its engine closes."""
 
 
 async def sample_once(watcher: Watcher, vitals: VitalsStore) -> Sample:
@@ -81,4 +95,8 @@ async def watch_forever(
             raise
         except Exception as exc:
             on_error(f"watcher:{watcher.name}", exc)
-        await asyncio.sleep(max(0.0, watcher.interval - (loop.time() - started)))
+        nudged = watcher._nudged()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(nudged.wait(),
+                                   max(0.0, watcher.interval - (loop.time() - started)))
+        nudged.clear()

@@ -1,0 +1,189 @@
+"""Every survival threshold in one config, each checked against hard bounds when loaded.
+
+An agent can tune its reflexes, never disable them: a value outside its bounds is refused
+with an error naming the field, the value and the range allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_core.errors import PulseError
+
+
+class SurvivalConfigError(PulseError):
+    """A survival setting is missing, of the wrong type, or outside its hard bounds."""
+
+
+def _bounded(where: str, name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise SurvivalConfigError(
+            f"survival.{where}.{name} = {value!r} is outside its hard bounds [{low}, {high}]"
+        )
+
+
+class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A process the agent cannot live without: how to find it and how to start it again.
+
+    Found by `pidfile` first, else by `match_name` (process name), else by `match_cmdline`
+    (a substring of the joined command line). `argv` restarts it (never a shell string).
+    """
+
+    name: str
+    argv: tuple[str, ...] = ()
+    pidfile: str | None = None
+    match_name: str | None = None
+    match_cmdline: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = {}
+    log: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.pidfile or self.match_name or self.match_cmdline):
+            raise SurvivalConfigError(
+                f"survival.processes[{self.name!r}] needs pidfile, match_name or match_cmdline"
+            )
+
+
+class ResourceThresholds(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """resource_guard: pressure is memory or disk above its percent for `samples` samples."""
+
+    memory_pct: float = 90.0
+    disk_pct: float = 90.0
+    samples: int = 3
+    pressure_tick_ms: int = 1_000
+    session_folders: tuple[str, ...] = ()
+    temp_folders: tuple[str, ...] = ()
+    archive_to: str = "archive"
+    older_than_s: int = 7 * 24 * 3600
+    max_files_per_run: int = 500
+
+    def __post_init__(self) -> None:
+        _bounded("resource", "memory_pct", self.memory_pct, 50, 99)
+        _bounded("resource", "disk_pct", self.disk_pct, 50, 99)
+        _bounded("resource", "samples", self.samples, 1, 60)
+        _bounded("resource", "pressure_tick_ms", self.pressure_tick_ms, 200, 10_000)
+        _bounded("resource", "older_than_s", self.older_than_s, 60, 365 * 24 * 3600)
+        _bounded("resource", "max_files_per_run", self.max_files_per_run, 1, 100_000)
+
+
+class ProcessPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """process_watchdog: supervisord's startsecs/startretries, plus a budget per hour."""
+
+    startsecs: float = 1.0
+    startretries: int = 3
+    budget_per_hour: int = 5
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        _bounded("process", "startsecs", self.startsecs, 0, 300)
+        _bounded("process", "startretries", self.startretries, 1, 20)
+        _bounded("process", "budget_per_hour", self.budget_per_hour, 1, 120)
+        _bounded("process", "backoff_initial_s", self.backoff_initial_s, 0.1, 600)
+        _bounded("process", "backoff_max_s", self.backoff_max_s, self.backoff_initial_s, 3600)
+
+
+class LlmPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """llm_watchdog: restart the model proxy after `failures` failed probes in a row."""
+
+    vitals_key: str = "llm-route"
+    failures: int = 3
+    restart: Essential | None = None
+    backoff_initial_s: float = 5.0
+    backoff_max_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _bounded("llm", "failures", self.failures, 1, 20)
+        _bounded("llm", "backoff_initial_s", self.backoff_initial_s, 0.1, 600)
+        _bounded("llm", "backoff_max_s", self.backoff_max_s, self.backoff_initial_s, 3600)
+
+
+class NetworkTargets(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the network watcher probes; an outage is DNS and HTTP both failing."""
+
+    dns_names: tuple[str, ...] = ()
+    dns_servers: tuple[str, ...] = ()
+    dns_port: int = 53
+    http_urls: tuple[str, ...] = ()
+    timeout_s: float = 3.0
+    interval_s: float = 30.0
+    samples: int = 2
+
+    def __post_init__(self) -> None:
+        _bounded("network", "dns_port", self.dns_port, 1, 65_535)
+        _bounded("network", "timeout_s", self.timeout_s, 0.1, 30)
+        _bounded("network", "interval_s", self.interval_s, 1, 3600)
+        _bounded("network", "samples", self.samples, 1, 20)
+
+
+class ErrorLogPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """error_escalate: matches in followed logs -> notify and patrol faster for a while."""
+
+    files: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ("ERROR", "CRITICAL", "Traceback")
+    patrol_tick_ms: int = 1_000
+    patrol_for_s: int = 300
+    max_line_bytes: int = 64 * 1024
+
+    def __post_init__(self) -> None:
+        _bounded("error_log", "patrol_tick_ms", self.patrol_tick_ms, 200, 60_000)
+        _bounded("error_log", "patrol_for_s", self.patrol_for_s, 10, 86_400)
+        _bounded("error_log", "max_line_bytes", self.max_line_bytes, 256, 16 * 1024 * 1024)
+
+
+class RollbackPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """panic_rollback and auto_rollback thresholds."""
+
+    panic_failures: int = 3
+    auto_errors: int = 5
+    auto_window_s: int = 600
+
+    def __post_init__(self) -> None:
+        _bounded("rollback", "panic_failures", self.panic_failures, 2, 20)
+        _bounded("rollback", "auto_errors", self.auto_errors, 1, 1_000)
+        _bounded("rollback", "auto_window_s", self.auto_window_s, 60, 86_400)
+
+
+class NotifySinks(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where notifications go: always an event for the agent; optionally a log and a webhook."""
+
+    log_file: str | None = None
+    webhook_url: str | None = None
+    webhook_timeout_s: float = 5.0
+
+
+class SurvivalConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The whole survival layer's settings; every field has a documented default."""
+
+    resource_interval_s: float = 5.0
+    disk_paths: tuple[str, ...] = ()
+    processes: tuple[Essential, ...] = ()
+    process: ProcessPolicy = ProcessPolicy()
+    resource: ResourceThresholds = ResourceThresholds()
+    llm: LlmPolicy = LlmPolicy()
+    network: NetworkTargets = NetworkTargets()
+    error_log: ErrorLogPolicy = ErrorLogPolicy()
+    rollback: RollbackPolicy = RollbackPolicy()
+    notify: NotifySinks = NotifySinks()
+
+    def __post_init__(self) -> None:
+        _bounded("", "resource_interval_s", self.resource_interval_s, 1, 600)
+        names = [p.name for p in self.processes]
+        if len(set(names)) != len(names):
+            raise SurvivalConfigError(f"survival.processes names must be unique: {names}")
+
+
+def load_config(data: dict[str, Any] | None = None, *, path: Path | None = None) -> SurvivalConfig:
+    """A SurvivalConfig from a dict, or from a JSON file at `path`; errors name the field."""
+    try:
+        if path is not None:
+            return msgspec.json.decode(path.read_bytes(), type=SurvivalConfig)
+        return msgspec.convert(data or {}, SurvivalConfig)
+    except msgspec.ValidationError as exc:
+        raise SurvivalConfigError(f"survival config: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise SurvivalConfigError(f"survival config {path}: not valid JSON — {exc}") from None

@@ -1,0 +1,58 @@
+"""restart-process: start an essential process again, detached, with its own pidfile and log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pulse_core import ExecutionContext, Executor
+from pulse_survival.effects import RestartProcess
+
+
+def write_pidfile(path: Path, pid: int) -> None:
+    """Write `pid` to `path` atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".pid-")
+    with os.fdopen(fd, "w") as out:
+        out.write(f"{pid}\n")
+    os.replace(tmp, path)
+
+
+class RestartProcessExecutor(Executor):
+    """Starts `argv` (never through a shell) in a new session, stdout and stderr to its log.
+
+    Children that exit are reaped on the next restart, so none lingers as a zombie.
+    """
+
+    handles = (RestartProcess,)
+    timeout = 15.0
+    max_attempts = 2
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._children: list[subprocess.Popen[bytes]] = []
+
+    def _spawn(self, effect: RestartProcess) -> int:
+        self._children = [c for c in self._children if c.poll() is None]
+        if not effect.argv:
+            raise ValueError(f"process {effect.name!r} has no argv to restart it with")
+        log = Path(effect.log) if effect.log else self.log_dir / f"{effect.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            child = subprocess.Popen(
+                list(effect.argv), cwd=effect.cwd, env={**os.environ, **effect.env},
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True,
+            )
+        self._children.append(child)
+        if effect.pidfile:
+            write_pidfile(Path(effect.pidfile), child.pid)
+        return child.pid
+
+    async def execute(self, effect: RestartProcess, ctx: ExecutionContext) -> dict[str, Any]:
+        pid = await asyncio.to_thread(self._spawn, effect)
+        return {"name": effect.name, "pid": pid}

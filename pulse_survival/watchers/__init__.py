@@ -1,0 +1,16 @@
+"""The four survival watchers."""
+
+from pulse_survival.watchers.errorlog import ErrorLogWatcher
+from pulse_survival.watchers.network import NetworkWatcher, network_state
+from pulse_survival.watchers.processes import ProcessAliveWatcher, find_process
+from pulse_survival.watchers.resources import SystemResourceWatcher, under_pressure
+
+__all__ = [
+    "ErrorLogWatcher",
+    "NetworkWatcher",
+    "ProcessAliveWatcher",
+    "SystemResourceWatcher",
+    "find_process",
+    "network_state",
+    "under_pressure",
+]

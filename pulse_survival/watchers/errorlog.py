@@ -1,0 +1,148 @@
+"""error-log: follows log files and counts lines matching configured patterns since last time.
+
+Each file is read from where the last sample stopped, in bounded chunks: never the whole
+file. Rotation (the path names a new file), truncation (the file shrank) and files that do
+not exist yet are all followed; watchfiles wakes a collect as soon as a file changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import watchfiles
+
+from pulse_core import Sample, Watcher
+
+CHUNK = 64 * 1024
+MAX_READ_PER_COLLECT = 8 * 1024 * 1024
+
+
+class _Followed:
+    """One log file being followed: the open handle, its inode, the unfinished last line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle: IO[bytes] | None = None
+        self.inode: int | None = None
+        self.partial = b""
+        self.started = False
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        self.handle, self.inode, self.partial = None, None, b""
+
+
+class ErrorLogWatcher(Watcher):
+    """Counts lines matching `patterns` (regular expressions) in `files` since the last sample.
+
+    A line is counted once however many patterns it matches; `by_pattern` tells which.
+    Lines already in a file when following starts are history and are not counted.
+    """
+
+    name = "error-log"
+    interval = 5.0
+
+    def __init__(self, files: Sequence[str], patterns: Sequence[str],
+                 max_line_bytes: int = 64 * 1024, interval: float = 5.0) -> None:
+        super().__init__()
+        self.files = [_Followed(Path(f)) for f in files]
+        self.patterns = [(p, re.compile(p.encode())) for p in patterns]
+        self.max_line_bytes = max_line_bytes
+        self.interval = interval
+        self._watch_task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    async def collect(self) -> dict[str, Any]:
+        if self._watch_task is None and self.files:
+            self._watch_task = asyncio.create_task(self._watch(), name="pulse-error-log-watch")
+        return await asyncio.to_thread(self._read_all)
+
+    async def _watch(self) -> None:
+        folders = sorted({str(f.path.parent) for f in self.files if f.path.parent.is_dir()})
+        if not folders:
+            return
+        names = {str(f.path) for f in self.files}
+        async for changes in watchfiles.awatch(*folders, stop_event=self._stop,
+                                               debounce=50, step=20):
+            if any(path in names for _, path in changes):
+                self.nudge()
+
+    def _read_all(self) -> dict[str, Any]:
+        by_pattern = {p: 0 for p, _ in self.patterns}
+        per_file: dict[str, int] = {}
+        samples: list[str] = []
+        total = 0
+        for followed in self.files:
+            count = 0
+            for line in self._new_lines(followed):
+                hits = [p for p, rx in self.patterns if rx.search(line)]
+                if hits:
+                    count += 1
+                    for p in hits:
+                        by_pattern[p] += 1
+                    if len(samples) < 5:
+                        samples.append(line[:300].decode("utf-8", "replace"))
+            per_file[str(followed.path)] = count
+            total += count
+        return {"matches": total, "by_pattern": by_pattern, "by_file": per_file,
+                "examples": samples}
+
+    def _new_lines(self, f: _Followed) -> list[bytes]:
+        lines: list[bytes] = []
+        try:
+            stat = os.stat(f.path)
+        except FileNotFoundError:
+            stat = None
+        if f.handle is not None and (stat is None or stat.st_ino != f.inode):
+            lines += self._drain(f, MAX_READ_PER_COLLECT)  # the rotated file's last lines
+            if f.partial:
+                lines.append(f.partial)
+            f.close()
+        if stat is None:
+            f.started = True  # it does not exist yet: when it appears, all of it is new
+            return lines
+        if f.handle is None:
+            f.handle = open(f.path, "rb")  # noqa: SIM115 - kept open while followed
+            f.inode = stat.st_ino
+            if not f.started:
+                f.handle.seek(0, os.SEEK_END)  # existing content is history
+            f.started = True
+        elif stat.st_size < f.handle.tell():
+            f.handle.seek(0)  # truncated in place
+            f.partial = b""
+        return lines + self._drain(f, MAX_READ_PER_COLLECT)
+
+    def _drain(self, f: _Followed, budget: int) -> list[bytes]:
+        assert f.handle is not None
+        lines: list[bytes] = []
+        while budget > 0:
+            chunk = f.handle.read(min(CHUNK, budget))
+            if not chunk:
+                break
+            budget -= len(chunk)
+            parts = (f.partial + chunk).split(b"\n")
+            f.partial = parts.pop()
+            if len(f.partial) > self.max_line_bytes:
+                parts.append(f.partial[: self.max_line_bytes])
+                f.partial = b""
+            lines.extend(parts)
+        return lines
+
+    def should_wake(self, window: Sequence[Sample]) -> bool:
+        return bool(window) and window[-1].ok and bool(window[-1].data.get("matches"))
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch_task
+        for f in self.files:
+            f.close()

@@ -1,0 +1,83 @@
+"""process-alive: whether each essential process runs, found by pidfile, name or command line."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from pulse_core import Sample, Watcher
+from pulse_survival.config import Essential
+
+
+def find_process(spec: Essential) -> psutil.Process | None:
+    """The live process `spec` describes, or None."""
+    if spec.pidfile:
+        try:
+            pid = int(Path(spec.pidfile).read_text().split()[0])
+            proc = psutil.Process(pid)
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                return proc
+        except (OSError, ValueError, IndexError, psutil.Error):
+            pass
+        if not (spec.match_name or spec.match_cmdline):
+            return None
+    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if spec.match_name and proc.info["name"] == spec.match_name:
+                return proc
+            cmdline = " ".join(proc.info["cmdline"] or ())
+            if spec.match_cmdline and spec.match_cmdline in cmdline:
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+class ProcessAliveWatcher(Watcher):
+    """For each essential process: alive, pid, uptime, and how many restarts were seen."""
+
+    name = "process-alive"
+    interval = 2.0
+
+    def __init__(self, processes: Sequence[Essential], interval: float = 2.0) -> None:
+        super().__init__()
+        self.processes = tuple(processes)
+        self.interval = interval
+        self._last_pid: dict[str, int] = {}
+        self._restarts: dict[str, int] = {}
+
+    def _read(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        now = time.time()
+        for spec in self.processes:
+            proc = find_process(spec)
+            if proc is None:
+                out[spec.name] = {"alive": False, "pid": None, "uptime_s": 0.0,
+                                  "restarts_seen": self._restarts.get(spec.name, 0)}
+                continue
+            last = self._last_pid.get(spec.name)
+            if last is not None and last != proc.pid:
+                self._restarts[spec.name] = self._restarts.get(spec.name, 0) + 1
+            self._last_pid[spec.name] = proc.pid
+            try:
+                uptime = max(0.0, now - proc.create_time())
+            except psutil.Error:
+                uptime = 0.0
+            out[spec.name] = {"alive": True, "pid": proc.pid, "uptime_s": round(uptime, 3),
+                              "restarts_seen": self._restarts.get(spec.name, 0)}
+        return out
+
+    async def collect(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self._read)
+
+    def should_wake(self, window: Sequence[Sample]) -> bool:
+        if not window or not window[-1].ok or not isinstance(window[-1].data, dict):
+            return False
+        return any(not p.get("alive") for p in window[-1].data.values())
