@@ -1,0 +1,153 @@
+"""process_watchdog and llm_watchdog with real processes: kill, restart, give up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pulse_core import Engine, ManualClock
+from pulse_survival import Essential, LlmPolicy, ProcessPolicy, SurvivalConfig
+
+SLEEPER = "import time; time.sleep(120)"
+
+
+def pid_in(pidfile: Path) -> int:
+    return int(pidfile.read_text().split()[0])
+
+
+@pytest.fixture
+def reaper() -> Iterator[list[int]]:
+    """Pids to kill at the end, whatever happens."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def notices(engine: Engine, topic: str) -> list[str]:
+    return [e.data["effect"]["level"] for e in await engine.events.read(kinds=["effect"])
+            if e.data["effect"]["type"] == "notify" and e.data["effect"]["topic"] == topic]
+
+
+async def test_an_essential_process_killed_with_sigkill_is_restarted(
+    tmp_path: Path, reaper: list[int]
+) -> None:
+    pidfile = tmp_path / "worker.pid"
+    first = subprocess.Popen([sys.executable, "-c", SLEEPER])
+    reaper.append(first.pid)
+    pidfile.write_text(str(first.pid))
+    spec = Essential(name="worker", argv=(sys.executable, "-c", SLEEPER),
+                     pidfile=str(pidfile), log=str(tmp_path / "worker.log"))
+    engine = Engine(tmp_path / "home", survival=SurvivalConfig(processes=(spec,)))
+    await engine.open()
+    await engine.step()
+    assert await engine.events.read(kinds=["effect"]) == []
+    first.send_signal(signal.SIGKILL)
+    first.wait(5)
+    await engine.step()
+    (restart,) = [e for e in await engine.events.read(kinds=["effect-acked"])]
+    new_pid = restart.data["result"]["pid"]
+    reaper.append(new_pid)
+    assert new_pid != first.pid and pid_in(pidfile) == new_pid
+    assert psutil.Process(new_pid).is_running()
+    await engine.step()
+    (sample,) = (await engine.snapshot()).vitals["process-alive"].sample.data.values()
+    assert sample["alive"] and sample["pid"] == new_pid and sample["restarts_seen"] == 1
+    assert len(await engine.events.read(kinds=["effect"])) == 1
+    await engine.close()
+
+
+@pytest.mark.parametrize(("policy", "why"), [
+    (ProcessPolicy(startretries=3, budget_per_hour=50, backoff_initial_s=1), "3 failed starts"),
+    (ProcessPolicy(startretries=20, budget_per_hour=2, backoff_initial_s=1),
+     "2 restarts in the last hour"),
+])
+async def test_a_process_that_keeps_dying_is_given_up_with_one_notice(
+    tmp_path: Path, policy: ProcessPolicy, why: str
+) -> None:
+    pidfile = tmp_path / "crasher.pid"
+    spec = Essential(name="crasher", argv=(sys.executable, "-c", "raise SystemExit(3)"),
+                     pidfile=str(pidfile))
+    clock = ManualClock()
+    engine = Engine(tmp_path / "home", clock=clock,
+                    survival=SurvivalConfig(processes=(spec,), process=policy))
+    await engine.open()
+    for _ in range(12):
+        await engine.step()
+        await asyncio.sleep(0.15)  # let the crasher exit
+        clock.advance(70_000)
+    restarts = [e for e in await engine.events.read(kinds=["effect"])
+                if e.data["effect"]["type"] == "restart-process"]
+    expected = 3 if policy.startretries == 3 else 2
+    assert len(restarts) == expected
+    assert await notices(engine, "process:crasher") == ["given-up"]
+    (given_up,) = [e.data["effect"]["text"] for e in await engine.events.read(kinds=["effect"])
+                   if e.data["effect"]["type"] == "notify"]
+    assert why in given_up
+    (notification,) = await engine.events.read(kinds=["notification"])
+    assert notification.key == "process:crasher"
+    await engine.close()
+
+
+async def test_restarts_back_off_exponentially(tmp_path: Path) -> None:
+    spec = Essential(name="crasher", argv=(sys.executable, "-c", "raise SystemExit(3)"),
+                     pidfile=str(tmp_path / "c.pid"))
+    clock = ManualClock()
+    engine = Engine(tmp_path / "home", clock=clock, survival=SurvivalConfig(
+        processes=(spec,), process=ProcessPolicy(startretries=10, budget_per_hour=50,
+                                                 backoff_initial_s=1, backoff_max_s=8)))
+    await engine.open()
+    times: list[int] = []
+    for _ in range(40):
+        await engine.step()
+        await asyncio.sleep(0.05)
+        clock.advance(500)
+    for event in await engine.events.read(kinds=["effect"]):
+        times.append(event.ts)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) >= 4
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]
+    assert all(g <= 8_000 + 1_000 for g in gaps)
+    await engine.close()
+
+
+async def test_llm_watchdog_restarts_the_proxy_after_k_failed_probes(
+    tmp_path: Path, reaper: list[int]
+) -> None:
+    proxy = Essential(name="llm-proxy", argv=(sys.executable, "-c", SLEEPER),
+                      pidfile=str(tmp_path / "proxy.pid"))
+    clock = ManualClock()
+    engine = Engine(tmp_path / "home", clock=clock, survival=SurvivalConfig(
+        llm=LlmPolicy(failures=3, restart=proxy, backoff_initial_s=10)))
+    await engine.open()
+
+    async def probe(ok: bool) -> list[Any]:
+        clock.advance(1_000)
+        await engine.vitals.record("llm-route", {"ok": ok})
+        await engine.tick()
+        await engine.executor_loop.run_until_idle()
+        return [e for e in await engine.events.read(kinds=["effect-acked"])]
+
+    assert await probe(False) == [] and await probe(False) == []
+    acked = await probe(False)
+    assert len(acked) == 1
+    reaper.append(acked[0].data["result"]["pid"])
+    for _ in range(3):
+        acked = await probe(False)  # still inside the 10 s backoff
+    assert len(acked) == 1
+    clock.advance(10_000)
+    acked = await probe(False)
+    assert len(acked) == 2
+    reaper.append(acked[1].data["result"]["pid"])
+    await engine.close()
