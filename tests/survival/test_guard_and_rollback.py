@@ -151,7 +151,7 @@ async def test_panic_rollback_bypasses_everything_inside_it(tmp_path: Path) -> N
 
 def loop_forever() -> Any:
     async def loop_forever(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
-        while True:
+        while True:  # noqa: ASYNC110 - a rule that never returns is the point of the test
             await asyncio.sleep(0.01)
 
     return loop_forever
