@@ -203,6 +203,9 @@ class ExecutorLoop:
     async def _attempt(self, entry: EffectEntry) -> EffectOutcome:
         async with self._slots:
             try:
+                current = self._entries.get(entry.id)
+                if current is None or current.version != entry.version:
+                    return EffectOutcome.LOST_CLAIM  # moved on while this waited for a slot
                 return await self._claim_and_run(entry)
             finally:
                 self._inflight.pop(entry.id, None)

@@ -1,0 +1,1 @@
+"""Whole-process tests: real child processes on real SQLite files."""
