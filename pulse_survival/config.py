@@ -128,8 +128,10 @@ class ErrorLogPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     patrol_tick_ms: int = 1_000
     patrol_for_s: int = 300
     max_line_bytes: int = 64 * 1024
+    interval_s: float = 5.0
 
     def __post_init__(self) -> None:
+        _bounded("error_log", "interval_s", self.interval_s, 0.5, 600)
         _bounded("error_log", "patrol_tick_ms", self.patrol_tick_ms, 200, 60_000)
         _bounded("error_log", "patrol_for_s", self.patrol_for_s, 10, 86_400)
         _bounded("error_log", "max_line_bytes", self.max_line_bytes, 256, 16 * 1024 * 1024)

@@ -62,7 +62,7 @@ def survival_layer(config: SurvivalConfig, home: Path,
         ProcessAliveWatcher(config.processes),
         NetworkWatcher(config.network),
         ErrorLogWatcher(config.error_log.files, config.error_log.patterns,
-                        config.error_log.max_line_bytes),
+                        config.error_log.max_line_bytes, interval=config.error_log.interval_s),
     )
     rules: tuple[Rule, ...] = (
         PanicRollback(config.rollback),

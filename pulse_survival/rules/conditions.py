@@ -6,7 +6,7 @@ from pulse_core import Decision, Effect, Inner, Snapshot
 from pulse_survival.config import ErrorLogPolicy, NetworkTargets, ResourceThresholds
 from pulse_survival.effects import ArchiveSessions, Cleanup, Notify
 from pulse_survival.rules.base import Streak, SurvivalRule, latest, ledger
-from pulse_survival.watchers import network_state, under_pressure
+from pulse_survival.watchers import network_outage, under_pressure
 
 
 class ResourceGuard(SurvivalRule):
@@ -44,7 +44,8 @@ class ResourceGuard(SurvivalRule):
 
 
 class NetworkWatchdog(SurvivalRule):
-    """DNS and HTTP both failing for `samples` samples: one notice per outage, one on recovery."""
+    """Every configured probe kind failing (DNS and HTTP both, when both are configured) for
+    `samples` samples: one notice per outage, one on recovery."""
 
     name = "network_watchdog"
 
@@ -58,15 +59,17 @@ class NetworkWatchdog(SurvivalRule):
         sample = latest(curr, "network")
         if sample is None or not sample.ok:
             return Decision(effects, tick_ms)
-        dns_ok, http_ok = network_state(sample.data)
-        outage = not dns_ok and not http_ok
+        outage = network_outage(sample.data)
         down = self._down.feed(sample, outage)
         up = self._up.feed(sample, not outage)
         announced = ledger(curr).network_down
         if outage and not announced and down >= self.targets.samples:
             self._down.fired()
+            kinds = " and ".join(k.upper() for k in ("dns", "http")
+                                 if isinstance(sample.data, dict)
+                                 and sample.data.get(f"{k}_ok") is not None)
             return Decision([*effects, Notify(topic="network", level="outage",
-                                              text="network outage: DNS and HTTP both failing")],
+                                              text=f"network outage: {kinds} failing")],
                             tick_ms)
         if not outage and announced and up >= 1:
             return Decision([*effects, Notify(topic="network", level="recovered",
@@ -91,7 +94,12 @@ class ErrorEscalate(SurvivalRule):
         sample = latest(curr, "error-log")
         if sample is None or not sample.ok or sample.ts == self._last_seen:
             return Decision(effects, tick_ms)
+        first_look = self._last_seen is None
         self._last_seen = sample.ts
+        if first_look and last is not None and sample.ts <= last:
+            # a new engine on this home: an escalation at or after this sample was already
+            # recorded (by an earlier engine), so the sample is not news
+            return Decision(effects, tick_ms)
         matches = int(sample.data.get("matches", 0)) if isinstance(sample.data, dict) else 0
         if not matches:
             return Decision(effects, tick_ms)

@@ -1,7 +1,7 @@
 """The four survival watchers."""
 
 from pulse_survival.watchers.errorlog import ErrorLogWatcher
-from pulse_survival.watchers.network import NetworkWatcher, network_state
+from pulse_survival.watchers.network import NetworkWatcher, network_outage
 from pulse_survival.watchers.processes import ProcessAliveWatcher, find_process
 from pulse_survival.watchers.resources import SystemResourceWatcher, under_pressure
 
@@ -11,6 +11,6 @@ __all__ = [
     "ProcessAliveWatcher",
     "SystemResourceWatcher",
     "find_process",
-    "network_state",
+    "network_outage",
     "under_pressure",
 ]

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,12 +31,13 @@ class _Followed:
         self.handle: IO[bytes] | None = None
         self.inode: int | None = None
         self.partial = b""
+        self.skipping = False  # inside the rest of a line cut at max_line_bytes
         self.started = False
 
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
-        self.handle, self.inode, self.partial = None, None, b""
+        self.handle, self.inode, self.partial, self.skipping = None, None, b"", False
 
 
 class ErrorLogWatcher(Watcher):
@@ -64,11 +65,22 @@ class ErrorLogWatcher(Watcher):
             self._watch_task = asyncio.create_task(self._watch(), name="pulse-error-log-watch")
         return await asyncio.to_thread(self._read_all)
 
+    def _watch_targets(self) -> tuple[list[str], set[str]]:
+        """The folders to watch and the file paths to look for in watchfiles' changes.
+
+        watchfiles reports absolute paths: compare against the absolute (and the resolved)
+        form of each file, so relative or symlinked paths in the config nudge too.
+        """
+        folders = sorted({os.path.abspath(f.path.parent) for f in self.files
+                          if f.path.parent.is_dir()})
+        names = {os.path.abspath(f.path) for f in self.files} | {
+            os.path.join(os.path.realpath(f.path.parent), f.path.name) for f in self.files}
+        return folders, names
+
     async def _watch(self) -> None:
-        folders = sorted({str(f.path.parent) for f in self.files if f.path.parent.is_dir()})
+        folders, names = await asyncio.to_thread(self._watch_targets)
         if not folders:
             return
-        names = {str(f.path) for f in self.files}
         async for changes in watchfiles.awatch(*folders, stop_event=self._stop,
                                                debounce=50, step=20):
             if any(path in names for _, path in changes):
@@ -94,20 +106,20 @@ class ErrorLogWatcher(Watcher):
         return {"matches": total, "by_pattern": by_pattern, "by_file": per_file,
                 "examples": samples}
 
-    def _new_lines(self, f: _Followed) -> list[bytes]:
-        lines: list[bytes] = []
+    def _new_lines(self, f: _Followed) -> Iterator[bytes]:
+        """Lines appended since the last collect, one at a time: memory stays one chunk."""
         try:
             stat = os.stat(f.path)
         except FileNotFoundError:
             stat = None
         if f.handle is not None and (stat is None or stat.st_ino != f.inode):
-            lines += self._drain(f, MAX_READ_PER_COLLECT)  # the rotated file's last lines
+            yield from self._drain(f, MAX_READ_PER_COLLECT)  # the rotated file's last lines
             if f.partial:
-                lines.append(f.partial)
+                yield f.partial
             f.close()
         if stat is None:
             f.started = True  # it does not exist yet: when it appears, all of it is new
-            return lines
+            return
         if f.handle is None:
             f.handle = open(f.path, "rb")  # noqa: SIM115 - kept open while followed
             f.inode = stat.st_ino
@@ -116,24 +128,29 @@ class ErrorLogWatcher(Watcher):
             f.started = True
         elif stat.st_size < f.handle.tell():
             f.handle.seek(0)  # truncated in place
-            f.partial = b""
-        return lines + self._drain(f, MAX_READ_PER_COLLECT)
+            f.partial, f.skipping = b"", False
+        yield from self._drain(f, MAX_READ_PER_COLLECT)
 
-    def _drain(self, f: _Followed, budget: int) -> list[bytes]:
+    def _drain(self, f: _Followed, budget: int) -> Iterator[bytes]:
         assert f.handle is not None
-        lines: list[bytes] = []
+        limit = self.max_line_bytes
         while budget > 0:
             chunk = f.handle.read(min(CHUNK, budget))
             if not chunk:
                 break
             budget -= len(chunk)
+            if f.skipping:  # the rest of a line already counted by its first bytes
+                end = chunk.find(b"\n")
+                if end < 0:
+                    continue
+                chunk, f.skipping = chunk[end + 1:], False
             parts = (f.partial + chunk).split(b"\n")
             f.partial = parts.pop()
-            if len(f.partial) > self.max_line_bytes:
-                parts.append(f.partial[: self.max_line_bytes])
-                f.partial = b""
-            lines.extend(parts)
-        return lines
+            if len(f.partial) > limit:
+                parts.append(f.partial)
+                f.partial, f.skipping = b"", True
+            for part in parts:
+                yield part if len(part) <= limit else part[:limit]
 
     def should_wake(self, window: Sequence[Sample]) -> bool:
         return bool(window) and window[-1].ok and bool(window[-1].data.get("matches"))

@@ -16,15 +16,22 @@ from pulse_core import Sample, Watcher
 from pulse_survival.config import NetworkTargets
 
 
-def network_state(data: Any) -> tuple[bool, bool]:
-    """(dns_ok, http_ok) of one network sample; a kind with no targets counts as ok."""
+def network_outage(data: Any) -> bool:
+    """Whether one network sample shows an outage: every configured kind (DNS, HTTP) failing.
+
+    With both configured that is DNS and HTTP both down; with one, that one; with none, never.
+    """
     if not isinstance(data, dict):
-        return True, True
-    return bool(data.get("dns_ok", True)), bool(data.get("http_ok", True))
+        return False
+    configured = [data.get(k) for k in ("dns_ok", "http_ok") if data.get(k) is not None]
+    return bool(configured) and not any(configured)
 
 
 class NetworkWatcher(Watcher):
-    """Resolves each DNS name and GETs each URL; records ok, latency and error per target."""
+    """Resolves each DNS name and GETs each URL; records ok, latency and error per target.
+
+    `dns_ok` / `http_ok` say whether any target of that kind answered (None: none configured).
+    """
 
     name = "network"
 
@@ -80,12 +87,12 @@ class NetworkWatcher(Watcher):
         http_map = dict(zip(self.targets.http_urls, http_results, strict=True))
         return {
             "dns": dns_map, "http": http_map,
-            "dns_ok": not dns_map or any(r["ok"] for r in dns_map.values()),
-            "http_ok": not http_map or any(r["ok"] for r in http_map.values()),
+            "dns_ok": any(r["ok"] for r in dns_map.values()) if dns_map else None,
+            "http_ok": any(r["ok"] for r in http_map.values()) if http_map else None,
         }
 
     def should_wake(self, window: Sequence[Sample]) -> bool:
-        states = [network_state(s.data) for s in window[-2:] if s.ok]
+        states = [network_outage(s.data) for s in window[-2:] if s.ok]
         return len(states) == 2 and states[0] != states[1]
 
 
