@@ -1,38 +1,14 @@
-"""Fixtures of the whole-process tests: child processes that never outlive a test, and a
-hard time limit per test so nothing can hang the suite."""
+"""Fixtures of the whole-process tests: child processes that never outlive a test (the hard
+time limit per test is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
 from .support import Child
-
-TEST_TIME_LIMIT_S = 30
-
-
-class TimeLimitExceeded(Exception):
-    """A whole-process test ran past its hard limit."""
-
-
-@pytest.fixture(autouse=True)
-def time_box() -> Iterator[None]:
-    """Fail (rather than hang) a test that runs past TEST_TIME_LIMIT_S."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeLimitExceeded(f"test ran past its {TEST_TIME_LIMIT_S} s limit")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, TEST_TIME_LIMIT_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Fixtures of the survival tests: loopback servers (DNS over UDP, HTTP), a hard time limit
-per test, and engines that are always closed.
+"""Fixtures of the survival tests: loopback servers (DNS over UDP, HTTP) and engines that are
+always closed.
 
 Every server binds 127.0.0.1 only, on an ephemeral port, and can be stopped and started again
 on the same port.
@@ -8,14 +8,12 @@ on the same port.
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import dns.flags
@@ -29,27 +27,8 @@ import pytest
 from pulse_core import Engine
 
 LOOPBACK = "127.0.0.1"
-TEST_TIME_LIMIT_S = 20
 
 
-class TimeLimitExceeded(Exception):
-    """A survival test ran past its hard limit."""
-
-
-@pytest.fixture(autouse=True)
-def time_box() -> Iterator[None]:
-    """Fail (rather than hang) a test that runs past TEST_TIME_LIMIT_S."""
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeLimitExceeded(f"test ran past its {TEST_TIME_LIMIT_S} s limit")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, TEST_TIME_LIMIT_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 # -- DNS -------------------------------------------------------------------------------------
@@ -210,26 +189,25 @@ class LoopbackHttp:
             self._thread = None
 
 
-@pytest.fixture
-def http_server() -> Iterator[LoopbackHttp]:
-    """A loopback HTTP server, stopped after the test."""
+def _serving() -> Iterator[LoopbackHttp]:
     server = LoopbackHttp()
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def http_server() -> Iterator[LoopbackHttp]:
+    """A loopback HTTP server, stopped after the test."""
+    yield from _serving()
 
 
 @pytest.fixture
 def hook_server() -> Iterator[LoopbackHttp]:
     """A second loopback HTTP server, for webhooks."""
-    server = LoopbackHttp()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serving()
 
 
 # -- engines ---------------------------------------------------------------------------------
