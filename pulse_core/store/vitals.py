@@ -23,7 +23,13 @@ CREATE TABLE IF NOT EXISTS samples (
     data  BLOB,
     error TEXT
 );
-CREATE INDEX IF NOT EXISTS samples_key_ts ON samples(key, ts)
+CREATE INDEX IF NOT EXISTS samples_key_ts ON samples(key, ts);
+CREATE TABLE IF NOT EXISTS latest (
+    key   TEXT PRIMARY KEY,
+    ts    INTEGER NOT NULL,
+    data  BLOB,
+    error TEXT
+) WITHOUT ROWID
 """
 
 
@@ -86,11 +92,21 @@ class VitalsStore:
         self._check_open()
         raw = encode_data(data, f"vitals sample for {key!r}")
         sample = Sample(key, self.clock.now_ms() if ts is None else ts, decode_data(raw), error)
-        with sqlite_errors(self.path):
-            await self._conn.execute(
-                "INSERT INTO samples (key, ts, data, error) VALUES (?, ?, ?, ?)",
-                (key, sample.ts, raw, error),
-            )
+        row = (key, sample.ts, raw, error)
+        async with self._lock:
+            with sqlite_errors(self.path):
+                await self._conn.execute("BEGIN")
+                try:
+                    await self._conn.execute(
+                        "INSERT INTO samples (key, ts, data, error) VALUES (?, ?, ?, ?)", row)
+                    await self._conn.execute(
+                        "INSERT INTO latest (key, ts, data, error) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT(key) DO UPDATE SET ts = excluded.ts, data = excluded.data, "
+                        "error = excluded.error WHERE excluded.ts >= latest.ts", row)
+                    await self._conn.execute("COMMIT")
+                except BaseException:
+                    await self._conn.execute("ROLLBACK")
+                    raise
         return sample
 
     async def window(self, key: str, since_ms: int) -> list[Sample]:
@@ -105,22 +121,18 @@ class VitalsStore:
         return [Sample(key, r[0], decode_data(r[1]), r[2]) for r in rows]
 
     async def latest(self, keys: Iterable[str] | None = None) -> dict[str, Sample]:
-        """The newest sample of each key (of every key when `keys` is None)."""
+        """The newest sample of each key (of every key when `keys` is None).
+
+        Read from a one-row-per-key table kept beside the samples, so the cost follows the
+        number of keys, not the number of samples; gc never removes a key's latest reading.
+        """
         self._check_open()
         with sqlite_errors(self.path):
-            if keys is None:
-                cursor = await self._conn.execute("SELECT DISTINCT key FROM samples")
-                keys = [r[0] for r in await cursor.fetchall()]
-            out: dict[str, Sample] = {}
-            for key in keys:
-                cursor = await self._conn.execute(
-                    "SELECT ts, data, error FROM samples WHERE key = ? ORDER BY ts DESC LIMIT 1",
-                    (key,),
-                )
-                row = await cursor.fetchone()
-                if row is not None:
-                    out[key] = Sample(key, row[0], decode_data(row[1]), row[2])
-        return out
+            cursor = await self._conn.execute("SELECT key, ts, data, error FROM latest")
+            rows = await cursor.fetchall()
+        wanted = None if keys is None else set(keys)
+        return {r[0]: Sample(r[0], r[1], decode_data(r[2]), r[3]) for r in rows
+                if wanted is None or r[0] in wanted}
 
     async def gc(self, retention: Retention | None = None) -> int:
         """Delete at most `retention.batch` expired samples; returns how many went."""
@@ -136,7 +148,7 @@ class VitalsStore:
                     (cutoff, policy.batch),
                 )
                 removed += max(cursor.rowcount, 0)
-                cursor = await self._conn.execute("SELECT DISTINCT key FROM samples")
+                cursor = await self._conn.execute("SELECT key FROM latest")
                 for (key,) in await cursor.fetchall():
                     if removed >= policy.batch:
                         break

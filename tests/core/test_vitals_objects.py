@@ -40,6 +40,7 @@ async def test_gc_removes_by_age_and_count_in_bounded_batches(tmp_path: Path) ->
     policy = Retention(max_age_ms=50_000, max_per_key=5, batch=10)
     assert [await vitals.gc(policy) for _ in range(6)] == [10, 10, 10, 10, 5, 0]
     assert await vitals.window("old", 0) == []
+    assert (await vitals.latest(["old"]))["old"].data == 29  # the last reading outlives gc
     assert [s.data for s in await vitals.window("busy", 0)] == [15, 16, 17, 18, 19]
     await vitals.close()
 
