@@ -33,6 +33,8 @@ from pulse_core.errors import (
 )
 from pulse_core.events import Event, EventDraft, KindSpec, known_kinds, register_kind
 from pulse_core.executor_loop import ExecutorLoop
+from pulse_core.memory import IdentityMemory, Memory, MemoryBoard, identity_key
+from pulse_core.pmap import PersistentMap
 from pulse_core.projections import RecentErrors
 from pulse_core.rules import (
     Decision,
@@ -86,17 +88,21 @@ __all__ = [
     "ExecutorLoop",
     "HomeLocked",
     "IdempotencyConflict",
+    "IdentityMemory",
     "Inner",
     "InvalidEvent",
     "InvalidTransition",
     "KindSpec",
     "ManualClock",
+    "Memory",
+    "MemoryBoard",
     "NotAPulseDatabase",
     "ObjectMissing",
     "ObjectStore",
     "PayloadNotEncodable",
     "PendingTasks",
     "PendingTasksData",
+    "PersistentMap",
     "Projection",
     "Projector",
     "PulseError",
@@ -131,6 +137,7 @@ __all__ = [
     "effect_type",
     "error_backoff",
     "guarded",
+    "identity_key",
     "known_kinds",
     "purge_payload",
     "register_kind",

@@ -17,6 +17,7 @@ from pulse_core.effects import Executor, effect_draft
 from pulse_core.errors import HomeLocked, PulseError, SurvivalLocked
 from pulse_core.events import EventDraft
 from pulse_core.executor_loop import ExecutorLoop
+from pulse_core.memory import Memory
 from pulse_core.projections import RecentErrors
 from pulse_core.rules import (
     Decision,
@@ -99,7 +100,8 @@ class Engine:
         self.watchers = [*layer.watchers, *watchers]
         self.executors = [*layer.executors, *executors]
         self.projection_list: list[Projection[Any]] = [
-            Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), *layer.projections,
+            Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
+            *layer.projections,
             *projections,
         ]
         self.rule_timeout = rule_timeout

@@ -17,6 +17,7 @@ import msgspec
 
 from pulse_core.errors import PulseError
 from pulse_core.events import Event
+from pulse_core.pmap import PersistentMap
 from pulse_core.store.base import EventStore
 from pulse_core.store.vitals import Sample
 
@@ -90,12 +91,25 @@ class _Checkpoint(msgspec.Struct):
     state: msgspec.Raw
 
 
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, PersistentMap):
+        return dict(obj.items())
+    raise NotImplementedError(f"cannot checkpoint a {type(obj).__name__}")
+
+
+def _dec_hook(type_: Any, obj: Any) -> Any:
+    if typing.get_origin(type_) is PersistentMap or type_ is PersistentMap:
+        args = typing.get_args(type_) or (Any, Any)
+        return PersistentMap(msgspec.convert(obj, dict[args[0], args[1]],  # type: ignore[valid-type]
+                                             dec_hook=_dec_hook))
+    raise NotImplementedError(f"cannot restore a {type_!r} from a checkpoint")
+
+
 def save_checkpoint(folder: Path, name: str, version: int, seq: int, state: Any) -> None:
     """Write a state and the seq it reflects, atomically, to `folder/name.ckpt`."""
     folder.mkdir(parents=True, exist_ok=True)
-    body = msgspec.msgpack.encode(
-        _Checkpoint(name, version, seq, msgspec.Raw(msgspec.msgpack.encode(state)))
-    )
+    raw = msgspec.msgpack.encode(state, enc_hook=_enc_hook)
+    body = msgspec.msgpack.encode(_Checkpoint(name, version, seq, msgspec.Raw(raw)))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -119,7 +133,7 @@ def load_checkpoint(folder: Path, name: str, version: int, type: Any) -> tuple[i
         ckpt = msgspec.msgpack.decode(body, type=_Checkpoint)
         if ckpt.name != name or ckpt.version != version:
             return None
-        return ckpt.seq, msgspec.msgpack.decode(ckpt.state, type=type)
+        return ckpt.seq, msgspec.msgpack.decode(ckpt.state, type=type, dec_hook=_dec_hook)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
 

@@ -1,0 +1,92 @@
+"""PersistentMap: an immutable mapping whose updates share almost everything with the original.
+
+Projections must return a new state instead of changing the old one (the previous snapshot
+still holds it). For a state of 10,000 identities, copying a dict per event costs O(n); this
+map copies one bucket of ~n/256 entries and a 256-slot tuple instead, and two versions can be
+diffed by comparing buckets by identity.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator, Mapping
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_BUCKETS = 256
+_EMPTY: dict[object, object] = {}
+
+
+class PersistentMap(Mapping[K, V], Generic[K, V]):
+    """An immutable Mapping; `set` and `delete` return a new map sharing untouched buckets."""
+
+    __slots__ = ("_buckets", "_len")
+
+    def __init__(self, items: Mapping[K, V] | None = None) -> None:
+        buckets: list[dict[K, V]] = [_EMPTY for _ in range(_BUCKETS)]  # type: ignore[misc]
+        for key, value in (items or {}).items():
+            index = hash(key) % _BUCKETS
+            if buckets[index] is _EMPTY:
+                buckets[index] = {}
+            buckets[index][key] = value
+        self._buckets: tuple[dict[K, V], ...] = tuple(buckets)
+        self._len = sum(len(b) for b in buckets)
+
+    @classmethod
+    def _of(cls, buckets: tuple[dict[K, V], ...], length: int) -> PersistentMap[K, V]:
+        new: PersistentMap[K, V] = cls.__new__(cls)
+        new._buckets = buckets
+        new._len = length
+        return new
+
+    def __getitem__(self, key: K) -> V:
+        return self._buckets[hash(key) % _BUCKETS][key]
+
+    def __iter__(self) -> Iterator[K]:
+        for bucket in self._buckets:
+            yield from bucket
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return f"PersistentMap({dict(self.items())!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            k in other and other[k] == v for k, v in self.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def set(self, key: K, value: V) -> PersistentMap[K, V]:
+        """A map with `key` bound to `value`."""
+        index = hash(key) % _BUCKETS
+        old = self._buckets[index]
+        bucket = {**old, key: value}
+        buckets = (*self._buckets[:index], bucket, *self._buckets[index + 1:])
+        return self._of(buckets, self._len + (0 if key in old else 1))
+
+    def delete(self, key: K) -> PersistentMap[K, V]:
+        """A map without `key` (the same map if it was absent)."""
+        index = hash(key) % _BUCKETS
+        old = self._buckets[index]
+        if key not in old:
+            return self
+        bucket = {k: v for k, v in old.items() if k != key}
+        buckets = (*self._buckets[:index], bucket, *self._buckets[index + 1:])
+        return self._of(buckets, self._len - 1)
+
+    def changed_keys(self, older: PersistentMap[K, V]) -> builtins.set[K]:
+        """Keys added, removed or rebound since `older`, found by comparing buckets."""
+        changed: builtins.set[K] = builtins.set()
+        for mine, theirs in zip(self._buckets, older._buckets, strict=True):
+            if mine is theirs:
+                continue
+            for key in mine.keys() | theirs.keys():
+                if key not in mine or key not in theirs or mine[key] is not theirs[key]:
+                    changed.add(key)
+        return changed
