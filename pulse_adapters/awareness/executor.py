@@ -1,0 +1,212 @@
+"""The AwarenessExecutor: evidence, inference, one repair, the gate, and atomic settlement.
+
+The model proposes; this code decides. Nothing is written unless the gate accepts it, the
+source human exchange still stands when the lock is held, and the changes, the cycle record
+and any journal entry go into the log in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgspec
+
+from pulse_adapters.awareness.config import AwarenessConfig
+from pulse_adapters.awareness.contract import (
+    SYSTEM_PROMPT,
+    Envelope,
+    InvalidEnvelope,
+    envelope_schema,
+    parse_envelope,
+)
+from pulse_adapters.awareness.effects import AwarenessReview
+from pulse_adapters.awareness.evidence import Evidence, build_evidence
+from pulse_adapters.awareness.gate import GateResult, Verb, gate
+from pulse_adapters.awareness.ledger import REVIEWED, CycleRecord
+from pulse_adapters.llm import (
+    ChatClient,
+    InferenceTimeout,
+    LlmError,
+    Preempted,
+    RouteHealth,
+    json_schema_format,
+)
+from pulse_core import EventDraft, ExecutionContext, Executor, VersionConflict
+from pulse_core.memory import IdentityMemory, identity_key, remember
+from pulse_core.store.base import EventStore
+
+ORIGIN = "executor:awareness"
+
+
+class Foreground:
+    """Foreground work on a shared model route: while active, fallback reviews are cancelled."""
+
+    def __init__(self) -> None:
+        self.active = asyncio.Event()
+
+    def begin(self) -> None:
+        """Foreground work started: preempt any background review on the shared route."""
+        self.active.set()
+
+    def end(self) -> None:
+        """Foreground work finished."""
+        self.active.clear()
+
+
+class _Failed(Exception):
+    def __init__(self, outcome: str, error: str, calls: int) -> None:
+        super().__init__(error)
+        self.outcome, self.error, self.calls = outcome, error, calls
+
+
+def _verb_draft(verb: Verb, memory: IdentityMemory, cause: int) -> EventDraft:
+    record = verb.target.partition(":")[2]
+    key = identity_key(memory.identity)
+    if verb.verb == "adjust_confidence":
+        old = memory.state[record].confidence
+        new = min(1.0, max(0.0, old + (verb.delta or 0.0)))
+        data: dict[str, Any] = {"record": record, "confidence": round(new, 6),
+                                "reason": verb.reason}
+        return EventDraft("state-revised", key, data, origin=ORIGIN, cause=cause)
+    if verb.verb == "revise_value":
+        data = {"record": record, "value": verb.value, "value_changed": True,
+                "reason": verb.reason}
+        return EventDraft("state-revised", key, data, origin=ORIGIN, cause=cause)
+    kind_name = "state-retracted" if verb.verb == "retract" else "unresolved-resolved"
+    return EventDraft(kind_name, key, {"record": record, "reason": verb.reason},
+                      origin=ORIGIN, cause=cause)
+
+
+class AwarenessExecutor(Executor):
+    """Runs `awareness-review` effects against an OpenAI-compatible model."""
+
+    handles = (AwarenessReview,)
+    max_attempts = 1  # a failed cycle is recorded and backs off; it is not retried blindly
+
+    def __init__(self, client: ChatClient, config: AwarenessConfig | None = None, *,
+                 route: RouteHealth | None = None, foreground: Foreground | None = None) -> None:
+        self.client = client
+        self.config = config or AwarenessConfig()
+        self.route = route
+        self.foreground = foreground
+        self.timeout = client.max_wall_s * 2 + 30
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _memory(self, events: EventStore, identity: str, after: IdentityMemory | None,
+                      after_seq: int) -> tuple[IdentityMemory | None, int]:
+        memory = after
+        seq = after_seq
+        for event in await events.read(after_seq, key=identity_key(identity)):
+            if event.kind not in ("awareness-cycle", "awareness-journal"):
+                memory = remember(memory, event)
+            seq = event.seq
+        return memory, seq
+
+    async def _ask(self, evidence: Evidence, review: AwarenessReview) -> tuple[Envelope, int, int]:
+        """The model's envelope, its call count and inference time; `_Failed` otherwise."""
+        cancel = (self.foreground.active if self.foreground and review.route == "fallback"
+                  else None)
+        fmt = json_schema_format("awareness_review", envelope_schema(self.config))
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": evidence.text}]
+        started = time.perf_counter()
+        calls = 0
+        try:
+            calls = 1
+            reply = await self.client.complete(messages, response_format=fmt, cancel=cancel,
+                                               max_tokens=self.config.max_tokens)
+            try:
+                envelope = parse_envelope(reply.text, self.config)
+            except InvalidEnvelope as bad:
+                calls = 2
+                repair = [*messages, {"role": "assistant", "content": reply.text[:4000]},
+                          {"role": "user", "content": (
+                              f"That reply was invalid ({bad}). Reply again with only the JSON "
+                              "object the schema describes.")}]
+                reply = await self.client.complete(repair, response_format=fmt, cancel=cancel,
+                                                   max_tokens=self.config.max_tokens)
+                envelope = parse_envelope(reply.text, self.config)
+        except Preempted as exc:
+            raise _Failed("preempted", str(exc), calls) from None
+        except InferenceTimeout as exc:
+            raise _Failed("timed-out", str(exc), calls) from None
+        except LlmError as exc:
+            if self.route is not None:
+                self.route.poison(f"{type(exc).__name__}: {exc}")
+            raise _Failed("failed", f"{type(exc).__name__}: {exc}", calls) from None
+        except InvalidEnvelope as exc:
+            raise _Failed("failed", f"invalid reply after one repair: {exc}", calls) from None
+        return envelope, calls, int((time.perf_counter() - started) * 1000)
+
+    async def execute(self, effect: AwarenessReview, ctx: ExecutionContext) -> dict[str, Any]:
+        identity = effect.identity
+        memory, seen = await self._memory(ctx.events, identity, None, 0)
+        base = CycleRecord(identity=identity, outcome="failed", reason=effect.reason,
+                           route=effect.route, model=self.client.model,
+                           quiet_skips=effect.quiet_skips, fingerprint=effect.fingerprint,
+                           source=effect.source, narration_only=effect.narration_only)
+        human = memory.last_human if memory else None
+        if memory is None or human is None or human.record != effect.source:
+            return await self._settle(ctx, identity, msgspec.structs.replace(
+                base, outcome="source-gone", error="the source exchange is gone"), [], None)
+        evidence = build_evidence(memory, self.config)
+        base = msgspec.structs.replace(
+            base, counts=evidence.counts, available=evidence.available,
+            observation_ids=evidence.observation_ids)
+        try:
+            envelope, calls, took = await self._ask(evidence, effect)
+        except _Failed as failed:
+            return await self._settle(ctx, identity, msgspec.structs.replace(
+                base, outcome=failed.outcome, error=failed.error, model_calls=failed.calls),
+                [], None)
+        async with self._locks.setdefault(identity, asyncio.Lock()):
+            for _ in range(5):
+                memory, seen = await self._memory(ctx.events, identity, memory, seen)
+                assert memory is not None
+                if effect.source in memory.removed or memory.last_human is None:
+                    record = msgspec.structs.replace(
+                        base, outcome="source-gone", model_calls=calls, inference_ms=took,
+                        narration=envelope.narration,
+                        error="the source exchange was forgotten or quarantined during review")
+                    return await self._settle(ctx, identity, record, [], None)
+                measured = gate(envelope.verbs, evidence.allowlist, memory, self.config)
+                result = (gate(envelope.verbs, evidence.allowlist, memory, self.config,
+                               narration_only=True) if effect.narration_only else measured)
+                record = self._record(base, envelope, result, measured=measured, calls=calls,
+                                      took=took)
+                drafts = [_verb_draft(v, memory, ctx.seq) for v in result.accepted]
+                try:
+                    return await self._settle(ctx, identity, record, drafts, memory.version,
+                                              journal=envelope.meaningful_change)
+                except VersionConflict:
+                    continue  # the identity changed while we held the lock: re-check
+        return await self._settle(ctx, identity, msgspec.structs.replace(
+            base, outcome="failed", error="identity kept changing during settlement"), [], None)
+
+    @staticmethod
+    def _record(base: CycleRecord, envelope: Envelope, result: GateResult, *,
+                measured: GateResult, calls: int, took: int) -> CycleRecord:
+        return msgspec.structs.replace(
+            base, outcome=REVIEWED, model_calls=calls, inference_ms=took,
+            meaningful_change=envelope.meaningful_change, narration=envelope.narration,
+            accepted=[msgspec.to_builtins(v) for v in result.accepted],
+            rejected=[msgspec.to_builtins(r) for r in result.rejected],
+            proposed=len(envelope.verbs), would_reject=len(measured.rejected))
+
+    async def _settle(self, ctx: ExecutionContext, identity: str, record: CycleRecord,
+                      drafts: list[EventDraft], version: int | None, *,
+                      journal: bool = False) -> dict[str, Any]:
+        key = identity_key(identity)
+        all_drafts = [*drafts, EventDraft("awareness-cycle", key, msgspec.to_builtins(record),
+                                          origin=ORIGIN, cause=ctx.seq)]
+        if journal and record.outcome == REVIEWED and record.narration:
+            all_drafts.append(EventDraft("awareness-journal", key,
+                                         {"narration": record.narration}, origin=ORIGIN,
+                                         cause=ctx.seq))
+        expect = {key: version} if version is not None else None
+        await ctx.events.append(all_drafts, expect=expect)
+        return {"outcome": record.outcome, "accepted": len(record.accepted),
+                "rejected": len(record.rejected), "error": record.error}

@@ -1,0 +1,131 @@
+"""The deterministic gate: what the reviewer proposed, and what it may actually change."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from pulse_adapters.awareness.config import AwarenessConfig
+from pulse_adapters.awareness.contract import VERBS
+from pulse_core.memory import IdentityMemory
+
+_ORIGINATION = re.compile(
+    r"(create|add|new|set|register|adopt|establish|form|invent|make)[_\- ]?"
+    r"(identity|identities|belief|preference|goal|affect|mood|relationship|state|fact|memory)",
+    re.I,
+)
+_STATE_VERBS = ("adjust_confidence", "revise_value", "retract")
+
+
+class Verb(msgspec.Struct, frozen=True):
+    """An accepted change, in the gate's own terms."""
+
+    verb: str
+    target: str
+    delta: float | None = None
+    value: Any = None
+    reason: str = ""
+
+
+class Rejection(msgspec.Struct, frozen=True):
+    """A proposal the gate refused, and why."""
+
+    proposal: str
+    reason: str
+
+
+class GateResult(msgspec.Struct, frozen=True):
+    """Accepted verbs and rejections with reasons, in proposal order."""
+
+    accepted: tuple[Verb, ...]
+    rejected: tuple[Rejection, ...]
+
+
+def _show(proposal: Any) -> str:
+    try:
+        text = msgspec.json.encode(proposal).decode()
+    except (TypeError, ValueError):
+        text = repr(proposal)
+    return text[:300]
+
+
+def _check(proposal: Any, allowlist: frozenset[str], memory: IdentityMemory,
+           config: AwarenessConfig) -> Verb | str:
+    """The accepted Verb, or the reason for refusing the proposal."""
+    if not isinstance(proposal, dict) or not isinstance(proposal.get("verb"), str):
+        return "malformed proposal: need an object with a string 'verb'"
+    verb = proposal["verb"]
+    if _ORIGINATION.search(verb):
+        return (f"{verb!r} would originate identity content (identities, beliefs, "
+                "preferences, goals, new state): outside the reviewer's authority")
+    if verb not in VERBS:
+        return f"unknown verb {verb!r}; allowed: {', '.join(VERBS)}"
+    target = proposal.get("target")
+    if not isinstance(target, str):
+        return "missing target"
+    kind, _, record = target.partition(":")
+    if target not in allowlist:
+        if verb == "revise_value" and kind == "state" and record not in memory.state:
+            return f"{target!r} would create a new state key: outside the reviewer's authority"
+        return f"target {target!r} is not among the identifiers shown in the evidence"
+    reason = str(proposal.get("reason", ""))[:200]
+    if verb == "resolve":
+        if kind != "unresolved" or record not in memory.unresolved:
+            return "resolve applies to an unresolved item shown in the evidence"
+        return Verb(verb, target, reason=reason)
+    item = memory.state.get(record) if kind == "state" else None
+    if item is None:
+        return f"{verb} applies to a state item shown in the evidence"
+    if verb == "adjust_confidence":
+        delta = proposal.get("delta")
+        if isinstance(delta, bool) or not isinstance(delta, int | float) or not math.isfinite(
+                delta):
+            return "adjust_confidence needs a numeric delta"
+        if abs(delta) > config.confidence_step:
+            return f"confidence change {delta:+g} is beyond ±{config.confidence_step:g}"
+        if "confidence" in item.immutable:
+            return f"{target}: confidence is immutable"
+        return Verb(verb, target, delta=float(delta), reason=reason)
+    if verb == "revise_value":
+        if "value" not in proposal:
+            return "revise_value needs a value"
+        new = proposal["value"]
+        if "value" in item.immutable:
+            return f"{target}: its value is immutable"
+        if isinstance(item.value, dict):
+            if not isinstance(new, dict):
+                return f"{target}: a structured value can only be revised by an object"
+            for field in item.immutable:
+                if item.value.get(field) != new.get(field):
+                    return f"{target}: field {field!r} is immutable"
+        return Verb(verb, target, value=new, reason=reason)
+    if item.protected:
+        return f"{target} is protected: it cannot be retracted"
+    return Verb(verb, target, reason=reason)
+
+
+def gate(proposals: Sequence[Any], allowlist: frozenset[str], memory: IdentityMemory,
+         config: AwarenessConfig, *, narration_only: bool = False) -> GateResult:
+    """Accept at most `verb_budget` proposals that pass every check; keep every refusal."""
+    accepted: list[Verb] = []
+    rejected: list[Rejection] = []
+    touched: set[str] = set()
+    for index, proposal in enumerate(proposals):
+        if index >= config.verb_budget:
+            outcome: Verb | str = f"past the verb budget of {config.verb_budget}"
+        elif narration_only:
+            outcome = "narration-only degradation: proposals are discarded"
+        else:
+            outcome = _check(proposal, allowlist, memory, config)
+            if isinstance(outcome, Verb) and outcome.target in touched:
+                outcome = f"{outcome.target} was already changed in this cycle"
+        if isinstance(outcome, Verb):
+            accepted.append(outcome)
+            touched.add(outcome.target)
+        else:
+            rejected.append(Rejection(_show(proposal), outcome))
+    return GateResult(tuple(accepted), tuple(rejected))

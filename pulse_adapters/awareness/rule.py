@@ -1,0 +1,154 @@
+"""The AwarenessRule: fast and deterministic. It reads route health, finds due identities
+through a heap, honours the quiet hold, fingerprints the world, and either counts a quiet skip
+or emits an `awareness-review` effect. It never waits on a model."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from pulse_adapters.awareness.config import AwarenessConfig
+from pulse_adapters.awareness.effects import AwarenessReview
+from pulse_adapters.awareness.fingerprint import fingerprint
+from pulse_adapters.awareness.ledger import DAY_MS, LedgerData, ReviewState
+from pulse_adapters.awareness.quiet import QuietState, QuietStore
+from pulse_core import Decision, Effect, Inner, Snapshot
+from pulse_core.memory import IdentityMemory
+from pulse_core.pmap import PersistentMap
+
+
+def route_healthy(snapshot: Snapshot, config: AwarenessConfig) -> bool:
+    """A recent, successful probe of the dedicated route; health is never assumed."""
+    reading = snapshot.vital(config.route_key)
+    if reading is None or not reading.sample.ok or reading.age_ms > config.route_stale_s * 1000:
+        return False
+    data = reading.sample.data
+    return isinstance(data, dict) and bool(data.get("ok"))
+
+
+def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState,
+           config: AwarenessConfig, interval_s: float) -> int | None:
+    """When the identity is next due (ms), or None if it has no human exchange yet.
+
+    After a newer human event: its time plus the initial delay; otherwise the last check plus
+    the interval; failed or preempted cycles add exponential backoff; a quiet hold defers.
+    """
+    human = memory.last_human
+    if human is None:
+        return None
+    failures = review.failures if review else 0
+    backoff = 0.0
+    if failures:
+        backoff = min(config.backoff_max_s, config.backoff_base_s * 2 ** (failures - 1))
+    if review is None or review.reviewed_source != human.record:
+        base = human.ts + int(config.initial_delay_s * 1000)
+        if review is not None and failures:
+            base = max(base, review.last_cycle_at)
+    else:
+        base = max(review.last_cycle_at, quiet.last_check_at) + int(interval_s * 1000)
+    return max(base + int(backoff * 1000), quiet.hold_until)
+
+
+class AwarenessRule:
+    """The inner awareness rule. Decorates: runs the rules inside it, then adds reviews."""
+
+    name = "awareness"
+
+    def __init__(self, config: AwarenessConfig | None = None,
+                 quiet: QuietStore | None = None) -> None:
+        self.config = config or AwarenessConfig()
+        self.quiet = quiet or QuietStore(None)
+        self._heap: list[tuple[int, str]] = []
+        self._due: dict[str, int] = {}
+        self._in_flight: set[str] = set()
+        self._memory: PersistentMap[str, IdentityMemory] | None = None
+        self._reviews: PersistentMap[str, ReviewState] | None = None
+        self._interval_s: float | None = None
+        self.skips_counted = 0
+
+    def _schedule(self, identity: str, memory: PersistentMap[str, IdentityMemory],
+                  ledger: LedgerData, interval_s: float) -> None:
+        mem = memory.get(identity)
+        due = None if mem is None else due_at(mem, ledger.identities.get(identity),
+                                              self.quiet.get(identity), self.config, interval_s)
+        if due is None:
+            self._due.pop(identity, None)
+        else:
+            self._due[identity] = due
+            heapq.heappush(self._heap, (due, identity))
+
+    def _refresh(self, curr: Snapshot, memory: PersistentMap[str, IdentityMemory],
+                 ledger: LedgerData, interval_s: float) -> None:
+        if self._memory is None or self._reviews is None or interval_s != self._interval_s:
+            changed: set[str] = set(memory)
+            self._heap, self._due = [], {}
+        else:
+            changed = memory.changed_keys(self._memory)
+            changed |= ledger.identities.changed_keys(self._reviews)
+        for identity in list(self._in_flight):
+            if f"awareness-review:{identity}" not in curr.pending_effects:
+                self._in_flight.discard(identity)
+                changed.add(identity)
+        for identity in changed:
+            review = ledger.identities.get(identity)
+            quiet = self.quiet.get(identity)
+            if review and review.last_outcome == "reviewed" and \
+                    review.last_success_at >= quiet.last_check_at and quiet.skips:
+                self.quiet.put(identity, QuietState())  # success clears quiet bookkeeping
+            if identity not in self._in_flight:
+                self._schedule(identity, memory, ledger, interval_s)
+        self._memory, self._reviews, self._interval_s = memory, ledger.identities, interval_s
+
+    async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        effects, tick_ms = await inner(prev, curr)
+        memory: Any = curr.projections.get("memory")
+        ledger: Any = curr.projections.get("awareness")
+        if not isinstance(memory, PersistentMap) or not isinstance(ledger, LedgerData):
+            return Decision(effects, tick_ms)
+        cfg = self.config
+        healthy = route_healthy(curr, cfg)
+        interval_s = cfg.healthy_interval_s if healthy else cfg.fallback_interval_s
+        self._refresh(curr, memory, ledger, interval_s)
+        reviews: list[Effect] = []
+        now = curr.at
+        while self._heap and self._heap[0][0] <= now and len(reviews) < cfg.max_reviews_per_tick:
+            due, identity = heapq.heappop(self._heap)
+            if self._due.get(identity) != due:
+                continue  # a stale heap entry: the identity was rescheduled
+            del self._due[identity]
+            review = self._check(identity, memory[identity], ledger, now, healthy)
+            if review is None:
+                self._schedule(identity, memory, ledger, interval_s)
+            else:
+                reviews.append(review)
+                self._in_flight.add(identity)
+        await self.quiet.flush()
+        if self._heap:
+            tick_ms = min(tick_ms, max(1_000, self._heap[0][0] - now))
+        return Decision([*effects, *reviews], tick_ms)
+
+    def _check(self, identity: str, memory: IdentityMemory, ledger: LedgerData, now: int,
+               healthy: bool) -> AwarenessReview | None:
+        """A review to run now, or None after counting a quiet (or budget) skip."""
+        cfg = self.config
+        human = memory.last_human
+        if human is None:
+            return None
+        review = ledger.identities.get(identity) or ReviewState()
+        quiet = self.quiet.get(identity)
+        world = fingerprint(memory)
+        unchanged = review.fingerprint == world
+        below_ceiling = now - review.last_success_at < cfg.quiet_ceiling_s * 1000
+        calls_today = review.calls if review.day == now // DAY_MS else 0
+        over_budget = (calls_today >= cfg.calls_per_identity_per_day
+                       or ledger.calls_today(now) >= cfg.calls_per_day)
+        if (unchanged and below_ceiling) or over_budget:
+            self.quiet.put(identity, QuietState(
+                quiet.skips + 1, now, now + int(cfg.quiet_hold_s * 1000)))
+            self.skips_counted += 1
+            return None
+        return AwarenessReview(
+            identity=identity, fingerprint=world, source=human.record,
+            reason="ceiling" if unchanged else "changed",
+            route="dedicated" if healthy else "fallback", quiet_skips=quiet.skips,
+            narration_only=ledger.degraded)
