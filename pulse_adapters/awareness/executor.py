@@ -95,14 +95,16 @@ class AwarenessExecutor(Executor):
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def _memory(self, events: EventStore, identity: str, after: IdentityMemory | None,
-                      after_seq: int) -> tuple[IdentityMemory | None, int]:
+                      after_seq: int, head: int = 0) -> tuple[IdentityMemory | None, int, int]:
+        """The identity's memory folded on from `after_seq`, the last seq read, and the
+        key's version (which also counts the reviewer's own ledger events)."""
         memory = after
         seq = after_seq
         for event in await events.read(after_seq, key=identity_key(identity)):
             if event.kind not in ("awareness-cycle", "awareness-journal"):
                 memory = remember(memory, event)
-            seq = event.seq
-        return memory, seq
+            seq, head = event.seq, event.version
+        return memory, seq, head
 
     async def _ask(self, evidence: Evidence, review: AwarenessReview) -> tuple[Envelope, int, int]:
         """The model's envelope, its call count and inference time; `_Failed` otherwise."""
@@ -143,7 +145,7 @@ class AwarenessExecutor(Executor):
 
     async def execute(self, effect: AwarenessReview, ctx: ExecutionContext) -> dict[str, Any]:
         identity = effect.identity
-        memory, seen = await self._memory(ctx.events, identity, None, 0)
+        memory, seen, head = await self._memory(ctx.events, identity, None, 0)
         base = CycleRecord(identity=identity, outcome="failed", reason=effect.reason,
                            route=effect.route, model=self.client.model,
                            quiet_skips=effect.quiet_skips, fingerprint=effect.fingerprint,
@@ -164,7 +166,7 @@ class AwarenessExecutor(Executor):
                 [], None)
         async with self._locks.setdefault(identity, asyncio.Lock()):
             for _ in range(5):
-                memory, seen = await self._memory(ctx.events, identity, memory, seen)
+                memory, seen, head = await self._memory(ctx.events, identity, memory, seen, head)
                 assert memory is not None
                 if effect.source in memory.removed or memory.last_human is None:
                     record = msgspec.structs.replace(
@@ -179,7 +181,7 @@ class AwarenessExecutor(Executor):
                                       took=took)
                 drafts = [_verb_draft(v, memory, ctx.seq) for v in result.accepted]
                 try:
-                    return await self._settle(ctx, identity, record, drafts, memory.version,
+                    return await self._settle(ctx, identity, record, drafts, head,
                                               journal=envelope.meaningful_change)
                 except VersionConflict:
                     continue  # the identity changed while we held the lock: re-check

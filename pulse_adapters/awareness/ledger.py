@@ -109,7 +109,8 @@ class AwarenessLedger(Projection[LedgerData]):
                       (record.proposed, record.would_reject))
             proposed = sum(p for p, _ in window)
             rate = sum(r for _, r in window) / proposed if proposed else 0.0
-            if not degraded and rate > self.config.degrade_above:
+            full = len(window) >= self.config.degrade_window
+            if not degraded and full and rate > self.config.degrade_above:
                 degraded = True
             elif degraded and rate < self.config.recover_below:
                 degraded = False
