@@ -312,3 +312,18 @@ async def test_the_cadence_never_goes_below_the_30_second_floor(make_rig: Any) -
             times.append(rig.clock.now_ms())
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps and min(gaps) >= 30_000
+
+
+async def test_the_reviewers_own_changes_do_not_wake_it_again(make_rig: Any) -> None:
+    rig: Rig = await make_rig()
+    await seed(rig)
+    rig.server.script(reply(change=True, verbs=[
+        {"verb": "adjust_confidence", "target": "state:city", "delta": 0.1},
+        {"verb": "resolve", "target": "unresolved:none"}]))
+    (cycle,) = await rig.run(minutes=1)
+    assert len(cycle.data["accepted"]) == 1
+    for _ in range(20):
+        await rig.healthy()
+        assert await rig.run(minutes=1) == []
+    assert len(rig.server.chat_bodies()) == 1
+    assert rig.rule.quiet.get("ana").skips > 0
