@@ -133,12 +133,11 @@ class AwarenessExecutor(Executor):
                 envelope = parse_envelope(reply.text, self.config)
         except Preempted as exc:
             raise _Failed("preempted", str(exc), calls) from None
-        except InferenceTimeout as exc:
-            raise _Failed("timed-out", str(exc), calls) from None
         except LlmError as exc:
-            if self.route is not None:
-                self.route.poison(f"{type(exc).__name__}: {exc}")
-            raise _Failed("failed", f"{type(exc).__name__}: {exc}", calls) from None
+            if self.route is not None and exc.route_failure:
+                self.route.poison(f"{type(exc).__name__}: {exc}")  # a mid-stream failure
+            outcome = "timed-out" if isinstance(exc, InferenceTimeout) else "failed"
+            raise _Failed(outcome, f"{type(exc).__name__}: {exc}", calls) from None
         except InvalidEnvelope as exc:
             raise _Failed("failed", f"invalid reply after one repair: {exc}", calls) from None
         return envelope, calls, int((time.perf_counter() - started) * 1000)

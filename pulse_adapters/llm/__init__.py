@@ -1,0 +1,31 @@
+"""OpenAI-compatible chat completions for pulse: a streaming client and route health."""
+
+from pulse_adapters.llm.client import JSON_OBJECT, ChatClient, json_schema_format
+from pulse_adapters.llm.errors import (
+    EmptyOutput,
+    HttpStatusError,
+    InferenceTimeout,
+    LlmError,
+    MalformedStream,
+    Preempted,
+    TransportError,
+)
+from pulse_adapters.llm.health import RouteHealth, RouteProbeWatcher
+from pulse_adapters.llm.stream import Completion, Usage
+
+__all__ = [
+    "JSON_OBJECT",
+    "ChatClient",
+    "Completion",
+    "EmptyOutput",
+    "HttpStatusError",
+    "InferenceTimeout",
+    "LlmError",
+    "MalformedStream",
+    "Preempted",
+    "RouteHealth",
+    "RouteProbeWatcher",
+    "TransportError",
+    "Usage",
+    "json_schema_format",
+]
