@@ -20,7 +20,7 @@ from pulse_adapters.awareness import (
     Foreground,
     QuietStore,
 )
-from pulse_adapters.llm import ChatClient
+from pulse_adapters.llm import ChatClient, RouteHealth
 from pulse_core import Engine, Event, ManualClock, MemoryBoard
 from tests.adapters.chat_server import ChatServer, Drop, Hang, Status, Stream
 
@@ -42,6 +42,7 @@ class Rig:
     server: ChatServer
     rule: AwarenessRule
     foreground: Foreground
+    route: RouteHealth | None = None
 
     async def healthy(self) -> None:
         await self.engine.vitals.record("llm-route", {"ok": True})
@@ -66,18 +67,21 @@ async def make_rig(tmp_path: Path, chat_server: ChatServer
                    ) -> AsyncIterator[Callable[..., Any]]:
     rigs: list[Rig] = []
 
-    async def make(config: AwarenessConfig | None = None, max_wall_s: float = 5.0) -> Rig:
+    async def make(config: AwarenessConfig | None = None, max_wall_s: float = 5.0,
+                   with_route: bool = False) -> Rig:
         config = config or AwarenessConfig(initial_delay_s=30)
         clock = ManualClock()
         foreground = Foreground()
         client = ChatClient(chat_server.base_url, "stand-in", timeout_s=2.0,
                             max_wall_s=max_wall_s)
         rule = AwarenessRule(config, QuietStore(tmp_path / "awareness.db"))
+        route = RouteHealth(client, ttl_s=3600) if with_route else None
         engine = Engine(tmp_path / "home", clock=clock, projections=[AwarenessLedger(config)],
                         rules=[rule], executors=[AwarenessExecutor(
-                            client, config, foreground=foreground)])
+                            client, config, foreground=foreground, route=route)])
         await engine.open()
-        rig = Rig(engine, clock, MemoryBoard(engine.events), chat_server, rule, foreground)
+        rig = Rig(engine, clock, MemoryBoard(engine.events), chat_server, rule, foreground,
+                  route)
         rigs.append(rig)
         await rig.healthy()
         return rig
@@ -327,3 +331,13 @@ async def test_the_reviewers_own_changes_do_not_wake_it_again(make_rig: Any) -> 
         assert await rig.run(minutes=1) == []
     assert len(rig.server.chat_bodies()) == 1
     assert rig.rule.quiet.get("ana").skips > 0
+
+
+async def test_a_mid_stream_failure_poisons_the_route_health(make_rig: Any) -> None:
+    rig: Rig = await make_rig(with_route=True)
+    assert rig.route is not None and await rig.route.check()
+    await seed(rig)
+    rig.server.script(Drop(pieces=('{"meaningful',)))
+    (cycle,) = await rig.run(minutes=1)
+    assert cycle.data["outcome"] == "failed"
+    assert not await rig.route.check()  # poisoned: no probe until the TTL passes
