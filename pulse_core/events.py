@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from pulse_core.errors import InvalidEvent, PayloadNotEncodable, UnknownKind
+from pulse_core.pmap import PersistentMap
 
 T = TypeVar("T")
 
@@ -109,7 +110,13 @@ def require_kind(kind: str) -> KindSpec:
     return spec
 
 
-_encoder = msgspec.json.Encoder()
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, PersistentMap):
+        return dict(obj.items())
+    raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _decoder = msgspec.json.Decoder()
 
 

@@ -31,11 +31,12 @@ from pulse_core.effects import (
     decode_effect,
 )
 from pulse_core.errors import AppendRejected, PulseError, UnknownEffect, VersionConflict
-from pulse_core.events import EventDraft, encode_data, uuid7
+from pulse_core.events import Event, EventDraft, encode_data, uuid7
 from pulse_core.snapshot import load_checkpoint, save_checkpoint
 from pulse_core.store.base import EventStore
 
 _CHECKPOINT = "executor-loop"
+_PAGE = 5_000
 _CHECKPOINT_VERSION = 1
 
 
@@ -106,8 +107,7 @@ class ExecutorLoop:
         """Fold every effect event committed since the last refresh into the index."""
         async with self._refresh_lock:
             while True:
-                top = await self.store.last_seq()
-                page = await self.store.read(self._cursor, kinds=EFFECT_KINDS, limit=5_000)
+                top, page = await asyncio.to_thread(self._read_new)
                 for event in page:
                     entry = advance(self._entries.get(event.key), event)
                     if entry is None:
@@ -115,9 +115,16 @@ class ExecutorLoop:
                     else:
                         self._entries[event.key] = entry
                     self._cursor = event.seq
-                if len(page) < 5_000:
+                if len(page) < _PAGE:
                     self._cursor = max(self._cursor, top)
                     break
+
+    def _read_new(self) -> tuple[int, list[Event]]:
+        """The log's head and the effect events after the cursor: one trip to a thread."""
+        top = self.store.last_seq_sync()
+        if top <= self._cursor:
+            return top, []
+        return top, self.store.read_sync(self._cursor, kinds=EFFECT_KINDS, limit=_PAGE)
 
     def pending_dedup_keys(self) -> frozenset[str]:
         """Dedup keys of every effect not yet finished (pending, executing or retrying)."""

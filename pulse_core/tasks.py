@@ -17,6 +17,7 @@ import msgspec
 
 from pulse_core.errors import InvalidTransition
 from pulse_core.events import Event, EventDraft, register_kind
+from pulse_core.pmap import PersistentMap
 from pulse_core.snapshot import Projection
 from pulse_core.store.base import EventStore
 
@@ -117,37 +118,47 @@ def next_task_state(state: TaskState | None, event: Event) -> TaskState | None:
     return msgspec.structs.replace(state, **changes)
 
 
-class Tasks(Projection[dict[str, TaskState]]):
+class Tasks(Projection[PersistentMap[str, TaskState]]):
     """Every task by id (TaskState)."""
 
     name = "tasks"
     kinds = TASK_KINDS
 
-    def initial(self) -> dict[str, TaskState]:
-        return {}
+    def initial(self) -> PersistentMap[str, TaskState]:
+        return PersistentMap()
 
-    def apply(self, state: dict[str, TaskState], event: Event) -> dict[str, TaskState]:
+    def apply(self, state: PersistentMap[str, TaskState], event: Event
+              ) -> PersistentMap[str, TaskState]:
         try:
             task = next_task_state(state.get(event.key), event)
         except InvalidTransition:
             return state  # written by a writer that skipped the board's checks; ignore
         if task is None:
             return state
-        return {**state, event.key: task}
+        return state.set(event.key, task)
 
 
 class PendingTasksData(msgspec.Struct, frozen=True, rename="camel"):
-    """Tasks waiting for an agent: how many, which (by priority), and how many per project."""
+    """Tasks waiting for an agent: how many, which, and how many per project.
+
+    `tasks` orders them highest priority first, then oldest; it is computed when asked, so
+    keeping this projection current costs the same whatever the backlog.
+    """
 
     pending_count: int = 0
-    tasks: tuple[str, ...] = ()
     by_project: dict[str, int] = {}
-    priorities: dict[str, int] = {}
-    projects: dict[str, str] = {}
+    waiting: PersistentMap[str, tuple[int, int, str]] = msgspec.field(
+        default_factory=PersistentMap)
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Pending task ids, highest priority first, then oldest."""
+        order = sorted(self.waiting.items(), key=lambda kv: (-kv[1][0], kv[1][1]))
+        return tuple(task for task, _ in order)
 
 
 class PendingTasks(Projection[PendingTasksData]):
-    """The tasks not yet assigned, highest priority first, then oldest."""
+    """The tasks not yet assigned (PendingTasksData)."""
 
     name = "pending-tasks"
     kinds = TASK_KINDS
@@ -156,22 +167,20 @@ class PendingTasks(Projection[PendingTasksData]):
         return PendingTasksData()
 
     def apply(self, state: PendingTasksData, event: Event) -> PendingTasksData:
-        priorities = dict(state.priorities)
-        projects = dict(state.projects)
-        if event.kind == "task-created" and event.key not in priorities:
+        if event.kind == "task-created" and event.key not in state.waiting:
             body = event.payload(TaskCreated)
-            priorities[event.key] = body.priority
-            projects[event.key] = body.project
-        elif event.kind in ("task-assigned", "task-given-up") and event.key in priorities:
-            del priorities[event.key]
-            del projects[event.key]
+            waiting = state.waiting.set(event.key, (body.priority, event.seq, body.project))
+            project, step = body.project, 1
+        elif event.kind in ("task-assigned", "task-given-up") and event.key in state.waiting:
+            project, step = state.waiting[event.key][2], -1
+            waiting = state.waiting.delete(event.key)
         else:
             return state
-        order = sorted(priorities, key=lambda t: -priorities[t])  # stable: oldest first
-        by_project: dict[str, int] = {}
-        for project in projects.values():
-            by_project[project] = by_project.get(project, 0) + 1
-        return PendingTasksData(len(order), tuple(order), by_project, priorities, projects)
+        by_project = dict(state.by_project)
+        by_project[project] = by_project.get(project, 0) + step
+        if not by_project[project]:
+            del by_project[project]
+        return PendingTasksData(len(waiting), by_project, waiting)
 
 
 class AgentStats(msgspec.Struct, frozen=True, rename="camel"):
@@ -188,7 +197,7 @@ class CapabilityData(msgspec.Struct, frozen=True, rename="camel"):
     """AgentStats by agent, and the open assignments they are computed from."""
 
     agents: dict[str, AgentStats] = {}
-    open: dict[str, tuple[str, int]] = {}
+    open: PersistentMap[str, tuple[str, int]] = msgspec.field(default_factory=PersistentMap)
 
 
 class AgentCapabilityStats(Projection[CapabilityData]):
@@ -202,16 +211,14 @@ class AgentCapabilityStats(Projection[CapabilityData]):
 
     def apply(self, state: CapabilityData, event: Event) -> CapabilityData:
         agents = dict(state.agents)
-        open_ = dict(state.open)
         if event.kind == "task-assigned":
             agent = event.payload(TaskAssigned).agent
             stats = agents.get(agent, AgentStats())
             agents[agent] = msgspec.structs.replace(stats, assigned=stats.assigned + 1)
-            open_[event.key] = (agent, event.ts)
-            return CapabilityData(agents, open_)
-        if event.key not in open_:
+            return CapabilityData(agents, state.open.set(event.key, (agent, event.ts)))
+        if event.key not in state.open:
             return state
-        agent, since = open_.pop(event.key)
+        agent, since = state.open[event.key]
         stats = agents.get(agent, AgentStats())
         if event.kind == "task-closed":
             duration = event.ts - since
@@ -223,7 +230,7 @@ class AgentCapabilityStats(Projection[CapabilityData]):
                 stats, given_up=stats.given_up + 1,
                 consecutive_failures=stats.consecutive_failures + 1)
         agents[agent] = stats
-        return CapabilityData(agents, open_)
+        return CapabilityData(agents, state.open.delete(event.key))
 
 
 class TaskBoard:

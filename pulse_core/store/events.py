@@ -198,8 +198,8 @@ class SqliteEventStore(EventStore):
     async def append(
         self, drafts: Sequence[EventDraft], expect: Mapping[str, int] | None = None
     ) -> AppendResult:
-        if self._closed or self._queue is None:
-            raise StoreClosed(f"{self.path}: append after close")
+        if self._closed or self._queue is None or self._writer is None or self._writer.done():
+            raise StoreClosed(f"{self.path}: append after close (or after its writer stopped)")
         prepared: list[tuple[EventDraft, bytes, str | None]] = []
         for index, draft in enumerate(drafts):
             raw = check_draft(draft, index)
@@ -217,6 +217,17 @@ class SqliteEventStore(EventStore):
         return await future
 
     async def _write_loop(self) -> None:
+        try:
+            await self._write_batches()
+        finally:
+            # Cancelled or closed: whoever still waits must hear so, not hang.
+            assert self._queue is not None
+            while not self._queue.empty():
+                req = self._queue.get_nowait()
+                if req is not None and not req.future.done():
+                    req.future.set_exception(StoreClosed(f"{self.path}: the writer stopped"))
+
+    async def _write_batches(self) -> None:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
         closing = False
@@ -234,6 +245,13 @@ class SqliteEventStore(EventStore):
                 size += len(nxt.drafts)
             try:
                 outcomes = await loop.run_in_executor(self._writer_pool, self._commit, batch)
+            except asyncio.CancelledError:
+                for req in batch:  # the commit may still land; its outcome cannot be told
+                    if not req.future.done():
+                        req.future.set_exception(StoreClosed(
+                            f"{self.path}: the writer stopped during this append; re-read "
+                            "the log to see whether it was stored"))
+                raise
             except Exception as exc:
                 for req in batch:
                     if not req.future.done():

@@ -40,6 +40,7 @@ class NetworkWatcher(Watcher):
         self.targets = targets
         self.interval = targets.interval_s
         self.timeout = targets.timeout_s * 2 + 1
+        self._client: httpx.AsyncClient | None = None
 
     def _resolver(self) -> dns.asyncresolver.Resolver:
         if not self.targets.dns_servers:
@@ -76,13 +77,16 @@ class NetworkWatcher(Watcher):
         return out
 
     async def collect(self) -> dict[str, Any]:
+        if not self.targets.dns_names and not self.targets.http_urls:
+            return {"dns": {}, "http": {}, "dns_ok": None, "http_ok": None}
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.targets.timeout_s,
+                                             follow_redirects=False)
         resolver = self._resolver()
-        async with httpx.AsyncClient(timeout=self.targets.timeout_s,
-                                     follow_redirects=False) as client:
-            dns_results, http_results = await asyncio.gather(
-                asyncio.gather(*[self._dns(resolver, n) for n in self.targets.dns_names]),
-                asyncio.gather(*[self._http(client, u) for u in self.targets.http_urls]),
-            )
+        dns_results, http_results = await asyncio.gather(
+            asyncio.gather(*[self._dns(resolver, n) for n in self.targets.dns_names]),
+            asyncio.gather(*[self._http(self._client, u) for u in self.targets.http_urls]),
+        )
         dns_map = dict(zip(self.targets.dns_names, dns_results, strict=True))
         http_map = dict(zip(self.targets.http_urls, http_results, strict=True))
         return {
@@ -90,6 +94,11 @@ class NetworkWatcher(Watcher):
             "dns_ok": any(r["ok"] for r in dns_map.values()) if dns_map else None,
             "http_ok": any(r["ok"] for r in http_map.values()) if http_map else None,
         }
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     def should_wake(self, window: Sequence[Sample]) -> bool:
         states = [network_outage(s.data) for s in window[-2:] if s.ok]

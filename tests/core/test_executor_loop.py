@@ -167,3 +167,45 @@ async def test_the_loop_sees_effects_written_by_another_process_on_its_scan(
 def test_two_executors_for_one_effect_type_are_refused(tmp_path: Path) -> None:
     with pytest.raises(PulseError, match="loop-task"):
         ExecutorLoop(None, [Worker(), Worker()])  # type: ignore[arg-type]
+
+
+TEARDOWN = '''
+import asyncio, sys, tempfile
+from pathlib import Path
+from pulse_core import Effect, ExecutionContext, Executor, ExecutorLoop, SqliteEventStore
+from pulse_core.effects import effect_draft
+
+class Slow(Effect, tag="slow"):
+    n: int
+
+class SlowExec(Executor):
+    handles = (Slow,)
+    def __init__(self):
+        self.entered = asyncio.Event()
+    async def execute(self, effect, ctx):
+        self.entered.set()
+        await asyncio.sleep(30)
+
+async def main():
+    store = await SqliteEventStore.open(Path(tempfile.mkdtemp()) / "e.db")
+    ex = SlowExec()
+    asyncio.create_task(ExecutorLoop(store, [ex]).run())
+    await store.append([effect_draft(Slow(n=1), origin="engine:tick")])
+    await ex.entered.wait()
+    raise RuntimeError("the program failed without closing anything")
+
+asyncio.run(main())
+'''
+
+
+async def test_a_program_that_dies_mid_effect_without_closing_still_exits(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    child = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", TEARDOWN], check=False, capture_output=True,
+        text=True, timeout=20)
+    assert child.returncode == 1
+    assert "the program failed without closing anything" in child.stderr

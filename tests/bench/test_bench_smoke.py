@@ -1,0 +1,81 @@
+"""Every benchmark runs end to end at tiny sizes and prints figure | limit | ratio, so none rots.
+
+Floors are not judged here: tiny runs on a busy CI machine say nothing about them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+TEST_TIME_LIMIT_S = 60
+
+REPO = Path(__file__).resolve().parents[2]
+LINE = re.compile(r"^(?P<figure>[^|]+: [\d,.]+ [^|]+) \| (?P<limit>[^|]+: [\d,.]+ [^|]+) \| "
+                  r"ratio (?P<ratio>[\d.]+|inf) \((?P<floor>[^)]*)\)(?P<verdict> PASS| FAIL)?$")
+
+
+def bench(name: str) -> ModuleType:
+    """bench.<name>, importable however pytest was started."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return importlib.import_module(f"bench.{name}")
+
+
+def report_lines(out: str) -> list[re.Match[str]]:
+    return [m for m in (LINE.match(line) for line in out.splitlines()) if m]
+
+
+def check(out: str, figures: list[str], limits: list[str], floors: int) -> None:
+    lines = report_lines(out)
+    assert lines, out
+    for figure in figures:
+        assert any(figure in m["figure"] for m in lines), (figure, out)
+    for limit in limits:
+        assert any(limit in m["limit"] for m in lines), (limit, out)
+    assert sum(1 for m in lines if m["verdict"]) == floors, out
+    for m in lines:
+        assert m["ratio"] == "inf" or float(m["ratio"]) >= 0, out
+
+
+def test_append(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("append").main(["--events", "200", "--single-events", "64", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["append 1 appender x 100 drafts/call", "append 32 appenders x 100 drafts/call",
+           "append 1 appender x 1 draft/call", "append 32 appenders x 1 draft/call"],
+          ["raw sqlite3 executemany 100 rows/commit", "raw sqlite3 executemany 1 row/commit"],
+          floors=1)
+
+
+def test_dispatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("dispatch").main(["--effects", "100", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out, ["dispatch p50", "dispatch p99"],
+          ["bare asyncio.Event wake-up p50", "bare asyncio.Event wake-up p99",
+           "raw sqlite3 1-row FULL commit p99"], floors=1)
+
+
+def test_tick_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("tick_scale").main(["--small", "1000", "--large", "5000", "--ticks", "5",
+                              "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["tick at 5,000 events", "tick at 1,000 events", "first open at 5,000 events",
+           "reopen at 5,000 events"],
+          ["tick at 1,000 events", "raw sqlite3 SELECT WHERE seq > ?", "raw sqlite3 full scan"],
+          floors=1)
+
+
+def test_tick_scale_tasks_mix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("tick_scale").main(["--small", "200", "--large", "1000", "--ticks", "3",
+                              "--mix", "tasks", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out, ["tick at 1,000 events"], ["tick at 200 events"], floors=1)
+
+
+def test_idle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("idle").main(["--seconds", "2", "--settle", "0", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out, ["idle engine CPU", "idle engine RSS"],
+          ["idle asyncio loop CPU", "idle asyncio loop RSS"], floors=1)
