@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pulse_core.clock import Clock, SystemClock
 from pulse_core.effects import Executor, effect_draft
@@ -38,13 +38,17 @@ from pulse_core.store.vitals import Retention, VitalsStore
 from pulse_core.tasks import AgentCapabilityStats, PendingTasks, Tasks
 from pulse_core.watch import Watcher, sample_once, watch_forever
 
+if TYPE_CHECKING:
+    from pulse_survival import EngineDirectory, SurvivalConfig, SurvivalLayer
+
 
 def default_builtin_rules() -> list[Rule]:
     """The built-in rules every engine runs between the survival layer and user rules."""
     return [clamp_tick(), error_backoff(), dedup()]
 
 
-def _survival_layer(config: Any, home: Path, directory: Any) -> Any:
+def _survival_layer(config: SurvivalConfig | None, home: Path,
+                    directory: EngineDirectory | None) -> SurvivalLayer:
     from pulse_survival import SurvivalConfig, survival_layer
 
     if config is None:
@@ -83,8 +87,8 @@ class Engine:
         synchronous: str = "FULL",
         drain_timeout: float = 10.0,
         retention: Retention | None = None,
-        survival: Any = None,
-        engine_directory: Any = None,
+        survival: SurvivalConfig | None = None,
+        engine_directory: EngineDirectory | None = None,
         rule_timeout: float = 2.0,
     ) -> None:
         self.home = Path(home).expanduser()
