@@ -61,6 +61,7 @@ from pulse_core.store import (
 from pulse_core.tasks import (
     AgentCapabilityStats,
     AgentStats,
+    CapabilityData,
     PendingTasks,
     PendingTasksData,
     TaskBoard,
@@ -75,6 +76,7 @@ __all__ = [
     "AppendRejected",
     "AppendResult",
     "Backoff",
+    "CapabilityData",
     "Clock",
     "Decision",
     "Effect",

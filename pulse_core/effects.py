@@ -128,8 +128,9 @@ class Backoff(msgspec.Struct, frozen=True):
 class ExecutionContext(msgspec.Struct, frozen=True):
     """What an executor knows about the attempt it runs, and the log it may append to.
 
-    `idempotency_key` (effect id and attempt) is stable for this attempt: pass it to any
-    external system that can deduplicate, so a re-run after a crash is recognised.
+    `effect_id` is the same for every attempt: give it to an external system that can
+    deduplicate, so a re-run after a crash is recognised. `idempotency_key` (effect id and
+    attempt) names this one attempt.
     """
 
     effect_id: str

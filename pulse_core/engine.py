@@ -281,7 +281,8 @@ class Engine:
     def _time_boxed(self, business: Inner) -> Rule:
         async def business_rules(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
             try:
-                return await asyncio.wait_for(business(prev, curr), self.rule_timeout)
+                async with asyncio.timeout(self.rule_timeout):
+                    return await business(prev, curr)
             except TimeoutError:
                 self._rule_error("business-rules", TimeoutError(
                     f"business rules took longer than {self.rule_timeout:g} s; their decision "
@@ -354,7 +355,8 @@ class Engine:
                 self._background_error("engine:tick", exc)
                 tick_s = self.default_tick_ms / 1000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick_s)
+                async with asyncio.timeout(tick_s):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def _housekeeping(self, every: float = 60.0) -> None:

@@ -12,9 +12,9 @@
     ├── AppendRejected              an append was refused and nothing of it was written
     │   ├── VersionConflict         a key is not at the version the caller expected
     │   ├── IdempotencyConflict     an idempotency key was reused for other content
-    │   ├── InvalidEvent            a draft is malformed (bad kind, key, or payload shape)
-    │   ├── UnknownKind             the kind is not in the catalogue
-    │   └── PayloadNotEncodable     msgspec cannot encode the payload
+    │   └── InvalidEvent            a draft is malformed (bad kind, key, or payload shape)
+    │       ├── UnknownKind         the kind is not in the catalogue
+    │       └── PayloadNotEncodable msgspec cannot encode the payload
     ├── ObjectMissing               a content-addressed payload is absent or was purged
     ├── RuleChainError              compose() got a non-callable, or inner was called twice
     ├── SurvivalLocked              user code tried to switch off or reorder a survival rule

@@ -194,15 +194,17 @@ def _register_builtin(entries: Iterable[tuple[str, str]]) -> None:
 
 _register_builtin(
     [
-        ("tick", "a tick that produced effects or errors; data: tick_ms, effects, errors"),
+        ("tick", "a tick that produced effects or errors; data: number, tick_ms, effects, "
+                 "errors, seen_seq"),
         ("error", "a rule, watcher or loop raised; data: where, type, message"),
         ("effect", "an action described as data, for an executor; key: effect id"),
-        ("effect-executing", "an executor claimed an effect; data: attempt, lease_until, owner"),
+        ("effect-executing", "an executor claimed an effect; data: attempt, lease_until, "
+                             "owner, pid, started"),
         ("effect-acked", "an effect finished; data: attempt, result, duration_ms"),
         ("effect-failed", "an effect attempt failed; data: attempt, error, retry_at or final"),
         ("payload-purged", "a content-addressed payload was deleted; key: its digest"),
         ("engine-started", "an engine opened this home; data: pid, owner"),
-        ("engine-stopped", "an engine closed this home cleanly; data: pid, drained, left"),
+        ("engine-stopped", "an engine closed this home cleanly; data: pid, interrupted"),
         ("promote", "staged business rules were promoted; data: revision"),
         ("rollback", "business rules were rolled back; data: revision, reason"),
     ]

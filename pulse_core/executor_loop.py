@@ -135,9 +135,15 @@ class ExecutorLoop:
         """How many effects are not yet acked or finally failed."""
         return len(self._entries)
 
+    def _handles(self, entry: EffectEntry) -> bool:
+        body = entry.data.get("effect") if isinstance(entry.data, dict) else None
+        return isinstance(body, dict) and body.get("type") in self._by_tag
+
     def _claimable(self, entry: EffectEntry, now: int) -> bool:
         if entry.id in self._inflight:
             return False
+        if not self.fail_unhandled and not self._handles(entry):
+            return False  # another process's executors will take it
         if entry.status == "pending":
             return True
         if entry.status == "retrying":
@@ -194,7 +200,8 @@ class ExecutorLoop:
                 self._maybe_checkpoint()
                 timeout = self._next_due(self.clock.now_ms())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(signal.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await signal.wait()
         finally:
             self.store.unsubscribe(signal)
 
@@ -250,7 +257,8 @@ class ExecutorLoop:
         ctx = ExecutionContext(entry.id, attempt, entry.seq, origin, self.clock, self.store)
         started = time.perf_counter()
         try:
-            result = await asyncio.wait_for(executor.execute(effect, ctx), executor.timeout)
+            async with asyncio.timeout(executor.timeout):
+                result = await executor.execute(effect, ctx)
             encode_data(result, f"result of {executor.name}")
         except TimeoutError:
             error = f"{executor.name} timed out after {executor.timeout:g} s"

@@ -28,8 +28,10 @@ ErrorSink = Callable[[str, BaseException], None]
 
 
 def rule_name(rule: Any) -> str:
-    """A rule's name for errors and events: its `name` attribute, else its function name."""
-    return str(getattr(rule, "name", None) or getattr(rule, "__name__", None) or repr(rule))
+    """A rule's name for errors and events: its `name` attribute, else its function or class
+    name; whitespace becomes '-' so the name can stand in an event origin."""
+    name = getattr(rule, "name", None) or getattr(rule, "__name__", None) or type(rule).__name__
+    return "-".join(str(name).split())
 
 
 def check_decision(value: Any, where: str) -> Decision:

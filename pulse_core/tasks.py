@@ -249,7 +249,7 @@ class TaskBoard:
 
     async def create(self, task_id: str, title: str, *, project: str = "default",
                      prompt: str = "", priority: int = 0) -> Event:
-        """Create a task; InvalidTransition-free VersionConflict if the id is taken."""
+        """Create a task; VersionConflict if the id is already taken."""
         body = msgspec.to_builtins(TaskCreated(title, project, prompt, priority))
         draft = EventDraft("task-created", task_id, body, origin=self.origin)
         return (await self.store.append([draft], expect={task_id: 0})).events[0]

@@ -57,7 +57,8 @@ class Watcher(abc.ABC):
 async def sample_once(watcher: Watcher, vitals: VitalsStore) -> Sample:
     """Run one collect under its timeout and store the sample (data or error)."""
     try:
-        data = await asyncio.wait_for(watcher.collect(), watcher.timeout)
+        async with asyncio.timeout(watcher.timeout):
+            data = await watcher.collect()
     except TimeoutError:
         return await vitals.record(
             watcher.key, error=f"{watcher.name}: collect timed out after {watcher.timeout:g} s"
@@ -97,6 +98,6 @@ async def watch_forever(
             on_error(f"watcher:{watcher.name}", exc)
         nudged = watcher._nudged()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(nudged.wait(),
-                                   max(0.0, watcher.interval - (loop.time() - started)))
+            async with asyncio.timeout(max(0.0, watcher.interval - (loop.time() - started))):
+                await nudged.wait()
         nudged.clear()

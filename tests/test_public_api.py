@@ -8,7 +8,8 @@ import pulse_core
 import pulse_core.store
 
 EXPECTED_CORE = {
-    "AgentCapabilityStats", "AgentStats", "AppendRejected", "AppendResult", "Backoff", "Clock",
+    "AgentCapabilityStats", "AgentStats", "CapabilityData", "AppendRejected", "AppendResult",
+    "Backoff", "Clock",
     "Decision", "Effect", "EffectOutcome", "Engine", "Event", "EventDraft", "EventStore",
     "ExecutionContext", "Executor", "ExecutorLoop", "HomeLocked", "IdempotencyConflict", "Inner",
     "InvalidEvent", "InvalidTransition", "IdentityMemory", "Memory", "MemoryBoard",

@@ -123,6 +123,7 @@ class EventStore(abc.ABC):
                 # Every event up to `top` was visible to that read: skip past filtered ones.
                 cursor = max(cursor, top)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(signal.wait(), poll_interval)
+                    async with asyncio.timeout(poll_interval):
+                        await signal.wait()
         finally:
             self.unsubscribe(signal)

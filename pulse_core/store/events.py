@@ -201,8 +201,15 @@ class SqliteEventStore(EventStore):
         if self._closed or self._queue is None or self._writer is None or self._writer.done():
             raise StoreClosed(f"{self.path}: append after close (or after its writer stopped)")
         prepared: list[tuple[EventDraft, bytes, str | None]] = []
+        idems: dict[str, int] = {}
         for index, draft in enumerate(drafts):
             raw = check_draft(draft, index)
+            if draft.idem is not None:
+                if draft.idem in idems:
+                    raise InvalidEvent(
+                        f"draft {index} repeats idempotency key {draft.idem!r} of draft "
+                        f"{idems[draft.idem]} in the same append")
+                idems[draft.idem] = index
             digest = None
             if draft.attachment is not None:
                 if self.objects is None:

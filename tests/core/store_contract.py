@@ -168,3 +168,8 @@ class EventStoreContract(abc.ABC):
         await store.close()
         with pytest.raises(StoreClosed):
             await store.append([draft()])
+
+    async def test_one_append_cannot_repeat_an_idempotency_key(self, store: EventStore) -> None:
+        with pytest.raises(InvalidEvent, match="repeats idempotency key 'twice'"):
+            await store.append([draft("a", idem="twice"), draft("b", idem="twice")])
+        assert await store.last_seq() == 0

@@ -308,3 +308,20 @@ async def _read(home: Path, kind: str) -> list[Event]:
         return await store.read(kinds=[kind])
     finally:
         await store.close()
+
+
+async def test_a_nameless_rule_object_that_raises_keeps_the_ticks_effects(
+    tmp_path: Path,
+) -> None:
+    class Broken:
+        async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+            raise RuntimeError("object rule bug")
+
+    engine = Engine(tmp_path, rules=[ping_when(lambda s: True), Broken()],
+                    executors=[Recorder()], clock=ManualClock())
+    await engine.open()
+    await engine.tick()
+    (error,) = await engine.events.read(kinds=["error"])
+    assert error.origin == "rule:Broken"
+    assert len(await engine.events.read(kinds=["effect"])) == 1
+    await engine.close()

@@ -209,3 +209,19 @@ async def test_a_program_that_dies_mid_effect_without_closing_still_exits(
         text=True, timeout=20)
     assert child.returncode == 1
     assert "the program failed without closing anything" in child.stderr
+
+
+async def test_a_loop_that_leaves_unhandled_effects_to_others_still_goes_idle(
+    store: SqliteEventStore,
+) -> None:
+    class Other(Effect, tag="loop-other"):
+        pass
+
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], fail_unhandled=False)
+    await store.append([effect_draft(Other(), origin="agent"),
+                        effect_draft(Task(n=1), origin="agent")])
+    await asyncio.wait_for(loop.run_until_idle(), 5)
+    assert [c[0] for c in worker.calls] == [1]
+    assert loop.unfinished == 1  # the other effect is left for a process that handles it
+    assert await store.read(kinds=["effect-failed"]) == []
