@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -81,14 +82,15 @@ async def run(home: Path, seconds: float | None) -> int:
     engine = Engine(home, watchers=[LoadWatcher()], rules=[heartbeat_rule],
                     executors=[PrintHeartbeat()], default_tick_ms=1_000)
     print(f"pulse engine on {home} — Ctrl-C to stop", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)  # drain effects, then stop cleanly
     async with engine:
-        try:
-            if seconds is None:
-                await asyncio.Event().wait()
-            else:
-                await asyncio.sleep(seconds)
-        finally:
-            acked = await engine.events.read(kinds=["effect-acked"])
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await stop.wait()
+        acked = await engine.events.read(kinds=["effect-acked"])
     print(f"stopped; {len(acked)} effects acked in this home so far", flush=True)
     return len(acked)
 
@@ -101,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="stop after this many seconds (default: run until Ctrl-C)")
     args = parser.parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(args.home.expanduser(), args.seconds))
+    asyncio.run(run(args.home.expanduser(), args.seconds))
     return 0
 
 
