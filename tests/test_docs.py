@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,19 +20,20 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = "python"
 NOT_RUN = {"bash", "text"}
-TIMEOUT_S = 60
+TIMEOUT_S = 30  # every block takes about a second; a hang should fail soon
+TEST_TIME_LIMIT_S = TIMEOUT_S * 2 + 30  # conftest's hard limit: above any timeout here
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
 
 
+@dataclass(frozen=True)
 class Block:
-    """One fenced code block: its language, where it starts, and its source."""
+    """One fenced code block: its page, the line of its opening fence, language and source."""
 
-    def __init__(self, page: Path, line: int, lang: str, source: str) -> None:
-        self.page = page
-        self.line = line
-        self.lang = lang
-        self.source = source
+    page: Path
+    line: int
+    lang: str
+    source: str
 
     @property
     def id(self) -> str:
@@ -75,6 +77,29 @@ def test_every_docs_page_has_a_runnable_example() -> None:
     assert not missing, f"pages without a ```python example: {missing}"
 
 
+def test_python_blocks_type_check(tmp_path: Path) -> None:
+    """The examples are typed code a reader will copy: mypy --strict accepts every one."""
+    pytest.importorskip("mypy")
+    modules: dict[str, Block] = {}
+    for block in PYTHON_BLOCKS:
+        module = re.sub(r"\W", "_", block.id)
+        modules[module] = block
+        (tmp_path / f"{module}.py").write_text(block.source, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+         "--cache-dir", str(ROOT / ".mypy_cache" / "docs-examples"), "."],
+        cwd=tmp_path, env={**os.environ, "MYPYPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=TIMEOUT_S * 2, check=False,
+    )
+
+    def where(match: re.Match[str]) -> str:  # example.py:N -> docs/page.md:line
+        block = modules[match.group(1)]
+        return f"{block.page.relative_to(ROOT).as_posix()}:{block.line + int(match.group(2))}:"
+
+    report = re.sub(r"^(\w+)\.py:(\d+):", where, done.stdout, flags=re.MULTILINE)
+    assert done.returncode == 0, f"mypy --strict on the examples:\n{report}{done.stderr}"
+
+
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
 def test_python_block_runs(block: Block, tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -94,7 +119,10 @@ def test_python_block_runs(block: Block, tmp_path: Path) -> None:
             text=True, timeout=TIMEOUT_S, check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{block.id} ran longer than {TIMEOUT_S} s\nstderr:\n{exc.stderr!r}")
+        pytest.fail(
+            f"{block.id} ran longer than {TIMEOUT_S} s\n"
+            f"--- stdout ---\n{exc.stdout or ''}\n--- stderr ---\n{exc.stderr or ''}"
+        )
     assert done.returncode == 0, (
         f"{block.id} exited with {done.returncode}\n"
         f"--- stdout ---\n{done.stdout}\n--- stderr ---\n{done.stderr}"
