@@ -23,6 +23,7 @@ from pulse_adapters.awareness.contract import (
 )
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.evidence import Evidence, build_evidence
+from pulse_adapters.awareness.fingerprint import fingerprint
 from pulse_adapters.awareness.gate import GateResult, Verb, gate
 from pulse_adapters.awareness.ledger import REVIEWED, CycleRecord
 from pulse_adapters.llm import (
@@ -150,9 +151,12 @@ class AwarenessExecutor(Executor):
                            quiet_skips=effect.quiet_skips, fingerprint=effect.fingerprint,
                            source=effect.source, narration_only=effect.narration_only)
         human = memory.last_human if memory else None
-        if memory is None or human is None or human.record != effect.source:
+        if memory is None or human is None or effect.source in memory.removed:
             return await self._settle(ctx, identity, msgspec.structs.replace(
                 base, outcome="source-gone", error="the source exchange is gone"), [], None)
+        if human.record != effect.source:  # a newer exchange came: review the world as it is
+            base = msgspec.structs.replace(base, source=human.record,
+                                           fingerprint=fingerprint(memory))
         evidence = build_evidence(memory, self.config)
         base = msgspec.structs.replace(
             base, counts=evidence.counts, available=evidence.available,
@@ -167,7 +171,7 @@ class AwarenessExecutor(Executor):
             for _ in range(5):
                 memory, seen, head = await self._memory(ctx.events, identity, memory, seen, head)
                 assert memory is not None
-                if effect.source in memory.removed or memory.last_human is None:
+                if base.source in memory.removed or memory.last_human is None:
                     record = msgspec.structs.replace(
                         base, outcome="source-gone", model_calls=calls, inference_ms=took,
                         narration=envelope.narration,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from pulse_adapters.awareness.config import AwarenessConfig
+from pulse_adapters.awareness.config import INTERVAL_FLOOR_S, AwarenessConfig
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.fingerprint import fingerprint
 from pulse_adapters.awareness.ledger import DAY_MS, LedgerData, ReviewState
@@ -46,7 +46,13 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
             base = max(base, review.last_cycle_at)
     else:
         base = max(review.last_cycle_at, quiet.last_check_at) + int(interval_s * 1000)
-    return max(base + int(backoff * 1000), quiet.hold_until)
+    due = max(base + int(backoff * 1000), quiet.hold_until)
+    if review is not None and review.last_success_at and not failures:
+        ceiling_at = review.last_success_at + int(config.quiet_ceiling_s * 1000)
+        if ceiling_at > quiet.last_check_at:
+            due = min(due, ceiling_at)  # neither a hold nor the interval outlasts the ceiling
+            due = max(due, review.last_cycle_at + int(INTERVAL_FLOOR_S * 1000))
+    return due
 
 
 class AwarenessRule:
@@ -64,6 +70,7 @@ class AwarenessRule:
         self._memory: PersistentMap[str, IdentityMemory] | None = None
         self._reviews: PersistentMap[str, ReviewState] | None = None
         self._interval_s: float | None = None
+        self._fingerprints: dict[str, tuple[IdentityMemory, str]] = {}
         self.skips_counted = 0
 
     def _schedule(self, identity: str, memory: PersistentMap[str, IdentityMemory],
@@ -84,6 +91,10 @@ class AwarenessRule:
             self._heap, self._due = [], {}
         else:
             changed = memory.changed_keys(self._memory)
+            for identity in changed:  # a hold is for unchanged worlds: news lifts it
+                quiet = self.quiet.get(identity)
+                if quiet.hold_until:
+                    self.quiet.put(identity, QuietState(quiet.skips, quiet.last_check_at, 0))
             changed |= ledger.identities.changed_keys(self._reviews)
         for identity in list(self._in_flight):
             if f"awareness-review:{identity}" not in curr.pending_effects:
@@ -136,7 +147,12 @@ class AwarenessRule:
             return None
         review = ledger.identities.get(identity) or ReviewState()
         quiet = self.quiet.get(identity)
-        world = fingerprint(memory)
+        cached = self._fingerprints.get(identity)
+        if cached is not None and cached[0] is memory:
+            world = cached[1]
+        else:
+            world = fingerprint(memory)
+            self._fingerprints[identity] = (memory, world)
         unchanged = review.fingerprint == world
         below_ceiling = now - review.last_success_at < cfg.quiet_ceiling_s * 1000
         calls_today = review.calls if review.day == now // DAY_MS else 0

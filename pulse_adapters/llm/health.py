@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pulse_adapters.llm.client import ChatClient
@@ -53,6 +53,7 @@ class RouteHealth:
         self._reading: dict[str, Any] | None = None
         self._verdict_at_ms: int | None = None
         self._poisonings = 0
+        self.on_poison: list[Callable[[], None]] = []
         self._lock = asyncio.Lock()
 
     @property
@@ -106,12 +107,19 @@ class RouteHealth:
     def poison(self, reason: str) -> None:
         """Mark the route unhealthy now; the next probe comes after `ttl_s`.
 
-        Held in memory only: the next probe's reading is what reaches vitals.
+        A RouteProbeWatcher on this health is nudged, so the poisoned verdict reaches vitals
+        at once and the awareness rule falls back to its slower cadence.
         """
         self._poisonings += 1
         self._reading = {"ok": False, "latency_ms": None, "error": f"poisoned: {reason}",
                          "via": "poison"}
         self._verdict_at_ms = self.clock.now_ms()
+        for listener in self.on_poison:
+            listener()
+
+    def cached(self) -> dict[str, Any] | None:
+        """The last verdict while it is within `ttl_s`, else None."""
+        return dict(self._reading) if self._reading is not None and self._fresh() else None
 
     def _fresh(self) -> bool:
         return (self._verdict_at_ms is not None
@@ -137,8 +145,12 @@ class RouteProbeWatcher(Watcher):
         self.key = health.key
         self.interval = health.ttl_s if interval_s is None else interval_s
         self.timeout = health.probe_timeout_s + 1.0
+        health.on_poison.append(self.nudge)
 
     async def collect(self) -> dict[str, Any]:
+        verdict = self.health.cached()
+        if verdict is not None and not verdict["ok"]:
+            return verdict  # poisoned or failed within the TTL: do not probe yet
         return await self.health.probe()
 
     def should_wake(self, window: Sequence[Sample]) -> bool:

@@ -20,7 +20,7 @@ from pulse_adapters.awareness import (
     Foreground,
     QuietStore,
 )
-from pulse_adapters.llm import ChatClient, RouteHealth
+from pulse_adapters.llm import ChatClient, RouteHealth, RouteProbeWatcher
 from pulse_core import Engine, Event, ManualClock, MemoryBoard
 from tests.adapters.chat_server import ChatServer, Drop, Hang, Status, Stream
 
@@ -129,6 +129,7 @@ async def test_an_unchanged_world_costs_no_model_call_until_the_quiet_ceiling(
     await seed(rig)
     rig.server.script(reply())
     assert len(await rig.run(minutes=1)) == 1
+    first_review_at = rig.clock.now_ms()
     events_after_first = await rig.engine.events.last_seq()
     for _ in range(55):
         await rig.healthy()
@@ -146,6 +147,7 @@ async def test_an_unchanged_world_costs_no_model_call_until_the_quiet_ceiling(
             break
     (checkpoint,) = cycles
     assert checkpoint.data["reason"] == "ceiling" and checkpoint.data["outcome"] == "reviewed"
+    assert rig.clock.now_ms() - first_review_at <= 3600_000 + MINUTE  # the hold never overshoots
     assert checkpoint.data["quiet_skips"] >= skips
     assert await rig.run() == []
     assert rig.rule.quiet.get("ana").skips == 0  # the checkpoint cleared the bookkeeping
@@ -341,3 +343,69 @@ async def test_a_mid_stream_failure_poisons_the_route_health(make_rig: Any) -> N
     (cycle,) = await rig.run(minutes=1)
     assert cycle.data["outcome"] == "failed"
     assert not await rig.route.check()  # poisoned: no probe until the TTL passes
+
+
+async def test_a_newer_exchange_before_the_review_is_reviewed_not_failed(make_rig: Any) -> None:
+    rig: Rig = await make_rig()
+    await seed(rig)
+    await rig.run()
+    rig.clock.advance(MINUTE)
+    await rig.healthy()
+    await rig.engine.tick()  # the review is emitted for the first exchange...
+    newer = await rig.board.exchange("ana", "one more thing")  # ...and news arrives first
+    rig.server.script(reply())
+    await rig.engine.executor_loop.run_until_idle()
+    (cycle,) = await rig.cycles()
+    assert cycle.data["outcome"] == "reviewed"
+    assert cycle.data["source"] == newer.data["record"]
+    for _ in range(3):
+        await rig.healthy()
+        assert await rig.run(minutes=1) == []  # that review covered the newer exchange
+
+
+async def test_news_lifts_a_quiet_hold(make_rig: Any) -> None:
+    rig: Rig = await make_rig(AwarenessConfig(initial_delay_s=30, quiet_hold_s=1800))
+    await seed(rig)
+    rig.server.script(reply(), reply())
+    assert len(await rig.run(minutes=1)) == 1
+    await rig.healthy()
+    await rig.run(minutes=1.5)  # an unchanged check: held for 30 minutes
+    assert rig.rule.quiet.get("ana").hold_until > rig.clock.now_ms() + 20 * MINUTE
+    await rig.board.exchange("ana", "big news")
+    await rig.healthy()
+    assert await rig.run() == []
+    (cycle,) = await rig.run(minutes=1)  # the initial delay, not the hold
+    assert cycle.data["reason"] == "changed"
+
+
+async def test_a_poisoned_route_reaches_the_rule_as_the_fallback_cadence(
+    tmp_path: Path, chat_server: ChatServer,
+) -> None:
+    config = AwarenessConfig(initial_delay_s=30, backoff_base_s=1)
+    clock = ManualClock()
+    client = ChatClient(chat_server.base_url, "stand-in", timeout_s=2.0, max_wall_s=5.0)
+    health = RouteHealth(client, ttl_s=600, clock=clock)
+    rule = AwarenessRule(config, QuietStore(None))
+    engine = Engine(tmp_path / "home", clock=clock, projections=[AwarenessLedger(config)],
+                    rules=[rule], watchers=[RouteProbeWatcher(health)],
+                    executors=[AwarenessExecutor(client, config, route=health)])
+    await engine.open()
+    try:
+        board = MemoryBoard(engine.events)
+        await board.exchange("ana", "hello")
+        clock.advance(MINUTE)
+        chat_server.script(Drop(pieces=('{"meaningful',)))
+        await engine.step()
+        cycles = await engine.events.read(kinds=["awareness-cycle"])
+        assert [c.data["route"] for c in cycles] == ["dedicated"]
+        chat_server.script(reply())
+        for _ in range(12):
+            clock.advance(MINUTE)
+            await engine.step()
+        cycles = await engine.events.read(kinds=["awareness-cycle"])
+        assert [c.data["route"] for c in cycles] == ["dedicated", "fallback"]
+        samples = [s.data for s in await engine.vitals.window("llm-route", 0)]
+        assert any(not d["ok"] and "poisoned" in d["error"] for d in samples)
+        assert samples[-1]["ok"]  # the TTL passed and a fresh probe found the route again
+    finally:
+        await engine.close()
