@@ -94,13 +94,8 @@ class Engine:
         self.home = Path(home).expanduser()
         self.clock: Clock = clock or SystemClock()
         layer = _survival_layer(survival, self.home, engine_directory)
-        survival_names = {rule_name(r) for r in layer.rules}
-        for rule in (*rules, *(builtin_rules or ())):
-            if rule_name(rule) in survival_names:
-                raise SurvivalLocked(
-                    f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
-                    "outermost, in a fixed order, and cannot be added, removed or reordered"
-                )
+        self._survival_names = {rule_name(r) for r in layer.rules}
+        self._check_not_survival([*rules, *(builtin_rules or ())])
         self.watchers = [*layer.watchers, *watchers]
         self.executors = [*layer.executors, *executors]
         self.projection_list: list[Projection[Any]] = [
@@ -117,11 +112,11 @@ class Engine:
         self.retention = retention or Retention()
         builtins = default_builtin_rules() if builtin_rules is None else list(builtin_rules)
         self._tick_errors: list[tuple[str, BaseException]] = []
-        business = compose([guarded(r, self._rule_error) for r in rules], default_tick_ms)
         chain = [guarded(r, self._rule_error) for r in (*layer.rules, *builtins)]
-        self._chain: Inner = compose([*chain, self._time_boxed(business)], default_tick_ms)
-        self.rule_names: tuple[str, ...] = tuple(
-            rule_name(r) for r in (*layer.rules, *builtins, *rules))
+        self._chain: Inner = compose([*chain, self._time_boxed()], default_tick_ms)
+        self._fixed_names = tuple(rule_name(r) for r in (*layer.rules, *builtins))
+        self._business: Inner = self._compose_business(rules)
+        self.rule_names: tuple[str, ...] = (*self._fixed_names, *map(rule_name, rules))
         self._lock_file: IO[str] | None = None
         self._events: SqliteEventStore | None = None
         self._vitals: VitalsStore | None = None
@@ -278,11 +273,34 @@ class Engine:
 
     # -- ticking -----------------------------------------------------------------------------
 
-    def _time_boxed(self, business: Inner) -> Rule:
+    def _check_not_survival(self, rules: Sequence[Rule]) -> None:
+        for rule in rules:
+            if rule_name(rule) in self._survival_names:
+                raise SurvivalLocked(
+                    f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
+                    "outermost, in a fixed order, and cannot be added, removed or reordered"
+                )
+
+    def _compose_business(self, rules: Sequence[Rule]) -> Inner:
+        return compose([guarded(r, self._rule_error) for r in rules], self.default_tick_ms)
+
+    async def replace_rules(self, rules: Sequence[Rule]) -> None:
+        """Swap the business rules, atomically between two ticks.
+
+        The survival and built-in rules are never replaced. A chain that fails to compose
+        raises here and the old one keeps running.
+        """
+        self._check_not_survival(rules)
+        business = self._compose_business(rules)
+        async with self._tick_lock:
+            self._business = business
+            self.rule_names = (*self._fixed_names, *map(rule_name, rules))
+
+    def _time_boxed(self) -> Rule:
         async def business_rules(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
             try:
                 async with asyncio.timeout(self.rule_timeout):
-                    return await business(prev, curr)
+                    return await self._business(prev, curr)
             except TimeoutError:
                 self._rule_error("business-rules", TimeoutError(
                     f"business rules took longer than {self.rule_timeout:g} s; their decision "

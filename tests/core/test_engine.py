@@ -18,6 +18,7 @@ from pulse_core import (
     ManualClock,
     Projection,
     Snapshot,
+    SurvivalLocked,
     Watcher,
 )
 from pulse_core.events import Event
@@ -324,4 +325,26 @@ async def test_a_nameless_rule_object_that_raises_keeps_the_ticks_effects(
     (error,) = await engine.events.read(kinds=["error"])
     assert error.origin == "rule:Broken"
     assert len(await engine.events.read(kinds=["effect"])) == 1
+    await engine.close()
+
+
+async def test_business_rules_are_replaced_between_ticks_and_survival_stays(
+    tmp_path: Path,
+) -> None:
+    executor = Recorder()
+    engine = Engine(tmp_path, rules=[], executors=[executor], clock=ManualClock())
+    await engine.open()
+    await engine.step()
+    assert executor.seen == []
+    await engine.replace_rules([ping_when(lambda s: True)])
+    assert engine.rule_names[-1] == "ping_rule" and engine.rule_names[0] == "panic_rollback"
+    await engine.step()
+    assert len(executor.seen) == 1
+    from pulse_survival import RollbackPolicy
+    from pulse_survival.rules import PanicRollback
+
+    with pytest.raises(SurvivalLocked):
+        await engine.replace_rules([PanicRollback(RollbackPolicy())])
+    await engine.step()
+    assert len(executor.seen) == 2  # the refused replacement left the running chain alone
     await engine.close()
