@@ -20,11 +20,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
-LOOPBACK = "127.0.0.1"
+from tests.loopback import LOOPBACK, LoopbackServer
+
 API = "/v1"
 
 
@@ -100,12 +101,15 @@ class ChatServer:
     models: Reply = field(default_factory=Models)
     requests: list[RecordedRequest] = field(default_factory=list)
     disconnected: threading.Event = field(default_factory=threading.Event)
-    port: int = 0
     _script: deque[Reply] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: threading.Event = field(default_factory=threading.Event)
-    _server: ThreadingHTTPServer | None = None
-    _thread: threading.Thread | None = None
+    _http: LoopbackServer = field(default_factory=LoopbackServer)
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (0 before the first start)."""
+        return self._http.port
 
     @property
     def base_url(self) -> str:
@@ -129,24 +133,12 @@ class ChatServer:
 
     def start(self) -> ChatServer:
         self._stopping = threading.Event()
-        server = ThreadingHTTPServer((LOOPBACK, self.port), _handler(self))
-        server.daemon_threads = True
-        self.port = server.server_address[1]
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name=f"chat-server-{self.port}", daemon=True)
-        self._thread.start()
+        self._http.serve(_handler(self))
         return self
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        self._http.shutdown()
 
     def __enter__(self) -> ChatServer:
         return self.start()

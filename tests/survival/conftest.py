@@ -12,7 +12,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,7 @@ import dns.rrset
 import pytest
 
 from pulse_core import Engine
-
-LOOPBACK = "127.0.0.1"
-
-
-
+from tests.loopback import LOOPBACK, LoopbackServer
 
 # -- DNS -------------------------------------------------------------------------------------
 
@@ -140,9 +136,12 @@ class LoopbackHttp:
     status: int = 200
     statuses: dict[str, int] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
-    port: int = 0
-    _server: ThreadingHTTPServer | None = None
-    _thread: threading.Thread | None = None
+    _http: LoopbackServer = field(default_factory=LoopbackServer)
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (0 before the first start)."""
+        return self._http.port
 
     def url(self, path: str) -> str:
         return f"http://{LOOPBACK}:{self.port}{path}"
@@ -171,22 +170,10 @@ class LoopbackHttp:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        server = ThreadingHTTPServer((LOOPBACK, self.port), Handler)
-        server.daemon_threads = True
-        self.port = server.server_address[1]
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name=f"loopback-http-{self.port}", daemon=True)
-        self._thread.start()
+        self._http.serve(Handler)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        self._http.shutdown()
 
 
 def _serving() -> Iterator[LoopbackHttp]:
