@@ -9,6 +9,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOOPBACK = "127.0.0.1"
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that hang up mid-answer are part of the tests, not errors worth printing."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class LoopbackServer:
     """Serves a handler on 127.0.0.1 in a daemon thread; `port` stays fixed across restarts."""
 
@@ -19,7 +29,7 @@ class LoopbackServer:
 
     def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
         """Bind (the same port as before, if any) and serve `handler` until `shutdown`."""
-        server = ThreadingHTTPServer((LOOPBACK, self.port), handler)
+        server = _QuietServer((LOOPBACK, self.port), handler)
         server.daemon_threads = True
         self.port = server.server_address[1]
         self._server = server
