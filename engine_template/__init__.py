@@ -1,1 +1,6 @@
-"""engine_template: what `upulse init` copies into an engine directory (the CLI issue)."""
+"""An engine directory: this agent's business rules, watchers and executors, as one package.
+
+`upulse init` copies pulse's engine_template here. engine.py lists what the Engine runs; the
+modules import each other relatively (`from ..types import InboxReading`), so the loader can
+import the directory under a fresh name on every reload.
+"""

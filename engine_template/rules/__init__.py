@@ -1,0 +1,1 @@
+"""Business rules: onion middleware `(prev, curr, inner) -> Decision`, listed in engine.RULES."""

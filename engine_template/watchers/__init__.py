@@ -1,0 +1,1 @@
+"""Watchers: what this engine senses, listed in engine.WATCHERS."""

@@ -1,0 +1,1 @@
+"""pulse_cli: the `upulse` command — engine directories, promote and rollback, the daemon."""

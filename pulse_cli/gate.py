@@ -1,0 +1,321 @@
+"""The promote gate: what staged engine code must pass before it may run in production.
+
+Four steps, in order, stopping at the first failure:
+
+    compile   every .py byte-compiles
+    mypy      `mypy --strict` accepts the engine package
+    tests     the engine's own tests pass (`python -m pytest` in the directory)
+    dry-run   one tick of the staged chain, on a scratch copy of the live home, returns a
+              Decision within the time bound and no staged rule records an error
+
+The dry run happens in a child process (`python -m pulse_cli.gate dry-run ...`): a rule that
+blocks the event loop is killed at the deadline instead of hanging the promote, and the
+staged modules never enter the caller's process. The live home is only read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import pulse_core
+from pulse_cli.loader import load_engine_code
+from pulse_core import Engine
+from pulse_core.rules import rule_name
+
+GATE_STEPS = ("compile", "mypy", "tests", "dry-run")
+OUTPUT_LIMIT = 4_000
+STEP_TIMEOUT_S = 300.0
+OPEN_TIMEOUT_S = 120.0
+_MARK = "@pulse-gate "
+_DEADLINE_GRACE_S = 2.0
+
+
+class GateStep(msgspec.Struct, frozen=True):
+    """How one gate step went: its name, whether it passed, how long it took, what it said."""
+
+    name: str
+    ok: bool
+    seconds: float
+    output: str = ""
+
+    def __str__(self) -> str:
+        return f"{'passed' if self.ok else 'FAILED'}  {self.name:<8} {self.seconds:6.1f} s"
+
+
+def bounded(text: str, limit: int = OUTPUT_LIMIT) -> str:
+    """The last `limit` characters of `text` (where the failure usually is)."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+
+def _compile_all(folder: Path) -> tuple[bool, str]:
+    problems: list[str] = []
+    for path in sorted(folder.rglob("*.py")):
+        relative = path.relative_to(folder)
+        if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
+            continue
+        try:
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            problems.append(f"{relative}:{exc.lineno}: {exc.msg}")
+        except (ValueError, OSError) as exc:
+            problems.append(f"{relative}: {exc}")
+    return not problems, "\n".join(problems)
+
+
+async def _run(argv: list[str], cwd: Path, env: Mapping[str, str],
+               limit_s: float) -> tuple[int | None, str]:
+    """Run a child in its own session; (exit code or None on timeout, stdout and stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        async with asyncio.timeout(limit_s):
+            out, _ = await proc.communicate()
+    except TimeoutError:
+        await _kill(proc)
+        return None, ""
+    return proc.returncode, out.decode(errors="replace")
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+
+def _missing(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return (f"{module} is not installed for {sys.executable} — `{sys.executable} -m pip "
+                f"install {module}`")
+    return None
+
+
+def _source_paths() -> dict[str, str]:
+    """PYTHONPATH and MYPYPATH that let children find pulse when it runs from a source folder.
+
+    An installed pulse is in site-packages, which children search anyway (and mypy refuses
+    in MYPYPATH); a source checkout or an editable install is only found through its folder.
+    """
+    root = Path(pulse_core.__file__).resolve().parent.parent
+    if root.name in ("site-packages", "dist-packages"):
+        return {}
+    return {name: os.pathsep.join([str(root), *filter(None, [os.environ.get(name)])])
+            for name in ("PYTHONPATH", "MYPYPATH")}
+
+
+async def _mypy(staging: Path, home: Path, limit_s: float) -> tuple[bool, str]:
+    missing = _missing("mypy")
+    if missing:
+        return False, missing
+    cache = os.environ.get("MYPY_CACHE_DIR") or str(home / "cache" / "mypy")
+    code, out = await _run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache, staging.name],
+        staging.parent, _source_paths(), limit_s)
+    if code is None:
+        return False, f"mypy did not finish within {limit_s:g} s"
+    return code == 0, out
+
+
+async def _tests(staging: Path, limit_s: float) -> tuple[bool, str]:
+    missing = _missing("pytest")
+    if missing:
+        return False, missing
+    code, out = await _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                           staging, {**_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"},
+                           limit_s)
+    if code is None:
+        return False, f"the engine's tests did not finish within {limit_s:g} s"
+    if code == 5:  # pytest: no tests were collected
+        return True, out + "\n(the engine has no tests)"
+    return code == 0, out
+
+
+# -- the dry run -------------------------------------------------------------------------------
+
+
+def _backup(source: Path, target: Path) -> None:
+    """A consistent copy of SQLite database `source`, through a read-only connection.
+
+    With a -wal file present (an engine has it open) the reader joins the WAL; without one
+    it opens the file as immutable, so reading never creates -wal or -shm files in the home.
+    """
+    if not source.exists():
+        return
+    mode = "ro" if source.with_name(source.name + "-wal").exists() else "ro&immutable=1"
+    src = sqlite3.connect(f"{source.absolute().as_uri()}?mode={mode}", uri=True)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
+def copy_live_home(home: Path, scratch: Path) -> None:
+    """Copy what a tick reads (checkpoints, events.db, vitals.db) from `home` into `scratch`.
+
+    Checkpoints are copied first, so none is ahead of the copied log.
+    """
+    if (home / "checkpoints").is_dir():
+        shutil.copytree(home / "checkpoints", scratch / "checkpoints")
+    for name in ("events.db", "vitals.db"):
+        _backup(home / name, scratch / name)
+
+
+async def _read_marked(stream: asyncio.StreamReader, chatter: list[str]) -> dict[str, Any]:
+    """The next message the child marked for the gate; other lines go to `chatter`."""
+    while True:
+        line = await stream.readline()
+        if not line:
+            return {"stage": "failed", "message": "the dry-run process exited early"}
+        text = line.decode(errors="replace").rstrip("\n")
+        if text.startswith(_MARK):
+            message: dict[str, Any] = json.loads(text[len(_MARK):])
+            return message
+        chatter.append(text)
+        del chatter[:-200]
+
+
+async def _dry_run(staging: Path, home: Path, tick_s: float,
+                   open_s: float) -> tuple[bool, str]:
+    with tempfile.TemporaryDirectory(prefix="upulse-gate-") as tmp:
+        scratch = Path(tmp) / "home"
+        scratch.mkdir()
+        await asyncio.to_thread(copy_live_home, home, scratch)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "pulse_cli.gate", "dry-run", str(staging), str(scratch),
+            str(tick_s), cwd=tmp,
+            env={**os.environ, **_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"},
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        assert proc.stdout is not None
+        chatter: list[str] = []
+        try:
+            try:
+                async with asyncio.timeout(open_s):
+                    message = await _read_marked(proc.stdout, chatter)
+                if message["stage"] == "opened":
+                    async with asyncio.timeout(tick_s + _DEADLINE_GRACE_S):
+                        message = await _read_marked(proc.stdout, chatter)
+            except TimeoutError:
+                await _kill(proc)
+                return False, bounded("\n".join([
+                    f"the staged chain did not return a Decision within {tick_s:g} s (the "
+                    "dry-run process was killed)", *chatter]))
+            try:
+                async with asyncio.timeout(30):
+                    await proc.communicate()
+            except TimeoutError:
+                await _kill(proc)
+        finally:
+            if proc.returncode is None:
+                await _kill(proc)
+    return _verdict(message, chatter)
+
+
+def _verdict(message: Mapping[str, Any], chatter: list[str]) -> tuple[bool, str]:
+    if message["stage"] != "ticked":
+        return False, bounded("\n".join([*chatter, str(message.get("message", message))]))
+    summary = (f"decision: {len(message['effects'])} effect(s) {message['effects']}, "
+               f"tick_ms {message['tick_ms']}")
+    errors = [f"{e['origin']}: {e['type']}: {e['message']}" for e in message["errors"]]
+    if errors:
+        return False, bounded("\n".join(["staged rules recorded errors in the dry-run tick:",
+                                         *errors, summary]))
+    return True, summary
+
+
+# -- the gate ----------------------------------------------------------------------------------
+
+
+async def run_gate(staging: Path, home: Path, *, dry_run_timeout_s: float = 5.0,
+                   step_timeout_s: float = STEP_TIMEOUT_S,
+                   open_timeout_s: float = OPEN_TIMEOUT_S) -> tuple[GateStep, ...]:
+    """Run the gate on the engine directory `staging`, dry-running against `home`.
+
+    Returns the steps that ran: all four when the code passes, else up to the one that
+    failed (the last). Writes nothing to `home` but the mypy cache (HOME/cache/mypy, or
+    $MYPY_CACHE_DIR).
+    """
+    steps: list[Callable[[], Awaitable[tuple[bool, str]]]] = [
+        lambda: asyncio.to_thread(_compile_all, staging),
+        lambda: _mypy(staging, home, step_timeout_s),
+        lambda: _tests(staging, step_timeout_s),
+        lambda: _dry_run(staging, home, dry_run_timeout_s, open_timeout_s),
+    ]
+    done: list[GateStep] = []
+    for name, step in zip(GATE_STEPS, steps, strict=True):
+        started = time.monotonic()
+        ok, output = await step()
+        done.append(GateStep(name, ok, round(time.monotonic() - started, 3), bounded(output)))
+        if not ok:
+            break
+    return tuple(done)
+
+
+# -- the dry-run child ---------------------------------------------------------------------
+
+
+def _say(message: Mapping[str, Any]) -> None:
+    print(_MARK + json.dumps(message), flush=True)
+
+
+async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str, Any]:
+    code = load_engine_code(engine_dir)
+    names = {rule_name(r) for r in code.rules} | {"business-rules"}
+    engine = Engine(scratch, rules=code.rules, projections=code.projections,
+                    default_tick_ms=int(code.settings.get("default_tick_ms", 5_000)),
+                    rule_timeout=tick_s, drain_timeout=0.5)
+    await engine.open()
+    try:
+        _say({"stage": "opened"})
+        since = await engine.events.last_seq()
+        decision = await engine.tick()
+        errors = [{"origin": e.origin, "type": e.data.get("type"),
+                   "message": e.data.get("message")}
+                  for e in await engine.events.read(since, kinds=["error"])
+                  if e.origin.startswith("rule:") and e.origin.removeprefix("rule:") in names]
+        return {"stage": "ticked", "effects": [type(e).tag() for e in decision.effects],
+                "tick_ms": decision.tick_ms, "errors": errors}
+    finally:
+        await engine.close()
+
+
+def _child(argv: list[str]) -> int:
+    if len(argv) != 4 or argv[0] != "dry-run":
+        print("usage: python -m pulse_cli.gate dry-run ENGINE_DIR SCRATCH_HOME TIMEOUT_S",
+              file=sys.stderr)
+        return 2
+    try:
+        _say(asyncio.run(_tick_once(Path(argv[1]), Path(argv[2]), float(argv[3]))))
+    except Exception as exc:  # a staged rule, or the Engine refusing the staged chain
+        trace = "".join(traceback.format_exception(exc)[-6:])
+        _say({"stage": "failed", "message": f"{type(exc).__name__}: {exc}\n{trace}"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

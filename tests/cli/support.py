@@ -1,0 +1,97 @@
+"""Shared set-up of the engine-directory tests: homes with a live log, git, staged edits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+from pulse_cli.enginedir import init_engine_dir
+from pulse_cli.loader import load_engine_code
+from pulse_core import (
+    Decision,
+    EventDraft,
+    Sample,
+    Snapshot,
+    SqliteEventStore,
+    VitalReading,
+    VitalsStore,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE = Path("rules") / "inbox.py"
+TEST = Path("tests") / "test_examples.py"
+OLD_TEXT = "message(s) waiting in the inbox"
+NEW_TEXT = "new message(s) are waiting"
+
+
+def git(repo: Path, *args: str) -> str:
+    """Test-side git, for looking at (and setting up) a repository."""
+    done = subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@localhost",
+                           *args], cwd=repo, capture_output=True, text=True, check=True,
+                          timeout=30)
+    return done.stdout.strip()
+
+
+async def make_home(home: Path) -> Path:
+    """An initialised home with a live log (two events) and an inbox vital of 3 messages."""
+    assert await asyncio.to_thread(init_engine_dir, home)
+    events = await SqliteEventStore.open(home / "events.db")
+    await events.append([EventDraft("engine-started", "engine", {"pid": n, "owner": "t"},
+                                    origin="engine") for n in (1, 2)])
+    await events.close()
+    vitals = await VitalsStore.open(home / "vitals.db")
+    await vitals.record("inbox", {"count": 3})
+    await vitals.close()
+    return home
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def stage_new_text(staging: Path) -> None:
+    """A good edit: the rule's note (and its test) say NEW_TEXT."""
+    edit(staging / RULE, f'f"{{count}} {OLD_TEXT}"', f'f"{{count}} {NEW_TEXT}"')
+    edit(staging / TEST, f'"3 {OLD_TEXT}"', f'"3 {NEW_TEXT}"')
+
+
+async def promote_without_gate(home: Path, events: SqliteEventStore) -> str:
+    """What promote does once the gate passed, done by hand (the gate is tested elsewhere)."""
+    staging = home / "staging"
+    git(staging, "add", "-A")
+    if git(staging, "status", "--porcelain"):
+        git(staging, "commit", "-q", "-m", "staged by the test")
+    previous = git(home / "engine", "rev-parse", "HEAD")
+    git(home / "engine", "merge", "-q", "--no-edit", "staging")
+    now = git(home / "engine", "rev-parse", "HEAD")
+    await events.append([EventDraft("promote", "engine-directory",
+                                    {"revision": now, "previous": previous}, origin="cli")])
+    return now
+
+
+async def note_of(engine_dir: Path) -> str:
+    """The note the engine directory's first rule writes when the inbox grows from 0 to 3."""
+    code = load_engine_code(engine_dir)
+
+    async def inside(prev: Snapshot, curr: Snapshot) -> Decision:
+        return Decision([], 1_000)
+
+    def seen(count: int) -> Snapshot:
+        sample = Sample("inbox", 0, {"count": count})
+        return Snapshot(seq=1, at=0, number=1, vitals={"inbox": VitalReading(sample, 0)},
+                        projections={})
+
+    effects, _ = await code.rules[0](seen(0), seen(3), inside)
+    text = getattr(effects[0], "text", None)
+    assert isinstance(text, str)
+    return text
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child python that imports pulse from this checkout."""
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONDONTWRITEBYTECODE": "1"}

@@ -1,0 +1,304 @@
+"""The engine directory with real git: init, the promote gate, rollback, and the survival
+layer's rollback executor driving it."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pulse_cli.enginedir import (
+    EngineDirError,
+    GitEngineDirectory,
+    PromoteResult,
+    init_engine_dir,
+    promote,
+    revision,
+    rollback,
+)
+from pulse_core import Engine, Event, SqliteEventStore
+from pulse_core.effects import effect_draft
+from pulse_survival import Rollback
+from tests.cli.support import (
+    NEW_TEXT,
+    OLD_TEXT,
+    RULE,
+    child_env,
+    edit,
+    git,
+    make_home,
+    note_of,
+    promote_without_gate,
+    stage_new_text,
+)
+
+
+def test_init_lays_out_engine_and_staging_and_a_second_init_changes_nothing(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert init_engine_dir(home)
+    engine, staging = home / "engine", home / "staging"
+    for folder in (engine, staging):
+        for part in ("engine.py", "types.py", "config.json", "rules/inbox.py",
+                     "watchers/inbox.py", "executors/notes.py", "tests/test_examples.py"):
+            assert (folder / part).is_file(), f"{folder / part} missing"
+    assert git(engine, "branch", "--show-current") == "main"
+    assert git(staging, "branch", "--show-current") == "staging"
+    assert git(engine, "rev-parse", "HEAD") == git(staging, "rev-parse", "HEAD") == revision(home)
+    assert git(engine, "log", "--format=%an <%ae>") == "pulse <pulse@localhost>"
+    assert git(engine, "status", "--porcelain") == git(staging, "status", "--porcelain") == ""
+    listing = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+
+    assert not init_engine_dir(home)
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == listing
+    assert git(engine, "rev-list", "--count", "--all") == "1"
+
+
+def test_init_refuses_a_half_made_engine_directory(tmp_path: Path) -> None:
+    (tmp_path / "engine").mkdir()
+    with pytest.raises(EngineDirError, match="staging does not"):
+        init_engine_dir(tmp_path)
+    assert not (tmp_path / "staging").exists()
+
+
+def test_the_template_tests_pass_inside_a_fresh_engine_directory(tmp_path: Path) -> None:
+    assert init_engine_dir(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q"], cwd=tmp_path / "engine",
+                          env=child_env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 passed" in done.stdout
+    assert git(tmp_path / "engine", "status", "--porcelain") == ""
+
+
+# -- promote -----------------------------------------------------------------------------------
+
+
+async def _read_all(home: Path) -> list[Event]:
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        return await events.read()
+    finally:
+        await events.close()
+
+
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PromoteResult, str]:
+    """A home whose staged NEW_TEXT edit went through promote; and main's revision before."""
+    home = tmp_path_factory.mktemp("promoted") / "home"
+
+    async def run() -> tuple[Path, PromoteResult, str]:
+        async with asyncio.timeout(60):
+            await make_home(home)
+            before = git(home / "engine", "rev-parse", "HEAD")
+            stage_new_text(home / "staging")
+            events = await SqliteEventStore.open(home / "events.db")
+            try:
+                return home, await promote(home, events=events), before
+            finally:
+                await events.close()
+
+    return asyncio.run(run())
+
+
+async def test_promote_of_a_good_edit_merges_records_a_promote_event_and_loads_the_new_rule(
+        promoted: tuple[Path, PromoteResult, str]) -> None:
+    home, result, before = promoted
+    assert result.ok, result
+    assert [s.name for s in result.steps] == ["compile", "mypy", "tests", "dry-run"]
+    assert all(s.ok for s in result.steps)
+    assert "['note']" in result.steps[-1].output  # the dry run saw the live inbox vital
+    main = git(home / "engine", "rev-parse", "HEAD")
+    assert (result.revision, result.previous) == (main, before)
+    assert git(home / "engine", "log", "-1", "--format=%s") == "promote: staged changes"
+    assert git(home / "staging", "status", "--porcelain") == ""
+    promotes = [e for e in await _read_all(home) if e.kind == "promote"]
+    assert [(e.data, e.origin) for e in promotes] == [
+        ({"revision": main, "previous": before}, "cli")]
+    assert await note_of(home / "engine") == f"3 {NEW_TEXT}"
+
+
+async def test_promote_with_nothing_staged_changes_nothing(
+        promoted: tuple[Path, PromoteResult, str]) -> None:
+    home, result, _ = promoted
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        again = await promote(home, events=events)
+        assert again.ok and again.steps == () and "nothing to promote" in again.output
+        assert again.revision == result.revision
+        assert len(await events.read(kinds=["promote"])) == 1
+    finally:
+        await events.close()
+
+
+@pytest.fixture(scope="module")
+def gated_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One home shared by the refusal tests: a refused promote leaves nothing to clean."""
+    return asyncio.run(make_home(tmp_path_factory.mktemp("gated") / "home"))
+
+
+@pytest.fixture
+def staging_reset(gated_home: Path) -> Iterator[Path]:
+    """The shared home, with staging's files put back after the test's bad edit."""
+    yield gated_home
+    git(gated_home / "staging", "reset", "-q", "--hard")
+    git(gated_home / "staging", "clean", "-q", "-fd")
+
+
+BAD_EDITS = {
+    "compile": ("return Decision(effects, tick_ms)", "return Decision(effects, tick_ms"),
+    "mypy": ("count = inbox_count(curr)", 'count: int = str(inbox_count(curr))'),
+    "tests": (f'f"{{count}} {OLD_TEXT}"', f'f"{{count}} {NEW_TEXT}"'),
+    "dry-run": ("count = inbox_count(curr)",
+                'count = inbox_count(curr)\n    if curr.seq:\n'
+                '        raise RuntimeError("the dry run reached a broken rule")'),
+    "dry-run-hang": ("count = inbox_count(curr)",
+                     "count = inbox_count(curr)\n    if curr.seq:\n"
+                     "        import time\n        time.sleep(60)"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_EDITS))
+async def test_promote_refuses_a_bad_edit_at_its_step_and_changes_nothing(
+        staging_reset: Path, bad: str) -> None:
+    home = staging_reset
+    old, new = BAD_EDITS[bad]
+    edit(home / "staging" / RULE, old, new)
+    main, staged = (git(home / d, "rev-parse", "HEAD") for d in ("engine", "staging"))
+    vitals = hashlib.sha256((home / "vitals.db").read_bytes()).hexdigest()
+    before = await _read_all(home)
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        result = await promote(home, events=events, dry_run_timeout_s=1.0)
+    finally:
+        await events.close()
+
+    assert not result.ok
+    assert result.failed_step == bad.removesuffix("-hang"), result
+    assert result.steps[-1].name == result.failed_step and not result.steps[-1].ok
+    assert result.revision == result.previous == main
+    assert git(home / "engine", "rev-parse", "HEAD") == main
+    assert git(home / "staging", "rev-parse", "HEAD") == staged
+    assert git(home / "engine", "status", "--porcelain") == ""
+    assert await _read_all(home) == before
+    assert hashlib.sha256((home / "vitals.db").read_bytes()).hexdigest() == vitals
+    assert not (home / "vitals.db-wal").exists()
+    expected = {"compile": "rules/inbox.py:", "mypy": "rules/inbox.py:",
+                "tests": "failed", "dry-run": "the dry run reached a broken rule",
+                "dry-run-hang": "did not return a Decision within 1 s"}[bad]
+    assert expected in result.output
+
+
+# -- rollback ----------------------------------------------------------------------------------
+
+
+async def test_rollback_reverts_with_a_new_commit_records_it_and_loads_the_old_rule(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    first = git(home / "engine", "rev-parse", "HEAD")
+    stage_new_text(home / "staging")
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        promoted = await promote_without_gate(home, events)
+        assert await note_of(home / "engine") == f"3 {NEW_TEXT}"
+
+        now = await rollback(home, None, events=events, reason="errors after the promote")
+
+        rollbacks = await events.read(kinds=["rollback"])
+    finally:
+        await events.close()
+    engine = home / "engine"
+    assert now == git(engine, "rev-parse", "HEAD") == revision(home)
+    assert git(engine, "log", "--format=%H", f"{first}..{now}").split() == [now, promoted]
+    assert git(engine, "log", "-1", "--format=%s") == (
+        f"Revert to {first[:12]}: errors after the promote")
+    assert git(engine, "rev-parse", f"{now}^{{tree}}") == git(engine, "rev-parse",
+                                                               f"{first}^{{tree}}")
+    assert [(e.data, e.origin) for e in rollbacks] == [(
+        {"revision": now, "to": first, "reason": "errors after the promote",
+         "staging": "synced"}, "cli")]
+    assert await note_of(engine) == f"3 {OLD_TEXT}"
+    assert git(home / "staging", "rev-parse", "HEAD") == now
+    assert await note_of(home / "staging") == f"3 {OLD_TEXT}"
+
+
+async def test_rollback_undoes_a_promote_that_arrived_as_a_merge_exactly(tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    engine, staging = home / "engine", home / "staging"
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        stage_new_text(staging)
+        await promote_without_gate(home, events)
+        (staging / "rules" / "extra.py").write_text('"""Staged, not yet promoted."""\n')
+        git(staging, "add", "-A")
+        git(staging, "commit", "-q", "-m", "unpromoted work")
+        reverted = await rollback(home, None, events=events, reason="first")
+        assert "merge main" in git(staging, "log", "-1", "--format=%s")  # staging merged main
+        await promote_without_gate(home, events)  # main now holds a merge commit
+
+        again = await rollback(home, None, events=events, reason="second")
+    finally:
+        await events.close()
+    assert git(engine, "rev-parse", f"{again}^{{tree}}") == git(engine, "rev-parse",
+                                                                 f"{reverted}^{{tree}}")
+    assert not (engine / "rules" / "extra.py").exists()
+    assert await note_of(engine) == f"3 {OLD_TEXT}"
+
+
+async def test_rollback_to_a_revision_that_is_not_on_main_is_refused(tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    (home / "staging" / "notes.txt").write_text("only on staging\n")
+    git(home / "staging", "add", "-A")
+    git(home / "staging", "commit", "-q", "-m", "staging only")
+    side = git(home / "staging", "rev-parse", "HEAD")
+    main = revision(home)
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        with pytest.raises(EngineDirError, match="not an earlier revision of main"):
+            await rollback(home, side, events=events, reason="wrong")
+        with pytest.raises(EngineDirError, match="no such revision"):
+            await rollback(home, "no-such-branch", events=events, reason="wrong")
+        with pytest.raises(EngineDirError, match="nothing to roll back"):
+            await rollback(home, None, events=events, reason="nothing promoted")
+        assert await events.read(kinds=["rollback"]) == []
+    finally:
+        await events.close()
+    assert revision(home) == main
+
+
+async def test_git_engine_directory_serves_the_survival_rollback_executor(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    stage_new_text(home / "staging")
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        promoted = await promote_without_gate(home, events)
+    finally:
+        await events.close()
+    reloaded: list[str] = []
+
+    async def on_rollback(now: str) -> None:
+        reloaded.append(now)
+
+    engine = Engine(home, engine_directory=GitEngineDirectory(home, on_rollback=on_rollback))
+    await engine.open()
+    try:
+        stored = await engine.append([effect_draft(Rollback(reason="test"), origin="agent")])
+        await engine.executor_loop.run_until_idle()
+        done = await engine.events.read(key=stored.events[0].key)
+        rollbacks = await engine.events.read(kinds=["rollback"])
+    finally:
+        await engine.close()
+    now = git(home / "engine", "rev-parse", "HEAD")
+    assert [e.kind for e in done] == ["effect", "effect-executing", "effect-acked"]
+    assert done[-1].data["result"] == {"revision": now, "emergency": False}
+    assert git(home / "engine", "rev-parse", "HEAD^") == promoted
+    assert git(home / "engine", "log", "-1", "--format=%s").startswith("Revert to ")
+    assert [(e.data["reason"], e.origin) for e in rollbacks] == [("test", "survival")]
+    assert reloaded == [now]
+    assert await note_of(home / "engine") == f"3 {OLD_TEXT}"
