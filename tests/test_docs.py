@@ -2,7 +2,8 @@
 
 Each block runs as its own pytest case, in a subprocess, in a fresh temporary directory with
 HOME and UPULSE_HOME pointed inside it, so an example can never touch the reader's real home.
-Shell commands and output belong in ```bash or ```text fences, which are not run.
+Shell commands and output belong in ```bash or ```text fences, config files in ```ini; none
+of those is run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = "python"
-NOT_RUN = {"bash", "text"}
+NOT_RUN = {"bash", "text", "ini"}
 TIMEOUT_S = 30  # every block takes about a second; a hang should fail soon
 TEST_TIME_LIMIT_S = TIMEOUT_S * 2 + 30  # conftest's hard limit: above any timeout here
 
@@ -68,7 +69,7 @@ PYTHON_BLOCKS = [block for block in ALL_BLOCKS if block.lang == RUNNABLE]
 def test_every_fence_names_a_known_language() -> None:
     """An unlabelled or misspelt fence (```py) would silently escape being run."""
     wrong = [f"{b.id} ```{b.lang}" for b in ALL_BLOCKS if b.lang not in {RUNNABLE, *NOT_RUN}]
-    assert not wrong, f"use ```python (runs), ```bash or ```text (does not run): {wrong}"
+    assert not wrong, f"use ```python (runs), ```bash, ```text or ```ini (not run): {wrong}"
 
 
 def test_every_docs_page_has_a_runnable_example() -> None:

@@ -1,0 +1,141 @@
+"""HOME/config.json: one file for the CLI, the daemon and the survival layer, checked on load.
+
+Every error names the file, the field, what values are allowed and what was found::
+
+    config.json: daemon.drain_timeout_s must be a number > 0, got "soon"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
+
+from pulse_cli.home import CliError, check_instance_name
+
+if TYPE_CHECKING:
+    from pulse_survival import SurvivalConfig
+
+
+class ConfigError(CliError):
+    """config.json is missing, not JSON, or has a field that is unknown or out of range."""
+
+
+class DaemonSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How the daemon stops and how big its log may grow before it is rotated."""
+
+    drain_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0
+    log_max_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 10 * 1024 * 1024
+
+
+class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """config.json as stored; `survival` is checked by pulse_survival.load_config."""
+
+    instance: str = "default"
+    default_tick_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 5_000
+    daemon: DaemonSettings = DaemonSettings()
+    survival: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class Config:
+    """A home's settings, validated."""
+
+    instance: str
+    default_tick_ms: int
+    daemon: DaemonSettings
+    survival: SurvivalConfig
+
+
+# What each field allows, in the words of an error message.
+ALLOWED: dict[str, str] = {
+    "": "a JSON object",
+    "instance": "an instance name (letters, digits, '.', '_', '-')",
+    "default_tick_ms": "an integer from 100 to 600000",
+    "daemon": "an object with drain_timeout_s and log_max_bytes",
+    "daemon.drain_timeout_s": "a number > 0 and <= 3600",
+    "daemon.log_max_bytes": "an integer >= 4096",
+    "survival": "an object of pulse_survival.SurvivalConfig settings",
+}
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "": tuple(ConfigFile.__struct_fields__),
+    "daemon": tuple(DaemonSettings.__struct_fields__),
+}
+_AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
+
+
+def _lookup(raw: Any, path: str) -> Any:
+    value = raw
+    for part in filter(None, path.split(".")):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _explain(exc: msgspec.ValidationError, raw: Any, name: str) -> ConfigError:
+    text = str(exc)
+    match = _AT.search(text)
+    path = match.group("path") if match else ""
+    unknown = _UNKNOWN.match(text)
+    if unknown:
+        field = f"{path}.{unknown.group('name')}" if path else unknown.group("name")
+        allowed = ", ".join(_FIELDS.get(path, ()))
+        return ConfigError(f"{name}: {field} is not a setting; allowed here: {allowed}")
+    allowed = ALLOWED.get(path, "a valid value")
+    got = json.dumps(_lookup(raw, path))
+    return ConfigError(f"{name}: {path or 'the file'} must be {allowed}, got {got}")
+
+
+def parse_config(data: bytes, name: str = "config.json") -> Config:
+    """A Config from the bytes of a config file; ConfigError names any bad field."""
+    from pulse_survival import SurvivalConfigError, load_config  # its checks, its bounds
+
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{name}: not valid JSON — {exc}") from None
+    try:
+        stored = msgspec.convert(raw, ConfigFile)
+    except msgspec.ValidationError as exc:
+        raise _explain(exc, raw, name) from None
+    try:
+        check_instance_name(stored.instance)
+    except CliError:
+        got = json.dumps(stored.instance)
+        raise ConfigError(f"{name}: instance must be {ALLOWED['instance']}, got {got}") from None
+    try:
+        survival = load_config(stored.survival)
+    except SurvivalConfigError as exc:
+        message = re.sub(r"survival config: (.*) - at `\$\.?([^`]*)`",
+                         r"survival.\2: \1", str(exc))
+        raise ConfigError(f"{name}: {message}") from None
+    return Config(stored.instance, stored.default_tick_ms, stored.daemon, survival)
+
+
+def load(path: Path) -> Config:
+    """The Config in `path`; ConfigError if it is missing or invalid."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist — run `upulse init` to create it") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it — {exc}") from None
+    return parse_config(data, str(path))
+
+
+def default_config_text(instance: str) -> str:
+    """The config.json `upulse init` writes: every setting at its default."""
+    stored = ConfigFile(instance=instance)
+    return msgspec.json.format(msgspec.json.encode(stored), indent=2).decode() + "\n"
+
+
+def write_default(path: Path, instance: str) -> None:
+    """Write a default config.json for `instance` atomically."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(default_config_text(instance))
+    os.replace(tmp, path)

@@ -1,0 +1,153 @@
+"""`upulse daemon start|stop|restart|logs`: controlling a home's daemon from outside it.
+
+`start` spawns `python -m pulse_cli daemon run --home HOME` in a new session (stdin from
+/dev/null, stdout and stderr appended to HOME/daemon.log) and returns once the daemon has
+written HOME/daemon.pid, which it does after its engine has opened the home. Signals are
+the whole interface: SIGTERM stops (after draining), SIGHUP reloads the business rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from pulse_cli import config as config_file
+from pulse_cli.home import EXIT_STATE, CliError, DaemonStateError, Home
+
+READY_TIMEOUT_S = 20.0
+
+
+def _log_tail(home: Home, lines: int = 20) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(home.logfile.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def start(home: Home, *, foreground: bool = False) -> int:
+    """Start the daemon of `home` (in this process with `foreground`); exit 3 if it runs."""
+    home.require()
+    pid = home.running_pid()
+    if pid is not None:
+        raise DaemonStateError(
+            f"the daemon of {home.root} is already running (pid {pid}) — "
+            "`upulse daemon restart` to replace it")
+    cfg = config_file.load(home.config)
+    if foreground:
+        from pulse_cli.daemon import run  # the engine and its code: only in the daemon
+
+        return run(home)
+    with contextlib.suppress(OSError):
+        if home.logfile.stat().st_size > cfg.daemon.log_max_bytes:
+            os.replace(home.logfile, home.logfile.with_name("daemon.log.1"))
+    with open(home.logfile, "ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pulse_cli", "daemon", "run", "--home", str(home.root)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=home.root,
+        )
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if home.running_pid() == child.pid:
+            print(f"daemon started: pid {child.pid}, home {home.root}")
+            return 0
+        code = child.poll()
+        if code == EXIT_STATE:
+            raise DaemonStateError(f"the daemon of {home.root} is already running:\n"
+                                   f"{_log_tail(home, 3)}")
+        if code is not None:
+            raise CliError(f"the daemon exited with status {code} before it was ready; "
+                           f"the end of {home.logfile}:\n{_log_tail(home)}")
+        time.sleep(0.05)
+    child.terminate()
+    raise CliError(f"the daemon (pid {child.pid}) was not ready within {READY_TIMEOUT_S:g} s; "
+                   f"it was asked to stop. The end of {home.logfile}:\n{_log_tail(home)}")
+
+
+def _gone(pid: int) -> bool:
+    """Whether `pid` has exited (a zombie waiting to be reaped counts as exited)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def stop(home: Home, *, timeout: float | None = None) -> int:
+    """SIGTERM the daemon and wait until it has drained, closed and exited."""
+    pid = home.running_pid()
+    if pid is None:
+        raise DaemonStateError(f"the daemon of {home.root} is not running")
+    if timeout is None:
+        timeout = config_file.load(home.config).daemon.drain_timeout_s + 10.0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _gone(pid):
+            print(f"daemon stopped (was pid {pid})")
+            return 0
+        time.sleep(0.05)
+    raise CliError(f"the daemon (pid {pid}) is still running {timeout:g} s after SIGTERM — "
+                   f"see {home.logfile}; `kill -9 {pid}` if it hangs")
+
+
+def restart(home: Home) -> int:
+    """Stop the daemon if it runs, then start it."""
+    if home.running_pid() is not None:
+        stop(home)
+    return start(home)
+
+
+def signal_reload(home: Home) -> int | None:
+    """SIGHUP the running daemon so it reloads its rules; returns its pid (None if stopped)."""
+    pid = home.running_pid()
+    if pid is not None:
+        os.kill(pid, signal.SIGHUP)
+    return pid
+
+
+def wait_for_revision(home: Home, revision: str | None, timeout: float) -> bool:
+    """Whether the daemon reports running `revision` within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = home.daemon_status()
+        if status is not None and status.state == "running" and status.revision == revision:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def logs(home: Home, lines: int, follow: bool) -> int:
+    """Print the last `lines` lines of daemon.log; with `follow`, keep printing new ones."""
+    with contextlib.suppress(OSError):
+        text = home.logfile.read_text(errors="replace").splitlines()
+        for line in text[len(text) - max(lines, 0):]:
+            print(line)
+    if not home.logfile.exists():
+        print(f"no log yet at {home.logfile}")
+    if not follow:
+        return 0
+    sys.stdout.flush()
+    position, inode = 0, 0
+    with contextlib.suppress(OSError):
+        info = home.logfile.stat()
+        position, inode = info.st_size, info.st_ino
+    while True:
+        time.sleep(0.25)
+        try:
+            info = home.logfile.stat()
+        except OSError:
+            continue
+        if info.st_ino != inode or info.st_size < position:
+            inode, position = info.st_ino, 0  # rotated or truncated: read the new file
+        if info.st_size > position:
+            with open(home.logfile, "rb") as log:
+                log.seek(position)
+                chunk = log.read()
+            position += len(chunk)
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()

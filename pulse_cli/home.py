@@ -1,0 +1,196 @@
+"""Homes and named instances: where each engine keeps its files, and whether its daemon runs.
+
+A home holds one engine's whole state::
+
+    HOME/
+    ├── config.json          settings, validated on load (pulse_cli.config)
+    ├── events.db            the event log
+    ├── vitals.db            watcher samples
+    ├── objects/             content-addressed payloads
+    ├── engine/              the engine directory (git; main = production)
+    ├── staging/             a git worktree of engine/ on the staging branch
+    ├── daemon.pid           written once the daemon's engine is open; removed on stop
+    ├── daemon.status.json   refreshed by the daemon every second (DaemonStatus)
+    └── daemon.log           the daemon's stdout and stderr
+
+`--home DIR` names a home; `--instance NAME` is `BASE/instances/NAME`; without either the
+home is BASE itself, where BASE is $UPULSE_HOME or ~/.upulse. Two instances are two homes, so
+they never share a database, a lock or a pidfile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+import msgspec
+import psutil
+
+from pulse_core import PulseError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_STATE = 3
+EXIT_REFUSED = 4
+
+_INSTANCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class CliError(PulseError):
+    """A command failed; `exit_code` is what the `upulse` process exits with."""
+
+    exit_code = EXIT_ERROR
+
+
+class UsageError(CliError):
+    """The command line names something impossible (a bad instance name, bad JSON)."""
+
+    exit_code = EXIT_USAGE
+
+
+class NotInitialised(CliError):
+    """The home has no config.json or events.db: `upulse init` was never run there."""
+
+
+class DaemonStateError(CliError):
+    """The daemon is already running (for start) or not running (for stop, status)."""
+
+    exit_code = EXIT_STATE
+
+
+def base_home() -> Path:
+    """$UPULSE_HOME, else ~/.upulse."""
+    return Path(os.environ.get("UPULSE_HOME") or Path.home() / ".upulse").expanduser()
+
+
+def is_instance_name(name: str) -> bool:
+    """Whether `name` can name an instance (and its folder)."""
+    return _INSTANCE_NAME.match(name) is not None
+
+
+def check_instance_name(name: str) -> str:
+    """`name` if it can name an instance folder, else UsageError saying what is allowed."""
+    if not is_instance_name(name):
+        raise UsageError(
+            f"instance name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with "
+            "a letter or digit"
+        )
+    return name
+
+
+def resolve_home(home: Path | None, instance: str | None) -> Path:
+    """The home a command acts on: `--home`, else `--instance`, else the base home."""
+    if home is not None and instance is not None:
+        raise UsageError("give --home or --instance, not both")
+    if home is not None:
+        return home.expanduser().absolute()
+    if instance is not None:
+        return base_home().absolute() / "instances" / check_instance_name(instance)
+    return base_home().absolute()
+
+
+class DaemonStatus(msgspec.Struct):
+    """HOME/daemon.status.json: what `upulse daemon status` shows besides the log."""
+
+    pid: int
+    state: str
+    started_at: int
+    updated_at: int
+    instance: str
+    revision: str | None = None
+    ticks: int = 0
+    last_tick_at: int | None = None
+    tick_ms: int | None = None
+    reloads: int = 0
+    last_reload_at: int | None = None
+    stopped_at: int | None = None
+
+
+class Home:
+    """The paths of one home folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config = root / "config.json"
+        self.events_db = root / "events.db"
+        self.vitals_db = root / "vitals.db"
+        self.objects = root / "objects"
+        self.engine = root / "engine"
+        self.staging = root / "staging"
+        self.pidfile = root / "daemon.pid"
+        self.statusfile = root / "daemon.status.json"
+        self.logfile = root / "daemon.log"
+
+    def __repr__(self) -> str:
+        return f"Home({str(self.root)!r})"
+
+    @property
+    def initialised(self) -> bool:
+        """Whether `upulse init` laid this home out."""
+        return self.config.is_file() and self.events_db.is_file()
+
+    def require(self) -> Home:
+        """This home, or NotInitialised telling how to make it."""
+        if not self.initialised:
+            raise NotInitialised(
+                f"{self.root} is not a pulse home (no config.json or events.db) — run "
+                f"`upulse init --home {self.root}` first"
+            )
+        return self
+
+    def running_pid(self) -> int | None:
+        """The pid of this home's daemon if it is alive, else None (a stale pidfile is ignored).
+
+        The process must exist, not be a zombie, and have started before the pidfile was
+        written, so a recycled pid is not mistaken for the daemon.
+        """
+        try:
+            text = self.pidfile.read_text().strip()
+            written = self.pidfile.stat().st_mtime
+        except OSError:
+            return None
+        if not text.isdigit():
+            return None
+        pid = int(text)
+        try:
+            process = psutil.Process(pid)
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            if process.create_time() > written + 1.0:
+                return None
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        return pid
+
+    def daemon_status(self) -> DaemonStatus | None:
+        """What the daemon last wrote to daemon.status.json (None: nothing readable)."""
+        try:
+            return msgspec.json.decode(self.statusfile.read_bytes(), type=DaemonStatus)
+        except (OSError, msgspec.DecodeError):
+            return None
+
+    def write_pidfile(self, pid: int) -> None:
+        """Write the pidfile atomically (a reader never sees it half written)."""
+        tmp = self.pidfile.with_suffix(".pid.tmp")
+        tmp.write_text(f"{pid}\n")
+        os.replace(tmp, self.pidfile)
+
+    def remove_pidfile(self, pid: int) -> None:
+        """Remove the pidfile if it still names `pid` (never another daemon's)."""
+        with contextlib.suppress(OSError):
+            if self.pidfile.read_text().strip() == str(pid):
+                self.pidfile.unlink()
+
+
+def list_homes(base: Path | None = None) -> list[tuple[str, Home]]:
+    """The base home (named "default") and every instance under BASE/instances, by name."""
+    root = (base or base_home()).absolute()
+    homes = [("default", Home(root))]
+    folder = root / "instances"
+    if folder.is_dir():
+        homes += [(p.name, Home(p)) for p in sorted(folder.iterdir())
+                  if p.is_dir() and is_instance_name(p.name)]
+    return homes

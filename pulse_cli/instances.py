@@ -1,0 +1,138 @@
+"""`upulse init`, `upulse instances` and `upulse daemon status`: homes and what runs in them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from pulse_cli import config as config_file
+from pulse_cli.home import DaemonStateError, DaemonStatus, Home, list_homes
+from pulse_cli.output import ago, clip, now_ms, print_json, print_table, span
+from pulse_cli.queries import EFFECT_STATUSES_PENDING, read_effects, reading
+from pulse_core import Event, ObjectStore, SqliteEventStore, VitalsStore
+
+ERRORS_SHOWN = 3
+ERROR_LOOKBACK = 100_000  # events searched back from the head for the last errors
+
+
+async def initialise(home: Home, instance: str) -> int:
+    """Lay out `home` (config, stores, objects/, engine directory); what exists is kept as is."""
+    from pulse_cli.enginedir import init_engine_dir  # git and the template: only for init
+
+    created: list[str] = []
+    home.root.mkdir(parents=True, exist_ok=True)
+    if not home.config.exists():
+        config_file.write_default(home.config, instance)
+        created.append(home.config.name)
+    if not home.events_db.exists():
+        await (await SqliteEventStore.open(home.events_db)).close()
+        created.append(home.events_db.name)
+    if not home.vitals_db.exists():
+        await (await VitalsStore.open(home.vitals_db)).close()
+        created.append(home.vitals_db.name)
+    if not home.objects.exists():
+        ObjectStore(home.objects)
+        created.append(home.objects.name + "/")
+    if await asyncio.to_thread(init_engine_dir, home.root):
+        created.append("engine/ (git, branch main) and staging/ (worktree, branch staging)")
+    if created:
+        print(f"initialised {home.root}: created {', '.join(created)}")
+    else:
+        print(f"{home.root} already exists; nothing changed")
+    return 0
+
+
+def _state(home: Home) -> tuple[str, int | None]:
+    if not home.initialised:
+        return "not initialised", None
+    pid = home.running_pid()
+    return ("running", pid) if pid is not None else ("stopped", None)
+
+
+def instances(base: Home, *, as_json: bool) -> int:
+    """List the base home and every named instance under it with its daemon's status."""
+    listed: list[dict[str, Any]] = []
+    for name, home in list_homes(base.root):
+        if name != "default" and not home.root.exists():
+            continue
+        state, pid = _state(home)
+        listed.append({"name": name, "home": str(home.root), "state": state, "pid": pid})
+    if as_json:
+        print_json(listed)
+        return 0
+    rows = [[i["name"], i["state"] + (f" (pid {i['pid']})" if i["pid"] else ""), i["home"]]
+            for i in listed]
+    print_table(("INSTANCE", "STATUS", "HOME"), rows, "no instances")
+    return 0
+
+
+async def _last_errors(store: SqliteEventStore) -> list[Event]:
+    after = max(await store.last_seq() - ERROR_LOOKBACK, 0)
+    return (await store.read(after, kinds=["error"]))[-ERRORS_SHOWN:]
+
+
+def _tick_rate(status: DaemonStatus, now: int) -> float:
+    minutes = max(now - status.started_at, 1) / 60_000
+    return status.ticks / minutes
+
+
+async def status(home: Home, *, as_json: bool) -> int:
+    """Show the daemon's pid, uptime, revision, ticks, pending effects and last errors.
+
+    Exits 3 (with what is known of the last run) when the daemon is not running.
+    """
+    home.require()
+    cfg = config_file.load(home.config)
+    pid = home.running_pid()
+    last = home.daemon_status()
+    async with reading(home) as store:
+        pending = [v for v in (await read_effects(store)).values()
+                   if v.status in EFFECT_STATUSES_PENDING]
+        errors = await _last_errors(store)
+    now = now_ms()
+    report: dict[str, Any] = {
+        "instance": cfg.instance, "home": str(home.root), "running": pid is not None,
+        "pid": pid, "status": None if last is None else msgspec.to_builtins(last),
+        "uptime_s": None, "tick_rate_per_min": None,
+        "pending_effects": len(pending), "last_errors": [msgspec.to_builtins(e) for e in errors],
+    }
+    if pid is not None and last is not None and last.pid == pid:
+        report["uptime_s"] = (now - last.started_at) / 1000
+        report["tick_rate_per_min"] = round(_tick_rate(last, now), 2)
+    if as_json:
+        print_json(report)
+    else:
+        _print_status(report, last, now)
+    if pid is None:
+        raise DaemonStateError(f"the daemon of {home.root} is not running")
+    return 0
+
+
+def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -> None:
+    lines = [("instance", report["instance"]), ("home", report["home"])]
+    if report["running"]:
+        lines.append(("state", f"running (pid {report['pid']})"))
+    else:
+        stopped = ago(last.stopped_at, now) if last and last.stopped_at else "-"
+        lines.append(("state", f"stopped (last stop {stopped})"))
+    if last is not None:
+        lines.append(("revision", last.revision or "none (no engine directory code)"))
+    if report["uptime_s"] is not None and last is not None:
+        lines.append(("uptime", span(report["uptime_s"])))
+        lines.append(("ticks", f"{last.ticks} ({report['tick_rate_per_min']:g}/min), last "
+                               f"{ago(last.last_tick_at, now)}, next in "
+                               f"{last.tick_ms if last.tick_ms is not None else '-'} ms"))
+        if last.reloads:
+            lines.append(("reloads", f"{last.reloads}, last {ago(last.last_reload_at, now)}"))
+    lines.append(("pending", f"{report['pending_effects']} effects"))
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        print(f"{key.ljust(width)}  {value}")
+    errors = report["last_errors"]
+    print(f"{'errors'.ljust(width)}  {'none' if not errors else ''}".rstrip())
+    for error in errors:
+        data = error["data"] if isinstance(error["data"], dict) else {}
+        message = f"{data.get('type', '')}: {data.get('message', '')}"
+        print(f"  #{error['seq']}  {ago(error['ts'], now)}  {error['key']}  {clip(message, 80)}")

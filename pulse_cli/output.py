@@ -1,0 +1,91 @@
+"""How commands print: aligned tables and relative times for people, JSON for machines."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from pulse_core import PersistentMap
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, PersistentMap):
+        return dict(obj.items())
+    if isinstance(obj, frozenset | set):
+        return sorted(obj)
+    raise TypeError(f"cannot print {type(obj).__name__} as JSON")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def to_json(value: Any) -> str:
+    """`value` as compact JSON text (Structs, PersistentMaps and sets included)."""
+    return _encoder.encode(value).decode()
+
+
+def print_json(value: Any) -> None:
+    """Print `value` as one indented JSON document."""
+    sys.stdout.write(msgspec.json.format(_encoder.encode(value), indent=2).decode() + "\n")
+
+
+def print_json_line(value: Any) -> None:
+    """Print `value` as one line of JSON (for streams: one document per line)."""
+    sys.stdout.write(to_json(value) + "\n")
+    sys.stdout.flush()
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, the unit of event timestamps."""
+    return time.time_ns() // 1_000_000
+
+
+def span(seconds: float) -> str:
+    """A duration the way a person says it: 45s, 3m 05s, 2h 10m, 4d 3h."""
+    whole = int(max(seconds, 0))
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+def ago(ts_ms: int | None, now: int | None = None) -> str:
+    """How long ago `ts_ms` was ("3s ago", "2h 10m ago"; "in 5s" for the future; "-" for none)."""
+    if ts_ms is None:
+        return "-"
+    delta = ((now if now is not None else now_ms()) - ts_ms) / 1000
+    if delta < 0:
+        return f"in {span(-delta)}"
+    return f"{span(delta)} ago"
+
+
+def clip(text: str, width: int) -> str:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: max(width - 1, 0)] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """An aligned plain-text table; the last column is not padded."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
+        lines.append("  ".join([*padded, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) -> None:
+    """Print a table, or `empty` when there are no rows."""
+    print(table(headers, rows) if rows else empty)

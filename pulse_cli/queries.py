@@ -1,0 +1,299 @@
+"""`upulse events|effects|tasks|vitals` (read the log) and `upulse task ...` (append to it).
+
+Reads open events.db without its writer (query-only connections), so they never write and
+never wait for a running daemon. Task commands append through pulse_core.TaskBoard with the
+task's expected version; SQLite's WAL lets them write while the daemon runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import msgspec
+
+from pulse_cli.home import Home, UsageError
+from pulse_cli.output import (
+    ago,
+    clip,
+    now_ms,
+    print_json,
+    print_json_line,
+    print_table,
+    to_json,
+)
+from pulse_core import Event, SqliteEventStore, TaskBoard, TaskState, VitalsStore
+from pulse_core.effects import EFFECT_KINDS
+from pulse_core.errors import InvalidTransition
+from pulse_core.tasks import TASK_KINDS, next_task_state
+
+_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+EFFECT_STATUSES_PENDING = frozenset({"pending", "executing", "retrying"})
+
+
+class Since(msgspec.Struct, frozen=True):
+    """Where a listing starts: after an event seq, or a duration back from now."""
+
+    seq: int | None = None
+    seconds: float | None = None
+
+
+def parse_since(text: str) -> Since:
+    """`--since` as an argparse type: `120` (after seq 120) or `90s`, `10m`, `2h`, `1d`."""
+    if text.isdigit():
+        return Since(seq=int(text))
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give an event seq (like 120) or a duration (like 90s, 10m, 2h, 1d)")
+    return Since(seconds=float(match["n"]) * _UNIT_S[match["unit"]])
+
+
+def parse_duration(text: str) -> float:
+    """A duration such as `90s`, `10m`, `2h` or `1d`, in seconds (an argparse type)."""
+    since = parse_since(text)
+    if since.seconds is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a duration like 90s, 10m, 2h or 1d")
+    return since.seconds
+
+
+@contextlib.asynccontextmanager
+async def reading(home: Home) -> AsyncIterator[SqliteEventStore]:
+    """events.db of `home` for reading only: no writer thread, no schema change, no lock."""
+    store = SqliteEventStore(home.require().events_db)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def _after_time(store: SqliteEventStore, cutoff_ms: int) -> int:
+    """The seq after which every event is at or after `cutoff_ms` (seqs are gap-free and
+    timestamps follow them, so a binary search costs a few reads however long the log)."""
+    low, high = 0, await store.last_seq()
+    while low < high:
+        mid = (low + high) // 2
+        event = (await store.read(mid, limit=1))[0]
+        if event.ts >= cutoff_ms:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+async def _events_after(store: SqliteEventStore, since: Since | None, kinds: list[str] | None,
+                        key: str | None, limit: int) -> list[Event]:
+    if since is None:
+        top = await store.last_seq()
+        # A tail: without filters the last `limit` seqs are the last `limit` events.
+        after = max(top - limit, 0) if limit and kinds is None and key is None else 0
+        events = await store.read(after, kinds=kinds, key=key)
+        return events[-limit:] if limit else events
+    if since.seq is not None:
+        after = since.seq
+    else:
+        assert since.seconds is not None
+        after = await _after_time(store, now_ms() - int(since.seconds * 1000))
+    return await store.read(after, kinds=kinds, key=key, limit=limit or None)
+
+
+def _event_row(event: Event, now: int) -> list[str]:
+    data = "" if event.data is None else to_json(event.data)
+    return [str(event.seq), ago(event.ts, now), event.kind, clip(event.key, 40), event.origin,
+            clip(data, 70)]
+
+
+_EVENT_HEADERS = ("SEQ", "WHEN", "KIND", "KEY", "ORIGIN", "DATA")
+
+
+async def events(home: Home, *, kinds: list[str] | None, key: str | None, since: Since | None,
+                 follow: bool, as_json: bool, limit: int) -> int:
+    """Print events: the last `limit` (or, with `since`, the first `limit` after it)."""
+    async with reading(home) as store:
+        listed = await _events_after(store, since, kinds, key, limit)
+        now = now_ms()
+        if as_json and not follow:
+            print_json([msgspec.to_builtins(e) for e in listed])
+            return 0
+        if as_json:
+            for event in listed:
+                print_json_line(msgspec.to_builtins(event))
+        else:
+            print_table(_EVENT_HEADERS, [_event_row(e, now) for e in listed],
+                        "" if follow else "no events")
+        if not follow:
+            return 0
+        cursor = listed[-1].seq if listed else (
+            since.seq if since is not None and since.seq is not None else await store.last_seq())
+        async for event in store.changes(cursor, kinds=kinds, poll_interval=0.25):
+            if key is not None and event.key != key:
+                continue
+            if as_json:
+                print_json_line(msgspec.to_builtins(event))
+            else:
+                print("  ".join(_event_row(event, now_ms())), flush=True)
+    return 0
+
+
+# -- effects -------------------------------------------------------------------------------
+
+
+class EffectView(msgspec.Struct):
+    """One effect as its events tell it: what, its status, attempts, last error or result."""
+
+    id: str
+    type: str
+    status: str
+    attempt: int
+    created_at: int
+    updated_at: int
+    origin: str
+    effect: Any
+    error: str | None = None
+    result: Any = None
+
+
+def fold_effects(effect_events: Sequence[Event]) -> dict[str, EffectView]:
+    """Every effect in `effect_events` (effect kinds, in seq order), by id."""
+    views: dict[str, EffectView] = {}
+    for event in effect_events:
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.kind == "effect":
+            body = data.get("effect")
+            tag = body.get("type") if isinstance(body, dict) else None
+            views[event.key] = EffectView(event.key, str(tag), "pending", 0, event.ts, event.ts,
+                                          event.origin, body)
+            continue
+        view = views.get(event.key)
+        if view is None:
+            continue
+        view.updated_at = event.ts
+        view.attempt = int(data.get("attempt", view.attempt))
+        if event.kind == "effect-executing":
+            view.status = "executing"
+        elif event.kind == "effect-acked":
+            view.status, view.result = "acked", data.get("result")
+        elif event.kind == "effect-failed":
+            view.status = "failed" if data.get("final") else "retrying"
+            view.error = str(data.get("error"))
+    return views
+
+
+async def read_effects(store: SqliteEventStore) -> dict[str, EffectView]:
+    """Every effect in the log, folded."""
+    return fold_effects(await store.read(kinds=EFFECT_KINDS))
+
+
+async def effects(home: Home, *, pending: bool, failed: bool, as_json: bool, limit: int) -> int:
+    """Print effects (all, or only unfinished, or only finally failed), newest last."""
+    async with reading(home) as store:
+        views = list((await read_effects(store)).values())
+    if pending:
+        views = [v for v in views if v.status in EFFECT_STATUSES_PENDING]
+    if failed:
+        views = [v for v in views if v.status == "failed"]
+    views = views[-limit:] if limit else views
+    if as_json:
+        print_json(views)
+        return 0
+    now = now_ms()
+    rows = [[v.id, v.type, v.status, v.attempt, ago(v.created_at, now), ago(v.updated_at, now),
+             clip(v.error or ("" if v.result is None else to_json(v.result)), 60)]
+            for v in views]
+    print_table(("ID", "TYPE", "STATUS", "ATTEMPT", "CREATED", "UPDATED", "ERROR/RESULT"),
+                rows, "no effects")
+    return 0
+
+
+# -- tasks ---------------------------------------------------------------------------------
+
+
+async def tasks(home: Home, *, as_json: bool, status: str | None) -> int:
+    """Print every task with its current status, folded from its lifecycle events."""
+    async with reading(home) as store:
+        found: dict[str, TaskState] = {}
+        for event in await store.read(kinds=TASK_KINDS):
+            with contextlib.suppress(InvalidTransition):
+                state = next_task_state(found.get(event.key), event)
+                if state is not None:
+                    found[event.key] = state
+    listed = [t for t in found.values() if status is None or t.status == status]
+    if as_json:
+        print_json(listed)
+        return 0
+    now = now_ms()
+    rows = [[t.id, t.status, t.priority, t.project, t.agent or "-", ago(t.created_at, now),
+             clip(t.title, 50)] for t in listed]
+    print_table(("ID", "STATUS", "PRIO", "PROJECT", "AGENT", "CREATED", "TITLE"), rows,
+                "no tasks")
+    return 0
+
+
+async def task_command(home: Home, action: str, task_id: str, *, as_json: bool,
+                       title: str = "", project: str = "default", prompt: str = "",
+                       priority: int = 0, agent: str = "", result: str | None = None,
+                       reason: str = "") -> int:
+    """Append one task lifecycle event (checked against the task's status and version)."""
+    parsed: Any = None
+    if result is not None:
+        try:
+            parsed = json.loads(result)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--result must be JSON (like '{{\"ok\": true}}'): {exc}") from None
+    store = await SqliteEventStore.open(home.require().events_db)
+    try:
+        board = TaskBoard(store, origin="cli")
+        if action == "create":
+            event = await board.create(task_id, title, project=project, prompt=prompt,
+                                       priority=priority)
+        elif action == "assign":
+            event = await board.assign(task_id, agent)
+        elif action == "start":
+            event = await board.start(task_id)
+        elif action == "ack":
+            event = await board.ack(task_id, parsed)
+        elif action == "close":
+            event = await board.close(task_id)
+        else:
+            event = await board.give_up(task_id, reason)
+    finally:
+        await store.close()
+    if as_json:
+        print_json(event)
+    else:
+        print(f"task {task_id}: {event.kind} (event #{event.seq}, version {event.version})")
+    return 0
+
+
+# -- vitals --------------------------------------------------------------------------------
+
+
+async def vitals(home: Home, key: str | None, *, since_s: float, as_json: bool,
+                 limit: int) -> int:
+    """Print the latest reading of every vitals key, or the recent samples of one key."""
+    path = home.require().vitals_db
+    if not path.exists():
+        raise UsageError(f"{path} does not exist — run `upulse init --home {home.root}`")
+    store = await VitalsStore.open(path)
+    try:
+        if key is None:
+            samples = sorted((await store.latest()).values(), key=lambda s: s.key)
+        else:
+            samples = await store.window(key, now_ms() - int(since_s * 1000))
+            samples = samples[-limit:] if limit else samples
+    finally:
+        await store.close()
+    if as_json:
+        print_json(samples)
+        return 0
+    now = now_ms()
+    rows = [[s.key, ago(s.ts, now), "ok" if s.ok else "error",
+             clip(s.error if s.error else to_json(s.data), 80)] for s in samples]
+    print_table(("KEY", "WHEN", "STATE", "DATA"), rows,
+                "no samples" if key else "no vitals yet (is the daemon running?)")
+    return 0

@@ -1,0 +1,175 @@
+"""`upulse promote|rollback|deploy|dev`: moving business rules from staging to the daemon.
+
+The git side (the gate, the merge, the revert) is pulse_cli.enginedir's; these commands
+record it in the live log and tell the running daemon to reload (SIGHUP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import tempfile
+from pathlib import Path
+
+import msgspec
+import watchfiles
+
+from pulse_cli import config as config_file
+from pulse_cli.control import signal_reload, start, wait_for_revision
+from pulse_cli.daemon import NO_CODE, build_engine, load_code
+from pulse_cli.dryrun import copy_home
+from pulse_cli.enginedir import PromoteResult
+from pulse_cli.enginedir import promote as gate_and_merge
+from pulse_cli.enginedir import rollback as revert
+from pulse_cli.home import EXIT_REFUSED, CliError, Home
+from pulse_cli.loader import EngineCodeError, reload_rules
+from pulse_cli.output import clip, print_json, to_json
+from pulse_core import SqliteEventStore
+from pulse_survival import NotifySinks
+
+
+class NoEngineDirectory(CliError):
+    """The home has no engine directory (HOME/engine and HOME/staging)."""
+
+
+def _require_engine_dir(home: Home) -> None:
+    home.require()
+    if not (home.engine.is_dir() and home.staging.is_dir()):
+        raise NoEngineDirectory(
+            f"{home.root} has no engine directory (engine/ and staging/) — run `upulse init "
+            f"--home {home.root}` to create it")
+
+
+def _reloaded(home: Home) -> str:
+    pid = signal_reload(home)
+    if pid is None:
+        return "the daemon is not running; it loads this revision when it starts"
+    return f"the daemon (pid {pid}) was asked to reload"
+
+
+async def _promote(home: Home, as_json: bool) -> PromoteResult:
+    _require_engine_dir(home)
+    store = await SqliteEventStore.open(home.events_db)
+    try:
+        result = await gate_and_merge(home.root, events=store)
+    finally:
+        await store.close()
+    if as_json:
+        print_json(msgspec.to_builtins(result))
+        return result
+    for step in result.steps:
+        print(f"  {step}")
+    if not result.ok:
+        print(f"promote refused: the {result.failed_step} step failed; main and the daemon "
+              f"are untouched\n{result.output}")
+    elif result.output:
+        print(result.output)
+    return result
+
+
+async def promote(home: Home, *, as_json: bool) -> int:
+    """Run the gate on staging; on success merge, record it and make the daemon reload."""
+    result = await _promote(home, as_json)
+    if not result.ok:
+        return EXIT_REFUSED
+    if result.revision == result.previous:
+        return 0  # nothing to promote: the daemon already runs main
+    reload = _reloaded(home)
+    if not as_json:
+        print(f"promoted: main is at {result.revision}; {reload}")
+    return 0
+
+
+async def rollback(home: Home, revision: str | None, *, reason: str) -> int:
+    """Revert main to `revision` (default: before the last promote), record it, reload."""
+    _require_engine_dir(home)
+    store = await SqliteEventStore.open(home.events_db)
+    try:
+        now = await revert(home.root, revision, events=store, reason=reason)
+    finally:
+        await store.close()
+    print(f"rolled back: main is at {now}; {_reloaded(home)}")
+    return 0
+
+
+async def deploy(home: Home, *, wait_s: float) -> int:
+    """Promote, then confirm the daemon runs the new revision (starting it if stopped)."""
+    result = await _promote(home, as_json=False)
+    if not result.ok:
+        return EXIT_REFUSED
+    if home.running_pid() is None:
+        await asyncio.to_thread(start, home)
+    else:
+        signal_reload(home)
+    if not await asyncio.to_thread(wait_for_revision, home, result.revision, wait_s):
+        raise CliError(f"promoted revision {result.revision}, but the daemon did not report "
+                       f"running it within {wait_s:g} s — see `upulse daemon logs`")
+    print(f"deployed: the daemon runs revision {result.revision}")
+    return 0
+
+
+def contained(cfg: config_file.Config) -> config_file.Config:
+    """`cfg` with the survival settings that act outside the home turned off (essential
+    processes, the LLM proxy restart, notification sinks, folders to archive or clean), so
+    a scratch engine next to the daemon never does the daemon's work a second time."""
+    survival = cfg.survival
+    quiet = msgspec.structs.replace(
+        survival, processes=(), notify=NotifySinks(),
+        llm=msgspec.structs.replace(survival.llm, restart=None),
+        resource=msgspec.structs.replace(survival.resource, session_folders=(),
+                                         temp_folders=()))
+    return dataclasses.replace(cfg, survival=quiet)
+
+
+async def dev(home: Home, *, seconds: float | None) -> int:
+    """Run the staging code on a scratch copy of the home, reloading rules when files change.
+
+    Every event the scratch engine writes is printed; the live home's files are never
+    written, and the survival settings that act outside the home are off (see `contained`).
+    """
+    _require_engine_dir(home)
+    cfg = contained(config_file.load(home.config))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    with tempfile.TemporaryDirectory(prefix="upulse-dev-") as tmp:
+        scratch = Path(tmp)
+        since = await asyncio.to_thread(copy_home, home, scratch)
+        try:
+            code = load_code(home.staging)
+        except EngineCodeError as exc:
+            print(f"dev: the staging code does not load yet (fix it and save): {exc}")
+            code = NO_CODE
+        async with build_engine(scratch, cfg, code) as engine:
+            print(f"dev: staging code on a scratch copy in {scratch}; edits under "
+                  f"{home.staging} reload the rules; Ctrl-C stops", flush=True)
+
+            async def show_events() -> None:
+                async for event in engine.events.changes(since, poll_interval=0.5):
+                    print(f"#{event.seq} {event.kind} {event.key} "
+                          f"{clip(to_json(event.data), 100)}", flush=True)
+
+            async def reload_on_change() -> None:
+                async for _ in watchfiles.awatch(home.staging, stop_event=stop,
+                                                 watch_filter=watchfiles.PythonFilter()):
+                    try:
+                        await reload_rules(engine, home.staging)
+                    except EngineCodeError as exc:
+                        print(f"dev: reload failed, the previous rules keep running: {exc}",
+                              flush=True)
+                    else:
+                        print("dev: rules reloaded", flush=True)
+
+            workers = [asyncio.create_task(show_events()), asyncio.create_task(reload_on_change())]
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await stop.wait()
+            stop.set()
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+    print("dev: stopped; the scratch copy is gone")
+    return 0

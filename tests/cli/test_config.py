@@ -1,0 +1,95 @@
+"""config.json: one file, checked on load; every error names the field and what is allowed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pulse_cli.config import ConfigError, default_config_text, load, parse_config
+from pulse_cli.home import UsageError, resolve_home
+from pulse_survival import SurvivalConfig
+from tests.cli.runner import Upulse
+
+
+def refused(document: object) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(json.dumps(document).encode())
+    return str(caught.value)
+
+
+def test_the_config_init_writes_loads_with_every_default() -> None:
+    config = parse_config(default_config_text("night-shift").encode())
+    assert config.instance == "night-shift"
+    assert config.default_tick_ms == 5_000
+    assert config.daemon.drain_timeout_s == 10.0
+    assert config.survival == SurvivalConfig()
+
+
+def test_a_value_of_the_wrong_type_names_the_field_the_allowed_values_and_what_was_found(
+) -> None:
+    message = refused({"daemon": {"drain_timeout_s": "soon"}})
+    assert message == ('config.json: daemon.drain_timeout_s must be a number > 0 and <= 3600, '
+                       'got "soon"')
+
+
+def test_a_number_out_of_range_is_refused_with_the_range() -> None:
+    message = refused({"default_tick_ms": 5})
+    assert message == "config.json: default_tick_ms must be an integer from 100 to 600000, got 5"
+    assert "daemon.drain_timeout_s must be a number > 0" in refused(
+        {"daemon": {"drain_timeout_s": -1}})
+
+
+def test_an_unknown_field_is_refused_with_the_fields_allowed_there() -> None:
+    assert refused({"daemon": {"drain": 3}}) == (
+        "config.json: daemon.drain is not a setting; allowed here: drain_timeout_s, "
+        "log_max_bytes")
+    assert refused({"tick": 3}).startswith("config.json: tick is not a setting; allowed here: "
+                                           "instance, default_tick_ms, daemon, survival")
+
+
+def test_survival_settings_are_checked_against_the_survival_layers_hard_bounds() -> None:
+    message = refused({"survival": {"resource": {"memory_pct": 20}}})
+    assert "survival.resource.memory_pct = 20" in message
+    assert "[50, 99]" in message
+    assert "survival.resource" in refused({"survival": {"resource": {"memory": 95}}})
+
+
+def test_a_bad_instance_name_and_broken_json_are_refused() -> None:
+    assert "instance must be an instance name" in refused({"instance": "../etc"})
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        parse_config(b"{ nope")
+
+
+def test_a_missing_config_says_to_run_init(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="upulse init"):
+        load(tmp_path / "config.json")
+
+
+def test_instance_names_a_home_under_the_base_and_home_wins_when_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UPULSE_HOME", str(tmp_path / "base"))
+    assert resolve_home(None, None) == tmp_path / "base"
+    assert resolve_home(None, "blue") == tmp_path / "base" / "instances" / "blue"
+    assert resolve_home(tmp_path / "x", None) == tmp_path / "x"
+    with pytest.raises(UsageError, match="instance name"):
+        resolve_home(None, "../escape")
+
+
+def test_a_daemon_with_a_bad_config_does_not_start_and_says_which_field(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    config = json.loads((home / "config.json").read_text())
+    config["daemon"]["drain_timeout_s"] = "soon"
+    (home / "config.json").write_text(json.dumps(config))
+    done = upulse("daemon", "start", "--home", home, ok=False)
+    assert done.returncode == 1
+    assert 'daemon.drain_timeout_s must be a number > 0 and <= 3600, got "soon"' in done.stderr
+    assert not (home / "daemon.pid").exists()
+
+
+def test_a_bad_instance_name_on_the_command_line_is_a_usage_error(upulse: Upulse) -> None:
+    done = upulse("init", "--instance", "no/slashes", ok=False)
+    assert done.returncode == 2
+    assert "instance name 'no/slashes'" in done.stderr

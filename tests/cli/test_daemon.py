@@ -1,0 +1,215 @@
+"""`upulse init`, `daemon start|stop|status|logs|restart` and `instances`, with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cli.runner import Upulse, daemon_pid, wait_until
+from tests.cli.support import NEW_TEXT, OLD_TEXT, RULE, stage_new_text
+from tests.e2e.support import read_events
+
+TEST_TIME_LIMIT_S = 60
+
+
+def file_times(home: Path) -> dict[str, int]:
+    return {str(p.relative_to(home)): p.stat().st_mtime_ns for p in sorted(home.rglob("*"))
+            if ".git" not in p.parts}
+
+
+def status_of(upulse: Upulse, home: Path) -> dict[str, object]:
+    report = upulse.json("daemon", "status", "--home", home)
+    assert isinstance(report, dict)
+    return report
+
+
+def test_init_lays_out_a_home_and_a_second_init_changes_nothing_and_says_so(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = upulse("init", "--home", home)
+    assert "initialised" in first.stdout
+    for name in ("config.json", "events.db", "vitals.db", "objects"):
+        assert (home / name).exists(), name
+    before = file_times(home)
+    second = upulse("init", "--home", home)
+    assert second.returncode == 0
+    assert "already exists; nothing changed" in second.stdout
+    assert file_times(home) == before
+
+
+def test_a_daemon_starts_reports_its_status_refuses_a_second_start_and_stops_cleanly(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    started = upulse("daemon", "start", "--home", home)
+    pid = daemon_pid(home)
+    assert pid is not None and f"pid {pid}" in started.stdout
+    wait_until(lambda: status_of(upulse, home)["status"]["ticks"] >= 2,  # type: ignore[index]
+               10, "the daemon to report two ticks")
+    report = status_of(upulse, home)
+    assert report["running"] is True and report["pid"] == pid
+    assert report["pending_effects"] == 0
+    human = upulse("daemon", "status", "--home", home).stdout
+    assert f"running (pid {pid})" in human and "uptime" in human and "/min" in human
+
+    again = upulse("daemon", "start", "--home", home, ok=False)
+    assert again.returncode == 3
+    assert f"already running (pid {pid})" in again.stderr
+    assert daemon_pid(home) == pid
+
+    upulse("task", "create", "t-1", "--title", "while the daemon runs", "--home", home)
+    stopped = upulse("daemon", "stop", "--home", home)
+    assert f"daemon stopped (was pid {pid})" in stopped.stdout
+    assert not (home / "daemon.pid").exists()
+    kinds = [e.kind for e in read_events(home / "events.db")]
+    assert kinds[0] == "engine-started" and kinds[-1] == "engine-stopped"
+    assert "task-created" in kinds
+    after = upulse("daemon", "status", "--home", home, ok=False)
+    assert after.returncode == 3 and "not running" in after.stderr
+    assert "stopped" in after.stdout
+    assert "ready" in upulse("daemon", "logs", "--home", home).stdout
+
+
+def test_stop_when_no_daemon_runs_exits_3(upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    done = upulse("daemon", "stop", "--home", home, ok=False)
+    assert done.returncode == 3
+    assert "not running" in done.stderr
+
+
+def test_two_instances_run_side_by_side_with_their_own_pids_and_databases(
+        upulse: Upulse) -> None:
+    for name in ("blue", "green"):
+        upulse("init", "--instance", name)
+        upulse("daemon", "start", "--instance", name)
+    blue, green = (upulse.base / "instances" / n for n in ("blue", "green"))
+    assert daemon_pid(blue) is not None and daemon_pid(green) is not None
+    assert daemon_pid(blue) != daemon_pid(green)
+    blue_started = read_events(blue / "events.db", {"engine-started"})
+    green_started = read_events(green / "events.db", {"engine-started"})
+    assert [e.data["pid"] for e in blue_started] == [daemon_pid(blue)]
+    assert [e.data["pid"] for e in green_started] == [daemon_pid(green)]
+
+    listed = upulse.json("instances")
+    assert isinstance(listed, list)
+    by_name = {i["name"]: i for i in listed}
+    assert by_name["blue"]["state"] == "running" and by_name["blue"]["pid"] == daemon_pid(blue)
+    assert by_name["green"]["pid"] == daemon_pid(green)
+    assert by_name["default"]["state"] == "not initialised"
+    assert "blue" in upulse("instances").stdout
+
+    upulse("daemon", "stop", "--instance", "blue")
+    assert daemon_pid(blue) is None and daemon_pid(green) is not None
+    text = upulse("instances").stdout
+    assert "stopped" in text and f"running (pid {daemon_pid(green)})" in text
+
+
+def test_sighup_reloads_the_rules_and_code_that_fails_to_load_keeps_the_old_rules_running(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    pid = daemon_pid(home)
+    assert pid is not None
+    head = head_of(home / "engine")
+    assert status_of(upulse, home)["status"]["revision"] == head  # type: ignore[index]
+
+    entry = home / "engine" / "engine.py"
+    good = entry.read_text()
+    entry.write_text(good + "\ndef broken(:\n")
+    os.kill(pid, signal.SIGHUP)
+    wait_until(lambda: status_of(upulse, home)["status"]["reloads"] == 1,  # type: ignore[index]
+               10, "the daemon to report a reload")
+    assert daemon_pid(home) == pid
+    failures = read_events(home / "events.db", {"error"})
+    assert [e.key for e in failures] == ["engine:reload"]
+    assert "SyntaxError" in failures[0].data["type"]
+    assert "reload failed, the previous rules keep running" in (home / "daemon.log").read_text()
+    last_errors = status_of(upulse, home)["last_errors"]
+    assert [e["key"] for e in last_errors] == ["engine:reload"]  # type: ignore[attr-defined]
+
+    entry.write_text(good)
+    upulse("daemon", "restart", "--home", home)
+    assert daemon_pid(home) not in (None, pid)
+    assert status_of(upulse, home)["status"]["revision"] == head  # type: ignore[index]
+
+
+def test_a_daemon_whose_engine_code_does_not_load_still_runs_the_survival_layer(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    (home / "engine" / "engine.py").write_text("def broken(:\n")
+    upulse("daemon", "start", "--home", home)
+    report = status_of(upulse, home)
+    assert report["running"] is True
+    assert report["status"]["revision"] is None  # type: ignore[index]
+    failures = read_events(home / "events.db", {"error"})
+    assert [(e.key, e.data["type"]) for e in failures] == [("engine:load", "SyntaxError")]
+    assert "survival rules only" in (home / "daemon.log").read_text()
+
+
+def test_foreground_runs_the_daemon_in_the_calling_process_until_sigterm(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    log = (tmp_path / "foreground.log").open("wb")
+    with log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pulse_cli", "daemon", "start", "--foreground", "--home",
+             str(home)], env=upulse.env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: daemon_pid(home) == child.pid, 15, "the foreground daemon")
+            child.send_signal(signal.SIGTERM)
+            assert child.wait(timeout=15) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert not (home / "daemon.pid").exists()
+    output = (tmp_path / "foreground.log").read_text()
+    assert "ready" in output and "stopped" in output
+    status = json.loads((home / "daemon.status.json").read_text())
+    assert status["state"] == "stopped" and status["pid"] == child.pid
+
+
+def head_of(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_deploy_makes_the_daemon_run_the_promoted_revision_and_rollback_takes_it_back(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    first = head_of(home / "engine")
+    stage_new_text(home / "staging")
+    deployed = upulse("deploy", "--home", home, "--timeout", "20")
+    promoted = head_of(home / "engine")
+    assert promoted != first
+    assert f"deployed: the daemon runs revision {promoted}" in deployed.stdout
+    assert status_of(upulse, home)["status"]["revision"] == promoted  # type: ignore[index]
+    assert NEW_TEXT in (home / "engine" / RULE).read_text()
+
+    rolled = upulse("rollback", "--home", home, "--reason", "the test says so")
+    reverted = head_of(home / "engine")
+    assert f"rolled back: main is at {reverted}" in rolled.stdout
+    wait_until(lambda: status_of(upulse, home)["status"]["revision"]  # type: ignore[index]
+               == reverted, 10, "the daemon to reload the rolled-back revision")
+    assert OLD_TEXT in (home / "engine" / RULE).read_text()
+    records = read_events(home / "events.db", {"promote", "rollback"})
+    assert [(e.kind, e.data["revision"]) for e in records] == [
+        ("promote", promoted), ("rollback", reverted)]
+    assert records[1].data["reason"] == "the test says so"
+
+
+def test_a_promote_the_gate_refuses_exits_4_names_the_step_and_changes_nothing(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    before = head_of(home / "engine")
+    (home / "staging" / RULE).write_text("def broken(:\n")
+    done = upulse("promote", "--home", home, ok=False)
+    assert done.returncode == 4
+    assert "promote refused: the compile step failed" in done.stdout
+    assert "rules/inbox.py:1" in done.stdout
+    assert head_of(home / "engine") == before
+    assert read_events(home / "events.db", {"promote"}) == []

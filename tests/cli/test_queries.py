@@ -1,0 +1,163 @@
+"""`upulse events|effects|tasks|vitals|tick|task`: the log from the shell, as a real process."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from pathlib import Path
+
+from pulse_core import EventDraft, ManualClock, SqliteEventStore, VitalsStore
+from pulse_core.effects import effect_draft
+from pulse_survival import Notify
+from tests.cli.runner import Upulse
+
+HOUR_MS = 3_600_000
+
+
+async def append(home: Path, drafts: list[EventDraft], clock: ManualClock | None = None
+                 ) -> None:
+    store = await SqliteEventStore.open(home / "events.db", clock=clock)
+    try:
+        await store.append(drafts)
+    finally:
+        await store.close()
+
+
+def notice(text: str) -> EventDraft:
+    return EventDraft("notification", "cli-test", {"text": text}, origin="human")
+
+
+async def test_events_json_lists_the_log_with_every_field(upulse: Upulse, tmp_path: Path
+                                                          ) -> None:
+    home = upulse.init(tmp_path / "home")
+    await append(home, [notice("one"), notice("two")])
+    listed = upulse.json("events", "--home", home)
+    assert isinstance(listed, list)
+    assert [(e["seq"], e["kind"], e["data"]["text"]) for e in listed] == [
+        (1, "notification", "one"), (2, "notification", "two")]
+    assert set(listed[0]) >= {"seq", "id", "kind", "key", "version", "ts", "origin", "data"}
+    human = upulse("events", "--home", home).stdout
+    assert "SEQ" in human and "notification" in human and "ago" in human
+
+
+async def test_events_filter_by_kind_key_and_since_a_duration_or_a_seq(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    await append(home, [notice("an hour ago")], ManualClock(time.time_ns() // 1_000_000 - HOUR_MS))
+    await append(home, [notice("now"), EventDraft("task-created", "t-9", {"title": "x"})])
+    recent = upulse.json("events", "--home", home, "--since", "5m")
+    assert [e["seq"] for e in recent] == [2, 3]  # type: ignore[union-attr]
+    kinds = upulse.json("events", "--home", home, "--kind", "task-created")
+    assert [e["key"] for e in kinds] == ["t-9"]  # type: ignore[union-attr]
+    both = upulse.json("events", "--home", home, "--kind", "task-created",
+                       "--kind", "notification", "--since", "1")
+    assert [e["seq"] for e in both] == [2, 3]  # type: ignore[union-attr]
+    assert upulse.json("events", "--home", home, "--key", "t-9", "--since", "2h") != []
+    bad = upulse("events", "--home", home, "--since", "yesterday", ok=False)
+    assert bad.returncode == 2 and "duration" in bad.stderr
+
+
+async def test_effects_pending_lists_only_effects_without_a_final_outcome(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    waiting = effect_draft(Notify(topic="disk", level="warn", text="waiting"), origin="agent")
+    done = effect_draft(Notify(topic="disk", level="info", text="done"), origin="agent")
+    broken = effect_draft(Notify(topic="disk", level="info", text="broken"), origin="agent")
+    await append(home, [waiting, done, broken])
+    await append(home, [
+        EventDraft("effect-acked", done.key, {"attempt": 1, "result": "ok"}, origin="agent"),
+        EventDraft("effect-failed", broken.key, {"attempt": 1, "error": "no", "final": True},
+                   origin="agent"),
+    ])
+    pending = upulse.json("effects", "--home", home, "--pending")
+    assert [(e["id"], e["type"], e["status"]) for e in pending] == [  # type: ignore[union-attr]
+        (waiting.key, "notify", "pending")]
+    failed = upulse.json("effects", "--home", home, "--failed")
+    assert [(e["id"], e["error"]) for e in failed] == [  # type: ignore[union-attr]
+        (broken.key, "no")]
+    table = upulse("effects", "--home", home).stdout
+    assert "pending" in table and "acked" in table and "failed" in table
+
+
+def test_a_task_moves_through_its_lifecycle_from_the_command_line(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("task", "create", "t-1", "--title", "write the docs", "--priority", "3",
+           "--home", home)
+    upulse("task", "assign", "t-1", "ada", "--home", home)
+    early = upulse("task", "close", "t-1", "--home", home, ok=False)
+    assert early.returncode == 1 and "needs task 't-1' to be acked; it is assigned" in early.stderr
+    upulse("task", "start", "t-1", "--home", home)
+    upulse("task", "ack", "t-1", "--result", '{"pages": 4}', "--home", home)
+    upulse("task", "close", "t-1", "--home", home)
+    upulse("task", "create", "t-2", "--title", "never mind", "--home", home)
+    upulse("task", "give-up", "t-2", "--reason", "superseded", "--home", home)
+    again = upulse("task", "create", "t-1", "--title", "twice", "--home", home, ok=False)
+    assert again.returncode == 1 and "version" in again.stderr
+    tasks = upulse.json("tasks", "--home", home)
+    assert isinstance(tasks, list)
+    by_id = {t["id"]: t for t in tasks}
+    assert by_id["t-1"]["status"] == "closed" and by_id["t-1"]["agent"] == "ada"
+    assert by_id["t-1"]["result"] == {"pages": 4} and by_id["t-1"]["priority"] == 3
+    assert by_id["t-2"]["status"] == "given-up" and by_id["t-2"]["reason"] == "superseded"
+    assert "write the docs" in upulse("tasks", "--home", home).stdout
+    bad = upulse("task", "ack", "t-1", "--result", "{not json", "--home", home, ok=False)
+    assert bad.returncode == 2
+
+
+async def test_vitals_shows_the_latest_reading_of_each_key_and_the_samples_of_one(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    store = await VitalsStore.open(home / "vitals.db")
+    try:
+        await store.record("load", {"per_core": 0.5})
+        await store.record("load", {"per_core": 0.7})
+        await store.record("disk", error="unreadable")
+    finally:
+        await store.close()
+    latest = upulse.json("vitals", "--home", home)
+    assert [(s["key"], s["data"], s["error"]) for s in latest] == [  # type: ignore[union-attr]
+        ("disk", None, "unreadable"), ("load", {"per_core": 0.7}, None)]
+    samples = upulse.json("vitals", "load", "--home", home)
+    assert [s["data"]["per_core"] for s in samples] == [0.5, 0.7]  # type: ignore[union-attr]
+    assert "error" in upulse("vitals", "--home", home).stdout
+
+
+def fingerprint(db: Path) -> tuple[str, int]:
+    conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    finally:
+        conn.close()
+    return hashlib.sha256(db.read_bytes()).hexdigest(), rows
+
+
+async def test_tick_verbose_prints_each_rules_decision_and_writes_nothing(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    await append(home, [notice("before the tick")])
+    events_before = fingerprint(home / "events.db")
+    vitals_before = hashlib.sha256((home / "vitals.db").read_bytes()).hexdigest()
+    verbose = upulse("tick", "--verbose", "--home", home).stdout
+    for rule in ("panic_rollback", "error_escalate", "clamp_tick", "dedup"):
+        assert rule in verbose
+    assert "decision: 0 effects, 200 ms" in verbose
+    report = upulse.json("tick", "--home", home)
+    assert isinstance(report, dict)
+    assert report["seq"] == 1 and report["decision"] == {"effects": [], "tick_ms": 200}
+    assert [r["rule"] for r in report["rules"]][:2] == ["panic_rollback", "auto_rollback"]
+    assert fingerprint(home / "events.db") == events_before
+    assert hashlib.sha256((home / "vitals.db").read_bytes()).hexdigest() == vitals_before
+    assert not (home / "engine.lock").exists()
+
+
+async def test_dev_runs_the_staging_code_on_a_scratch_copy_and_leaves_the_home_untouched(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    await append(home, [notice("before dev")])
+    before = fingerprint(home / "events.db")
+    done = upulse("dev", "--seconds", "1", "--home", home)
+    assert "engine-started" in done.stdout  # the scratch engine's, printed as it happens
+    assert "dev: stopped; the scratch copy is gone" in done.stdout
+    assert fingerprint(home / "events.db") == before
