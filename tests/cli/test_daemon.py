@@ -13,7 +13,7 @@ from tests.cli.runner import Upulse, daemon_pid, wait_until
 from tests.cli.support import NEW_TEXT, OLD_TEXT, RULE, stage_new_text
 from tests.e2e.support import read_events
 
-TEST_TIME_LIMIT_S = 60
+TEST_TIME_LIMIT_S = 90
 
 
 def file_times(home: Path) -> dict[str, int]:
@@ -189,6 +189,12 @@ def test_deploy_makes_the_daemon_run_the_promoted_revision_and_rollback_takes_it
     assert f"deployed: the daemon runs revision {promoted}" in deployed.stdout
     assert status_of(upulse, home)["status"]["revision"] == promoted  # type: ignore[index]
     assert NEW_TEXT in (home / "engine" / RULE).read_text()
+    notes = home / "notes.md"
+    inbox = home / "inbox"
+    inbox.mkdir(exist_ok=True)
+    (inbox / "first.txt").write_text("hello")  # the running daemon now runs the new rule
+    wait_until(lambda: notes.exists() and NEW_TEXT in notes.read_text(), 20,
+               "the promoted rule to write its note")
 
     rolled = upulse("rollback", "--home", home, "--reason", "the test says so")
     reverted = head_of(home / "engine")
@@ -196,6 +202,9 @@ def test_deploy_makes_the_daemon_run_the_promoted_revision_and_rollback_takes_it
     wait_until(lambda: status_of(upulse, home)["status"]["revision"]  # type: ignore[index]
                == reverted, 10, "the daemon to reload the rolled-back revision")
     assert OLD_TEXT in (home / "engine" / RULE).read_text()
+    (inbox / "second.txt").write_text("hello again")  # and the old rule runs again
+    wait_until(lambda: f"2 {OLD_TEXT}" in notes.read_text(), 20,
+               "the rolled-back rule to write its note")
     records = read_events(home / "events.db", {"promote", "rollback"})
     assert [(e.kind, e.data["revision"]) for e in records] == [
         ("promote", promoted), ("rollback", reverted)]
