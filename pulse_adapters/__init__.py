@@ -1,36 +1,3 @@
-"""pulse_adapters: model clients and agent adapters (OpenAI-compatible LLM, OpenClaw, Cursor,
-Hermes); filled by the adapters and awareness issues."""
-
-from pulse_adapters.llm import (
-    JSON_OBJECT,
-    ChatClient,
-    Completion,
-    EmptyOutput,
-    HttpStatusError,
-    InferenceTimeout,
-    LlmError,
-    MalformedStream,
-    Preempted,
-    RouteHealth,
-    RouteProbeWatcher,
-    TransportError,
-    Usage,
-    json_schema_format,
-)
-
-__all__ = [
-    "JSON_OBJECT",
-    "ChatClient",
-    "Completion",
-    "EmptyOutput",
-    "HttpStatusError",
-    "InferenceTimeout",
-    "LlmError",
-    "MalformedStream",
-    "Preempted",
-    "RouteHealth",
-    "RouteProbeWatcher",
-    "TransportError",
-    "Usage",
-    "json_schema_format",
-]
+"""pulse_adapters: what connects pulse to models and agents. Each subpackage names its own
+public surface: `pulse_adapters.llm` (the OpenAI-compatible client and route health) and
+`pulse_adapters.awareness` (the reviewer). OpenClaw, Cursor and Hermes adapters come later."""
