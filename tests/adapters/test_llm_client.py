@@ -369,7 +369,7 @@ async def test_llm_watchdog_reads_the_probe_watcher_samples(
 # -- surface ----------------------------------------------------------------------------------
 
 
-def test_public_surface_is_pinned_documented_and_re_exported() -> None:
+def test_public_surface_is_pinned_and_documented() -> None:
     expected = {
         "JSON_OBJECT", "ChatClient", "Completion", "EmptyOutput", "HttpStatusError",
         "InferenceTimeout", "LlmError", "MalformedStream", "Preempted", "RouteHealth",
@@ -378,7 +378,6 @@ def test_public_surface_is_pinned_documented_and_re_exported() -> None:
     assert set(pulse_adapters.llm.__all__) == expected
     for name in expected:
         obj = getattr(pulse_adapters.llm, name)
-        assert getattr(pulse_adapters, name) is obj
         if inspect.isclass(obj) or inspect.isfunction(obj):
             assert inspect.getdoc(obj), name
         if inspect.isclass(obj) and issubclass(obj, Exception):
