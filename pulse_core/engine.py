@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import traceback
 from collections.abc import Mapping, Sequence
@@ -14,9 +13,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pulse_core.clock import Clock, SystemClock
 from pulse_core.effects import Executor, effect_draft
-from pulse_core.errors import HomeLocked, PulseError, SurvivalLocked
+from pulse_core.errors import PulseError, SurvivalLocked
 from pulse_core.events import EventDraft
 from pulse_core.executor_loop import ExecutorLoop
+from pulse_core.homelock import lock_home
 from pulse_core.memory import Memory
 from pulse_core.projections import RecentErrors
 from pulse_core.rules import (
@@ -156,28 +156,9 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _take_lock(self) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        handle = open(self.home / "engine.lock", "a+")  # noqa: SIM115 - held while open
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
-            raise HomeLocked(
-                f"{self.home} is held by another engine (pid {holder}) — stop it, or give this "
-                "engine another home"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._lock_file = handle
-
     async def open(self) -> None:
         """Lock the home, open the stores, load checkpoints and fold the log up to now."""
-        self._take_lock()
+        self._lock_file = lock_home(self.home)
         try:
             self.objects = ObjectStore(self.home / "objects")
             self._events = await SqliteEventStore.open(

@@ -7,7 +7,6 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,9 @@ from pulse_core.errors import (
     StoreClosed,
     VersionConflict,
 )
-from pulse_core.events import Event, EventDraft, check_draft, decode_data, uuid7
+from pulse_core.events import Event, EventDraft, check_draft
 from pulse_core.store.base import AppendResult, EventStore
+from pulse_core.store.commit import COLUMNS, INSERT, UPSERT_HEAD, Batch, Request, row_event
 from pulse_core.store.objects import ObjectStore
 from pulse_core.store.sqlite import open_database, sqlite_errors
 
@@ -47,95 +47,6 @@ BEGIN SELECT RAISE(ABORT, 'pulse events are append-only: UPDATE refused'); END;
 CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'pulse events are append-only: DELETE refused'); END
 """
-
-_COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
-_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-_UPSERT_HEAD = (
-    "INSERT INTO heads (key, version) VALUES (?, ?) "
-    "ON CONFLICT(key) DO UPDATE SET version = excluded.version"
-)
-_Row = tuple[
-    int, str, str, str, int, int, str, "int | None", str, "str | None", bytes, "str | None"
-]
-
-
-def _event(row: Sequence[Any]) -> Event:
-    return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                 row[9], decode_data(row[10]), row[11])
-
-
-@dataclass
-class _Request:
-    drafts: list[tuple[EventDraft, bytes, str | None]]
-    expect: dict[str, int]
-    future: asyncio.Future[AppendResult]
-    tx: str = field(default_factory=uuid7)
-
-
-class _Batch:
-    """The state of one group-commit transaction, shared by the requests it carries."""
-
-    def __init__(self, conn: sqlite3.Connection, next_seq: int) -> None:
-        self.conn = conn
-        self.next_seq = next_seq
-        self.heads: dict[str, int] = {}
-        self.idem: dict[str, _Row] = {}
-        self.rows: list[_Row] = []
-
-    def head(self, key: str) -> int:
-        version = self.heads.get(key)
-        if version is None:
-            found = self.conn.execute("SELECT version FROM heads WHERE key = ?", (key,)).fetchone()
-            version = self.heads[key] = found[0] if found else 0
-        return version
-
-    def stored_by_idem(self, idem: str) -> Sequence[Any] | None:
-        row = self.idem.get(idem)
-        if row is not None:
-            return row
-        found: Sequence[Any] | None = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM events WHERE idem = ?", (idem,)
-        ).fetchone()
-        return found
-
-    def apply(self, req: _Request, now: int) -> AppendResult:
-        """Stage one request into this batch, or raise without staging anything."""
-        stored: list[Event | None] = []
-        for draft, raw, _ in req.drafts:
-            prior = self.stored_by_idem(draft.idem) if draft.idem is not None else None
-            if prior is None:
-                stored.append(None)
-            elif (prior[2], prior[3], bytes(prior[10])) == (draft.kind, draft.key, raw):
-                stored.append(_event(prior))
-            else:
-                raise IdempotencyConflict(str(draft.idem), prior[0])
-        if req.drafts and all(e is not None for e in stored):
-            return AppendResult(req.tx, tuple(e for e in stored if e is not None), True)
-        for key, expected in req.expect.items():
-            actual = self.head(key)
-            if actual != expected:
-                raise VersionConflict(key, expected, actual)
-        heads: dict[str, int] = {}
-        rows: list[_Row] = []
-        events: list[Event] = []
-        seq = self.next_seq
-        for (draft, raw, digest), prior_event in zip(req.drafts, stored, strict=True):
-            if prior_event is not None:
-                events.append(prior_event)
-                continue
-            version = heads.get(draft.key, self.head(draft.key)) + 1
-            heads[draft.key] = version
-            row: _Row = (seq, uuid7(), draft.kind, draft.key, version, now, draft.origin,
-                         draft.cause, req.tx, draft.idem, raw, digest)
-            rows.append(row)
-            events.append(_event(row))
-            seq += 1
-        self.next_seq = seq
-        self.heads.update(heads)
-        self.rows.extend(rows)
-        self.idem.update((r[9], r) for r in rows if r[9] is not None)
-        return AppendResult(req.tx, tuple(events), False)
-
 
 class SqliteEventStore(EventStore):
     """events.db: append-only, gap-free seq, per-key versions checked in a `heads` table.
@@ -168,7 +79,7 @@ class SqliteEventStore(EventStore):
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
-        self._queue: asyncio.Queue[_Request | None] | None = None
+        self._queue: asyncio.Queue[Request | None] | None = None
         self._writer: asyncio.Task[None] | None = None
         self._signals: set[asyncio.Event] = set()
         self._closed = False
@@ -220,7 +131,7 @@ class SqliteEventStore(EventStore):
             if not isinstance(version, int) or version < 0:
                 raise InvalidEvent(f"expect[{key!r}] = {version!r}: must be an int >= 0")
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Request(prepared, dict(expect or {}), future))
+        self._queue.put_nowait(Request(prepared, dict(expect or {}), future))
         return await future
 
     async def _write_loop(self) -> None:
@@ -277,14 +188,14 @@ class SqliteEventStore(EventStore):
                 for signal in self._signals:
                     signal.set()
 
-    def _commit(self, batch: list[_Request]) -> list[AppendResult | Exception]:
+    def _commit(self, batch: list[Request]) -> list[AppendResult | Exception]:
         conn = self._wconn
         assert conn is not None
         with sqlite_errors(self.path):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 next_seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()
-                staged = _Batch(conn, next_seq[0])
+                staged = Batch(conn, next_seq[0])
                 now = self.clock.now_ms()
                 outcomes: list[AppendResult | Exception] = []
                 for req in batch:
@@ -293,9 +204,9 @@ class SqliteEventStore(EventStore):
                     except (VersionConflict, IdempotencyConflict) as exc:
                         outcomes.append(exc)
                 if staged.rows:
-                    conn.executemany(_INSERT, staged.rows)
+                    conn.executemany(INSERT, staged.rows)
                     written = {r[3] for r in staged.rows}
-                    conn.executemany(_UPSERT_HEAD, [(k, staged.heads[k]) for k in written])
+                    conn.executemany(UPSERT_HEAD, [(k, staged.heads[k]) for k in written])
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -327,7 +238,7 @@ class SqliteEventStore(EventStore):
         key: str | None = None,
         limit: int | None = None,
     ) -> list[Event]:
-        sql = f"SELECT {_COLUMNS} FROM events WHERE seq > ?"
+        sql = f"SELECT {COLUMNS} FROM events WHERE seq > ?"
         args: list[Any] = [after_seq]
         if kinds is not None:
             kind_list = list(kinds)
@@ -344,7 +255,7 @@ class SqliteEventStore(EventStore):
             args.append(limit)
         with sqlite_errors(self.path):
             rows = self._reader().execute(sql, args).fetchall()
-        return [_event(r) for r in rows]
+        return [row_event(r) for r in rows]
 
     async def _in_reader(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         if self._closed:
