@@ -24,7 +24,7 @@ from pulse_cli.enginedir import GitEngineDirectory
 from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
 from pulse_cli.loader import EngineCode, EngineCodeError, load_engine_code, reload_rules
 from pulse_cli.output import now_ms
-from pulse_core import Decision, Engine, EventDraft, HomeLocked, PulseError
+from pulse_core import Engine, EventDraft, HomeLocked, PulseError
 
 STATUS_EVERY_S = 1.0
 NO_CODE = EngineCode(rules=(), watchers=(), executors=(), projections=(), revision=None)
@@ -39,28 +39,12 @@ def load_code(code_dir: Path) -> EngineCode:
 
 
 def build_engine(root: Path, cfg: config_file.Config, code: EngineCode, *,
-                 directory: GitEngineDirectory | None = None,
-                 cls: type[Engine] = Engine) -> Engine:
+                 directory: GitEngineDirectory | None = None) -> Engine:
     """An engine on `root` with the config's settings and `code` as its business code."""
-    return cls(root, rules=code.rules, watchers=code.watchers, executors=code.executors,
+    return Engine(root, rules=code.rules, watchers=code.watchers, executors=code.executors,
                projections=code.projections, survival=cfg.survival,
                engine_directory=directory, default_tick_ms=cfg.default_tick_ms,
                drain_timeout=cfg.daemon.drain_timeout_s)
-
-
-class DaemonEngine(Engine):
-    """An Engine that counts its ticks, for daemon.status.json."""
-
-    ticks = 0
-    last_tick_at: int | None = None
-    last_tick_ms: int | None = None
-
-    async def tick(self) -> Decision:
-        decision = await super().tick()
-        self.ticks += 1
-        self.last_tick_at = now_ms()
-        self.last_tick_ms = decision.tick_ms
-        return decision
 
 
 def say(message: str) -> None:
@@ -109,20 +93,17 @@ class Daemon:
         self._wake = asyncio.Event()
         self._requests: set[str] = set()
 
-    def _build(self) -> DaemonEngine:
+    def _build(self) -> Engine:
         """The engine with HOME/engine's code; without it if that code cannot run."""
         try:
             code = load_code(self.home.engine)
-            engine = build_engine(self.home.root, self.cfg, code, directory=self.directory,
-                                  cls=DaemonEngine)
+            engine = build_engine(self.home.root, self.cfg, code, directory=self.directory)
         except PulseError as exc:  # broken business code must not stop the survival layer
             say(f"engine code in {self.home.engine} cannot run; survival rules only: {exc}")
             self.problems.append(_load_error(self.home.engine, exc))
             code = NO_CODE
-            engine = build_engine(self.home.root, self.cfg, code, directory=self.directory,
-                                  cls=DaemonEngine)
+            engine = build_engine(self.home.root, self.cfg, code, directory=self.directory)
         self.status.revision = code.revision
-        assert isinstance(engine, DaemonEngine)
         return engine
 
     def request(self, what: str) -> None:

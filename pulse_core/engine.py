@@ -130,6 +130,7 @@ class Engine:
         self._prev: Snapshot | None = None
         self._last_tick_ms = default_tick_ms
         self._tick_number = 0
+        self._last_tick_at: int | None = None
 
     # -- parts, available once open ----------------------------------------------------------
 
@@ -146,6 +147,21 @@ class Engine:
         if self._vitals is None:
             raise PulseError("engine is not open: use `async with engine:` or `await open()`")
         return self._vitals
+
+    @property
+    def ticks(self) -> int:
+        """How many ticks this engine has run since it was built."""
+        return self._tick_number
+
+    @property
+    def last_tick_at(self) -> int | None:
+        """When (engine clock, ms) the last tick took its snapshot; None before the first."""
+        return self._last_tick_at
+
+    @property
+    def last_tick_ms(self) -> int:
+        """The interval the last tick chose (the default before the first)."""
+        return self._last_tick_ms
 
     @property
     def executor_loop(self) -> ExecutorLoop:
@@ -333,6 +349,7 @@ class Engine:
             self._prev = curr
             self._tick_number = curr.number
             self._last_tick_ms = decision.tick_ms
+            self._last_tick_at = curr.at
             return decision
 
     async def step(self) -> Decision:

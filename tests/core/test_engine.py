@@ -348,3 +348,15 @@ async def test_business_rules_are_replaced_between_ticks_and_survival_stays(
     await engine.step()
     assert len(executor.seen) == 2  # the refused replacement left the running chain alone
     await engine.close()
+
+
+async def test_the_engine_reports_its_ticks(tmp_path: Path) -> None:
+    clock = ManualClock()
+    engine = Engine(tmp_path, clock=clock, default_tick_ms=700)
+    await engine.open()
+    assert (engine.ticks, engine.last_tick_at, engine.last_tick_ms) == (0, None, 700)
+    await engine.tick()
+    clock.advance(50)
+    await engine.tick()
+    assert engine.ticks == 2 and engine.last_tick_at == clock.now_ms()
+    await engine.close()
