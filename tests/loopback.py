@@ -3,10 +3,35 @@ and restartable on the same port. Test servers own one and hand it their handler
 
 from __future__ import annotations
 
+import json
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request a loopback server received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+def read_request(handler: BaseHTTPRequestHandler) -> RecordedRequest:
+    """The request `handler` is serving, body read, header names lower-cased."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    body = handler.rfile.read(length) if length else b""
+    return RecordedRequest(handler.command, handler.path,
+                           {k.lower(): v for k, v in handler.headers.items()}, body)
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
-from tests.loopback import LOOPBACK, LoopbackServer
+from tests.loopback import LOOPBACK, LoopbackServer, RecordedRequest, read_request
 
 API = "/v1"
 
@@ -76,20 +76,6 @@ class Models:
 
 
 Reply = Stream | Status | Hang | InvalidLine | Drop | Models
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request the server received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """The body parsed as JSON."""
-        return json.loads(self.body)
 
 
 @dataclass
@@ -186,10 +172,7 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
             self._serve(request)
 
         def _recorded(self) -> RecordedRequest:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            request = RecordedRequest(self.command, self.path,
-                                      {k.lower(): v for k, v in self.headers.items()}, body)
+            request = read_request(self)
             owner._record(request)
             return request
 

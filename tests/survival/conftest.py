@@ -7,7 +7,6 @@ on the same port.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,7 +24,7 @@ import dns.rrset
 import pytest
 
 from pulse_core import Engine
-from tests.loopback import LOOPBACK, LoopbackServer
+from tests.loopback import LOOPBACK, LoopbackServer, RecordedRequest, read_request
 
 # -- DNS -------------------------------------------------------------------------------------
 
@@ -113,19 +112,6 @@ def dns_server() -> Iterator[LoopbackDns]:
 
 
 @dataclass
-class Request:
-    """One request the loopback HTTP server received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
 class LoopbackHttp:
     """A ThreadingHTTPServer on 127.0.0.1 that records every request.
 
@@ -135,7 +121,7 @@ class LoopbackHttp:
 
     status: int = 200
     statuses: dict[str, int] = field(default_factory=dict)
-    requests: list[Request] = field(default_factory=list)
+    requests: list[RecordedRequest] = field(default_factory=list)
     _http: LoopbackServer = field(default_factory=LoopbackServer)
 
     @property
@@ -151,11 +137,7 @@ class LoopbackHttp:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                owner.requests.append(Request(self.command, self.path,
-                                              {k.lower(): v for k, v in self.headers.items()},
-                                              body))
+                owner.requests.append(read_request(self))
                 status = owner.statuses.get(self.path, owner.status)
                 payload = b"ok" if status < 400 else b"failing"
                 self.send_response(status)
