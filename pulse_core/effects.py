@@ -25,6 +25,8 @@ from pulse_core.clock import Clock
 from pulse_core.errors import UnknownEffect
 from pulse_core.events import Event, EventDraft, uuid7
 from pulse_core.store.base import EventStore
+from pulse_core.store.side import SideStore
+from pulse_core.store.vitals import VitalsStore
 
 EFFECT_KINDS = frozenset({"effect", "effect-executing", "effect-acked", "effect-failed"})
 
@@ -53,6 +55,42 @@ class Effect(msgspec.Struct, kw_only=True, tag_field="type"):
         """
         digest = hashlib.sha256(msgspec.json.encode(self)).hexdigest()[:24]
         return f"{type(self).tag()}:{digest}"
+
+
+class Mark(Effect):
+    """A fact a rule writes down about its own reasoning: a counter, a backoff, a once-only
+    marker. A rule returns marks among its effects; the engine stores each as a `mark` event
+    (key `mark:<tag>`) and no executor ever runs it. Projections fold them back with
+    `decode_mark`, so rule state survives restarts and every reader of the log agrees.
+
+    Subclass with a tag, like any effect: `class GaveUp(Mark, tag="gave-up")`.
+    """
+
+
+MARK_KIND = "mark"
+
+
+def mark_draft(mark: Mark, origin: str, cause: int | None = None) -> EventDraft:
+    """The `mark` event that records `mark`."""
+    tag = type(mark).tag()
+    return EventDraft(MARK_KIND, f"mark:{tag}", {"mark": msgspec.to_builtins(mark)},
+                      origin=origin, cause=cause)
+
+
+def decode_mark(event: Event) -> Mark | None:
+    """The Mark a `mark` event holds; None for another kind, a foreign tag or bad data."""
+    if event.kind != MARK_KIND or not isinstance(event.data, dict):
+        return None
+    body = event.data.get("mark")
+    tag = body.get("type") if isinstance(body, dict) else None
+    if not isinstance(tag, str):
+        return None
+    try:
+        cls = effect_type(tag)
+        mark = msgspec.convert(body, cls)
+    except (UnknownEffect, msgspec.ValidationError):
+        return None
+    return mark if isinstance(mark, Mark) else None
 
 
 def _index_effect_types() -> None:
@@ -126,7 +164,8 @@ class Backoff(msgspec.Struct, frozen=True):
 
 
 class ExecutionContext(msgspec.Struct, frozen=True):
-    """What an executor knows about the attempt it runs, and the log it may append to.
+    """What an executor knows about the attempt it runs, and the stores it may use: the log,
+    the vitals and the side store of the engine running it (None outside an engine).
 
     `effect_id` is the same for every attempt: give it to an external system that can
     deduplicate, so a re-run after a crash is recognised. `idempotency_key` (effect id and
@@ -139,6 +178,8 @@ class ExecutionContext(msgspec.Struct, frozen=True):
     origin: str
     clock: Clock
     events: EventStore
+    vitals: VitalsStore | None = None
+    side: SideStore | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -170,7 +211,11 @@ class Executor(abc.ABC):
 
 
 class EffectEntry(msgspec.Struct, gc=False):
-    """Where one effect is in its life, folded from its events."""
+    """Where one effect is in its life, folded from its events (the one fold of the effect
+    lifecycle: the executor loop, the CLI and the survival ledger all read it).
+
+    `status` is one of pending, executing, retrying (unfinished), acked or failed (finished).
+    """
 
     id: str
     seq: int
@@ -183,21 +228,46 @@ class EffectEntry(msgspec.Struct, gc=False):
     owner_pid: int = 0
     owner_started: float = 0.0
     retry_at: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+    origin: str = ""
+    error: str | None = None
+    result: Any = None
 
     @property
     def dedup(self) -> str:
         """The dedup key recorded with the effect."""
         return str(self.data.get("dedup", self.id)) if isinstance(self.data, dict) else self.id
 
+    @property
+    def tag(self) -> str:
+        """The effect's type tag ('' when the stored data has none)."""
+        body = self.data.get("effect") if isinstance(self.data, dict) else None
+        tag = body.get("type") if isinstance(body, dict) else None
+        return tag if isinstance(tag, str) else ""
 
-def advance(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
-    """The entry after `event` (None once the effect is finished: acked or finally failed)."""
+    @property
+    def body(self) -> Any:
+        """The effect's fields as stored."""
+        return self.data.get("effect") if isinstance(self.data, dict) else None
+
+    @property
+    def finished(self) -> bool:
+        """Acked, or failed for good."""
+        return self.status in ("acked", "failed")
+
+
+def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
+    """The entry after `event`, finished states included (None: an event of an effect whose
+    `effect` event was not seen)."""
     if event.kind == "effect":
-        return EffectEntry(event.key, event.seq, event.data, event.version, "pending")
+        return EffectEntry(event.key, event.seq, event.data, event.version, "pending",
+                           created_at=event.ts, updated_at=event.ts, origin=event.origin)
     if entry is None:
         return None
     data = event.data if isinstance(event.data, dict) else {}
     entry.version = event.version
+    entry.updated_at = event.ts
     if event.kind == "effect-executing":
         entry.status = "executing"
         entry.attempt = int(data.get("attempt", entry.attempt + 1))
@@ -205,11 +275,23 @@ def advance(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
         entry.owner = str(data.get("owner", ""))
         entry.owner_pid = int(data.get("pid", 0))
         entry.owner_started = float(data.get("started", 0.0))
-        return entry
-    if event.kind == "effect-acked" or (event.kind == "effect-failed" and data.get("final")):
-        return None
-    if event.kind == "effect-failed":
-        entry.status = "retrying"
-        entry.retry_at = int(data.get("retry_at", 0))
-        return entry
+    elif event.kind == "effect-acked":
+        entry.status = "acked"
+        entry.attempt = int(data.get("attempt", entry.attempt))
+        entry.result = data.get("result")
+    elif event.kind == "effect-failed":
+        entry.attempt = int(data.get("attempt", entry.attempt))
+        entry.error = str(data.get("error"))
+        if data.get("final"):
+            entry.status = "failed"
+        else:
+            entry.status = "retrying"
+            entry.retry_at = int(data.get("retry_at", 0))
     return entry
+
+
+def advance(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
+    """The entry after `event`, or None once the effect is finished (acked or finally
+    failed): the executor loop's index keeps unfinished effects only."""
+    folded = fold_effect(entry, event)
+    return None if folded is None or folded.finished else folded

@@ -1,156 +1,244 @@
-"""The Engine: stores, watchers, the rule chain and the executor loop, in one asyncio program."""
+"""The Engine: a home's stores, its layers' watchers, rules, executors and services, in one
+asyncio program, every loop under one supervisor."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
+
+import msgspec
 
 from pulse_core.clock import Clock, SystemClock
-from pulse_core.effects import Executor, effect_draft
-from pulse_core.errors import PulseError, SurvivalLocked
+from pulse_core.effects import Executor, Mark, effect_draft, mark_draft
+from pulse_core.errors import PulseError, SurvivalLocked, UnhandledEffect
 from pulse_core.events import EventDraft
 from pulse_core.executor_loop import ExecutorLoop
+from pulse_core.home import HomeLayout, HomeStores, open_home
 from pulse_core.homelock import lock_home
+from pulse_core.layer import EngineDirectory, Layer, LayerContext, survival_layer
 from pulse_core.memory import Memory
 from pulse_core.projections import RecentErrors
+from pulse_core.projector import Projector, load_checkpoint, save_checkpoint
 from pulse_core.rules import (
     Decision,
-    Inner,
     Rule,
+    RuleChain,
+    RuleTrace,
     clamp_tick,
-    compose,
+    declared_effects,
     dedup,
     error_backoff,
-    guarded,
     rule_name,
 )
-from pulse_core.snapshot import Projection, Projector, Snapshot, VitalReading
-from pulse_core.store.base import AppendResult
-from pulse_core.store.events import SqliteEventStore
+from pulse_core.snapshot import Projection, Snapshot, VitalReading
+from pulse_core.store.base import AppendResult, EventStore
 from pulse_core.store.objects import ObjectStore
-from pulse_core.store.vitals import Retention, VitalsStore
+from pulse_core.store.side import SideStore
+from pulse_core.store.vitals import Retention, Sample, VitalsStore
+from pulse_core.supervisor import LoopStatus, Supervisor, wait_signal
 from pulse_core.tasks import AgentCapabilityStats, PendingTasks, Tasks
 from pulse_core.watch import Watcher, sample_once, watch_forever
 
-if TYPE_CHECKING:
-    from pulse_survival import EngineDirectory, SurvivalConfig, SurvivalLayer
+log = logging.getLogger("pulse")
+
+_TICK_MEMO = "tick"
+_TICK_MEMO_VERSION = 1
+MEMO_EVERY_S = 10.0
+"""How often a running engine persists its last snapshot (and at close)."""
 
 
 def default_builtin_rules() -> list[Rule]:
-    """The built-in rules every engine runs between the survival layer and user rules."""
+    """The built-in rules every engine runs between the survival layer and the other layers."""
     return [clamp_tick(), error_backoff(), dedup()]
 
 
-def _survival_layer(config: SurvivalConfig | None, home: Path,
-                    directory: EngineDirectory | None) -> SurvivalLayer:
-    from pulse_survival import SurvivalConfig, survival_layer
+class _TickMemo(msgspec.Struct):
+    """The light part of the last snapshot, persisted so the next engine's first `prev` is it."""
 
-    if config is None:
-        config = SurvivalConfig()
-    if not isinstance(config, SurvivalConfig):
-        raise SurvivalLocked(
-            f"survival={config!r}: the survival layer cannot be switched off or replaced; "
-            "tune it with a pulse_survival.SurvivalConfig"
-        )
-    return survival_layer(config, home, directory)
+    number: int
+    at: int
+    seq: int
+    last_tick_ms: int
+    started_at: int
+    vitals: dict[str, Sample]
 
 
 class Engine:
     """One agent's nervous system on one home folder.
 
-    The rule chain is fixed as: survival rules (outermost, from pulse_survival, not removable),
-    the built-in rules, then `rules` in the order given. Every rule is guarded: an exception
-    becomes an `error` event and the tick passes through it. The business rules together get
-    `rule_timeout` seconds a tick; past it their decision is dropped (an `error` event) and
-    the survival rules decide alone.
+    The chain is fixed as: the survival layer's rules (outermost, found through the
+    `pulse.survival` entry point, never removable), the built-in rules, each of `layers`'
+    rules in the order given, then the business layer's rules (the engine directory's code,
+    or `rules=`), which together get `rule_timeout` seconds a tick. Every rule is guarded: an
+    exception becomes an `error` event and the tick passes through it.
+
+    `watchers`, `rules`, `executors` and `projections` are a shorthand for
+    `business=Layer("business", ...)`. `store` is a store URL (default: the home's own
+    events.db); `survival` is handed to the survival layer (a pulse_survival.SurvivalConfig,
+    a config mapping, or None for its defaults).
     """
 
     def __init__(
         self,
         home: str | Path,
         *,
+        layers: Sequence[Layer] = (),
+        business: Layer | None = None,
         watchers: Sequence[Watcher] = (),
         rules: Sequence[Rule] = (),
         executors: Sequence[Executor] = (),
         projections: Sequence[Projection[Any]] = (),
+        store: str | None = None,
         clock: Clock | None = None,
         default_tick_ms: int = 5_000,
         builtin_rules: Sequence[Rule] | None = None,
         executor_concurrency: int = 8,
         executor_scan_interval: float = 1.0,
-        synchronous: str = "FULL",
         drain_timeout: float = 10.0,
         retention: Retention | None = None,
-        survival: SurvivalConfig | None = None,
+        survival: Any = None,
         engine_directory: EngineDirectory | None = None,
         rule_timeout: float = 2.0,
     ) -> None:
-        self.home = Path(home).expanduser()
+        self.layout = HomeLayout.at(home)
+        self.home = self.layout.root
         self.clock: Clock = clock or SystemClock()
-        layer = _survival_layer(survival, self.home, engine_directory)
-        self._survival_names = {rule_name(r) for r in layer.rules}
-        self._check_not_survival([*rules, *(builtin_rules or ())])
-        self.watchers = [*layer.watchers, *watchers]
-        self.executors = [*layer.executors, *executors]
+        self.store_url = store
+        shorthand = bool(watchers or rules or executors or projections)
+        if business is not None and shorthand:
+            raise PulseError("give the business code either as business=Layer(...) or as "
+                             "watchers=/rules=/executors=/projections=, not both")
+        if business is None:
+            business = Layer("business", watchers=watchers, rules=rules, executors=executors,
+                             projections=projections)
+        context = LayerContext(self.home, self.clock, engine_directory)
+        self.survival = survival_layer(survival, context)
+        self.layers: tuple[Layer, ...] = (self.survival, *layers, business)
+        self.business = business
+        self._check_layers()
+        builtins = default_builtin_rules() if builtin_rules is None else list(builtin_rules)
+        self._check_not_survival([*builtins, *(r for la in self.layers[1:] for r in la.rules)])
+        self.watchers: list[Watcher] = [w for la in self.layers for w in la.watchers]
+        self.executors: list[Executor] = [e for la in self.layers for e in la.executors]
         self.projection_list: list[Projection[Any]] = [
             Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
-            *layer.projections,
-            *projections,
+            *(p for la in self.layers for p in la.projections),
         ]
+        self._check_handled()
+        self.chain = RuleChain(
+            [("survival", self.survival.rules), ("builtin", builtins),
+             *((la.name, la.rules) for la in layers), (business.name, business.rules)],
+            default_tick_ms=default_tick_ms, business_timeout=rule_timeout)
         self.rule_timeout = rule_timeout
         self.default_tick_ms = default_tick_ms
         self.executor_concurrency = executor_concurrency
         self.executor_scan_interval = executor_scan_interval
-        self.synchronous = synchronous
         self.drain_timeout = drain_timeout
         self.retention = retention or Retention()
-        builtins = default_builtin_rules() if builtin_rules is None else list(builtin_rules)
-        self._tick_errors: list[tuple[str, BaseException]] = []
-        chain = [guarded(r, self._rule_error) for r in (*layer.rules, *builtins)]
-        self._chain: Inner = compose([*chain, self._time_boxed()], default_tick_ms)
-        self._fixed_names = tuple(rule_name(r) for r in (*layer.rules, *builtins))
-        self._business: Inner = self._compose_business(rules)
-        self.rule_names: tuple[str, ...] = (*self._fixed_names, *map(rule_name, rules))
-        self._lock_file: IO[str] | None = None
-        self._events: SqliteEventStore | None = None
-        self._vitals: VitalsStore | None = None
-        self.objects: ObjectStore | None = None
+        self.supervisor = Supervisor(self._report, clock=self.clock)
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._stores: HomeStores | None = None
         self._projector: Projector | None = None
         self._executor_loop: ExecutorLoop | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._tick_lock = asyncio.Lock()
         self._prev: Snapshot | None = None
+        self._resumed: _TickMemo | None = None
         self._last_tick_ms = default_tick_ms
         self._tick_number = 0
         self._last_tick_at: int | None = None
+        self._started_at = 0
+        self._vitals_cursor = 0
+        self._max_age: dict[str, int] = {
+            w.key: int(max(w.window, 2 * w.interval + w.timeout) * 1000) for w in self.watchers}
+        self._interrupted = 0
+        self.trace: list[RuleTrace] = []
+        """What each rule did in the last tick, outermost first."""
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _check_layers(self) -> None:
+        names = [la.name for la in self.layers]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise PulseError(f"layer names must be unique; repeated: {', '.join(repeated)}")
+
+    def _check_not_survival(self, rules: Sequence[Rule]) -> None:
+        survival = {rule_name(r) for r in self.survival.rules}
+        for rule in rules:
+            if rule_name(rule) in survival:
+                raise SurvivalLocked(
+                    f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
+                    "outermost, in a fixed order, and cannot be added, removed or reordered"
+                )
+
+    def _check_handled(self) -> None:
+        handled = {t.tag() for e in self.executors for t in e.handles}
+        for layer in self.layers:
+            declared = [(rule_name(r), t) for r in layer.rules for t in declared_effects(r)]
+            declared += [(f"layer {layer.name}", t) for t in layer.emits]
+            for who, effect in declared:
+                if issubclass(effect, Mark) or effect.tag() in handled:
+                    continue
+                raise UnhandledEffect(
+                    f"{who} (layer {layer.name!r}) emits {effect.tag()!r} "
+                    f"({effect.__name__}) but no executor handles it (handled: "
+                    f"{', '.join(sorted(handled)) or 'none'}) — add an executor for it")
 
     # -- parts, available once open ----------------------------------------------------------
 
-    @property
-    def events(self) -> SqliteEventStore:
-        """events.db."""
-        if self._events is None:
+    def _open_part(self, part: Any) -> Any:
+        if part is None:
             raise PulseError("engine is not open: use `async with engine:` or `await open()`")
-        return self._events
+        return part
+
+    @property
+    def stores(self) -> HomeStores:
+        """The home's stores (events, vitals, side, objects)."""
+        stores: HomeStores = self._open_part(self._stores)
+        return stores
+
+    @property
+    def events(self) -> EventStore:
+        """The event log."""
+        return self.stores.events
 
     @property
     def vitals(self) -> VitalsStore:
-        """vitals.db."""
-        if self._vitals is None:
-            raise PulseError("engine is not open: use `async with engine:` or `await open()`")
-        return self._vitals
+        """Watcher samples."""
+        return self.stores.vitals
+
+    @property
+    def side(self) -> SideStore:
+        """Small non-history state (quiet holds)."""
+        return self.stores.side
+
+    @property
+    def objects(self) -> ObjectStore:
+        """Content-addressed payloads."""
+        return self.stores.objects
+
+    @property
+    def executor_loop(self) -> ExecutorLoop:
+        """The loop that runs effects."""
+        loop: ExecutorLoop = self._open_part(self._executor_loop)
+        return loop
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        """Every rule of the chain, outermost first."""
+        return self.chain.names
 
     @property
     def ticks(self) -> int:
-        """How many ticks this engine has run since it was built."""
+        """The number of the last tick (carried on across restarts of the same home)."""
         return self._tick_number
 
     @property
@@ -164,55 +252,77 @@ class Engine:
         return self._last_tick_ms
 
     @property
-    def executor_loop(self) -> ExecutorLoop:
-        """The loop that runs effects."""
-        if self._executor_loop is None:
-            raise PulseError("engine is not open: use `async with engine:` or `await open()`")
-        return self._executor_loop
+    def started_at(self) -> int:
+        """When (engine clock, ms) this engine opened its home; 0 before."""
+        return self._started_at
+
+    def loops(self) -> list[LoopStatus]:
+        """Every supervised loop and its state."""
+        return self.supervisor.status()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Lock the home, open the stores, load checkpoints and fold the log up to now."""
-        self._lock_file = lock_home(self.home)
+        stack = contextlib.AsyncExitStack()
         try:
-            self.objects = ObjectStore(self.home / "objects")
-            self._events = await SqliteEventStore.open(
-                self.home / "events.db", synchronous=self.synchronous, clock=self.clock,
-                objects=self.objects,
-            )
-            self._vitals = await VitalsStore.open(self.home / "vitals.db", clock=self.clock)
-            checkpoints = self.home / "checkpoints"
-            self._projector = Projector(self._events, self.projection_list,
+            lock = lock_home(self.home)
+            stack.callback(lock.close)
+            self._stores = stores = await open_home(self.home, store=self.store_url,
+                                                    clock=self.clock)
+            stack.push_async_callback(self._close_stores)
+            checkpoints = self.layout.checkpoints
+            self._projector = Projector(stores.events, self.projection_list,
                                         checkpoints=checkpoints)
             self._executor_loop = ExecutorLoop(
-                self._events, self.executors, clock=self.clock,
+                stores.events, self.executors, clock=self.clock,
                 concurrency=self.executor_concurrency, scan_interval=self.executor_scan_interval,
-                checkpoints=checkpoints,
+                checkpoints=checkpoints, vitals=stores.vitals, side=stores.side,
             )
             await self._projector.catch_up()
             await self._executor_loop.refresh()
-            await self._events.append([EventDraft(
+            memo = load_checkpoint(checkpoints, _TICK_MEMO, _TICK_MEMO_VERSION, _TickMemo)
+            if memo is not None:
+                self._resumed = memo[1]
+                self._tick_number = memo[1].number
+            self._vitals_cursor = await stores.vitals.cursor()
+            self._started_at = self.clock.now_ms()
+            await stores.events.append([EventDraft(
                 "engine-started", "engine", {"pid": os.getpid(),
                                              "owner": self._executor_loop.owner},
                 origin="engine")])
+            stack.push_async_callback(self._stopped)
         except BaseException:
-            await self._close_stores()
+            await stack.aclose()
             raise
+        self._stack = stack
 
     async def start(self) -> None:
-        """Start the watcher, tick and executor loops."""
+        """Start the watcher, tick, executor and housekeeping loops and every service."""
+        stack = self._open_part(self._stack)
+        vitals = self.vitals
         for watcher in self.watchers:
-            self._tasks.append(asyncio.create_task(
-                watch_forever(watcher, self.vitals, self.wake, self._background_error),
-                name=f"pulse-watcher-{watcher.name}"))
-        self._tasks.append(asyncio.create_task(self._tick_loop(), name="pulse-tick"))
-        self._tasks.append(asyncio.create_task(self.executor_loop.run(), name="pulse-executors"))
-        self._tasks.append(asyncio.create_task(self._housekeeping(), name="pulse-housekeeping"))
+            self.supervisor.start(
+                f"watcher:{watcher.name}",
+                lambda w=watcher: watch_forever(w, vitals, self.wake, self._report))  # type: ignore[misc]
+            stack.push_async_callback(self._close_watcher, watcher)
+        stack.push_async_callback(self._drain)
+        self.supervisor.start("tick", self._tick_loop)
+        self.supervisor.start("executors", self.executor_loop.run)
+        self.supervisor.start("housekeeping", self._housekeeping)
+        for layer in self.layers:
+            for service in layer.services:
+                self.supervisor.start(f"service:{rule_name(service)}",
+                                      lambda s=service: s(self))  # type: ignore[misc]
+        stack.push_async_callback(self.supervisor.stop)
 
     async def __aenter__(self) -> Engine:
         await self.open()
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(
@@ -221,40 +331,41 @@ class Engine:
         await self.close()
 
     async def close(self) -> None:
-        """Stop ticking, drain effects in flight up to `drain_timeout`, close the stores.
+        """Stop every loop and service, drain effects in flight up to `drain_timeout`, persist
+        the last snapshot and checkpoints, close the stores and release the home.
 
         Attempts still running at the deadline are interrupted and recorded as retryable
         failures, so the next engine on this home runs them again.
         """
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-        for watcher in self.watchers:
-            with contextlib.suppress(Exception):
-                await watcher.aclose()
-        if self._executor_loop is not None and self._events is not None:
-            interrupted = await self._executor_loop.drain(self.drain_timeout)
-            if self._background:
-                await asyncio.gather(*self._background, return_exceptions=True)
-            if self._projector is not None:
-                await self._projector.checkpoint()
-            with contextlib.suppress(PulseError):
-                await self._events.append([EventDraft(
-                    "engine-stopped", "engine", {"pid": os.getpid(), "interrupted": interrupted},
-                    origin="engine")])
-        await self._close_stores()
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _close_watcher(self, watcher: Watcher) -> None:
+        try:
+            await watcher.aclose()
+        except Exception as exc:
+            self._report(f"watcher:{watcher.name}", exc)
+
+    async def _drain(self) -> None:
+        self._interrupted = await self.executor_loop.drain(self.drain_timeout)
+
+    async def _stopped(self) -> None:
+        await self.supervisor.settle()
+        assert self._projector is not None
+        with contextlib.suppress(PulseError, OSError):
+            await self._projector.checkpoint()
+        await self._save_memo()
+        with contextlib.suppress(PulseError):
+            await self.events.append([EventDraft(
+                "engine-stopped", "engine",
+                {"pid": os.getpid(), "interrupted": self._interrupted},
+                origin="engine")])
 
     async def _close_stores(self) -> None:
-        if self._events is not None:
-            await self._events.close()
-            self._events = None
-        if self._vitals is not None:
-            await self._vitals.close()
-            self._vitals = None
-        if self._lock_file is not None:
-            self._lock_file.close()
-            self._lock_file = None
+        stores, self._stores = self._stores, None
+        if stores is not None:
+            await stores.close()
 
     # -- the agent's side --------------------------------------------------------------------
 
@@ -268,77 +379,82 @@ class Engine:
         """Ask for a tick now; many wakes during one tick give one more tick, not many."""
         self._wake.set()
 
-    # -- ticking -----------------------------------------------------------------------------
-
-    def _check_not_survival(self, rules: Sequence[Rule]) -> None:
-        for rule in rules:
-            if rule_name(rule) in self._survival_names:
-                raise SurvivalLocked(
-                    f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
-                    "outermost, in a fixed order, and cannot be added, removed or reordered"
-                )
-
-    def _compose_business(self, rules: Sequence[Rule]) -> Inner:
-        return compose([guarded(r, self._rule_error) for r in rules], self.default_tick_ms)
-
     async def replace_rules(self, rules: Sequence[Rule]) -> None:
         """Swap the business rules, atomically between two ticks.
 
-        The survival and built-in rules are never replaced. A chain that fails to compose
-        raises here and the old one keeps running.
+        The survival, built-in and layer rules are never replaced. A chain that fails to
+        compose raises here and the old one keeps running.
         """
         self._check_not_survival(rules)
-        business = self._compose_business(rules)
         async with self._tick_lock:
-            self._business = business
-            self.rule_names = (*self._fixed_names, *map(rule_name, rules))
+            self.chain.replace_business(rules)
 
-    def _time_boxed(self) -> Rule:
-        async def business_rules(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
-            try:
-                async with asyncio.timeout(self.rule_timeout):
-                    return await self._business(prev, curr)
-            except TimeoutError:
-                self._rule_error("business-rules", TimeoutError(
-                    f"business rules took longer than {self.rule_timeout:g} s; their decision "
-                    "was dropped for this tick"))
-                return await inner(prev, curr)
+    # -- reporting ---------------------------------------------------------------------------
 
-        return business_rules
+    def _report(self, where: str, exc: BaseException) -> None:
+        """Record `exc` as an `error` event in the background; log it if that fails too."""
+        if self._stores is None:
+            log.error("pulse: %s: %s: %s", where, type(exc).__name__, exc)
+            return
+        if not where.startswith(("watcher:", "rule:", "executor:", "engine")):
+            where = f"engine:{where}"
+        self.supervisor.spawn(f"report:{where}", self.events.append([error_draft(where, exc)]))
 
-    def _rule_error(self, rule: str, exc: BaseException) -> None:
-        self._tick_errors.append((f"rule:{rule}", exc))
+    # -- ticking -----------------------------------------------------------------------------
 
-    def _background_error(self, where: str, exc: BaseException) -> None:
-        task = asyncio.create_task(self.events.append([_error_draft(where, exc)]))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def _fresh(self, sample: Sample, now: int) -> bool:
+        """Taken by this engine, and not older than its watcher's window."""
+        if sample.ts < self._started_at:
+            return False
+        limit = self._max_age.get(sample.key)
+        return limit is None or now - sample.ts <= limit
 
     async def snapshot(self) -> Snapshot:
         """The world as the next tick will see it."""
-        assert self._projector is not None
-        states = await self._projector.catch_up()
+        snapshot, _ = await self._snapshot()
+        return snapshot
+
+    async def _snapshot(self) -> tuple[Snapshot, int]:
+        projector = self._open_part(self._projector)
+        assert isinstance(projector, Projector)
+        states = await projector.catch_up()
         await self.executor_loop.refresh()
-        vitals = await self.vitals.latest()
+        latest = await self.vitals.latest()
+        cursor, recent = await self.vitals.since(self._vitals_cursor)
         now = self.clock.now_ms()
+        vitals = {k: VitalReading(s, now - s.ts) for k, s in latest.items() if self._fresh(s, now)}
+        samples = {k: tuple(s for s in found if s.ts >= self._started_at)
+                   for k, found in recent.items()}
         return Snapshot(
-            seq=self._projector.seq, at=now, number=self._tick_number + 1,
-            vitals={k: VitalReading(s, now - s.ts) for k, s in vitals.items()},
-            projections=states, pending_effects=self.executor_loop.pending_dedup_keys(),
+            seq=projector.seq, at=now, number=self._tick_number + 1,
+            vitals=vitals, projections=states,
+            pending_effects=self.executor_loop.pending_dedup_keys(),
             last_tick_ms=self._last_tick_ms,
-        )
+            samples={k: v for k, v in samples.items() if v}, started_at=self._started_at,
+        ), cursor
+
+    def _first_prev(self, curr: Snapshot) -> Snapshot:
+        """The `prev` of this engine's first tick: the last run's snapshot, or nothing seen."""
+        memo = self._resumed
+        if memo is None:
+            return Snapshot(seq=0, at=curr.at, number=0, vitals={},
+                            projections=curr.projections, last_tick_ms=curr.last_tick_ms)
+        return Snapshot(seq=memo.seq, at=memo.at, number=memo.number,
+                        vitals={k: VitalReading(s, memo.at - s.ts) for k, s in memo.vitals.items()},
+                        projections=curr.projections, last_tick_ms=memo.last_tick_ms,
+                        started_at=memo.started_at)
 
     async def tick(self) -> Decision:
-        """Run the rule chain once; record its effects, errors and a tick record together."""
+        """Run the rule chain once; record its effects, marks, errors and a tick record
+        together in one append."""
         async with self._tick_lock:
-            curr = await self.snapshot()
-            prev = self._prev or _first_prev(curr)
-            self._tick_errors = []
-            decision = await self._chain(prev, curr)
-            errors, self._tick_errors = self._tick_errors, []
-            drafts = [effect_draft(e, origin="engine:tick", cause=curr.seq or None)
-                      for e in decision.effects]
-            drafts += [_error_draft(where, exc) for where, exc in errors]
+            curr, cursor = await self._snapshot()
+            prev = self._prev or self._first_prev(curr)
+            decision, errors, self.trace = await self.chain.run(prev, curr)
+            origin, cause = "engine:tick", curr.seq or None
+            drafts = [mark_draft(e, origin, cause) if isinstance(e, Mark)
+                      else effect_draft(e, origin, cause) for e in decision.effects]
+            drafts += [error_draft(where, exc) for where, exc in errors]
             if drafts:
                 drafts.append(EventDraft(
                     "tick", "engine", {"number": curr.number, "tick_ms": decision.tick_ms,
@@ -347,6 +463,7 @@ class Engine:
                     origin="engine"))
                 await self.events.append(drafts)
             self._prev = curr
+            self._vitals_cursor = cursor
             self._tick_number = curr.number
             self._last_tick_ms = decision.tick_ms
             self._last_tick_at = curr.at
@@ -362,35 +479,35 @@ class Engine:
 
     async def _tick_loop(self) -> None:
         while True:
-            try:
-                decision = await self.tick()
-                tick_s = decision.tick_ms / 1000
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._background_error("engine:tick", exc)
-                tick_s = self.default_tick_ms / 1000
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(tick_s):
-                    await self._wake.wait()
+            decision = await self.tick()
+            await wait_signal(self._wake, decision.tick_ms / 1000)
             self._wake.clear()
 
-    async def _housekeeping(self, every: float = 60.0) -> None:
+    async def _save_memo(self) -> None:
+        prev = self._prev
+        if prev is None:
+            return
+        memo = _TickMemo(prev.number, prev.at, prev.seq, self._last_tick_ms, prev.started_at,
+                         {k: r.sample for k, r in prev.vitals.items()})
+        try:
+            await asyncio.to_thread(save_checkpoint, self.layout.checkpoints, _TICK_MEMO,
+                                    _TICK_MEMO_VERSION, prev.seq, memo)
+        except OSError as exc:
+            self._report("engine:tick-memo", exc)
+
+    async def _housekeeping(self, gc_every: float = 60.0) -> None:
+        loop = asyncio.get_running_loop()
+        last_gc = loop.time()
         while True:
-            await asyncio.sleep(every)
-            try:
+            await asyncio.sleep(MEMO_EVERY_S)
+            await self._save_memo()
+            if loop.time() - last_gc >= gc_every:
+                last_gc = loop.time()
                 await self.vitals.gc(self.retention)
-            except Exception as exc:
-                self._background_error("engine:vitals-gc", exc)
 
 
-def _first_prev(curr: Snapshot) -> Snapshot:
-    """The `prev` of a first tick: nothing seen yet, at the same moment."""
-    return Snapshot(seq=0, at=curr.at, number=0, vitals={}, projections=curr.projections,
-                    last_tick_ms=curr.last_tick_ms)
-
-
-def _error_draft(where: str, exc: BaseException) -> EventDraft:
+def error_draft(where: str, exc: BaseException) -> EventDraft:
+    """The `error` event that records `exc` raised at `where`."""
     return EventDraft(
         "error", where,
         {"where": where, "type": type(exc).__name__, "message": str(exc),

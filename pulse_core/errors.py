@@ -17,6 +17,8 @@
     │       └── PayloadNotEncodable msgspec cannot encode the payload
     ├── ObjectMissing               a content-addressed payload is absent or was purged
     ├── RuleChainError              compose() got a non-callable, or inner was called twice
+    ├── LayerError                  a layer is missing, broken, or refused its settings
+    ├── UnhandledEffect             a rule can emit an effect type no executor handles
     ├── SurvivalLocked              user code tried to switch off or reorder a survival rule
     ├── UnknownEffect               an effect tag no Effect class declares
     └── InvalidTransition           a task event that its current status does not allow
@@ -112,6 +114,14 @@ class ObjectMissing(PulseError):
 
 class RuleChainError(PulseError):
     """The rule chain is malformed or was driven wrongly (inner called twice in one tick)."""
+
+
+class LayerError(PulseError):
+    """A layer is not installed, failed to import, or refused its settings."""
+
+
+class UnhandledEffect(PulseError):
+    """A rule declares an effect type that no executor of the engine handles."""
 
 
 class SurvivalLocked(PulseError):

@@ -202,6 +202,8 @@ _register_builtin(
                              "owner, pid, started"),
         ("effect-acked", "an effect finished; data: attempt, result, duration_ms"),
         ("effect-failed", "an effect attempt failed; data: attempt, error, retry_at or final"),
+        ("mark", "a fact a rule recorded about its own state (a counter, a backoff, a "
+                 "once-only marker); key: mark:<tag>; data: mark"),
         ("payload-purged", "a content-addressed payload was deleted; key: its digest"),
         ("engine-started", "an engine opened this home; data: pid, owner"),
         ("engine-stopped", "an engine closed this home cleanly; data: pid, interrupted"),

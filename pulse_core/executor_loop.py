@@ -32,8 +32,10 @@ from pulse_core.effects import (
 )
 from pulse_core.errors import AppendRejected, PulseError, UnknownEffect, VersionConflict
 from pulse_core.events import Event, EventDraft, encode_data, uuid7
-from pulse_core.snapshot import load_checkpoint, save_checkpoint
+from pulse_core.projector import load_checkpoint, save_checkpoint
 from pulse_core.store.base import EventStore
+from pulse_core.store.side import SideStore
+from pulse_core.store.vitals import VitalsStore
 
 _CHECKPOINT = "executor-loop"
 _PAGE = 5_000
@@ -66,6 +68,8 @@ class ExecutorLoop:
         lease_grace_ms: int = 5_000,
         checkpoints: Path | None = None,
         fail_unhandled: bool = True,
+        vitals: VitalsStore | None = None,
+        side: SideStore | None = None,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
@@ -73,6 +77,8 @@ class ExecutorLoop:
         self.lease_grace_ms = lease_grace_ms
         self.checkpoints = checkpoints
         self.fail_unhandled = fail_unhandled
+        self.vitals = vitals
+        self.side = side
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid7()[-12:]}"
         self._pid = os.getpid()
         self._started = _process_started(self._pid)
@@ -254,7 +260,8 @@ class ExecutorLoop:
         except (UnknownEffect, msgspec.ValidationError) as exc:
             return await self._finish(entry, version=version, attempt=attempt, origin=origin,
                                       acked=None, error=str(exc), final=True)
-        ctx = ExecutionContext(entry.id, attempt, entry.seq, origin, self.clock, self.store)
+        ctx = ExecutionContext(entry.id, attempt, entry.seq, origin, self.clock, self.store,
+                               self.vitals, self.side)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(executor.timeout):

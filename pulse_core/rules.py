@@ -7,8 +7,11 @@ decorate (call inner, then change the decision) or transform the snapshot it han
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
+
+import msgspec
 
 from pulse_core.effects import Effect
 from pulse_core.errors import RuleChainError
@@ -32,6 +35,26 @@ def rule_name(rule: Any) -> str:
     name; whitespace becomes '-' so the name can stand in an event origin."""
     name = getattr(rule, "name", None) or getattr(rule, "__name__", None) or type(rule).__name__
     return "-".join(str(name).split())
+
+
+R = TypeVar("R")
+
+
+def emits(*types: type[Effect]) -> Callable[[R], R]:
+    """Declare the effect types a rule may return, so the engine (and the promote gate) can
+    refuse a chain whose effects no executor handles: `@emits(Notify)` over the rule."""
+
+    def declare(rule: R) -> R:
+        rule.emits = types  # type: ignore[attr-defined]
+        return rule
+
+    return declare
+
+
+def declared_effects(rule: Any) -> tuple[type[Effect], ...]:
+    """The effect types `rule` declares with `emits` (or an `emits` attribute); () if none."""
+    found = getattr(rule, "emits", ())
+    return tuple(t for t in found if isinstance(t, type) and issubclass(t, Effect))
 
 
 def check_decision(value: Any, where: str) -> Decision:
@@ -184,3 +207,117 @@ def dedup() -> Rule:
         return Decision(kept, tick_ms)
 
     return dedup
+
+
+# -- the engine's chain ----------------------------------------------------------------------
+
+
+class RuleTrace(msgspec.Struct, frozen=True):
+    """What one rule did in the last tick: the effect tags and tick_ms it returned (None when
+    it was never reached), and the error it raised."""
+
+    rule: str
+    tier: str
+    reached: bool
+    effects: tuple[str, ...] = ()
+    tick_ms: int | None = None
+    error: str | None = None
+
+
+class RuleChain:
+    """The engine's rules as tiers, outermost first, composed once.
+
+    Every rule is guarded (an exception is reported and the tick passes through it). The
+    last tier is the business tier: it is time-boxed to `business_timeout` seconds a tick
+    (past it, its decision is dropped and reported) and can be replaced between ticks.
+    `run` returns the decision, the errors of that run, and a trace of every rule.
+    """
+
+    def __init__(
+        self,
+        tiers: Sequence[tuple[str, Sequence[Rule]]],
+        *,
+        default_tick_ms: int,
+        business_timeout: float,
+    ) -> None:
+        *fixed, (business_tier, business) = tiers or [("business", ())]
+        self.default_tick_ms = default_tick_ms
+        self.business_timeout = business_timeout
+        self.business_tier = business_tier
+        self._errors: list[tuple[str, BaseException]] = []
+        self._trace: dict[str, RuleTrace] = {}
+        self._fixed: list[tuple[str, str]] = [(tier, rule_name(r)) for tier, rules in fixed
+                                              for r in rules]
+        links = [self._traced(tier, r) for tier, rules in fixed for r in rules]
+        self._outer: Inner = compose([*links, self._time_boxed()], default_tick_ms)
+        self._business_names: list[str] = []
+        self._business: Inner = self._compose_business(business)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every rule's name, outermost first."""
+        return (*(name for _, name in self._fixed), *self._business_names)
+
+    @property
+    def tiers(self) -> list[tuple[str, str]]:
+        """(tier, rule name) for every rule, outermost first."""
+        return [*self._fixed, *((self.business_tier, n) for n in self._business_names)]
+
+    def _traced(self, tier: str, rule: Rule) -> Rule:
+        name = rule_name(rule)
+
+        def failed(_: str, exc: BaseException) -> None:
+            self._errors.append((f"rule:{name}", exc))
+            self._trace[name] = RuleTrace(name, tier, True,
+                                          error=f"{type(exc).__name__}: {exc}")
+
+        safe = guarded(rule, failed)
+
+        async def traced(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+            decision = await safe(prev, curr, inner)
+            if name not in self._trace:
+                self._trace[name] = RuleTrace(
+                    name, tier, True, tuple(type(e).tag() for e in decision.effects),
+                    decision.tick_ms)
+            return decision
+
+        traced.name = name  # type: ignore[attr-defined]
+        return traced
+
+    def _compose_business(self, rules: Sequence[Rule]) -> Inner:
+        chain = compose([self._traced(self.business_tier, r) for r in rules],
+                        self.default_tick_ms)
+        self._business_names = [rule_name(r) for r in rules]
+        return chain
+
+    def replace_business(self, rules: Sequence[Rule]) -> None:
+        """Swap the business tier (call between ticks); RuleChainError keeps the old one."""
+        names = self._business_names
+        try:
+            self._business = self._compose_business(rules)
+        except BaseException:
+            self._business_names = names
+            raise
+
+    def _time_boxed(self) -> Rule:
+        async def business_rules(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+            try:
+                async with asyncio.timeout(self.business_timeout):
+                    return await self._business(prev, curr)
+            except TimeoutError:
+                self._errors.append(("rule:business-rules", TimeoutError(
+                    f"business rules took longer than {self.business_timeout:g} s; their "
+                    "decision was dropped for this tick")))
+                return await inner(prev, curr)
+
+        return business_rules
+
+    async def run(self, prev: Snapshot, curr: Snapshot
+                  ) -> tuple[Decision, list[tuple[str, BaseException]], list[RuleTrace]]:
+        """One pass of the chain: the decision, errors (where, exception), the trace."""
+        self._errors, self._trace = [], {}
+        decision = await self._outer(prev, curr)
+        errors, trace = self._errors, self._trace
+        self._errors, self._trace = [], {}
+        return decision, errors, [trace.get(name) or RuleTrace(name, tier, False)
+                                  for tier, name in self.tiers]

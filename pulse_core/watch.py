@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pulse_core.store.vitals import Sample, VitalsStore
+from pulse_core.supervisor import wait_signal
 
 
 class Watcher(abc.ABC):
@@ -97,7 +97,5 @@ async def watch_forever(
         except Exception as exc:
             on_error(f"watcher:{watcher.name}", exc)
         nudged = watcher._nudged()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, watcher.interval - (loop.time() - started))):
-                await nudged.wait()
+        await wait_signal(nudged, watcher.interval - (loop.time() - started))
         nudged.clear()

@@ -120,6 +120,27 @@ class VitalsStore:
             rows = await cursor.fetchall()
         return [Sample(key, r[0], decode_data(r[1]), r[2]) for r in rows]
 
+    async def cursor(self) -> int:
+        """The id of the newest sample (0 when there is none): `since` starts after it."""
+        self._check_open()
+        with sqlite_errors(self.path):
+            cursor = await self._conn.execute("SELECT coalesce(max(rowid), 0) FROM samples")
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def since(self, cursor: int) -> tuple[int, dict[str, list[Sample]]]:
+        """Every sample recorded after `cursor`, by key, oldest first, and the new cursor."""
+        self._check_open()
+        with sqlite_errors(self.path):
+            rows = await (await self._conn.execute(
+                "SELECT rowid, key, ts, data, error FROM samples WHERE rowid > ? ORDER BY rowid",
+                (cursor,))).fetchall()
+        found: dict[str, list[Sample]] = {}
+        for rowid, key, ts, data, error in rows:
+            found.setdefault(key, []).append(Sample(key, ts, decode_data(data), error))
+            cursor = rowid
+        return cursor, found
+
     async def latest(self, keys: Iterable[str] | None = None) -> dict[str, Sample]:
         """The newest sample of each key (of every key when `keys` is None).
 

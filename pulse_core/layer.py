@@ -1,0 +1,157 @@
+"""Layers: named bundles of watchers, rules, executors, projections and services.
+
+A layer is how every capability beyond the core plugs into an engine: the survival layer,
+the awareness reviewer, an agent adapter, the web UI. Layers are found by name through the
+standard plugin mechanism, entry points: a distribution declares
+
+    [project.entry-points."pulse.layers"]
+    awareness = "pulse_adapters.awareness:layer"
+
+and config.json (or `Engine(layers=[...])`) names the layer and its settings. The survival
+layer is found the same way, in its own group `pulse.survival`, and must be there exactly once:
+the engine refuses to run without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pulse_core.clock import Clock
+from pulse_core.effects import Effect, Executor
+from pulse_core.errors import LayerError
+from pulse_core.rules import Rule
+from pulse_core.snapshot import Projection
+from pulse_core.watch import Watcher
+
+if TYPE_CHECKING:
+    from pulse_core.engine import Engine
+
+LAYERS_GROUP = "pulse.layers"
+SURVIVAL_GROUP = "pulse.survival"
+
+Service = Callable[["Engine"], Awaitable[None]]
+"""A long-running async callable (a web server, an exporter, a transcript follower) that the
+engine starts after open and cancels before close, under its supervisor."""
+
+
+class EngineDirectory(Protocol):
+    """The shallow autonomic tier as a layer sees it: code that can be rolled back."""
+
+    async def rollback(self, revision: str | None, reason: str) -> str:
+        """Revert to `revision` (None: the last known good one); return the new revision."""
+        ...
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """What a layer factory is given besides its settings: the home it serves, the engine's
+    clock, and the engine directory (None when the engine runs without one)."""
+
+    home: Path
+    clock: Clock
+    engine_directory: EngineDirectory | None = None
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A named, configured bundle of parts that an engine runs together.
+
+    Rules of all layers sit between the built-in rules and the engine directory's business
+    rules, in the order the layers are given. `emits` lists effect types the layer's rules
+    may produce beyond what each rule declares (see `emits()`); the engine checks that some
+    executor handles each one.
+    """
+
+    name: str
+    watchers: Sequence[Watcher] = ()
+    rules: Sequence[Rule] = ()
+    executors: Sequence[Executor] = ()
+    projections: Sequence[Projection[Any]] = ()
+    services: Sequence[Service] = ()
+    emits: Sequence[type[Effect]] = field(default=())
+
+
+LayerFactory = Callable[[Any, LayerContext], Layer]
+"""`factory(settings, context) -> Layer`: what an entry point in `pulse.layers` names.
+
+`settings` is the layer's value in config.json (a JSON object, or None when absent); the
+factory validates it (a msgspec Struct is the usual way) and raises an error naming the field.
+"""
+
+
+def _entry_points(group: str, name: str | None = None) -> list[EntryPoint]:
+    found = entry_points(group=group)
+    return [ep for ep in found if name is None or ep.name == name]
+
+
+def available_layers() -> list[str]:
+    """The names of every layer installed in this environment (group `pulse.layers`)."""
+    return sorted({ep.name for ep in _entry_points(LAYERS_GROUP)})
+
+
+def _load_factory(ep: EntryPoint, what: str) -> LayerFactory:
+    try:
+        factory = ep.load()
+    except Exception as exc:
+        raise LayerError(
+            f"{what} {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc} — "
+            "fix or reinstall the distribution that provides it"
+        ) from exc
+    if not callable(factory):
+        raise LayerError(f"{what} {ep.name!r} ({ep.value}) is a {type(factory).__name__}, "
+                         "not a factory(settings, context) -> Layer")
+    return factory  # type: ignore[no-any-return]
+
+
+def _built(factory: LayerFactory, name: str, settings: Any, context: LayerContext) -> Layer:
+    try:
+        layer = factory(settings, context)
+    except LayerError:
+        raise
+    except Exception as exc:
+        raise LayerError(f"layer {name!r} refused its settings: {type(exc).__name__}: "
+                         f"{exc}") from exc
+    if not isinstance(layer, Layer):
+        raise LayerError(f"layer {name!r}'s factory returned {layer!r}, not a pulse_core.Layer")
+    return layer
+
+
+def load_layer(name: str, settings: Any, context: LayerContext) -> Layer:
+    """Build the installed layer `name` with `settings`; LayerError names what went wrong."""
+    found = _entry_points(LAYERS_GROUP, name)
+    if not found:
+        known = ", ".join(available_layers()) or "none"
+        raise LayerError(f"no layer named {name!r} is installed (installed: {known}) — "
+                         "install the distribution that provides it, or fix the name")
+    if len({ep.value for ep in found}) > 1:
+        raise LayerError(f"layer {name!r} is provided by several distributions "
+                         f"({', '.join(ep.value for ep in found)}); uninstall all but one")
+    return _built(_load_factory(found[0], "layer"), name, settings, context)
+
+
+def load_layers(configured: Mapping[str, Any], context: LayerContext) -> list[Layer]:
+    """Every layer named in `configured` (name -> settings), in that order."""
+    return [load_layer(name, settings, context) for name, settings in configured.items()]
+
+
+def survival_layer(settings: Any, context: LayerContext) -> Layer:
+    """The survival layer (group `pulse.survival`), which every engine runs outermost.
+
+    Raises LayerError when it is not installed, or installed twice: an engine never runs
+    without its survival rules.
+    """
+    found = _entry_points(SURVIVAL_GROUP)
+    if len({ep.value for ep in found}) != 1:
+        have = ", ".join(f"{ep.name}={ep.value}" for ep in found) or "none"
+        raise LayerError(
+            f"exactly one survival layer must be installed in entry-point group "
+            f"{SURVIVAL_GROUP!r}; found {have} — reinstall pulse-engine"
+        )
+    layer = _built(_load_factory(found[0], "survival layer"), "survival", settings, context)
+    if layer.services:
+        raise LayerError("the survival layer may not run services")
+    return layer

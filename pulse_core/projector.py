@@ -1,0 +1,174 @@
+"""The Projector: keeps projection states current, checkpointed so a restart resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_core.errors import PulseError
+from pulse_core.pmap import PersistentMap
+from pulse_core.snapshot import Projection
+from pulse_core.store.base import EventStore
+
+
+class _Checkpoint(msgspec.Struct):
+    name: str
+    version: int
+    seq: int
+    state: msgspec.Raw
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, PersistentMap):
+        return dict(obj.items())
+    raise NotImplementedError(f"cannot checkpoint a {type(obj).__name__}")
+
+
+def _dec_hook(type_: Any, obj: Any) -> Any:
+    if typing.get_origin(type_) is PersistentMap or type_ is PersistentMap:
+        args = typing.get_args(type_) or (Any, Any)
+        return PersistentMap(msgspec.convert(obj, dict[args[0], args[1]],  # type: ignore[valid-type]
+                                             dec_hook=_dec_hook))
+    raise NotImplementedError(f"cannot restore a {type_!r} from a checkpoint")
+
+
+def save_checkpoint(folder: Path, name: str, version: int, seq: int, state: Any) -> None:
+    """Write a state and the seq it reflects, atomically, to `folder/name.ckpt`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = msgspec.msgpack.encode(state, enc_hook=_enc_hook)
+    body = msgspec.msgpack.encode(_Checkpoint(name, version, seq, msgspec.Raw(raw)))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(body)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, folder / f"{name}.ckpt")
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def load_checkpoint(folder: Path, name: str, version: int, type: Any) -> tuple[int, Any] | None:
+    """(seq, state) from `folder/name.ckpt`, or None when absent, stale or unreadable.
+
+    A checkpoint is only a cache of the log: anything wrong with it means rebuild, not fail.
+    """
+    try:
+        body = (folder / f"{name}.ckpt").read_bytes()
+        ckpt = msgspec.msgpack.decode(body, type=_Checkpoint)
+        if ckpt.name != name or ckpt.version != version:
+            return None
+        return ckpt.seq, msgspec.msgpack.decode(ckpt.state, type=type, dec_hook=_dec_hook)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+class Projector:
+    """Keeps projection states current by applying only the events each one has not seen.
+
+    States are checkpointed to `checkpoints` every `checkpoint_every` events or
+    `checkpoint_interval` seconds, so a restart resumes from there instead of seq 0.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        projections: Sequence[Projection[Any]],
+        *,
+        checkpoints: Path | None = None,
+        checkpoint_every: int = 10_000,
+        checkpoint_interval: float = 60.0,
+        page: int = 5_000,
+    ) -> None:
+        names = [p.name for p in projections]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise PulseError(f"projection names must be unique; repeated: {sorted(duplicates)}")
+        self.store = store
+        self.projections = list(projections)
+        self.checkpoints = checkpoints
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_interval = checkpoint_interval
+        self.page = page
+        self.states: dict[str, Any] = {}
+        self.seqs: dict[str, int] = {}
+        self._saved_seq: dict[str, int] = {}
+        self._saved_at = time.monotonic()
+        self._lock = asyncio.Lock()
+        for proj in self.projections:
+            loaded = None
+            if checkpoints is not None:
+                loaded = load_checkpoint(checkpoints, proj.name, proj.version, proj.state_type())
+            seq, state = loaded if loaded is not None else (0, proj.initial())
+            self.states[proj.name] = state
+            self.seqs[proj.name] = self._saved_seq[proj.name] = seq
+
+    @property
+    def seq(self) -> int:
+        """The seq every projection has reached."""
+        return min(self.seqs.values(), default=0)
+
+    async def catch_up(self) -> dict[str, Any]:
+        """Apply every new event (in a worker thread) and return a copy of the states."""
+        async with self._lock:
+            await asyncio.to_thread(self._catch_up_sync)
+            return dict(self.states)
+
+    def _catch_up_sync(self) -> None:
+        if not self.projections:
+            return
+        kinds: set[str] | None = set()
+        for proj in self.projections:
+            if proj.kinds is None or kinds is None:
+                kinds = None
+            else:
+                kinds |= proj.kinds
+        top = self.store.last_seq_sync()
+        cursor = self.seq
+        while True:
+            page = self.store.read_sync(cursor, kinds=kinds, limit=self.page)
+            for event in page:
+                for proj in self.projections:
+                    name = proj.name
+                    if event.seq <= self.seqs[name]:
+                        continue
+                    if proj.kinds is None or event.kind in proj.kinds:
+                        self.states[name] = proj.apply(self.states[name], event)
+                    self.seqs[name] = event.seq
+            if len(page) < self.page:
+                break
+            cursor = page[-1].seq
+        for name in self.seqs:
+            self.seqs[name] = max(self.seqs[name], top)
+        self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self, force: bool = False) -> None:
+        if self.checkpoints is None:
+            return
+        behind = max(self.seqs[n] - self._saved_seq[n] for n in self.seqs) if self.seqs else 0
+        due = time.monotonic() - self._saved_at >= self.checkpoint_interval
+        if not force and behind < self.checkpoint_every and not (due and behind > 0):
+            return
+        for proj in self.projections:
+            name = proj.name
+            if self.seqs[name] != self._saved_seq[name]:
+                save_checkpoint(self.checkpoints, name, proj.version, self.seqs[name],
+                                self.states[name])
+                self._saved_seq[name] = self.seqs[name]
+        self._saved_at = time.monotonic()
+
+    async def checkpoint(self) -> None:
+        """Write every projection that moved since its last checkpoint."""
+        async with self._lock:
+            await asyncio.to_thread(self._maybe_checkpoint, True)

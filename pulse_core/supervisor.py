@@ -1,0 +1,143 @@
+"""The supervisor: every long-running loop of an engine runs under it.
+
+A loop that raises is reported (an `error` event, through the engine's reporter) and started
+again after the shared Backoff; a loop that returns is finished. No task the engine starts
+can fail unobserved: one-shot background tasks go through `spawn`, whose failures are
+reported the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import msgspec
+
+from pulse_core.clock import Clock, SystemClock
+from pulse_core.effects import Backoff
+
+log = logging.getLogger("pulse")
+
+Reporter = Callable[[str, BaseException], None]
+
+LOOP_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=30_000, jitter=0.1)
+"""How long a failed loop waits before its next start (doubling per failure in a row)."""
+
+STABLE_S = 60.0
+"""A loop that ran this long before failing starts its backoff over."""
+
+
+async def wait_signal(signal: asyncio.Event, seconds: float | None) -> bool:
+    """Wait until `signal` is set or `seconds` pass (None: forever); True if it was set.
+
+    Unlike `asyncio.timeout` around `signal.wait()`, a cancellation of the caller that
+    arrives as the timeout expires is never taken for the timeout: it always propagates.
+    """
+    if signal.is_set():
+        return True
+    if seconds is not None and seconds <= 0:
+        return False
+    waiter = asyncio.ensure_future(signal.wait())
+    try:
+        done, _ = await asyncio.wait((waiter,), timeout=seconds)
+    finally:
+        waiter.cancel()
+    return bool(done)
+
+
+class LoopState(enum.Enum):
+    """Where a supervised loop is, as supervisorctl would say it."""
+
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    EXITED = "exited"
+    STOPPED = "stopped"
+
+
+class LoopStatus(msgspec.Struct):
+    """One supervised loop: its state, restarts so far, when it last started, its last error."""
+
+    name: str
+    state: LoopState
+    restarts: int = 0
+    started_at: int = 0
+    last_error: str | None = None
+
+
+class Supervisor:
+    """Runs named loops, restarts them when they raise, and stops them all together."""
+
+    def __init__(self, report: Reporter, *, clock: Clock | None = None,
+                 backoff: Backoff = LOOP_BACKOFF) -> None:
+        self._report = report
+        self.clock: Clock = clock or SystemClock()
+        self.backoff = backoff
+        self._loops: dict[str, asyncio.Task[None]] = {}
+        self._status: dict[str, LoopStatus] = {}
+        self._spawned: set[asyncio.Task[Any]] = set()
+
+    def start(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
+        """Run `body()` as the loop `name`, restarting it after each exception."""
+        if name in self._loops:
+            raise ValueError(f"a loop named {name!r} is already supervised")
+        self._status[name] = LoopStatus(name, LoopState.RUNNING, started_at=self.clock.now_ms())
+        self._loops[name] = asyncio.create_task(self._keep(name, body), name=f"pulse-{name}")
+
+    async def _keep(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
+        loop = asyncio.get_running_loop()
+        status = self._status[name]
+        failures = 0
+        while True:
+            began = loop.time()
+            status.state, status.started_at = LoopState.RUNNING, self.clock.now_ms()
+            try:
+                await body()
+            except asyncio.CancelledError:
+                status.state = LoopState.STOPPED
+                raise
+            except Exception as exc:
+                failures = 1 if loop.time() - began >= STABLE_S else failures + 1
+                status.state, status.last_error = LoopState.BACKOFF, f"{type(exc).__name__}: {exc}"
+                status.restarts += 1
+                self._report(name, exc)
+                await asyncio.sleep(self.backoff.delay_ms(failures) / 1000)
+            else:
+                status.state = LoopState.EXITED
+                return
+
+    def spawn(self, name: str, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run one-shot `work` in the background; an exception in it is reported, not lost."""
+        task = asyncio.create_task(work, name=f"pulse-{name}")
+        self._spawned.add(task)
+        task.add_done_callback(lambda t: self._settled(name, t))
+        return task
+
+    def _settled(self, name: str, task: asyncio.Task[Any]) -> None:
+        self._spawned.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # Reporting may itself fail (the store is what failed): log, never recurse.
+            log.error("pulse: background %s failed: %s: %s", name, type(exc).__name__, exc)
+
+    def status(self) -> list[LoopStatus]:
+        """Every supervised loop, in start order."""
+        return [msgspec.structs.replace(s) for s in self._status.values()]
+
+    async def settle(self) -> None:
+        """Wait for every spawned one-shot task to finish."""
+        while self._spawned:
+            await asyncio.gather(*list(self._spawned), return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Cancel every loop and wait until each has ended; then settle spawned tasks."""
+        loops = list(self._loops.values())
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        self._loops.clear()
+        await self.settle()

@@ -1,0 +1,99 @@
+"""The supervisor: loops that raise are reported and restarted; cancellation always wins."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pulse_core import Backoff, Engine, LoopState, ManualClock, Supervisor
+from pulse_core.supervisor import wait_signal
+
+
+async def test_a_cancel_that_arrives_as_the_wait_expires_is_never_swallowed() -> None:
+    # The hang the issue found: a watcher loop cancelled as its sleep expired kept looping.
+    async def sleeper() -> None:
+        signal = asyncio.Event()
+        while True:
+            await wait_signal(signal, 0.001)
+
+    loop = asyncio.get_running_loop()
+    for i in range(300):
+        task = asyncio.create_task(sleeper())
+        await asyncio.sleep(0.001 * (i % 3))
+        loop.call_at(loop.time() + 0.001, task.cancel)  # lands on or near an expiry
+        done, _ = await asyncio.wait({task}, timeout=2)
+        assert done, f"run {i}: the cancel was swallowed and the loop kept running"
+        assert task.cancelled()
+
+
+async def test_wait_signal_says_whether_the_signal_was_set() -> None:
+    signal = asyncio.Event()
+    assert await wait_signal(signal, 0.01) is False
+    asyncio.get_running_loop().call_later(0.01, signal.set)
+    assert await wait_signal(signal, 5) is True
+    assert await wait_signal(signal, 0) is True
+
+
+async def test_a_loop_that_raises_is_reported_and_restarted_with_backoff() -> None:
+    reports: list[tuple[str, str]] = []
+    runs = 0
+    again = asyncio.Event()
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs < 3:
+            raise OSError(f"transient {runs}")
+        again.set()
+        await asyncio.sleep(3600)
+
+    supervisor = Supervisor(lambda where, exc: reports.append((where, str(exc))),
+                            backoff=Backoff(initial_ms=1, max_ms=5, jitter=0))
+    supervisor.start("flaky", flaky)
+    await asyncio.wait_for(again.wait(), 5)
+    (status,) = supervisor.status()
+    assert reports == [("flaky", "transient 1"), ("flaky", "transient 2")]
+    assert status.restarts == 2 and status.state is LoopState.RUNNING
+    assert status.last_error == "OSError: transient 2"
+    await supervisor.stop()
+    assert supervisor.status()[0].state is LoopState.STOPPED
+
+
+async def test_a_failed_background_task_is_observed_not_lost() -> None:
+    supervisor = Supervisor(lambda where, exc: None)
+
+    async def boom() -> None:
+        raise RuntimeError("append failed")
+
+    task = supervisor.spawn("report", boom())
+    await supervisor.settle()
+    assert task.done() and isinstance(task.exception(), RuntimeError)
+
+
+async def test_an_engine_loop_that_dies_becomes_an_error_event_and_runs_again(
+    tmp_path: Path,
+) -> None:
+    engine = Engine(tmp_path, clock=ManualClock(), default_tick_ms=10)
+    engine.supervisor.backoff = Backoff(initial_ms=1, max_ms=5, jitter=0)
+    failures = 0
+    real_tick = engine.tick
+
+    async def tick() -> object:
+        nonlocal failures
+        if failures < 2:
+            failures += 1
+            raise OSError("disk hiccup")
+        return await real_tick()
+
+    engine.tick = tick  # type: ignore[method-assign]
+    async with engine:
+        for _ in range(500):
+            if engine.ticks >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert engine.ticks >= 2, "the tick loop did not come back after it raised"
+        status = {s.name: s for s in engine.loops()}
+        assert status["tick"].restarts == 2
+        await engine.supervisor.settle()
+        errors = await engine.events.read(kinds=["error"])
+    assert [e.data["message"] for e in errors if e.key == "engine:tick"] == ["disk hiccup"] * 2

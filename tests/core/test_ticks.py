@@ -1,0 +1,101 @@
+"""What a tick sees: every sample since the last tick, nothing from before this engine, and
+the last run's snapshot as the first `prev` after a restart."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from pulse_core import Decision, Engine, Inner, ManualClock, Snapshot, open_home
+
+
+@contextlib.asynccontextmanager
+async def opened(engine: Engine) -> AsyncIterator[Engine]:
+    """The engine open, without its loops: every tick is the test's own."""
+    await engine.open()
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
+class Seen:
+    """A rule that remembers what each tick showed it."""
+
+    def __init__(self) -> None:
+        self.ticks: list[tuple[Snapshot, Snapshot]] = []
+
+    async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        self.ticks.append((prev, curr))
+        return await inner(prev, curr)
+
+
+async def test_a_tick_sees_every_sample_recorded_since_the_previous_tick(tmp_path: Path) -> None:
+    clock, seen = ManualClock(), Seen()
+    engine = Engine(tmp_path, rules=[seen], clock=clock)
+    async with opened(engine):
+        for n in range(3):
+            clock.advance(10)
+            await engine.vitals.record("log", {"line": n}, error=None)
+        await engine.tick()
+        clock.advance(10)
+        await engine.vitals.record("log", {"line": 3})
+        await engine.tick()
+        await engine.tick()
+    (_, first), (_, second), (_, third) = seen.ticks
+    assert [s.data["line"] for s in first.since_last_tick("log")] == [0, 1, 2]
+    assert first.vital("log") is not None and first.vital("log").sample.data == {"line": 2}
+    assert [s.data["line"] for s in second.since_last_tick("log")] == [3]
+    assert third.since_last_tick("log") == ()
+
+
+async def test_a_sample_from_before_this_engine_started_never_reaches_a_rule(
+    tmp_path: Path,
+) -> None:
+    clock, seen = ManualClock(), Seen()
+    stores = await open_home(tmp_path, clock=clock)
+    await stores.vitals.record("process-alive", {"agent": {"alive": False}})
+    await stores.close()
+    clock.advance(1_000)
+    engine = Engine(tmp_path, rules=[seen], clock=clock)
+    async with opened(engine):
+        await engine.tick()
+        clock.advance(10)
+        await engine.vitals.record("process-alive", {"agent": {"alive": True}})
+        await engine.tick()
+    (_, first), (_, second) = seen.ticks
+    assert first.vital("process-alive") is None
+    assert first.since_last_tick("process-alive") == ()
+    assert second.vital("process-alive") is not None
+    assert second.vital("process-alive").sample.data == {"agent": {"alive": True}}
+
+
+async def test_after_a_restart_ticks_carry_on_and_prev_is_the_last_runs_snapshot(
+    tmp_path: Path,
+) -> None:
+    clock, seen = ManualClock(), Seen()
+    async with opened(Engine(tmp_path, rules=[seen], clock=clock)) as engine:
+        await engine.vitals.record("load", 0.5)
+        for _ in range(3):
+            clock.advance(100)
+            await engine.tick()
+        last_before = seen.ticks[-1][1]
+    clock.advance(5_000)
+    again = Seen()
+    async with opened(Engine(tmp_path, rules=[again], clock=clock)) as engine:
+        await engine.tick()
+        assert engine.ticks == 4
+    prev, curr = again.ticks[0]
+    assert curr.number == 4
+    assert prev.number == 3 and prev.at == last_before.at and prev.seq == last_before.seq
+    assert prev.at < curr.started_at, "a rule can tell the prev came from an earlier run"
+    assert prev.vital("load") is not None and prev.vital("load").sample.data == 0.5
+
+
+async def test_the_first_tick_ever_has_an_empty_prev(tmp_path: Path) -> None:
+    seen = Seen()
+    async with opened(Engine(tmp_path, rules=[seen], clock=ManualClock())) as engine:
+        await engine.tick()
+    prev, curr = seen.ticks[0]
+    assert prev.number == 0 and curr.number == 1 and prev.vitals == {}
