@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pulse_core.clock import Clock
 from pulse_core.effects import Effect, Executor
-from pulse_core.errors import LayerError
+from pulse_core.errors import LayerError, SurvivalLocked
 from pulse_core.rules import Rule
 from pulse_core.snapshot import Projection
 from pulse_core.watch import Watcher
@@ -110,7 +110,7 @@ def _load_factory(ep: EntryPoint, what: str) -> LayerFactory:
 def _built(factory: LayerFactory, name: str, settings: Any, context: LayerContext) -> Layer:
     try:
         layer = factory(settings, context)
-    except LayerError:
+    except (LayerError, SurvivalLocked):
         raise
     except Exception as exc:
         raise LayerError(f"layer {name!r} refused its settings: {type(exc).__name__}: "

@@ -1,6 +1,7 @@
 """pulse_survival: the P0 layer every Engine runs outermost: 4 watchers, 7 rules, executors.
 
-Zero LLM and zero network in its decisions; only the network watcher probes the network.
+Zero LLM and zero network in its decisions; only the network watcher probes the network. The
+engine finds it through the `pulse.survival` entry point, `pulse_survival.layer:layer`.
 """
 
 from pulse_survival.config import (
@@ -18,31 +19,57 @@ from pulse_survival.config import (
 )
 from pulse_survival.effects import ArchiveSessions, Cleanup, Notify, RestartProcess, Rollback
 from pulse_survival.executors import EngineDirectory, NoEngineDirectory
-from pulse_survival.layer import RULE_ORDER, SurvivalLayer, survival_layer
-from pulse_survival.ledger import SurvivalLedger, SurvivalLedgerData
+from pulse_survival.layer import RULE_ORDER, survival_config, survival_layer
+from pulse_survival.ledger import LlmRecord, ProcessRecord, SurvivalLedger, SurvivalLedgerData
+from pulse_survival.marks import (
+    SURVIVAL_MARKS,
+    ErrorsEscalated,
+    GaveUp,
+    LlmRestartScheduled,
+    LlmRouteHealthy,
+    NetworkOutageAnnounced,
+    NetworkRecoveryAnnounced,
+    Recovered,
+    StartFailed,
+    StartHeld,
+    StreakCounted,
+)
 
 __all__ = [
     "RULE_ORDER",
+    "SURVIVAL_MARKS",
     "ArchiveSessions",
     "Cleanup",
     "EngineDirectory",
     "ErrorLogPolicy",
+    "ErrorsEscalated",
     "Essential",
+    "GaveUp",
     "LlmPolicy",
+    "LlmRecord",
+    "LlmRestartScheduled",
+    "LlmRouteHealthy",
+    "NetworkOutageAnnounced",
+    "NetworkRecoveryAnnounced",
     "NetworkTargets",
     "NoEngineDirectory",
     "Notify",
     "NotifySinks",
     "ProcessPolicy",
+    "ProcessRecord",
+    "Recovered",
     "ResourceThresholds",
     "RestartProcess",
     "Rollback",
     "RollbackPolicy",
+    "StartFailed",
+    "StartHeld",
+    "StreakCounted",
     "SurvivalConfig",
     "SurvivalConfigError",
-    "SurvivalLayer",
     "SurvivalLedger",
     "SurvivalLedgerData",
     "load_config",
+    "survival_config",
     "survival_layer",
 ]

@@ -6,6 +6,8 @@ with an error naming the field, the value and the range allowed.
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -179,13 +181,55 @@ class SurvivalConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise SurvivalConfigError(f"survival.processes names must be unique: {names}")
 
 
-def load_config(data: dict[str, Any] | None = None, *, path: Path | None = None) -> SurvivalConfig:
-    """A SurvivalConfig from a dict, or from a JSON file at `path`; errors name the field."""
+def _settings_in(annotation: Any) -> type[msgspec.Struct] | None:
+    """The settings Struct a field holds (itself, in a tuple, or optional), if any."""
+    candidates = typing.get_args(annotation) or (annotation,)
+    for candidate in candidates:
+        if isinstance(candidate, type) and issubclass(candidate, msgspec.Struct):
+            return candidate
+    return None
+
+
+def _check_names(data: Any, cls: type[msgspec.Struct], where: str) -> None:
+    """Refuse a key `cls` does not have, naming it and the keys allowed there."""
+    if not isinstance(data, Mapping):
+        return  # not an object: msgspec names the type it expected
+    fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            raise SurvivalConfigError(
+                f"{where}.{key} is not a survival setting — allowed in {where}: "
+                f"{', '.join(sorted(fields))}"
+            )
+        inner = _settings_in(field.type)
+        if inner is None:
+            continue
+        if isinstance(value, list | tuple):
+            for n, item in enumerate(value):
+                _check_names(item, inner, f"{where}.{key}[{n}]")
+        else:
+            _check_names(value, inner, f"{where}.{key}")
+
+
+def load_config(data: Mapping[str, Any] | None = None, *,
+                path: Path | None = None) -> SurvivalConfig:
+    """A SurvivalConfig from a mapping (config.json's `survival` object), or from a JSON file
+    at `path`. Errors name the field: an unknown one with the fields allowed beside it, a
+    value of the wrong type or outside its hard bounds with what was expected."""
+    if path is not None:
+        try:
+            data = msgspec.json.decode(path.read_bytes())
+        except msgspec.DecodeError as exc:
+            raise SurvivalConfigError(f"survival config {path}: not valid JSON — {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise SurvivalConfigError(f"survival settings must be a JSON object of "
+                                  f"SurvivalConfig fields, not {type(data).__name__}")
+    _check_names(data, SurvivalConfig, "survival")
     try:
-        if path is not None:
-            return msgspec.json.decode(path.read_bytes(), type=SurvivalConfig)
-        return msgspec.convert(data or {}, SurvivalConfig)
+        return msgspec.convert(dict(data), SurvivalConfig)
     except msgspec.ValidationError as exc:
-        raise SurvivalConfigError(f"survival config: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise SurvivalConfigError(f"survival config {path}: not valid JSON — {exc}") from None
+        raise SurvivalConfigError(f"survival config: {str(exc).replace('`$', '`survival')}"
+                                  ) from None

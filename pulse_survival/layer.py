@@ -1,60 +1,74 @@
-"""The survival layer as the Engine installs it: outermost, always, never from user code."""
+"""The survival layer: what the engine installs outermost, found through the `pulse.survival`
+entry point (`pulse_survival.layer:layer`); pulse_core never imports this package."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
-from pulse_survival.config import SurvivalConfig
-
-if TYPE_CHECKING:
-    from pulse_core.effects import Executor
-    from pulse_core.rules import Rule
-    from pulse_core.snapshot import Projection
-    from pulse_core.watch import Watcher
-    from pulse_survival.executors import EngineDirectory
-
-
-class SurvivalLayer(NamedTuple):
-    """What the survival layer adds to every engine; user code cannot remove any of it."""
-
-    watchers: tuple[Watcher, ...]
-    rules: tuple[Rule, ...]
-    executors: tuple[Executor, ...]
-    projections: tuple[Projection[Any], ...]
-
+from pulse_core import (
+    EngineDirectory,
+    Executor,
+    HomeLayout,
+    Layer,
+    LayerContext,
+    Projection,
+    Rule,
+    SurvivalLocked,
+    Watcher,
+)
+from pulse_survival.config import SurvivalConfig, load_config
+from pulse_survival.executors import (
+    FileArchiveExecutor,
+    NoEngineDirectory,
+    NotifyExecutor,
+    RestartProcessExecutor,
+    RollbackExecutor,
+)
+from pulse_survival.ledger import SurvivalLedger
+from pulse_survival.rules import (
+    AutoRollback,
+    ErrorEscalate,
+    LlmWatchdog,
+    NetworkWatchdog,
+    PanicRollback,
+    ProcessWatchdog,
+    ResourceGuard,
+)
+from pulse_survival.watchers import (
+    ErrorLogWatcher,
+    NetworkWatcher,
+    ProcessAliveWatcher,
+    SystemResourceWatcher,
+)
 
 RULE_ORDER = ("panic_rollback", "auto_rollback", "process_watchdog", "resource_guard",
               "llm_watchdog", "network_watchdog", "error_escalate")
 
 
-def survival_layer(config: SurvivalConfig, home: Path,
-                   directory: EngineDirectory | None = None) -> SurvivalLayer:
-    """The four watchers, seven rules (outermost first), their executors and the ledger."""
-    from pulse_survival.executors import (
-        FileArchiveExecutor,
-        NoEngineDirectory,
-        NotifyExecutor,
-        RestartProcessExecutor,
-        RollbackExecutor,
-    )
-    from pulse_survival.ledger import SurvivalLedger
-    from pulse_survival.rules import (
-        AutoRollback,
-        ErrorEscalate,
-        LlmWatchdog,
-        NetworkWatchdog,
-        PanicRollback,
-        ProcessWatchdog,
-        ResourceGuard,
-    )
-    from pulse_survival.watchers import (
-        ErrorLogWatcher,
-        NetworkWatcher,
-        ProcessAliveWatcher,
-        SystemResourceWatcher,
+def survival_config(settings: Any) -> SurvivalConfig:
+    """`settings` as a SurvivalConfig: one already, a config.json mapping (validated; errors
+    name the field and the fields allowed), or None for the defaults.
+
+    Anything else (False, a list, another layer) is refused with SurvivalLocked: the survival
+    layer can be tuned, never switched off or replaced.
+    """
+    if settings is None:
+        return SurvivalConfig()
+    if isinstance(settings, SurvivalConfig):
+        return settings
+    if isinstance(settings, Mapping):
+        return load_config(settings)
+    raise SurvivalLocked(
+        f"survival={settings!r}: the survival layer cannot be switched off or replaced; "
+        "tune it with a pulse_survival.SurvivalConfig or a config.json `survival` object"
     )
 
+
+def survival_layer(config: SurvivalConfig, home: Path,
+                   directory: EngineDirectory | None = None) -> Layer:
+    """The four watchers, seven rules (outermost first), their executors and the ledger."""
     disks = config.disk_paths or (str(home),)
     watchers: tuple[Watcher, ...] = (
         SystemResourceWatcher(disks, config.resource.memory_pct, config.resource.disk_pct,
@@ -74,9 +88,17 @@ def survival_layer(config: SurvivalConfig, home: Path,
         ErrorEscalate(config.error_log),
     )
     executors: tuple[Executor, ...] = (
-        RestartProcessExecutor(home / "logs"),
+        RestartProcessExecutor(HomeLayout.at(home).logs),
         FileArchiveExecutor(home),
         NotifyExecutor(config.notify),
         RollbackExecutor(directory or NoEngineDirectory()),
     )
-    return SurvivalLayer(watchers, rules, executors, (SurvivalLedger(),))
+    projections: tuple[Projection[Any], ...] = (SurvivalLedger(),)
+    return Layer("survival", watchers=watchers, rules=rules, executors=executors,
+                 projections=projections)
+
+
+def layer(settings: Any, context: LayerContext) -> Layer:
+    """The survival layer's entry point (group `pulse.survival`): `settings` as
+    `survival_config` takes them, built for `context`'s home and engine directory."""
+    return survival_layer(survival_config(settings), context.home, context.engine_directory)

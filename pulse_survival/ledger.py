@@ -1,7 +1,9 @@
-"""The survival ledger: what the survival layer has done, folded from the log.
+"""The survival ledger: what the survival layer has done and decided, folded from the log.
 
-Budgets and once-only notices live here, not in rule memory, so a restarted engine neither
-forgets its restart budget nor announces the same outage twice.
+Restart budgets, failed starts, streaks, backoffs and once-only notices live here, folded from
+the survival effects and the rules' marks (pulse_survival.marks), never from rule memory and
+never parsed out of a notice's text: a restarted engine neither forgets its restart budget nor
+announces the same outage twice, and every reader of the log sees the same state.
 """
 
 from __future__ import annotations
@@ -10,57 +12,112 @@ from typing import Any
 
 import msgspec
 
-from pulse_core import Event, Projection
-from pulse_survival.effects import SURVIVAL_TAGS
+from pulse_core import (
+    Effect,
+    EffectEntry,
+    Event,
+    Projection,
+    UnknownEffect,
+    decode_effect,
+    decode_mark,
+    fold_effect,
+)
+from pulse_survival.effects import SURVIVAL_TAGS, RestartProcess, Rollback
+from pulse_survival.marks import (
+    ErrorsEscalated,
+    GaveUp,
+    LlmRestartScheduled,
+    LlmRouteHealthy,
+    NetworkOutageAnnounced,
+    NetworkRecoveryAnnounced,
+    Recovered,
+    StartFailed,
+    StartHeld,
+    StreakCounted,
+)
 
 _RECENT = 200
 
 
-class SurvivalLedgerData(msgspec.Struct, frozen=True):
-    """Survival bookkeeping; see SurvivalLedger."""
+class ProcessRecord(msgspec.Struct, frozen=True):
+    """process_watchdog's state of one essential process.
 
-    open: dict[str, str] = {}
+    `restarts`: when restarts were made (ms, newest last); `failed_starts`: restarts in a row
+    that did not stay up; `judged`: the restart last judged held or failed; `given_up`: why
+    the watchdog stopped restarting it (None while it still restarts it).
+    """
+
+    restarts: tuple[int, ...] = ()
+    failed_starts: int = 0
+    judged: int | None = None
+    given_up: str | None = None
+
+
+class LlmRecord(msgspec.Struct, frozen=True):
+    """llm_watchdog's state: restarts since the route was last healthy, and when the next one
+    may be made (ms)."""
+
+    restarts: int = 0
+    next_allowed_at: int = 0
+
+
+class SurvivalLedgerData(msgspec.Struct, frozen=True):
+    """Survival bookkeeping; see SurvivalLedger. `open` holds the survival effects not yet
+    finished, as the one effect-lifecycle fold (`pulse_core.fold_effect`) leaves them."""
+
+    open: dict[str, EffectEntry] = {}
     failure_streak: int = 0
-    restarts: dict[str, tuple[int, ...]] = {}
-    given_up: frozenset[str] = frozenset()
+    processes: dict[str, ProcessRecord] = {}
+    streaks: dict[str, int] = {}
+    llm: LlmRecord = LlmRecord()
     promote_ts: int | None = None
     promote_revision: str | None = None
     errors_since_promote: tuple[int, ...] = ()
     network_down: bool = False
     last_escalation: int | None = None
 
+    def process(self, name: str) -> ProcessRecord:
+        """The record of essential process `name` (empty if nothing happened to it yet)."""
+        return self.processes.get(name) or ProcessRecord()
 
-def _effect_body(event: Event) -> dict[str, Any]:
-    data = event.data if isinstance(event.data, dict) else {}
-    body = data.get("effect")
-    return body if isinstance(body, dict) else {}
+    def streak(self, rule: str) -> int:
+        """How many samples in a row met `rule`'s condition."""
+        return self.streaks.get(rule, 0)
+
+
+def _decoded(event: Event) -> Effect | None:
+    """The effect an `effect` event holds; None when it does not decode."""
+    try:
+        return decode_effect(event.data)
+    except (UnknownEffect, msgspec.ValidationError):
+        return None
+
+
+def _with_process(state: SurvivalLedgerData, name: str, **changes: Any) -> SurvivalLedgerData:
+    record = msgspec.structs.replace(state.process(name), **changes)
+    return msgspec.structs.replace(state, processes={**state.processes, name: record})
 
 
 class SurvivalLedger(Projection[SurvivalLedgerData]):
-    """Restarts per process, given-up processes, the survival failure streak, the last
-    promotion and the errors since, whether a network outage was announced."""
+    """Per essential process: restarts, failed starts, given up; streaks of the sample-counting
+    rules; the LLM restart backoff; the survival effects' failure streak; the last promotion
+    and the errors since; whether a network outage is announced; the last error escalation."""
 
     name = "survival"
+    version = 2
     kinds = frozenset({"effect", "effect-acked", "effect-failed", "promote", "rollback",
-                       "error"})
+                       "error", "mark"})
 
     def initial(self) -> SurvivalLedgerData:
         return SurvivalLedgerData()
 
     def apply(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
+        if event.kind == "mark":
+            return self._mark(state, event)
         if event.kind == "effect":
             return self._effect(state, event)
         if event.kind in ("effect-acked", "effect-failed"):
-            tag = state.open.get(event.key)
-            if tag is None:
-                return state
-            data = event.data if isinstance(event.data, dict) else {}
-            done = event.kind == "effect-acked" or bool(data.get("final"))
-            open_ = {k: v for k, v in state.open.items() if k != event.key} if done else state.open
-            streak = state.failure_streak
-            if tag not in ("rollback", "notify"):
-                streak = 0 if event.kind == "effect-acked" else streak + 1
-            return msgspec.structs.replace(state, open=open_, failure_streak=streak)
+            return self._outcome(state, event)
         if event.kind == "promote":
             revision = event.data.get("revision") if isinstance(event.data, dict) else None
             return msgspec.structs.replace(state, promote_ts=event.ts,
@@ -73,30 +130,63 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
             return msgspec.structs.replace(state, errors_since_promote=errors)
         return state
 
-    def _effect(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
-        body = _effect_body(event)
-        tag = body.get("type")
-        if tag not in SURVIVAL_TAGS:
+    def _outcome(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
+        entry = state.open.get(event.key)
+        if entry is None:
             return state
-        changes: dict[str, Any] = {"open": {**state.open, event.key: tag}}
-        if tag == "restart-process":
-            name = str(body.get("name"))
-            changes["restarts"] = {
-                **state.restarts, name: (*state.restarts.get(name, ())[-(_RECENT - 1):],
-                                         event.ts)}
-        elif tag == "rollback":
-            changes.update(failure_streak=0, promote_ts=None, promote_revision=None,
-                           errors_since_promote=())
-        elif tag == "notify":
-            topic, level = str(body.get("topic")), str(body.get("level"))
-            if topic.startswith("process:"):
-                name = topic.removeprefix("process:")
-                if level == "given-up":
-                    changes["given_up"] = state.given_up | {name}
-                elif level == "recovered":
-                    changes["given_up"] = state.given_up - {name}
-            elif topic == "network":
-                changes["network_down"] = level == "outage"
-            elif topic == "error-log":
-                changes["last_escalation"] = event.ts
-        return msgspec.structs.replace(state, **changes)
+        # fold_effect changes the entry it is given; the previous state still holds this one
+        after = fold_effect(msgspec.structs.replace(entry), event)
+        if after is None:
+            return state
+        open_ = {k: v for k, v in state.open.items() if k != event.key}
+        if not after.finished:
+            open_[event.key] = after
+        streak = state.failure_streak
+        if after.tag not in ("rollback", "notify"):
+            streak = 0 if after.status == "acked" else streak + 1
+        return msgspec.structs.replace(state, open=open_, failure_streak=streak)
+
+    def _effect(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
+        entry = fold_effect(None, event)
+        if entry is None or entry.tag not in SURVIVAL_TAGS:
+            return state
+        state = msgspec.structs.replace(state, open={**state.open, event.key: entry})
+        effect = _decoded(event)
+        if isinstance(effect, RestartProcess):
+            restarts = (*state.process(effect.name).restarts[-(_RECENT - 1):], event.ts)
+            return _with_process(state, effect.name, restarts=restarts)
+        if isinstance(effect, Rollback):
+            return msgspec.structs.replace(state, failure_streak=0, promote_ts=None,
+                                           promote_revision=None, errors_since_promote=())
+        return state
+
+    def _mark(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
+        mark = decode_mark(event)
+        if isinstance(mark, StreakCounted):
+            return msgspec.structs.replace(state, streaks={**state.streaks,
+                                                           mark.rule: mark.count})
+        if isinstance(mark, StartFailed):
+            failed = state.process(mark.name).failed_starts + 1
+            return _with_process(state, mark.name, failed_starts=failed,
+                                 judged=mark.restart_at)
+        if isinstance(mark, StartHeld):
+            judged = state.process(mark.name).judged if mark.restart_at is None \
+                else mark.restart_at
+            return _with_process(state, mark.name, failed_starts=0, judged=judged)
+        if isinstance(mark, GaveUp):
+            return _with_process(state, mark.name, given_up=mark.why)
+        if isinstance(mark, Recovered):
+            return _with_process(state, mark.name, given_up=None, failed_starts=0)
+        if isinstance(mark, LlmRestartScheduled):
+            return msgspec.structs.replace(state, llm=LlmRecord(mark.count,
+                                                                mark.next_allowed_at))
+        if isinstance(mark, LlmRouteHealthy):
+            return msgspec.structs.replace(state, llm=msgspec.structs.replace(state.llm,
+                                                                              restarts=0))
+        if isinstance(mark, NetworkOutageAnnounced):
+            return msgspec.structs.replace(state, network_down=True)
+        if isinstance(mark, NetworkRecoveryAnnounced):
+            return msgspec.structs.replace(state, network_down=False)
+        if isinstance(mark, ErrorsEscalated):
+            return msgspec.structs.replace(state, last_escalation=mark.at)
+        return state

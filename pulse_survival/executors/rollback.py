@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from pulse_core import ExecutionContext, Executor, PulseError
+from pulse_core import EngineDirectory, ExecutionContext, Executor, PulseError
 from pulse_survival.effects import Rollback
 
-
-class EngineDirectory(Protocol):
-    """What the survival layer needs of an engine directory (implemented by `upulse`)."""
-
-    async def rollback(self, revision: str | None, reason: str) -> str:
-        """Revert to `revision` (None: the last known good one); return the new revision."""
-        ...
+__all__ = ["EngineDirectory", "NoEngineDirectory", "RollbackExecutor"]
 
 
 class NoEngineDirectory:

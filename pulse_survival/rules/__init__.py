@@ -1,6 +1,6 @@
 """The seven survival rules, outermost first."""
 
-from pulse_survival.rules.base import Streak, SurvivalRule
+from pulse_survival.rules.base import SurvivalRule
 from pulse_survival.rules.conditions import ErrorEscalate, NetworkWatchdog, ResourceGuard
 from pulse_survival.rules.process import LlmWatchdog, ProcessWatchdog
 from pulse_survival.rules.rollback import AutoRollback, PanicRollback
@@ -13,6 +13,5 @@ __all__ = [
     "PanicRollback",
     "ProcessWatchdog",
     "ResourceGuard",
-    "Streak",
     "SurvivalRule",
 ]

@@ -1,41 +1,26 @@
-"""What every survival rule shares: its place in the chain and monit-style streak counting."""
+"""What every survival rule shares: its place in the chain, the ledger, and the samples it
+may act on."""
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pulse_core import Decision, Inner, Sample, Snapshot
-from pulse_survival.ledger import SurvivalLedgerData
-
-
-class Streak:
-    """Counts consecutive distinct samples that meet a condition (`for N cycles`).
-
-    Unlike monit (its bug #1030) the count starts again from zero once the action fires.
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._last_ts: int | None = None
-
-    def feed(self, sample: Sample | None, condition: bool) -> int:
-        """Count `sample` once (a sample seen before changes nothing); returns the streak."""
-        if sample is None or sample.ts == self._last_ts:
-            return self.count
-        self._last_ts = sample.ts
-        self.count = self.count + 1 if condition else 0
-        return self.count
-
-    def fired(self) -> None:
-        """The action fired: count again from zero."""
-        self.count = 0
+from pulse_core import Decision, Effect, Inner, Mark, Sample, Snapshot
+from pulse_survival.ledger import SurvivalLedger, SurvivalLedgerData
+from pulse_survival.marks import StreakCounted
 
 
 class SurvivalRule(abc.ABC):
-    """A survival rule: a Rule callable with a fixed name and place in the chain."""
+    """A survival rule: a Rule callable with a fixed name and place in the chain.
+
+    `emits` names the effects it may return for executors (its marks need none). It keeps
+    no state of its own: what it must remember it returns as marks, and reads back from the
+    ledger (`ledger(curr)`).
+    """
 
     name: ClassVar[str]
+    emits: ClassVar[tuple[type[Effect], ...]] = ()
 
     @abc.abstractmethod
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
@@ -44,11 +29,35 @@ class SurvivalRule(abc.ABC):
 
 def ledger(snapshot: Snapshot) -> SurvivalLedgerData:
     """The survival ledger in a snapshot."""
-    state: Any = snapshot.projections.get("survival")
-    return state if isinstance(state, SurvivalLedgerData) else SurvivalLedgerData()
+    return snapshot.state(SurvivalLedger)
+
+
+def fresh(snapshot: Snapshot, key: str) -> tuple[Sample, ...]:
+    """Every sample of `key` recorded since the previous tick by this engine, oldest first.
+
+    A sample older than the engine (left in the vitals by an earlier run) is never here.
+    """
+    return tuple(s for s in snapshot.since_last_tick(key) if s.ts >= snapshot.started_at)
 
 
 def latest(snapshot: Snapshot, key: str) -> Sample | None:
-    """The newest sample of a vitals key, if any."""
+    """The newest sample of `key` this engine took (None before its first one): the last of
+    `fresh()` when the tick brought new samples, else the reading of an earlier tick."""
+    recent = fresh(snapshot, key)
+    if recent:
+        return recent[-1]
     reading = snapshot.vital(key)
-    return reading.sample if reading is not None else None
+    if reading is None or reading.sample.ts < snapshot.started_at:
+        return None
+    return reading.sample
+
+
+def counted(streak: int, condition: bool, enough: int) -> int:
+    """The streak after one more sample: one longer while `condition` holds (never past
+    `enough`, all a rule needs to know), else zero."""
+    return min(streak + 1, enough) if condition else 0
+
+
+def streak_marks(rule: str, before: int, after: int) -> list[Mark]:
+    """The mark that records a streak's new length, if it changed."""
+    return [StreakCounted(rule=rule, count=after)] if after != before else []

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from pulse_core import Decision, Effect, Inner, Snapshot
+from typing import Any
+
+from pulse_core import Backoff, Decision, Effect, Inner, Sample, Snapshot
 from pulse_survival.config import Essential, LlmPolicy, ProcessPolicy
 from pulse_survival.effects import Notify, RestartProcess
-from pulse_survival.rules.base import Streak, SurvivalRule, latest, ledger
+from pulse_survival.ledger import ProcessRecord
+from pulse_survival.marks import (
+    GaveUp,
+    LlmRestartScheduled,
+    LlmRouteHealthy,
+    Recovered,
+    StartFailed,
+    StartHeld,
+)
+from pulse_survival.rules.base import SurvivalRule, counted, fresh, latest, ledger, streak_marks
 
 HOUR_MS = 3_600_000
 
@@ -16,71 +27,106 @@ def restart_of(spec: Essential, reason: str) -> RestartProcess:
                           pidfile=spec.pidfile, log=spec.log, reason=reason)
 
 
+def restart_backoff(initial_s: float, max_s: float) -> Backoff:
+    """The policy's restart backoff: doubling from `initial_s` to `max_s`, without jitter, so
+    every engine reading the same log waits the same."""
+    return Backoff(initial_ms=int(initial_s * 1000), factor=2.0, max_ms=int(max_s * 1000),
+                   jitter=0.0)
+
+
+def _seen(sample: Sample, name: str) -> dict[str, Any] | None:
+    """What `sample` says of process `name`, if it is a readable process-alive sample."""
+    if not sample.ok or not isinstance(sample.data, dict):
+        return None
+    seen = sample.data.get(name)
+    return seen if isinstance(seen, dict) else {}
+
+
 class ProcessWatchdog(SurvivalRule):
     """An essential process is dead: restart it, with exponential backoff between restarts.
 
     As in supervisord, a restart that does not stay up `startsecs` is a failed start, and
     `startretries` failed starts in a row give up; so does spending `budget_per_hour`
-    restarts within an hour. Giving up (and recovering later) is announced once.
+    restarts within an hour. Giving up (and recovering later) is announced once. Every
+    sample since the last tick is judged; the newest decides whether to restart.
     """
 
     name = "process_watchdog"
+    emits = (RestartProcess, Notify)
 
     def __init__(self, processes: tuple[Essential, ...], policy: ProcessPolicy) -> None:
         self.processes = processes
         self.policy = policy
-        self._failed_starts: dict[str, int] = {}
-        self._judged: dict[str, int] = {}
-
-    def _backoff_ms(self, name: str) -> int:
-        failed = self._failed_starts.get(name, 0)
-        delay = self.policy.backoff_initial_s * 2 ** failed
-        return int(min(delay, self.policy.backoff_max_s) * 1000)
+        self.backoff = restart_backoff(policy.backoff_initial_s, policy.backoff_max_s)
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        sample = latest(curr, "process-alive")
-        if sample is None or not sample.ok or not isinstance(sample.data, dict):
+        samples = fresh(curr, "process-alive")
+        newest = latest(curr, "process-alive")
+        if newest is None:
             return Decision(effects, tick_ms)
         state = ledger(curr)
         added: list[Effect] = []
         for spec in self.processes:
-            seen = sample.data.get(spec.name) or {}
-            restarts = state.restarts.get(spec.name, ())
-            last_restart = restarts[-1] if restarts else None
-            if seen.get("alive"):
-                if seen.get("uptime_s", 0) >= self.policy.startsecs:
-                    self._failed_starts[spec.name] = 0
-                    if last_restart is not None:
-                        self._judged[spec.name] = last_restart
-                if spec.name in state.given_up:
-                    added.append(Notify(topic=f"process:{spec.name}", level="recovered",
-                                        text=f"{spec.name} is alive again (pid {seen['pid']})"))
-                continue
-            if spec.name in state.given_up or not spec.argv:
-                continue
-            if last_restart is not None and sample.ts <= last_restart:
-                continue  # the sample predates the last restart: wait for a fresh one
-            if (last_restart is not None and sample.ts > last_restart
-                    and self._judged.get(spec.name) != last_restart):
-                # dead again without having been seen up for startsecs: a failed start
-                self._judged[spec.name] = last_restart
-                self._failed_starts[spec.name] = self._failed_starts.get(spec.name, 0) + 1
-            in_hour = sum(1 for ts in restarts if curr.at - ts < HOUR_MS)
-            failed = self._failed_starts.get(spec.name, 0)
-            if in_hour >= self.policy.budget_per_hour or failed >= self.policy.startretries:
-                why = (f"{in_hour} restarts in the last hour" if in_hour >=
-                       self.policy.budget_per_hour else f"{failed} failed starts in a row")
-                added.append(Notify(topic=f"process:{spec.name}", level="given-up",
-                                    text=f"gave up restarting {spec.name}: {why}"))
-                continue
-            wait = (restarts[-1] + self._backoff_ms(spec.name) - curr.at) if restarts else 0
-            if wait > 0:
-                tick_ms = min(tick_ms, max(wait, 100))
-                continue
-            added.append(restart_of(spec, "not running"))
-            tick_ms = min(tick_ms, self._backoff_ms(spec.name))
+            record, marks = self._judge(spec.name, state.process(spec.name), samples)
+            decided, wish_ms = self._decide(spec, record, newest, curr.at)
+            added += [*marks, *decided]
+            tick_ms = tick_ms if wish_ms is None else min(tick_ms, wish_ms)
         return Decision([*effects, *added], tick_ms)
+
+    def _judge(self, name: str, record: ProcessRecord, samples: tuple[Sample, ...]
+               ) -> tuple[ProcessRecord, list[Effect]]:
+        """Judge the last restart by every new sample: held (up `startsecs`) or failed."""
+        last = record.restarts[-1] if record.restarts else None
+        marks: list[Effect] = []
+        failed, judged = record.failed_starts, record.judged
+        for sample in samples:
+            seen = _seen(sample, name)
+            if seen is None or (last is not None and sample.ts <= last):
+                continue  # unreadable, or taken before the last restart
+            if seen.get("alive"):
+                up_long = seen.get("uptime_s", 0) >= self.policy.startsecs
+                if up_long and (failed or (last is not None and judged != last)):
+                    marks.append(StartHeld(name=name, restart_at=last))
+                    failed, judged = 0, (last if last is not None else judged)
+            elif last is not None and judged != last:
+                # dead again without having been seen up for startsecs: a failed start
+                marks.append(StartFailed(name=name, restart_at=last))
+                failed, judged = failed + 1, last
+        return ProcessRecord(record.restarts, failed, judged, record.given_up), marks
+
+    def _decide(self, spec: Essential, record: ProcessRecord, newest: Sample, now: int
+                ) -> tuple[list[Effect], int | None]:
+        """What to do about `spec` given its newest sample, and the tick it asks for."""
+        seen = _seen(newest, spec.name)
+        if seen is None:
+            return [], None
+        restarts = record.restarts
+        last = restarts[-1] if restarts else None
+        if seen.get("alive"):
+            if record.given_up is None:
+                return [], None
+            pid = seen.get("pid")
+            return [Recovered(name=spec.name, pid=pid),
+                    Notify(topic=f"process:{spec.name}", level="recovered",
+                           text=f"{spec.name} is alive again (pid {pid})")], None
+        if record.given_up is not None or not spec.argv:
+            return [], None
+        if last is not None and newest.ts <= last:
+            return [], None  # the sample predates the last restart: wait for a fresh one
+        in_hour = sum(1 for ts in restarts if now - ts < HOUR_MS)
+        failed = record.failed_starts
+        if in_hour >= self.policy.budget_per_hour or failed >= self.policy.startretries:
+            why = (f"{in_hour} restarts in the last hour" if in_hour >=
+                   self.policy.budget_per_hour else f"{failed} failed starts in a row")
+            return [GaveUp(name=spec.name, why=why),
+                    Notify(topic=f"process:{spec.name}", level="given-up",
+                           text=f"gave up restarting {spec.name}: {why}")], None
+        backoff_ms = self.backoff.delay_ms(failed + 1)
+        wait = last + backoff_ms - now if last is not None else 0
+        if wait > 0:
+            return [], max(wait, 100)
+        return [restart_of(spec, "not running")], backoff_ms
 
 
 class LlmWatchdog(SurvivalRule):
@@ -92,32 +138,36 @@ class LlmWatchdog(SurvivalRule):
     """
 
     name = "llm_watchdog"
+    emits = (RestartProcess, Notify)
 
     def __init__(self, policy: LlmPolicy) -> None:
         self.policy = policy
-        self._streak = Streak()
-        self._restarts = 0
-        self._next_allowed = 0
+        self.backoff = restart_backoff(policy.backoff_initial_s, policy.backoff_max_s)
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        sample = latest(curr, self.policy.vitals_key)
-        if sample is None:
+        samples = fresh(curr, self.policy.vitals_key)
+        if not samples:
             return Decision(effects, tick_ms)
-        healthy = sample.ok and isinstance(sample.data, dict) and bool(sample.data.get("ok"))
-        if healthy:
-            self._restarts = 0
-        count = self._streak.feed(sample, not healthy)
-        if count < self.policy.failures or curr.at < self._next_allowed:
-            return Decision(effects, tick_ms)
-        self._streak.fired()
-        delay = min(self.policy.backoff_initial_s * 2 ** self._restarts,
-                    self.policy.backoff_max_s)
-        self._restarts += 1
-        self._next_allowed = curr.at + int(delay * 1000)
-        text = f"LLM route failed {count} probes in a row"
-        if self.policy.restart is None:
-            return Decision([*effects, Notify(topic="llm", level="warning",
-                                              text=f"{text}; no proxy configured to restart")],
-                            tick_ms)
-        return Decision([*effects, restart_of(self.policy.restart, text)], tick_ms)
+        state = ledger(curr)
+        before = streak = state.streak(self.name)
+        restarts = state.llm.restarts
+        added: list[Effect] = []
+        for sample in samples:
+            healthy = sample.ok and isinstance(sample.data, dict) and bool(sample.data.get("ok"))
+            if healthy and restarts:
+                restarts = 0
+                added.append(LlmRouteHealthy())
+            streak = counted(streak, not healthy, self.policy.failures)
+        if streak >= self.policy.failures and curr.at >= state.llm.next_allowed_at:
+            streak = 0
+            restarts += 1
+            next_allowed = curr.at + self.backoff.delay_ms(restarts)
+            added.append(LlmRestartScheduled(count=restarts, next_allowed_at=next_allowed))
+            text = f"LLM route failed {self.policy.failures} probes in a row"
+            if self.policy.restart is None:
+                added.append(Notify(topic="llm", level="warning",
+                                    text=f"{text}; no proxy configured to restart"))
+            else:
+                added.append(restart_of(self.policy.restart, text))
+        return Decision([*effects, *streak_marks(self.name, before, streak), *added], tick_ms)

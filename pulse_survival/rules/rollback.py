@@ -16,6 +16,7 @@ class PanicRollback(SurvivalRule):
     """
 
     name = "panic_rollback"
+    emits = (Rollback, Notify)
 
     def __init__(self, policy: RollbackPolicy) -> None:
         self.policy = policy
@@ -35,6 +36,7 @@ class AutoRollback(SurvivalRule):
     """After a promote, `auto_errors` errors within `auto_window_s`: roll that promotion back."""
 
     name = "auto_rollback"
+    emits = (Rollback, Notify)
 
     def __init__(self, policy: RollbackPolicy) -> None:
         self.policy = policy
