@@ -3,8 +3,9 @@
     python -m bench.awareness [--identities 10000] [--hours 24] [--step-s 30] [--spread-s 300]
 
 A real Engine on a temporary home, driven by a ManualClock in `--step-s` steps (one
-`engine.tick()` a step) for `--hours` simulated hours, with the AwarenessLedger projection and
-the AwarenessRule (quiet hold in `<home>/awareness.db`) and no executor. Each identity gets one
+`engine.tick()` a step) for `--hours` simulated hours, running the `awareness` layer built from
+AwarenessSettings (its rule wrapped to be timed; the quiet hold in the home's side store,
+state.db, bound as the layer's service binds it); its executor never runs. Each identity gets one
 human exchange and `--observations` routine observations, their arrival spread over the first
 `--spread-s` seconds, and nothing else ever happens to it. A route-health sample
 ("llm-route", {"ok": True}) is written every step, so the fast cadence applies.
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import heapq
 import math
 import os
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +47,23 @@ import msgspec
 from bench.common import Figure, Floor, Report, fmt, median, percentile, temp_dir
 from pulse_adapters.awareness import (
     AwarenessConfig,
-    AwarenessLedger,
-    AwarenessRule,
+    AwarenessSettings,
     CycleRecord,
-    QuietStore,
+    build_reviewer,
 )
 from pulse_adapters.awareness.executor import ORIGIN
-from pulse_core import Decision, Engine, EventDraft, Inner, ManualClock, Snapshot, identity_key
+from pulse_core import (
+    Decision,
+    Engine,
+    EventDraft,
+    HomeLayout,
+    Inner,
+    LayerContext,
+    ManualClock,
+    SideStore,
+    Snapshot,
+    identity_key,
+)
 from pulse_core.memory import HumanExchange, IdentityRegistered, ObservationRecorded
 
 START_MS = 1_700_000_000_000
@@ -90,17 +102,27 @@ class TimedRule:
         return decision
 
 
-class TimedQuietStore(QuietStore):
-    """The quiet-hold store, timing each `flush` (the rule's one write, once per tick)."""
+class TimedSideStore:
+    """The engine's side store, timing each `put` (the quiet hold's one write behind a tick)."""
 
-    def __init__(self, path: Path | None) -> None:
-        super().__init__(path)
-        self.flushes: list[float] = []
+    def __init__(self, inner: SideStore) -> None:
+        self.inner = inner
+        self.puts: list[float] = []
 
-    async def flush(self) -> None:
+    async def get_all(self, namespace: str) -> dict[str, bytes]:
+        return await self.inner.get_all(namespace)
+
+    async def put(self, namespace: str, items: Mapping[str, bytes],
+                  ttl_ms: int | None = None) -> None:
         started = time.perf_counter()
-        await super().flush()
-        self.flushes.append(time.perf_counter() - started)
+        await self.inner.put(namespace, items, ttl_ms)
+        self.puts.append(time.perf_counter() - started)
+
+    async def delete(self, namespace: str, keys: Iterable[str]) -> None:
+        await self.inner.delete(namespace, keys)
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 def identity_drafts(index: int, observations: int) -> list[EventDraft]:
@@ -213,7 +235,7 @@ class Result:
         self.rule: list[float] = []
         self.tick: list[float] = []
         self.empty_tick: list[float] = []
-        self.flush: list[float] = []
+        self.put: list[float] = []
         self.wall_s = 0.0
 
 
@@ -228,12 +250,16 @@ class Simulation:
         self.slots = max(1, math.ceil(args.spread_s / args.step_s))
         self.end_ms = START_MS + int(args.hours * 3_600_000)
         self.clock = ManualClock(START_MS)
-        self.db = home / "events.db"
-        self.quiet = TimedQuietStore(home / "awareness.db")
-        self.rule = AwarenessRule(config, self.quiet)
+        self.db = HomeLayout.at(home).events_db
+        settings = AwarenessSettings(base_url="http://127.0.0.1:9/v1", model="simulated",
+                                     review=config)
+        self.reviewer = build_reviewer(settings, LayerContext(home, self.clock))
+        self.quiet = self.reviewer.quiet
+        self.rule = self.reviewer.rule
         self.timed = TimedRule(self.rule)
-        self.engine = Engine(home, clock=self.clock, projections=[AwarenessLedger(config)],
-                             rules=[self.timed], rule_timeout=args.rule_timeout)
+        timed_layer = dataclasses.replace(self.reviewer.layer, rules=(self.timed,))
+        self.engine = Engine(home, clock=self.clock, layers=[timed_layer],
+                             rule_timeout=args.rule_timeout)
         self.last_review: dict[str, int] = {}
         self.cursor = 0
 
@@ -289,6 +315,8 @@ class Simulation:
         r = self.result
         self.expect()
         await self.engine.open()
+        side = TimedSideStore(self.engine.side)
+        self.quiet.bind(side, self.engine.events)
         try:
             first_seq = self.cursor = await self.engine.events.last_seq()
             started = time.perf_counter()
@@ -303,14 +331,16 @@ class Simulation:
                           f"{time.perf_counter() - started:.0f} s", flush=True)
                 self.clock.advance(self.step_ms)
             r.wall_s = time.perf_counter() - started
-            r.rule, r.flush = list(self.timed.samples), list(self.quiet.flushes)
+            await self.quiet.drain()
+            r.rule, r.put = list(self.timed.samples), list(side.puts)
             r.skips = self.rule.skips_counted
             r.trailing_skips = sum(self.quiet.get(i).skips for i in self.last_review)
             r.kinds = events_by_kind(self.db, first_seq)
             await self.limit()
         finally:
+            await self.quiet.drain()
             await self.engine.close()
-            self.quiet.close()
+            await self.reviewer.client.aclose()
         return r
 
     async def limit(self) -> None:
@@ -422,10 +452,11 @@ async def run(args: argparse.Namespace) -> Report:
                 f"(counted {r.skips:,})")
     report.note("events written by kind: " + ", ".join(
         f"{k} {v:,}" for k, v in sorted(r.kinds.items(), key=lambda kv: -kv[1])))
-    flush_ms = [s * 1000 for s in r.flush]
+    put_ms = [s * 1000 for s in r.put] or [0.0]
     report.note(f"{r.ticks:,} ticks, {r.review_ticks:,} with reviews; awareness rule max "
-                f"{fmt(max(rule_ms))} ms; inside it, the quiet-hold flush (SQLite, in a thread) "
-                f"p50 {fmt(percentile(flush_ms, 50))} / p99 {fmt(percentile(flush_ms, 99))} ms; "
+                f"{fmt(max(rule_ms))} ms; behind it, the quiet-hold write ({len(r.put):,} side-"
+                f"store puts, at most one a tick) p50 {fmt(percentile(put_ms, 50))} / p99 "
+                f"{fmt(percentile(put_ms, 99))} ms; "
                 f"whole engine.tick() p50 {fmt(percentile(r.tick, 50) * 1000)} / p99 "
                 f"{fmt(percentile(r.tick, 99) * 1000)} ms")
     simulated_s = hours * 3600

@@ -2,6 +2,8 @@
 
 The AwarenessRule (fast, in the tick) decides who is due and whether the world changed; the
 AwarenessExecutor (off the tick) asks the model, gates its proposals and settles atomically.
+`layer(settings, context)` builds them all, with the route probe, the ledger and the
+quiet-hold service, as the `awareness` layer.
 """
 
 from pulse_adapters.awareness.config import AwarenessConfig, AwarenessConfigError, EvidenceCaps
@@ -12,8 +14,20 @@ from pulse_adapters.awareness.executor import AwarenessExecutor, Foreground
 from pulse_adapters.awareness.fingerprint import fingerprint, shape
 from pulse_adapters.awareness.gate import GateResult, Rejection, Verb, gate
 from pulse_adapters.awareness.ledger import AwarenessLedger, CycleRecord, LedgerData, ReviewState
-from pulse_adapters.awareness.quiet import QuietState, QuietStore
+from pulse_adapters.awareness.quiet import QuietHold, QuietHoldUnavailable, QuietState
+from pulse_adapters.awareness.reviewer import (
+    QuietHoldKeeper,
+    Reviewer,
+    ReviewRouteWatcher,
+    build_reviewer,
+    layer,
+)
 from pulse_adapters.awareness.rule import AwarenessRule, due_at, route_healthy
+from pulse_adapters.awareness.settings import (
+    AwarenessSettings,
+    AwarenessSettingsError,
+    load_settings,
+)
 
 __all__ = [
     "AwarenessConfig",
@@ -22,6 +36,8 @@ __all__ = [
     "AwarenessLedger",
     "AwarenessReview",
     "AwarenessRule",
+    "AwarenessSettings",
+    "AwarenessSettingsError",
     "CycleRecord",
     "Envelope",
     "Evidence",
@@ -30,15 +46,22 @@ __all__ = [
     "GateResult",
     "InvalidEnvelope",
     "LedgerData",
+    "QuietHold",
+    "QuietHoldKeeper",
+    "QuietHoldUnavailable",
     "QuietState",
-    "QuietStore",
     "Rejection",
+    "ReviewRouteWatcher",
     "ReviewState",
+    "Reviewer",
     "Verb",
     "build_evidence",
+    "build_reviewer",
     "due_at",
     "fingerprint",
     "gate",
+    "layer",
+    "load_settings",
     "parse_envelope",
     "route_healthy",
     "shape",

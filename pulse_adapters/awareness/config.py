@@ -10,7 +10,12 @@ INTERVAL_FLOOR_S = 30.0
 
 
 class AwarenessConfigError(PulseError):
-    """An awareness setting is outside what the reviewer can run with."""
+    """An awareness setting is outside what the reviewer can run with; `field` names it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"awareness.{field} {problem}")
 
 
 class EvidenceCaps(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -53,14 +58,15 @@ class AwarenessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         for name in ("fallback_interval_s", "initial_delay_s", "quiet_ceiling_s",
                      "backoff_base_s", "backoff_max_s", "route_stale_s"):
             if getattr(self, name) <= 0:
-                raise AwarenessConfigError(f"awareness.{name} must be > 0")
+                raise AwarenessConfigError(name, "must be > 0")
         if not 1 <= self.verb_budget <= 16:
-            raise AwarenessConfigError("awareness.verb_budget must be within 1..16")
+            raise AwarenessConfigError("verb_budget", "must be within 1..16")
         if not 0 < self.confidence_step <= 1:
-            raise AwarenessConfigError("awareness.confidence_step must be within (0, 1]")
+            raise AwarenessConfigError("confidence_step", "must be within (0, 1]")
         if not 0 <= self.recover_below <= self.degrade_above <= 1:
             raise AwarenessConfigError(
-                "awareness needs 0 <= recover_below <= degrade_above <= 1")
+                "recover_below", "must be within 0..degrade_above, and degrade_above within "
+                "recover_below..1")
 
     @property
     def healthy_interval_s(self) -> float:

@@ -1,27 +1,35 @@
-"""The quiet hold: per identity, unchanged checks skipped since the last review, in SQLite.
+"""The quiet hold: per identity, unchanged checks skipped since the last review, the last
+check and the hold's end — kept in memory, loaded from and written behind the side store.
 
-Skips are counted here, not written as events: a quiet world costs no log growth, and the next
-real review reports the silent interval truthfully from this count.
+Skips are not events: a quiet world costs no log growth, and the next real review reports the
+silent interval truthfully from this count. The side store only carries the hold across
+restarts. When it fails (closed, locked), the reviewer runs without the stored hold (one more
+check at worst), keeps every change to write later, and records one `error` event
+(where `rule:awareness`, type QuietHoldUnavailable) per run of failures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from pathlib import Path
+import logging
 
 import msgspec
 
-from pulse_core.store.sqlite import open_database, sqlite_errors
+from pulse_core import EventStore, PulseError, SideStore, error_draft
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS quiet (
-    identity      TEXT PRIMARY KEY,
-    skips         INTEGER NOT NULL,
-    last_check_at INTEGER NOT NULL,
-    hold_until    INTEGER NOT NULL
-) WITHOUT ROWID
-"""
+NAMESPACE = "awareness.quiet"
+"""The side-store namespace of the hold: one value per identity."""
+
+WHERE = "rule:awareness"
+"""Where (the `error` event's key and origin) a side-store failure of the hold is reported:
+the awareness rule, whose reads and writes they are."""
+
+log = logging.getLogger("pulse")
+
+
+class QuietHoldUnavailable(PulseError):
+    """The side store failed; the reviewer runs without the stored quiet hold (one more check
+    at worst) and writes its changes once the store answers again."""
 
 
 class QuietState(msgspec.Struct, frozen=True):
@@ -32,49 +40,156 @@ class QuietState(msgspec.Struct, frozen=True):
     hold_until: int = 0
 
 
-class QuietStore:
-    """Quiet state for every identity: read from memory, written behind in one transaction."""
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(QuietState).decode
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._conn: sqlite3.Connection | None = None
+
+class QuietHold:
+    """Quiet state for every identity, read from memory.
+
+    After `bind`, the stored hold is merged in by the first `load` and every change is written
+    behind by `write_behind`: one `put` of all changed identities at a time, never waited for
+    by the tick. Unbound, the hold lives in memory only.
+    """
+
+    def __init__(self) -> None:
         self._states: dict[str, QuietState] = {}
         self._dirty: set[str] = set()
-        if path is not None:
-            self._conn = open_database(path, schema=SCHEMA, schema_version=1,
-                                       synchronous="NORMAL", purpose="quiet-hold store")
-            with sqlite_errors(path):
-                for identity, skips, last, hold in self._conn.execute("SELECT * FROM quiet"):
-                    self._states[identity] = QuietState(skips, last, hold)
+        self._unbased: set[str] = set()
+        self._side: SideStore | None = None
+        self._events: EventStore | None = None
+        self._loaded = False
+        self._writing: asyncio.Task[None] | None = None
+        self._reports: set[asyncio.Task[None]] = set()
+        self._failing = False
+        self.failures = 0
+        """Side-store reads and writes that failed, over this hold's life."""
+
+    def bind(self, side: SideStore, events: EventStore | None = None) -> None:
+        """Keep the hold in `side` from now on; a failure of it is reported to `events`."""
+        self._side, self._events, self._loaded = side, events, False
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the stored hold has been merged in since the last `bind`."""
+        return self._loaded
 
     def get(self, identity: str) -> QuietState:
         """The identity's quiet state (empty if none)."""
         return self._states.get(identity) or QuietState()
 
-    def put(self, identity: str, state: QuietState) -> None:
-        """Change an identity's quiet state; `flush` makes it durable."""
+    def skip(self, identity: str, now: int, hold_ms: int) -> None:
+        """Count one unchanged check at `now` and hold the identity for `hold_ms`."""
+        old = self.get(identity)
+        self._set(identity, QuietState(old.skips + 1, now, now + hold_ms))
+
+    def lift(self, identity: str) -> None:
+        """End the identity's hold (its world changed); the skip count stays."""
+        old = self.get(identity)
+        if old.hold_until:
+            self._set(identity, QuietState(old.skips, old.last_check_at, 0))
+
+    def clear(self, identity: str) -> None:
+        """Forget the identity's quiet bookkeeping (a review reported it)."""
+        self._set(identity, QuietState(), cleared=True)
+
+    def _set(self, identity: str, state: QuietState, *, cleared: bool = False) -> None:
+        if not self._loaded:  # remember which states were counted from nothing
+            if cleared:
+                self._unbased.discard(identity)
+            elif identity not in self._states:
+                self._unbased.add(identity)
         self._states[identity] = state
         self._dirty.add(identity)
 
-    def _flush_sync(self, rows: list[tuple[str, int, int, int]]) -> None:
-        assert self._conn is not None and self.path is not None
-        with sqlite_errors(self.path):
-            self._conn.execute("BEGIN")
-            self._conn.executemany("INSERT OR REPLACE INTO quiet VALUES (?, ?, ?, ?)", rows)
-            self._conn.execute("COMMIT")
+    async def load(self) -> bool:
+        """Merge the stored hold in, once after `bind`; True when that just happened.
 
-    async def flush(self) -> None:
-        """Write every changed state in one transaction, off the event loop."""
-        if not self._dirty or self._conn is None:
-            self._dirty.clear()
+        An identity first counted before the load keeps its newer hold, and its skips add to
+        the stored ones; one cleared, or known from an earlier load, keeps its state. A failed
+        read is reported and tried again at the next call; until then nothing is written, so
+        no stored hold is overwritten.
+        """
+        if self._side is None or self._loaded:
+            return False
+        try:
+            stored = await self._side.get_all(NAMESPACE)
+        except Exception as exc:
+            self._failed(exc, "read")
+            return False
+        self._failing = False
+        for identity, raw in stored.items():
+            try:
+                state = _decode(raw)
+            except msgspec.DecodeError:
+                continue  # an unreadable entry is no hold: one more check
+            mine = self._states.get(identity)
+            if mine is None:
+                self._states[identity] = state
+            elif identity in self._unbased:
+                self._states[identity] = QuietState(
+                    state.skips + mine.skips, max(state.last_check_at, mine.last_check_at),
+                    mine.hold_until)
+        self._unbased.clear()
+        self._loaded = True
+        return True
+
+    def write_behind(self) -> None:
+        """Start writing every changed state in one `put`, unless one is still in flight (the
+        changes then wait for the next call) or the stored hold is not loaded yet."""
+        side = self._side
+        if side is None or not self._loaded or not self._dirty:
             return
-        rows = [(i, s.skips, s.last_check_at, s.hold_until)
-                for i in self._dirty for s in (self._states[i],)]
+        if self._writing is not None and not self._writing.done():
+            return
+        items = {identity: _encode(self._states[identity]) for identity in self._dirty}
         self._dirty.clear()
-        await asyncio.to_thread(self._flush_sync, rows)
+        self._writing = asyncio.create_task(self._write(side, items),
+                                            name="pulse-awareness-quiet-hold")
 
-    def close(self) -> None:
-        """Release the database."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    async def _write(self, side: SideStore, items: dict[str, bytes]) -> None:
+        try:
+            await side.put(NAMESPACE, items)
+        except BaseException as exc:
+            self._dirty.update(items)  # written again, in its latest state, by the next put
+            if not isinstance(exc, Exception):
+                raise
+            self._failed(exc, "write")
+        else:
+            self._failing = False
+
+    async def drain(self) -> None:
+        """Finish the write in flight, then write what is left, and the error reports (before
+        the stores close)."""
+        if self._writing is not None:
+            await self._writing
+        self.write_behind()
+        if self._writing is not None:
+            await self._writing
+        while self._reports:
+            await asyncio.gather(*self._reports)
+
+    def _failed(self, exc: Exception, doing: str) -> None:
+        """Count a failure; report the first of a run, in the background."""
+        self.failures += 1
+        if self._failing:
+            return
+        self._failing = True
+        problem = QuietHoldUnavailable(
+            f"cannot {doing} the quiet hold in the side store: {type(exc).__name__}: {exc} — "
+            "reviews go on without the stored hold (one more check at worst) and its changes "
+            "are written when the store answers again; check the home's state.db")
+        if self._events is None:
+            log.error("pulse: %s: %s", WHERE, problem)
+            return
+        report = asyncio.create_task(self._report(self._events, problem),
+                                     name="pulse-awareness-quiet-hold-report")
+        self._reports.add(report)
+        report.add_done_callback(self._reports.discard)
+
+    @staticmethod
+    async def _report(events: EventStore, problem: QuietHoldUnavailable) -> None:
+        try:
+            await events.append([error_draft(WHERE, problem)])
+        except Exception as failed:  # the log is down too: say so where it can be seen
+            log.error("pulse: %s: %s (and the error event failed: %s)", WHERE, problem, failed)

@@ -1,17 +1,17 @@
 """The AwarenessRule: fast and deterministic. It reads route health, finds due identities
 through a heap, honours the quiet hold, fingerprints the world, and either counts a quiet skip
-or emits an `awareness-review` effect. It never waits on a model."""
+or emits an `awareness-review` effect. It never waits on a model, nor on a side-store write."""
 
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, ClassVar
 
 from pulse_adapters.awareness.config import INTERVAL_FLOOR_S, AwarenessConfig
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.fingerprint import fingerprint
 from pulse_adapters.awareness.ledger import DAY_MS, LedgerData, ReviewState
-from pulse_adapters.awareness.quiet import QuietState, QuietStore
+from pulse_adapters.awareness.quiet import QuietHold, QuietState
 from pulse_core import Decision, Effect, Inner, Snapshot
 from pulse_core.memory import IdentityMemory
 from pulse_core.pmap import PersistentMap
@@ -56,14 +56,19 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
 
 
 class AwarenessRule:
-    """The inner awareness rule. Decorates: runs the rules inside it, then adds reviews."""
+    """The inner awareness rule. Decorates: runs the rules inside it, then adds reviews.
+
+    `quiet` keeps the quiet hold; bound to a side store, the rule loads it at its first tick
+    and writes it behind at the end of each tick.
+    """
 
     name = "awareness"
+    emits: ClassVar[tuple[type[Effect], ...]] = (AwarenessReview,)
 
     def __init__(self, config: AwarenessConfig | None = None,
-                 quiet: QuietStore | None = None) -> None:
+                 quiet: QuietHold | None = None) -> None:
         self.config = config or AwarenessConfig()
-        self.quiet = quiet or QuietStore(None)
+        self.quiet = quiet or QuietHold()
         self._heap: list[tuple[int, str]] = []
         self._due: dict[str, int] = {}
         self._in_flight: set[str] = set()
@@ -92,9 +97,7 @@ class AwarenessRule:
         else:
             changed = memory.changed_keys(self._memory)
             for identity in changed:  # a hold is for unchanged worlds: news lifts it
-                quiet = self.quiet.get(identity)
-                if quiet.hold_until:
-                    self.quiet.put(identity, QuietState(quiet.skips, quiet.last_check_at, 0))
+                self.quiet.lift(identity)
             changed |= ledger.identities.changed_keys(self._reviews)
         for identity in list(self._in_flight):
             if f"awareness-review:{identity}" not in curr.pending_effects:
@@ -105,7 +108,7 @@ class AwarenessRule:
             quiet = self.quiet.get(identity)
             if review and review.last_outcome == "reviewed" and \
                     review.last_success_at >= quiet.last_check_at and quiet.skips:
-                self.quiet.put(identity, QuietState())  # success clears quiet bookkeeping
+                self.quiet.clear(identity)  # success clears quiet bookkeeping
             if identity not in self._in_flight:
                 self._schedule(identity, memory, ledger, interval_s)
         self._memory, self._reviews, self._interval_s = memory, ledger.identities, interval_s
@@ -116,6 +119,8 @@ class AwarenessRule:
         ledger: Any = curr.projections.get("awareness")
         if not isinstance(memory, PersistentMap) or not isinstance(ledger, LedgerData):
             return Decision(effects, tick_ms)
+        if await self.quiet.load():
+            self._memory = None  # the stored hold came in: schedule everyone again
         cfg = self.config
         healthy = route_healthy(curr, cfg)
         interval_s = cfg.healthy_interval_s if healthy else cfg.fallback_interval_s
@@ -133,7 +138,7 @@ class AwarenessRule:
             else:
                 reviews.append(review)
                 self._in_flight.add(identity)
-        await self.quiet.flush()
+        self.quiet.write_behind()
         if self._heap:
             tick_ms = min(tick_ms, max(1_000, self._heap[0][0] - now))
         return Decision([*effects, *reviews], tick_ms)
@@ -159,8 +164,7 @@ class AwarenessRule:
         over_budget = (calls_today >= cfg.calls_per_identity_per_day
                        or ledger.calls_today(now) >= cfg.calls_per_day)
         if (unchanged and below_ceiling) or over_budget:
-            self.quiet.put(identity, QuietState(
-                quiet.skips + 1, now, now + int(cfg.quiet_hold_s * 1000)))
+            self.quiet.skip(identity, now, int(cfg.quiet_hold_s * 1000))
             self.skips_counted += 1
             return None
         return AwarenessReview(

@@ -1,10 +1,10 @@
-"""The awareness cycle end to end: a real engine, a real chat-completions server on 127.0.0.1."""
+"""The awareness cycle end to end: the `awareness` layer built from config.json-like settings
+in a real engine, a real chat-completions server on 127.0.0.1."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,26 +12,11 @@ from typing import Any
 
 import pytest
 
-from pulse_adapters.awareness import (
-    AwarenessConfig,
-    AwarenessExecutor,
-    AwarenessLedger,
-    AwarenessRule,
-    Foreground,
-    QuietStore,
-)
-from pulse_adapters.llm import ChatClient, RouteHealth, RouteProbeWatcher
-from pulse_core import Engine, Event, ManualClock, MemoryBoard
+from pulse_adapters.awareness import AwarenessConfig, QuietHold, Reviewer, build_reviewer
+from pulse_adapters.llm import RouteHealth
+from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
+from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 from tests.adapters.chat_server import ChatServer, Drop, Hang, Status, Stream
-
-MINUTE = 60_000
-
-
-def reply(*, change: bool = False, narration: str = "I see nothing new",
-          verbs: list[Any] | None = None, delay_s: float = 0.0) -> Stream:
-    text = json.dumps({"meaningful_change": change, "narration": narration,
-                       "verbs": verbs or []})
-    return Stream(pieces=(text[: len(text) // 2], text[len(text) // 2:]), delay_s=delay_s)
 
 
 @dataclass
@@ -40,9 +25,16 @@ class Rig:
     clock: ManualClock
     board: MemoryBoard
     server: ChatServer
-    rule: AwarenessRule
-    foreground: Foreground
-    route: RouteHealth | None = None
+    reviewer: Reviewer
+    service: asyncio.Future[None]
+
+    @property
+    def quiet(self) -> QuietHold:
+        return self.reviewer.quiet
+
+    @property
+    def route(self) -> RouteHealth:
+        return self.reviewer.health
 
     async def healthy(self) -> None:
         await self.engine.vitals.record("llm-route", {"ok": True})
@@ -67,29 +59,22 @@ async def make_rig(tmp_path: Path, chat_server: ChatServer
                    ) -> AsyncIterator[Callable[..., Any]]:
     rigs: list[Rig] = []
 
-    async def make(config: AwarenessConfig | None = None, max_wall_s: float = 5.0,
-                   with_route: bool = False) -> Rig:
+    async def make(config: AwarenessConfig | None = None, max_wall_s: float = 5.0) -> Rig:
         config = config or AwarenessConfig(initial_delay_s=30)
         clock = ManualClock()
-        foreground = Foreground()
-        client = ChatClient(chat_server.base_url, "stand-in", timeout_s=2.0,
-                            max_wall_s=max_wall_s)
-        rule = AwarenessRule(config, QuietStore(tmp_path / "awareness.db"))
-        route = RouteHealth(client, ttl_s=3600) if with_route else None
-        engine = Engine(tmp_path / "home", clock=clock, projections=[AwarenessLedger(config)],
-                        rules=[rule], executors=[AwarenessExecutor(
-                            client, config, foreground=foreground, route=route)])
-        await engine.open()
-        rig = Rig(engine, clock, MemoryBoard(engine.events), chat_server, rule, foreground,
-                  route)
+        home = tmp_path / "home"
+        reviewer = build_reviewer(settings(chat_server, config, max_wall_s=max_wall_s),
+                                  LayerContext(home, clock))
+        engine, service = await open_engine(home, clock, reviewer)
+        rig = Rig(engine, clock, MemoryBoard(engine.events), chat_server, reviewer, service)
         rigs.append(rig)
         await rig.healthy()
         return rig
 
     yield make
     for rig in rigs:
-        await rig.engine.close()
-        rig.rule.quiet.close()
+        await close_engine(rig.engine, rig.service)
+        await rig.reviewer.client.aclose()
 
 
 async def seed(rig: Rig) -> str:
@@ -136,7 +121,7 @@ async def test_an_unchanged_world_costs_no_model_call_until_the_quiet_ceiling(
         assert await rig.run(minutes=1) == []
     assert len(rig.server.chat_bodies()) == 1
     assert await rig.engine.events.last_seq() == events_after_first + 0  # skips write nothing
-    skips = rig.rule.quiet.get("ana").skips
+    skips = rig.quiet.get("ana").skips
     assert skips >= 20
     rig.server.script(reply())
     cycles: list[Event] = []
@@ -150,7 +135,7 @@ async def test_an_unchanged_world_costs_no_model_call_until_the_quiet_ceiling(
     assert rig.clock.now_ms() - first_review_at <= 3600_000 + MINUTE  # the hold never overshoots
     assert checkpoint.data["quiet_skips"] >= skips
     assert await rig.run() == []
-    assert rig.rule.quiet.get("ana").skips == 0  # the checkpoint cleared the bookkeeping
+    assert rig.quiet.get("ana").skips == 0  # the checkpoint cleared the bookkeeping
 
 
 async def test_a_new_human_exchange_is_reviewed_after_the_initial_delay(make_rig: Any) -> None:
@@ -271,7 +256,7 @@ async def test_foreground_work_preempts_a_review_on_the_fallback_route(make_rig:
 
     async def foreground_arrives() -> None:
         await asyncio.sleep(0.2)
-        rig.foreground.begin()
+        rig.reviewer.foreground.begin()
 
     arriving = asyncio.create_task(foreground_arrives())
     (cycle,) = await rig.run(minutes=1)
@@ -332,12 +317,12 @@ async def test_the_reviewers_own_changes_do_not_wake_it_again(make_rig: Any) -> 
         await rig.healthy()
         assert await rig.run(minutes=1) == []
     assert len(rig.server.chat_bodies()) == 1
-    assert rig.rule.quiet.get("ana").skips > 0
+    assert rig.quiet.get("ana").skips > 0
 
 
 async def test_a_mid_stream_failure_poisons_the_route_health(make_rig: Any) -> None:
-    rig: Rig = await make_rig(with_route=True)
-    assert rig.route is not None and await rig.route.check()
+    rig: Rig = await make_rig()
+    assert await rig.route.check()
     await seed(rig)
     rig.server.script(Drop(pieces=('{"meaningful',)))
     (cycle,) = await rig.run(minutes=1)
@@ -370,7 +355,7 @@ async def test_news_lifts_a_quiet_hold(make_rig: Any) -> None:
     assert len(await rig.run(minutes=1)) == 1
     await rig.healthy()
     await rig.run(minutes=1.5)  # an unchanged check: held for 30 minutes
-    assert rig.rule.quiet.get("ana").hold_until > rig.clock.now_ms() + 20 * MINUTE
+    assert rig.quiet.get("ana").hold_until > rig.clock.now_ms() + 20 * MINUTE
     await rig.board.exchange("ana", "big news")
     await rig.healthy()
     assert await rig.run() == []
@@ -383,13 +368,10 @@ async def test_a_poisoned_route_reaches_the_rule_as_the_fallback_cadence(
 ) -> None:
     config = AwarenessConfig(initial_delay_s=30, backoff_base_s=1)
     clock = ManualClock()
-    client = ChatClient(chat_server.base_url, "stand-in", timeout_s=2.0, max_wall_s=5.0)
-    health = RouteHealth(client, ttl_s=600, clock=clock)
-    rule = AwarenessRule(config, QuietStore(None))
-    engine = Engine(tmp_path / "home", clock=clock, projections=[AwarenessLedger(config)],
-                    rules=[rule], watchers=[RouteProbeWatcher(health)],
-                    executors=[AwarenessExecutor(client, config, route=health)])
-    await engine.open()
+    home = tmp_path / "home"
+    reviewer = build_reviewer(settings(chat_server, config, route_ttl_s=600),
+                              LayerContext(home, clock))
+    engine, service = await open_engine(home, clock, reviewer)
     try:
         board = MemoryBoard(engine.events)
         await board.exchange("ana", "hello")
@@ -408,4 +390,5 @@ async def test_a_poisoned_route_reaches_the_rule_as_the_fallback_cadence(
         assert any(not d["ok"] and "poisoned" in d["error"] for d in samples)
         assert samples[-1]["ok"]  # the TTL passed and a fresh probe found the route again
     finally:
-        await engine.close()
+        await close_engine(engine, service)
+        await reviewer.client.aclose()
