@@ -1,16 +1,16 @@
-"""What this engine runs, after pulse's survival and built-in rules: the four public lists.
+"""What this engine runs, after pulse's survival layer, its built-in rules and the layers
+config.json names: one layer.
 
-The loader reads RULES, WATCHERS, EXECUTORS and PROJECTIONS from here. A reload (after
-`upulse promote` or `upulse rollback`) swaps RULES between two ticks; changes to the other
-lists take effect when the daemon restarts.
+The loader reads LAYER from here. A reload (after `upulse promote`, `upulse rollback`, SIGHUP
+or a save under `upulse dev`) builds the whole engine again from this layer and config.json:
+rules, watchers, executors and projections alike.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from pulse_core import Executor, Projection, Rule, Watcher
+from pulse_core import Layer
 
 from .executors.notes import NoteExecutor
 from .rules.inbox import inbox_note
@@ -19,7 +19,10 @@ from .watchers.inbox import InboxWatcher
 HOME = Path(__file__).resolve().parent.parent
 """The home folder this engine directory lives in (engine/ and staging/ sit inside it)."""
 
-RULES: list[Rule] = [inbox_note]
-WATCHERS: list[Watcher] = [InboxWatcher(HOME / "inbox")]
-EXECUTORS: list[Executor] = [NoteExecutor(HOME / "notes.md")]
-PROJECTIONS: list[Projection[Any]] = []
+LAYER = Layer(
+    "engine",
+    rules=[inbox_note],
+    watchers=[InboxWatcher(HOME / "inbox")],
+    executors=[NoteExecutor(HOME / "notes.md")],
+    projections=[],
+)

@@ -1,8 +1,12 @@
-"""HOME/config.json: one file for the CLI, the daemon and the survival layer, checked on load.
+"""HOME/config.json: one file for the CLI, the daemon, the survival layer and the configured
+layers, checked on load.
 
 Every error names the file, the field, what values are allowed and what was found::
 
     config.json: daemon.drain_timeout_s must be a number > 0, got "soon"
+
+The shape of `layers` is checked here; each layer's own settings are checked by the layer's
+factory when the engine is built (pulse_cli.assembly), which names the layer.
 """
 
 from __future__ import annotations
@@ -10,13 +14,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
 from pulse_cli.home import CliError, check_instance_name
+from pulse_core import PulseError
+from pulse_core.home import parse_store_url
 
 if TYPE_CHECKING:
     from pulse_survival import SurvivalConfig
@@ -34,22 +41,29 @@ class DaemonSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """config.json as stored; `survival` is checked by pulse_survival.load_config."""
+    """config.json as stored; `survival` is checked by pulse_survival.load_config, each
+    layer's settings by that layer's factory."""
 
     instance: str = "default"
     default_tick_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 5_000
     daemon: DaemonSettings = DaemonSettings()
     survival: dict[str, Any] = {}
+    store: str | None = None
+    layers: dict[str, dict[str, Any] | None] = {}
 
 
 @dataclass(frozen=True)
 class Config:
-    """A home's settings, validated."""
+    """A home's settings, validated. `store` is the event log's URL (None: the home's own
+    log, as pulse_core.home.HomeLayout names it); `layers` maps each configured layer's
+    name to its settings, in order."""
 
     instance: str
     default_tick_ms: int
     daemon: DaemonSettings
     survival: SurvivalConfig
+    store: str | None = None
+    layers: Mapping[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 # What each field allows, in the words of an error message.
@@ -61,6 +75,9 @@ ALLOWED: dict[str, str] = {
     "daemon.drain_timeout_s": "a number > 0 and <= 3600",
     "daemon.log_max_bytes": "an integer >= 4096",
     "survival": "an object of pulse_survival.SurvivalConfig settings",
+    "store": "a store URL such as \"sqlite:///abs/path/events.db\" (null: the home's own log)",
+    "layers": "an object mapping each layer's name to its settings, in order",
+    "layers.*": "an object of that layer's settings, or null",
 }
 _FIELDS: dict[str, tuple[str, ...]] = {
     "": tuple(ConfigFile.__struct_fields__),
@@ -72,9 +89,15 @@ _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
 
 def _lookup(raw: Any, path: str) -> Any:
     value = raw
-    for part in filter(None, path.split(".")):
+    parts = path.split(".", 1) if path.startswith("layers.") else path.split(".")
+    for part in filter(None, parts):
         value = value.get(part) if isinstance(value, dict) else None
     return value
+
+
+def _generic(path: str) -> str:
+    """`layers.awareness` -> `layers.*`: the key of ALLOWED that describes `path`."""
+    return "layers.*" if path.startswith("layers.") else path
 
 
 def _explain(exc: msgspec.ValidationError, raw: Any, name: str) -> ConfigError:
@@ -86,7 +109,11 @@ def _explain(exc: msgspec.ValidationError, raw: Any, name: str) -> ConfigError:
         field = f"{path}.{unknown.group('name')}" if path else unknown.group("name")
         allowed = ", ".join(_FIELDS.get(path, ()))
         return ConfigError(f"{name}: {field} is not a setting; allowed here: {allowed}")
-    allowed = ALLOWED.get(path, "a valid value")
+    if path == "layers[...]":  # msgspec does not name the key: find the layer it means
+        layers = raw.get("layers") if isinstance(raw, dict) else None
+        bad = [k for k, v in (layers or {}).items() if not isinstance(v, dict | None)]
+        path = f"layers.{bad[0]}" if bad else "layers"
+    allowed = ALLOWED.get(_generic(path), "a valid value")
     got = json.dumps(_lookup(raw, path))
     return ConfigError(f"{name}: {path or 'the file'} must be {allowed}, got {got}")
 
@@ -114,7 +141,28 @@ def parse_config(data: bytes, name: str = "config.json") -> Config:
         message = re.sub(r"survival config: (.*) - at `\$\.?([^`]*)`",
                          r"survival.\2: \1", str(exc))
         raise ConfigError(f"{name}: {message}") from None
-    return Config(stored.instance, stored.default_tick_ms, stored.daemon, survival)
+    _check_store(stored.store, name)
+    _check_layers(stored.layers, name)
+    return Config(stored.instance, stored.default_tick_ms, stored.daemon, survival,
+                  stored.store, dict(stored.layers))
+
+
+def _check_store(url: str | None, name: str) -> None:
+    if url is None:
+        return
+    try:
+        parse_store_url(url)
+    except PulseError as exc:
+        raise ConfigError(f"{name}: store: {exc}") from None
+
+
+def _check_layers(layers: Mapping[str, Any], name: str) -> None:
+    if "survival" in layers:
+        raise ConfigError(f"{name}: layers.survival: the survival layer always runs and is "
+                          'not listed under "layers"; its settings go under "survival"')
+    for layer in layers:
+        if not layer or layer != layer.strip():
+            raise ConfigError(f"{name}: layers: {json.dumps(layer)} is not a layer name")
 
 
 def load(path: Path) -> Config:
@@ -126,6 +174,12 @@ def load(path: Path) -> Config:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it — {exc}") from None
     return parse_config(data, str(path))
+
+
+def load_or_default(path: Path) -> Config:
+    """The Config in `path`, or every default when there is no such file (a home laid out
+    without `upulse init`, as in tests); ConfigError if it exists and is invalid."""
+    return load(path) if path.is_file() else parse_config(b"{}", str(path))
 
 
 def default_config_text(instance: str) -> str:

@@ -3,7 +3,8 @@
 `start` spawns `python -m pulse_cli daemon run --home HOME` in a new session (stdin from
 /dev/null, stdout and stderr appended to HOME/daemon.log) and returns once the daemon has
 written HOME/daemon.pid, which it does after its engine has opened the home. Signals are
-the whole interface: SIGTERM stops (after draining), SIGHUP reloads the business rules.
+the whole interface: SIGTERM stops (after draining), SIGHUP reloads the whole engine
+(config.json and HOME/engine).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import time
 import psutil
 
 from pulse_cli import config as config_file
+from pulse_cli.assembly import configured_layers
 from pulse_cli.home import EXIT_STATE, CliError, DaemonStateError, Home
+from pulse_core import SystemClock
 
 READY_TIMEOUT_S = 20.0
 
@@ -30,7 +33,11 @@ def _log_tail(home: Home, lines: int = 20) -> str:
 
 
 def start(home: Home, *, foreground: bool = False) -> int:
-    """Start the daemon of `home` (in this process with `foreground`); exit 3 if it runs."""
+    """Start the daemon of `home` (in this process with `foreground`); exit 3 if it runs.
+
+    A layer config.json names that is not installed, or refuses its settings, stops the
+    start with BrokenLayer (exit 1) before any process is spawned.
+    """
     home.require()
     pid = home.running_pid()
     if pid is not None:
@@ -38,6 +45,7 @@ def start(home: Home, *, foreground: bool = False) -> int:
             f"the daemon of {home.root} is already running (pid {pid}) — "
             "`upulse daemon restart` to replace it")
     cfg = config_file.load(home.config)
+    configured_layers(home.root, cfg, clock=SystemClock())  # a broken layer: refuse here
     if foreground:
         from pulse_cli.daemon import run  # the engine and its code: only in the daemon
 
@@ -103,7 +111,8 @@ def restart(home: Home) -> int:
 
 
 def signal_reload(home: Home) -> int | None:
-    """SIGHUP the running daemon so it reloads its rules; returns its pid (None if stopped)."""
+    """SIGHUP the running daemon so it reloads its whole engine; returns its pid (None if
+    stopped)."""
     pid = home.running_pid()
     if pid is not None:
         os.kill(pid, signal.SIGHUP)

@@ -1,10 +1,16 @@
-"""The daemon process: one engine on one home, until SIGTERM; SIGHUP reloads its rules.
+"""The daemon process: one engine on one home, until SIGTERM; SIGHUP reloads the whole engine.
 
-The engine runs the survival layer, the built-in rules and the business code of HOME/engine
-(when that fails to load, the survival layer runs alone and an `error` event says why). Once
-the engine holds the home and has opened its stores, the daemon writes HOME/daemon.pid; it
-refreshes HOME/daemon.status.json every second; on SIGTERM it drains effects in flight
-(up to `daemon.drain_timeout_s`), closes the engine and removes the pidfile.
+The engine runs the survival layer, the built-in rules, the layers config.json names and the
+business layer of HOME/engine (when that fails to load, the engine runs without it and an
+`error` event says why; a layer config.json names that is missing or broken stops the daemon
+from starting). Once the engine holds the home and has opened its stores, the daemon writes
+HOME/daemon.pid; it refreshes HOME/daemon.status.json every second; on SIGTERM it drains
+effects in flight (up to `daemon.drain_timeout_s`), closes the engine and removes the pidfile.
+
+A reload (SIGHUP; a promote, a rollback, or a rollback the survival layer made) builds a new
+engine from config.json and HOME/engine first; if that fails the running engine carries on
+and an `error` event (key engine:reload) says why. Otherwise the running engine is closed
+(its effects in flight drain, or stay claimable) and the new one opens on the same home.
 """
 
 from __future__ import annotations
@@ -20,31 +26,16 @@ from pathlib import Path
 import msgspec
 
 from pulse_cli import config as config_file
+from pulse_cli.assembly import NO_CODE, BrokenLayer, build_engine, load_code
 from pulse_cli.enginedir import GitEngineDirectory
 from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
-from pulse_cli.loader import EngineCode, EngineCodeError, load_engine_code, reload_rules
+from pulse_cli.loader import EngineCode
 from pulse_cli.output import now_ms
 from pulse_core import Engine, EventDraft, HomeLocked, PulseError
 
 STATUS_EVERY_S = 1.0
-NO_CODE = EngineCode(rules=(), watchers=(), executors=(), projections=(), revision=None)
-
-
-def load_code(code_dir: Path) -> EngineCode:
-    """The business code in `code_dir` (HOME/engine or HOME/staging); none without the folder.
-
-    Raises EngineCodeError when the code does not load.
-    """
-    return load_engine_code(code_dir) if code_dir.is_dir() else NO_CODE
-
-
-def build_engine(root: Path, cfg: config_file.Config, code: EngineCode, *,
-                 directory: GitEngineDirectory | None = None) -> Engine:
-    """An engine on `root` with the config's settings and `code` as its business code."""
-    return Engine(root, rules=code.rules, watchers=code.watchers, executors=code.executors,
-               projections=code.projections, survival=cfg.survival,
-               engine_directory=directory, default_tick_ms=cfg.default_tick_ms,
-               drain_timeout=cfg.daemon.drain_timeout_s)
+LOAD_KEY = "engine:load"
+RELOAD_KEY = "engine:reload"
 
 
 def say(message: str) -> None:
@@ -72,10 +63,13 @@ def _rotate_log(home: Home, max_bytes: int) -> None:
     say(f"log rotated (previous part: {home.logfile.name}.1)")
 
 
-def _load_error(code_dir: Path, exc: PulseError) -> EventDraft:
-    return EventDraft("error", "engine:load", {
-        "where": "engine:load", "type": getattr(exc, "error_type", type(exc).__name__),
-        "message": str(exc), "dir": str(code_dir)}, origin="engine")
+def error_draft(key: str, exc: BaseException, file: Path) -> EventDraft:
+    """The `error` event that records a failed load (engine:load) or reload (engine:reload):
+    where, the error's type and message, and the file (and line) it names."""
+    return EventDraft("error", key, {
+        "where": key, "type": getattr(exc, "error_type", type(exc).__name__),
+        "message": str(exc), "file": str(getattr(exc, "file", file)),
+        "line": getattr(exc, "line", None)}, origin="engine")
 
 
 class Daemon:
@@ -84,51 +78,102 @@ class Daemon:
     def __init__(self, home: Home, cfg: config_file.Config) -> None:
         self.home = home
         self.cfg = cfg
+        self.code = NO_CODE
         self.pid = os.getpid()
         self.status = DaemonStatus(self.pid, "starting", now_ms(), now_ms(), cfg.instance)
-        self.directory = (GitEngineDirectory(home.root, on_rollback=self._rolled_back)
+        self.directory = (GitEngineDirectory(home.root, store=cfg.store,
+                                             on_rollback=self._rolled_back)
                           if home.engine.is_dir() else None)
         self.problems: list[EventDraft] = []
-        self.engine = self._build()
+        self.engine = self._first_engine()
         self._wake = asyncio.Event()
-        self._requests: set[str] = set()
+        self._requests: dict[str, str] = {}
 
-    def _build(self) -> Engine:
-        """The engine with HOME/engine's code; without it if that code cannot run."""
+    def _build(self, cfg: config_file.Config, code: EngineCode) -> Engine:
+        return build_engine(self.home.root, cfg, code, directory=self.directory)
+
+    def _first_engine(self) -> Engine:
+        """The engine with HOME/engine's code; without it if that code cannot run.
+
+        A configured layer that cannot be built (BrokenLayer), or an engine that cannot be
+        built even without the business code, is raised: the daemon does not start.
+        """
         try:
             code = load_code(self.home.engine)
-            engine = build_engine(self.home.root, self.cfg, code, directory=self.directory)
-        except PulseError as exc:  # broken business code must not stop the survival layer
-            say(f"engine code in {self.home.engine} cannot run; survival rules only: {exc}")
-            self.problems.append(_load_error(self.home.engine, exc))
+            engine = self._build(self.cfg, code)
+        except BrokenLayer:
+            raise
+        except Exception as exc:  # broken business code must not stop the survival layer
+            others = ", ".join(self.cfg.layers)
+            only = f"survival rules and layers {others} only" if others else \
+                "survival rules only"
+            say(f"engine code in {self.home.engine} cannot run; {only}: {exc}")
+            self.problems.append(error_draft(LOAD_KEY, exc, self.home.engine / "engine.py"))
             code = NO_CODE
-            engine = build_engine(self.home.root, self.cfg, code, directory=self.directory)
+            engine = self._build(self.cfg, code)
+        self.code = code
         self.status.revision = code.revision
         return engine
 
-    def request(self, what: str) -> None:
+    def request(self, what: str, why: str = "") -> None:
         """Ask the main loop to `stop` or `reload` (called from signal handlers)."""
-        self._requests.add(what)
+        self._requests.setdefault(what, why or what)
         self._wake.set()
 
+    async def _rolled_back(self, revision: str) -> None:
+        # Called from inside the engine's rollback executor: the engine cannot close itself
+        # there (it would wait for this very effect), so the main loop reloads it.
+        self.request("reload", f"rollback to {revision}")
+
     async def reload(self, why: str) -> None:
-        """Load HOME/engine's rules again; on failure the old ones keep running."""
-        if not self.home.engine.is_dir():
-            say(f"{why}: {self.home.engine} does not exist; nothing to reload")
-            return
-        try:
-            revision = await reload_rules(self.engine, self.home.engine)
-        except EngineCodeError as exc:
-            say(f"{why}: reload failed, the previous rules keep running: {exc}")
-        else:
-            self.status.revision = revision
-            say(f"{why}: business rules reloaded, revision {revision or 'none'}")
+        """Build a new engine from config.json and HOME/engine and switch to it; if it cannot
+        be built, the running engine carries on and an `error` event says why."""
         self.status.reloads += 1
         self.status.last_reload_at = now_ms()
+        try:
+            cfg = config_file.load(self.home.config)
+            code = await asyncio.to_thread(load_code, self.home.engine)
+            engine = build_engine(self.home.root, cfg, code, directory=self.directory)
+        except Exception as exc:  # whatever is wrong with the new code, the old engine runs on
+            say(f"{why}: reload failed, the previous engine keeps running: {exc}")
+            file = self.home.config if isinstance(exc, config_file.ConfigError) else \
+                self.home.engine / "engine.py"
+            await self.engine.append([error_draft(RELOAD_KEY, exc, file)])
+            self._write_status()
+            return
+        say(f"{why}: reloading: closing the running engine (draining effects in flight, up "
+            f"to {self.cfg.daemon.drain_timeout_s:g} s)")
+        self.status.state = "reloading"
         self._write_status()
+        await self._switch(engine, cfg, code, why)
 
-    async def _rolled_back(self, revision: str) -> None:
-        await self.reload(f"rollback to {revision}")
+    async def _switch(self, engine: Engine, cfg: config_file.Config, code: EngineCode,
+                      why: str) -> None:
+        await self.engine.close()
+        try:
+            await engine.open()
+        except PulseError as exc:
+            # The new engine cannot open its stores (a store URL that does not work, say):
+            # the settings that ran until now run again, and the log says why.
+            say(f"{why}: the new engine did not open ({exc}); reopening the previous one")
+            engine = self._build(self.cfg, self.code)
+            await engine.open()
+            await engine.append([error_draft(RELOAD_KEY, exc, self.home.config)])
+        else:
+            self.cfg, self.code = cfg, code
+            self.status.revision = code.revision
+            self.status.instance = cfg.instance
+        self.engine = engine
+        await self._started()
+        say(f"{why}: reloaded, revision {self.status.revision or 'none'}, "
+            f"{len(engine.rule_names)} rules")
+
+    async def _started(self) -> None:
+        if self.directory is not None:
+            self.directory.events = self.engine.events
+        await self.engine.start()
+        self.status.state = "running"
+        self._write_status()
 
     def _write_status(self) -> None:
         status = self.status
@@ -143,7 +188,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for signum, what in ((signal.SIGTERM, "stop"), (signal.SIGINT, "stop"),
                              (signal.SIGHUP, "reload")):
-            loop.add_signal_handler(signum, self.request, what)
+            loop.add_signal_handler(signum, self.request, what, signum.name)
         try:
             await self.engine.open()
         except HomeLocked as exc:
@@ -160,14 +205,10 @@ class Daemon:
         return 0
 
     async def _serve(self) -> None:
-        if self.directory is not None:
-            self.directory.events = self.engine.events
         if self.problems:
             await self.engine.append(self.problems)
-        await self.engine.start()
+        await self._started()
         self.home.write_pidfile(self.pid)
-        self.status.state = "running"
-        self._write_status()
         say(f"ready: home {self.home.root}, revision {self.status.revision or 'none'}, "
             f"{len(self.engine.rule_names)} rules")
         while "stop" not in self._requests:
@@ -176,15 +217,18 @@ class Daemon:
                     await self._wake.wait()
             self._wake.clear()
             if "reload" in self._requests and "stop" not in self._requests:
-                self._requests.discard("reload")
-                await self.reload("SIGHUP")
+                await self.reload(self._requests.pop("reload"))
             self._write_status()
             _rotate_log(self.home, self.cfg.daemon.log_max_bytes)
         say(f"stopping: draining effects in flight (up to {self.cfg.daemon.drain_timeout_s:g} s)")
 
 
 def run(home: Home) -> int:
-    """The daemon's body, in this process (`daemon run`, `daemon start --foreground`)."""
+    """The daemon's body, in this process (`daemon run`, `daemon start --foreground`).
+
+    Raises BrokenLayer (the daemon does not start) when a layer config.json names cannot be
+    built.
+    """
     cfg = config_file.load(home.require().config)
 
     async def serve() -> int:

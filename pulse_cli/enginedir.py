@@ -25,7 +25,8 @@ import msgspec
 import engine_template
 from pulse_cli.gate import GateStep, run_gate
 from pulse_cli.git import GitError, git, head, run_git
-from pulse_core import EventDraft, EventStore, PulseError, SqliteEventStore
+from pulse_core import EventDraft, EventStore, PulseError
+from pulse_core.home import open_home
 
 TEMPLATE = Path(engine_template.__file__).resolve().parent
 EVENT_KEY = "engine-directory"
@@ -269,14 +270,17 @@ async def _is_ancestor(repo: Path, rev: str) -> bool:
 class GitEngineDirectory:
     """The survival layer's EngineDirectory over HOME/engine: `rollback` is git's.
 
-    Without `events` each rollback opens HOME/events.db for its event. `on_rollback` is
-    awaited with the new revision after each rollback: a daemon reloads its rules there.
+    Without `events` each rollback opens the home's event log (at `store`, a store URL; None:
+    the home's own) for its event. `on_rollback` is awaited with the new revision after each
+    rollback: a daemon asks for a reload there.
     """
 
     def __init__(self, home: Path, events: EventStore | None = None, *,
+                 store: str | None = None,
                  on_rollback: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.home = home
         self.events = events
+        self.store = store
         self.on_rollback = on_rollback
 
     async def rollback(self, revision: str | None, reason: str) -> str:
@@ -285,12 +289,12 @@ class GitEngineDirectory:
             now = await rollback(self.home, revision, events=self.events, reason=reason,
                                  origin="survival")
         else:
-            store = await SqliteEventStore.open(self.home.expanduser() / "events.db")
+            stores = await open_home(self.home, store=self.store)
             try:
-                now = await rollback(self.home, revision, events=store, reason=reason,
+                now = await rollback(self.home, revision, events=stores.events, reason=reason,
                                      origin="survival")
             finally:
-                await store.close()
+                await stores.close()
         if self.on_rollback is not None:
             await self.on_rollback(now)
         return now

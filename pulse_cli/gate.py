@@ -5,8 +5,11 @@ Four steps, in order, stopping at the first failure:
     compile   every .py byte-compiles
     mypy      `mypy --strict` accepts the engine package
     tests     the engine's own tests pass (`python -m pytest` in the directory)
-    dry-run   one tick of the staged chain, on a scratch copy of the live home, returns a
-              Decision within the time bound and no staged rule records an error
+    dry-run   the engine the daemon would build (pulse_cli.assembly.build_engine: config.json's
+              layers and the staged LAYER) can be built, so every effect type a rule
+              declares has an executor; one tick of it, on a scratch copy of the live home,
+              returns a Decision within the time bound, no staged rule records an error, and
+              every effect the tick emitted has an executor
 
 The dry run happens in a child process (`python -m pulse_cli.gate dry-run ...`): a rule that
 blocks the event loop is killed at the deadline instead of hanging the promote, and the
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -34,8 +38,11 @@ from typing import Any
 import msgspec
 
 import pulse_core
-from pulse_cli.loader import load_engine_code
-from pulse_core import Engine
+from pulse_cli import config as config_file
+from pulse_cli.home import Home
+from pulse_cli.stores import log_file
+from pulse_core import Mark
+from pulse_core.home import HomeLayout
 from pulse_core.rules import rule_name
 
 GATE_STEPS = ("compile", "mypy", "tests", "dry-run")
@@ -174,15 +181,22 @@ def _backup(source: Path, target: Path) -> None:
         src.close()
 
 
-def copy_live_home(home: Path, scratch: Path) -> None:
-    """Copy what a tick reads (checkpoints, events.db, vitals.db) from `home` into `scratch`.
+def copy_live_home(live: Home, scratch: HomeLayout) -> None:
+    """Copy what an engine reads (checkpoints, the event log, vitals, the side store) from the
+    home `live` into the scratch home `scratch`, together with config.json.
 
-    Checkpoints are copied first, so none is ahead of the copied log.
+    Checkpoints are copied first, so none is ahead of the copied log. The event log is read
+    where config.json's store URL puts it and copied to the scratch home's own log.
     """
-    if (home / "checkpoints").is_dir():
-        shutil.copytree(home / "checkpoints", scratch / "checkpoints")
-    for name in ("events.db", "vitals.db"):
-        _backup(home / name, scratch / name)
+    cfg = config_file.load_or_default(live.config)
+    scratch.root.mkdir(parents=True, exist_ok=True)
+    if live.layout.checkpoints.is_dir():
+        shutil.copytree(live.layout.checkpoints, scratch.checkpoints)
+    _backup(log_file(live, cfg), scratch.events_db)
+    _backup(live.layout.vitals_db, scratch.vitals_db)
+    _backup(live.layout.side_db, scratch.side_db)
+    if live.config.is_file():
+        shutil.copyfile(live.config, Home(scratch.root).config)
 
 
 async def _read_marked(stream: asyncio.StreamReader, chatter: list[str]) -> dict[str, Any]:
@@ -204,7 +218,7 @@ async def _dry_run(staging: Path, home: Path, tick_s: float,
     with tempfile.TemporaryDirectory(prefix="upulse-gate-") as tmp:
         scratch = Path(tmp) / "home"
         scratch.mkdir()
-        await asyncio.to_thread(copy_live_home, home, scratch)
+        await asyncio.to_thread(copy_live_home, Home(home), HomeLayout(scratch))
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "pulse_cli.gate", "dry-run", str(staging), str(scratch),
             str(tick_s), cwd=tmp,
@@ -245,6 +259,11 @@ def _verdict(message: Mapping[str, Any], chatter: list[str]) -> tuple[bool, str]
     if errors:
         return False, bounded("\n".join(["staged rules recorded errors in the dry-run tick:",
                                          *errors, summary]))
+    if message["unhandled"]:
+        return False, bounded("\n".join([
+            f"the dry-run tick emitted effects no executor handles: "
+            f"{', '.join(message['unhandled'])} — add an executor for them to LAYER's "
+            "executors (or configure a layer that has one)", summary]))
     return True, summary
 
 
@@ -284,13 +303,16 @@ def _say(message: Mapping[str, Any]) -> None:
 
 
 async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str, Any]:
-    code = load_engine_code(engine_dir)
-    names = {rule_name(r) for r in code.rules} | {"business-rules"}
-    engine = Engine(scratch, rules=code.rules, projections=code.projections,
-                    default_tick_ms=int(code.settings.get("default_tick_ms", 5_000)),
-                    rule_timeout=tick_s, drain_timeout=0.5)
+    from pulse_cli.assembly import build_engine, load_code, sample_watchers  # the child's
+
+    cfg = dataclasses.replace(config_file.load_or_default(Home(scratch).config), store=None)
+    code = load_code(engine_dir)
+    names = {rule_name(r) for r in code.layer.rules} | {"business-rules"}
+    engine = build_engine(scratch, cfg, code, rule_timeout=tick_s, drain_timeout=0.5)
+    handled = {t.tag() for executor in engine.executors for t in executor.handles}
     await engine.open()
     try:
+        await sample_watchers(engine)
         _say({"stage": "opened"})
         since = await engine.events.last_seq()
         decision = await engine.tick()
@@ -298,8 +320,11 @@ async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str
                    "message": e.data.get("message")}
                   for e in await engine.events.read(since, kinds=["error"])
                   if e.origin.startswith("rule:") and e.origin.removeprefix("rule:") in names]
-        return {"stage": "ticked", "effects": [type(e).tag() for e in decision.effects],
-                "tick_ms": decision.tick_ms, "errors": errors}
+        emitted = [type(e).tag() for e in decision.effects]
+        unhandled = sorted({type(e).tag() for e in decision.effects
+                            if not isinstance(e, Mark) and type(e).tag() not in handled})
+        return {"stage": "ticked", "effects": emitted, "tick_ms": decision.tick_ms,
+                "errors": errors, "unhandled": unhandled}
     finally:
         await engine.close()
 

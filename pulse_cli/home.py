@@ -1,17 +1,16 @@
 """Homes and named instances: where each engine keeps its files, and whether its daemon runs.
 
-A home holds one engine's whole state::
+A home holds one engine's whole state. The files the engine owns (its stores, checkpoints,
+logs and lock) are named by pulse_core.home.HomeLayout; the CLI adds its own::
 
     HOME/
     ├── config.json          settings, validated on load (pulse_cli.config)
-    ├── events.db            the event log
-    ├── vitals.db            watcher samples
-    ├── objects/             content-addressed payloads
     ├── engine/              the engine directory (git; main = production)
     ├── staging/             a git worktree of engine/ on the staging branch
     ├── daemon.pid           written once the daemon's engine is open; removed on stop
     ├── daemon.status.json   refreshed by the daemon every second (DaemonStatus)
-    └── daemon.log           the daemon's stdout and stderr
+    ├── daemon.log           the daemon's stdout and stderr
+    └── (HomeLayout's files)
 
 `--home DIR` names a home; `--instance NAME` is `BASE/instances/NAME`; without either the
 home is BASE itself, where BASE is $UPULSE_HOME or ~/.upulse. Two instances are two homes, so
@@ -29,6 +28,7 @@ import msgspec
 import psutil
 
 from pulse_core import PulseError
+from pulse_core.home import HomeLayout
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -52,7 +52,7 @@ class UsageError(CliError):
 
 
 class NotInitialised(CliError):
-    """The home has no config.json or events.db: `upulse init` was never run there."""
+    """The home has no config.json: `upulse init` was never run there."""
 
 
 class DaemonStateError(CliError):
@@ -110,14 +110,12 @@ class DaemonStatus(msgspec.Struct):
 
 
 class Home:
-    """The paths of one home folder."""
+    """The paths of one home folder: the engine's files in `layout`, the CLI's own here."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.layout = HomeLayout(root)
         self.config = root / "config.json"
-        self.events_db = root / "events.db"
-        self.vitals_db = root / "vitals.db"
-        self.objects = root / "objects"
         self.engine = root / "engine"
         self.staging = root / "staging"
         self.pidfile = root / "daemon.pid"
@@ -129,14 +127,14 @@ class Home:
 
     @property
     def initialised(self) -> bool:
-        """Whether `upulse init` laid this home out."""
-        return self.config.is_file() and self.events_db.is_file()
+        """Whether `upulse init` laid this home out (its config.json names the event log)."""
+        return self.config.is_file()
 
     def require(self) -> Home:
         """This home, or NotInitialised telling how to make it."""
         if not self.initialised:
             raise NotInitialised(
-                f"{self.root} is not a pulse home (no config.json or events.db) — run "
+                f"{self.root} is not a pulse home (no config.json) — run "
                 f"`upulse init --home {self.root}` first"
             )
         return self

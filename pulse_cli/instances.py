@@ -10,8 +10,10 @@ import msgspec
 from pulse_cli import config as config_file
 from pulse_cli.home import DaemonStateError, DaemonStatus, Home, list_homes
 from pulse_cli.output import ago, clip, now_ms, print_json, print_table, span
-from pulse_cli.queries import EFFECT_STATUSES_PENDING, read_effects, reading
-from pulse_core import Event, ObjectStore, SqliteEventStore, VitalsStore
+from pulse_cli.queries import read_effects
+from pulse_cli.stores import log_file, opened
+from pulse_core import Event, EventStore
+from pulse_core.home import open_home
 
 ERRORS_SHOWN = 3
 ERROR_LOOKBACK = 100_000  # events searched back from the head for the last errors
@@ -26,15 +28,14 @@ async def initialise(home: Home, instance: str) -> int:
     if not home.config.exists():
         config_file.write_default(home.config, instance)
         created.append(home.config.name)
-    if not home.events_db.exists():
-        await (await SqliteEventStore.open(home.events_db)).close()
-        created.append(home.events_db.name)
-    if not home.vitals_db.exists():
-        await (await VitalsStore.open(home.vitals_db)).close()
-        created.append(home.vitals_db.name)
-    if not home.objects.exists():
-        ObjectStore(home.objects)
-        created.append(home.objects.name + "/")
+    cfg = config_file.load(home.config)
+    layout = home.layout
+    stores = {log_file(home, cfg): "", layout.vitals_db: "", layout.side_db: "",
+              layout.objects: "/"}
+    missing = [f"{path.name}{slash}" for path, slash in stores.items() if not path.exists()]
+    if missing:  # open_home creates what is missing and leaves what exists as it is
+        await (await open_home(home.root, store=cfg.store)).close()
+        created += missing
     if await asyncio.to_thread(init_engine_dir, home.root):
         created.append("engine/ (git, branch main) and staging/ (worktree, branch staging)")
     if created:
@@ -68,7 +69,7 @@ def instances(base: Home, *, as_json: bool) -> int:
     return 0
 
 
-async def _last_errors(store: SqliteEventStore) -> list[Event]:
+async def _last_errors(store: EventStore) -> list[Event]:
     after = max(await store.last_seq() - ERROR_LOOKBACK, 0)
     return (await store.read(after, kinds=["error"]))[-ERRORS_SHOWN:]
 
@@ -87,10 +88,9 @@ async def status(home: Home, *, as_json: bool) -> int:
     cfg = config_file.load(home.config)
     pid = home.running_pid()
     last = home.daemon_status()
-    async with reading(home) as store:
-        pending = [v for v in (await read_effects(store)).values()
-                   if v.status in EFFECT_STATUSES_PENDING]
-        errors = await _last_errors(store)
+    async with opened(home, read_only=True) as stores:
+        pending = [e for e in (await read_effects(stores.events)).values() if not e.finished]
+        errors = await _last_errors(stores.events)
     now = now_ms()
     report: dict[str, Any] = {
         "instance": cfg.instance, "home": str(home.root), "running": pid is not None,

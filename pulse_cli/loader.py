@@ -1,4 +1,4 @@
-"""Loading an engine directory's code, and swapping its rules into a running Engine.
+"""Loading an engine directory's code: the one Layer its engine.py exports as LAYER.
 
 Every load imports the directory as a new package with a unique name (`pulse_engine_7_…`),
 compiled from source, so a reload sees every edit and two loads never share a module object.
@@ -9,7 +9,6 @@ of silently reusing a module from an earlier load.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -26,16 +25,15 @@ from types import ModuleType
 from typing import Any
 
 from pulse_cli.git import head
-from pulse_core import Engine, EventDraft, Executor, Projection, PulseError, Rule, Watcher
+from pulse_core import Effect, Executor, Layer, Projection, PulseError, Watcher
 
-PUBLIC_LISTS = ("RULES", "WATCHERS", "EXECUTORS", "PROJECTIONS")
-RELOAD_KEY = "engine:reload"
+OLD_LISTS = ("RULES", "WATCHERS", "EXECUTORS", "PROJECTIONS")
 
 _loads = itertools.count(1)
 
 
 class EngineCodeError(PulseError):
-    """An engine directory's code failed to import, or engine.py's lists are malformed.
+    """An engine directory's code failed to import, or engine.py's LAYER is malformed.
 
     `file` and `line` say where (the deepest frame inside the engine directory), and
     `error_type` names the original exception (SyntaxError, ImportError...).
@@ -51,13 +49,10 @@ class EngineCodeError(PulseError):
 
 @dataclass(frozen=True)
 class EngineCode:
-    """What one load of an engine directory found: engine.py's four lists, the git revision
-    of the directory (None outside git), and config.json's settings."""
+    """What one load of an engine directory found: engine.py's LAYER, the git revision of
+    the directory (None outside git), and config.json's settings."""
 
-    rules: tuple[Rule, ...]
-    watchers: tuple[Watcher, ...]
-    executors: tuple[Executor, ...]
-    projections: tuple[Projection[Any], ...]
+    layer: Layer
     revision: str | None
     settings: Mapping[str, Any] = field(default_factory=dict)
     package: str = ""
@@ -125,21 +120,41 @@ def _where(exc: BaseException, folder: Path, entry: Path) -> tuple[Path, int | N
     return entry, None
 
 
-def _listed(module: ModuleType, name: str, entry: Path, what: str,
-            accepts: Callable[[Any], bool]) -> tuple[Any, ...]:
-    if not hasattr(module, name):
+_PARTS: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    ("rules", "rules (async callables)", callable),
+    ("watchers", "Watcher instances", lambda w: isinstance(w, Watcher)),
+    ("executors", "Executor instances", lambda e: isinstance(e, Executor)),
+    ("projections", "Projection instances", lambda p: isinstance(p, Projection)),
+    ("services", "services (async callables)", callable),
+    ("emits", "Effect classes", lambda t: isinstance(t, type) and issubclass(t, Effect)),
+)
+
+
+def _exported_layer(module: ModuleType, entry: Path) -> Layer:
+    """engine.py's LAYER, checked part by part; EngineCodeError names what is wrong."""
+    if not hasattr(module, "LAYER"):
+        old = [name for name in OLD_LISTS if hasattr(module, name)]
+        moved = (f" It defines {', '.join(old)}: the four lists became one layer, "
+                 'LAYER = Layer("engine", rules=RULES, watchers=WATCHERS, executors=EXECUTORS, '
+                 "projections=PROJECTIONS) (`from pulse_core import Layer`)." if old else "")
         raise EngineCodeError(
-            f"{entry} defines no {name} — it must export RULES, WATCHERS, EXECUTORS and "
-            f"PROJECTIONS (an empty list is fine)", file=entry)
-    value = getattr(module, name)
-    if not isinstance(value, list | tuple):
-        raise EngineCodeError(f"{entry}: {name} is a {type(value).__name__}; it must be a list "
-                              f"of {what}", file=entry)
-    for index, item in enumerate(value):
-        if not accepts(item):
-            raise EngineCodeError(f"{entry}: {name}[{index}] is {item!r}, not {what}",
-                                  file=entry)
-    return tuple(value)
+            f"{entry} defines no LAYER — an engine directory exports one pulse_core.Layer "
+            f'named LAYER, like LAYER = Layer("engine", rules=[...], watchers=[...], '
+            f"executors=[...], projections=[...]).{moved}", file=entry)
+    layer = module.LAYER
+    if not isinstance(layer, Layer):
+        raise EngineCodeError(f"{entry}: LAYER is a {type(layer).__name__}; it must be a "
+                              "pulse_core.Layer", file=entry)
+    for part, what, accepts in _PARTS:
+        value = getattr(layer, part)
+        if not isinstance(value, list | tuple):
+            raise EngineCodeError(f"{entry}: LAYER.{part} is a {type(value).__name__}; it "
+                                  f"must be a list of {what}", file=entry)
+        for index, item in enumerate(value):
+            if not accepts(item):
+                raise EngineCodeError(f"{entry}: LAYER.{part}[{index}] is {item!r}, not {what}",
+                                      file=entry)
+    return layer
 
 
 def _settings(path: Path) -> dict[str, Any]:
@@ -161,18 +176,18 @@ def _settings(path: Path) -> dict[str, Any]:
 
 
 def load_engine_code(engine_dir: Path) -> EngineCode:
-    """Import `engine_dir`/engine.py under a fresh package name and return its four lists.
+    """Import `engine_dir`/engine.py under a fresh package name and return its LAYER.
 
     Raises EngineCodeError naming the file (and line) and the original error when the code
-    fails to import, or when the lists or config.json are malformed. Blocking: call it in a
-    worker thread from async code (reload_rules does).
+    fails to import, or when LAYER or config.json is malformed. Blocking: call it in a
+    worker thread from async code.
     """
     folder = engine_dir.expanduser().resolve()
     entry = folder / "engine.py"
     if not entry.is_file():
         raise EngineCodeError(
-            f"{entry} does not exist — an engine directory has an engine.py exporting RULES, "
-            "WATCHERS, EXECUTORS and PROJECTIONS; `upulse init` creates one", file=entry)
+            f"{entry} does not exist — an engine directory has an engine.py exporting one "
+            "pulse_core.Layer named LAYER; `upulse init` creates one", file=entry)
     settings = _settings(folder / "config.json")
     package = f"pulse_engine_{next(_loads)}_{secrets.token_hex(4)}"
     try:
@@ -185,47 +200,8 @@ def load_engine_code(engine_dir: Path) -> EngineCode:
                               f"{type(exc).__name__}: {exc}", file=file, line=line,
                               error_type=type(exc).__name__) from exc
     try:
-        return EngineCode(
-            rules=_listed(module, "RULES", entry, "rules (async callables)", callable),
-            watchers=_listed(module, "WATCHERS", entry, "Watcher instances",
-                             lambda w: isinstance(w, Watcher)),
-            executors=_listed(module, "EXECUTORS", entry, "Executor instances",
-                              lambda e: isinstance(e, Executor)),
-            projections=_listed(module, "PROJECTIONS", entry, "Projection instances",
-                                lambda p: isinstance(p, Projection)),
-            revision=head(folder), settings=settings, package=package,
-        )
+        return EngineCode(layer=_exported_layer(module, entry), revision=head(folder),
+                          settings=settings, package=package)
     except EngineCodeError:
         _forget(package)
         raise
-
-
-def reload_error_draft(error: EngineCodeError) -> EventDraft:
-    """The `error` event that records a failed reload (key engine:reload)."""
-    return EventDraft("error", RELOAD_KEY, {
-        "where": RELOAD_KEY, "type": error.error_type, "message": str(error),
-        "file": str(error.file), "line": error.line}, origin="engine")
-
-
-async def reload_rules(engine: Engine, engine_dir: Path) -> str | None:
-    """Load `engine_dir` and swap its RULES into `engine` between two ticks.
-
-    Returns the revision now running (None when the directory is not a git work tree).
-    Only the business rules change: survival and built-in rules are never reloaded, and
-    watchers, executors and projections stay as the engine was built. On failure the old
-    chain keeps running, an `error` event (key engine:reload) records why, and the
-    EngineCodeError is raised for the caller to report.
-    """
-    try:
-        code = await asyncio.to_thread(load_engine_code, engine_dir)
-        await engine.replace_rules(code.rules)
-    except EngineCodeError as exc:
-        await engine.append([reload_error_draft(exc)])
-        raise
-    except PulseError as exc:  # the engine refused the chain (SurvivalLocked, RuleChainError)
-        entry = engine_dir / "engine.py"
-        error = EngineCodeError(f"{entry}: the engine refused its RULES: {exc}", file=entry,
-                                error_type=type(exc).__name__)
-        await engine.append([reload_error_draft(error)])
-        raise error from exc
-    return code.revision

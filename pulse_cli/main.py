@@ -207,8 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     _home_options(parser, None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     init = _command(sub, "init", "instances.initialise",
-                    "lay out a home: config.json, events.db, vitals.db, objects/, engine/, "
-                    "staging/; on an existing home, change nothing and say so",
+                    "lay out a home: config.json, its stores (events, vitals, side, objects), "
+                    "engine/, staging/; on an existing home, change nothing and say so",
                     lambda a, h: {"instance": _instance_name(a, h)})
     init.epilog = "Re-running init on an existing home changes nothing and says so."
     listing = _command(sub, "instances", "instances.instances",

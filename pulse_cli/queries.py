@@ -1,7 +1,7 @@
 """`upulse events|effects|tasks|vitals` (read the log) and `upulse task ...` (append to it).
 
-Reads open events.db without its writer (query-only connections), so they never write and
-never wait for a running daemon. Task commands append through pulse_core.TaskBoard with the
+Reads open the home read-only (pulse_core.home.open_home), so they never write and never
+wait for a running daemon. Task commands append through pulse_core.TaskBoard with the
 task's expected version; SQLite's WAL lets them write while the daemon runs.
 """
 
@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -26,14 +25,14 @@ from pulse_cli.output import (
     print_table,
     to_json,
 )
-from pulse_core import Event, SqliteEventStore, TaskBoard, TaskState, VitalsStore
-from pulse_core.effects import EFFECT_KINDS
+from pulse_cli.stores import opened
+from pulse_core import Event, EventStore, TaskBoard, TaskState
+from pulse_core.effects import EFFECT_KINDS, EffectEntry, fold_effect
 from pulse_core.errors import InvalidTransition
 from pulse_core.tasks import TASK_KINDS, next_task_state
 
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-EFFECT_STATUSES_PENDING = frozenset({"pending", "executing", "retrying"})
 
 
 class Since(msgspec.Struct, frozen=True):
@@ -62,17 +61,7 @@ def parse_duration(text: str) -> float:
     return since.seconds
 
 
-@contextlib.asynccontextmanager
-async def reading(home: Home) -> AsyncIterator[SqliteEventStore]:
-    """events.db of `home` for reading only: no writer thread, no schema change, no lock."""
-    store = SqliteEventStore(home.require().events_db)
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-async def _after_time(store: SqliteEventStore, cutoff_ms: int) -> int:
+async def _after_time(store: EventStore, cutoff_ms: int) -> int:
     """The seq after which every event is at or after `cutoff_ms` (seqs are gap-free and
     timestamps follow them, so a binary search costs a few reads however long the log)."""
     low, high = 0, await store.last_seq()
@@ -86,7 +75,7 @@ async def _after_time(store: SqliteEventStore, cutoff_ms: int) -> int:
     return low
 
 
-async def _events_after(store: SqliteEventStore, since: Since | None, kinds: list[str] | None,
+async def _events_after(store: EventStore, since: Since | None, kinds: list[str] | None,
                         key: str | None, limit: int) -> list[Event]:
     if since is None:
         top = await store.last_seq()
@@ -114,7 +103,8 @@ _EVENT_HEADERS = ("SEQ", "WHEN", "KIND", "KEY", "ORIGIN", "DATA")
 async def events(home: Home, *, kinds: list[str] | None, key: str | None, since: Since | None,
                  follow: bool, as_json: bool, limit: int) -> int:
     """Print events: the last `limit` (or, with `since`, the first `limit` after it)."""
-    async with reading(home) as store:
+    async with opened(home, read_only=True) as stores:
+        store = stores.events
         listed = await _events_after(store, since, kinds, key, limit)
         now = now_ms()
         if as_json and not follow:
@@ -143,68 +133,40 @@ async def events(home: Home, *, kinds: list[str] | None, key: str | None, since:
 # -- effects -------------------------------------------------------------------------------
 
 
-class EffectView(msgspec.Struct):
-    """One effect as its events tell it: what, its status, attempts, last error or result."""
-
-    id: str
-    type: str
-    status: str
-    attempt: int
-    created_at: int
-    updated_at: int
-    origin: str
-    effect: Any
-    error: str | None = None
-    result: Any = None
+async def read_effects(store: EventStore) -> dict[str, EffectEntry]:
+    """Every effect in the log, folded (pulse_core.effects.fold_effect), by id."""
+    entries: dict[str, EffectEntry] = {}
+    for event in await store.read(kinds=EFFECT_KINDS):
+        entry = fold_effect(entries.get(event.key), event)
+        if entry is not None:
+            entries[event.key] = entry
+    return entries
 
 
-def fold_effects(effect_events: Sequence[Event]) -> dict[str, EffectView]:
-    """Every effect in `effect_events` (effect kinds, in seq order), by id."""
-    views: dict[str, EffectView] = {}
-    for event in effect_events:
-        data = event.data if isinstance(event.data, dict) else {}
-        if event.kind == "effect":
-            body = data.get("effect")
-            tag = body.get("type") if isinstance(body, dict) else None
-            views[event.key] = EffectView(event.key, str(tag), "pending", 0, event.ts, event.ts,
-                                          event.origin, body)
-            continue
-        view = views.get(event.key)
-        if view is None:
-            continue
-        view.updated_at = event.ts
-        view.attempt = int(data.get("attempt", view.attempt))
-        if event.kind == "effect-executing":
-            view.status = "executing"
-        elif event.kind == "effect-acked":
-            view.status, view.result = "acked", data.get("result")
-        elif event.kind == "effect-failed":
-            view.status = "failed" if data.get("final") else "retrying"
-            view.error = str(data.get("error"))
-    return views
-
-
-async def read_effects(store: SqliteEventStore) -> dict[str, EffectView]:
-    """Every effect in the log, folded."""
-    return fold_effects(await store.read(kinds=EFFECT_KINDS))
+def effect_view(entry: EffectEntry) -> dict[str, Any]:
+    """One effect as `upulse effects --json` prints it."""
+    return {"id": entry.id, "type": entry.tag, "status": entry.status, "attempt": entry.attempt,
+            "created_at": entry.created_at, "updated_at": entry.updated_at,
+            "origin": entry.origin, "effect": entry.body, "error": entry.error,
+            "result": entry.result}
 
 
 async def effects(home: Home, *, pending: bool, failed: bool, as_json: bool, limit: int) -> int:
     """Print effects (all, or only unfinished, or only finally failed), newest last."""
-    async with reading(home) as store:
-        views = list((await read_effects(store)).values())
+    async with opened(home, read_only=True) as stores:
+        entries = list((await read_effects(stores.events)).values())
     if pending:
-        views = [v for v in views if v.status in EFFECT_STATUSES_PENDING]
+        entries = [e for e in entries if not e.finished]
     if failed:
-        views = [v for v in views if v.status == "failed"]
-    views = views[-limit:] if limit else views
+        entries = [e for e in entries if e.status == "failed"]
+    entries = entries[-limit:] if limit else entries
     if as_json:
-        print_json(views)
+        print_json([effect_view(e) for e in entries])
         return 0
     now = now_ms()
-    rows = [[v.id, v.type, v.status, v.attempt, ago(v.created_at, now), ago(v.updated_at, now),
-             clip(v.error or ("" if v.result is None else to_json(v.result)), 60)]
-            for v in views]
+    rows = [[e.id, e.tag, e.status, e.attempt, ago(e.created_at, now), ago(e.updated_at, now),
+             clip(e.error or ("" if e.result is None else to_json(e.result)), 60)]
+            for e in entries]
     print_table(("ID", "TYPE", "STATUS", "ATTEMPT", "CREATED", "UPDATED", "ERROR/RESULT"),
                 rows, "no effects")
     return 0
@@ -215,9 +177,9 @@ async def effects(home: Home, *, pending: bool, failed: bool, as_json: bool, lim
 
 async def tasks(home: Home, *, as_json: bool, status: str | None) -> int:
     """Print every task with its current status, folded from its lifecycle events."""
-    async with reading(home) as store:
+    async with opened(home, read_only=True) as stores:
         found: dict[str, TaskState] = {}
-        for event in await store.read(kinds=TASK_KINDS):
+        for event in await stores.events.read(kinds=TASK_KINDS):
             with contextlib.suppress(InvalidTransition):
                 state = next_task_state(found.get(event.key), event)
                 if state is not None:
@@ -245,9 +207,8 @@ async def task_command(home: Home, action: str, task_id: str, *, as_json: bool,
             parsed = json.loads(result)
         except json.JSONDecodeError as exc:
             raise UsageError(f"--result must be JSON (like '{{\"ok\": true}}'): {exc}") from None
-    store = await SqliteEventStore.open(home.require().events_db)
-    try:
-        board = TaskBoard(store, origin="cli")
+    async with opened(home, read_only=False) as stores:
+        board = TaskBoard(stores.events, origin="cli")
         if action == "create":
             event = await board.create(task_id, title, project=project, prompt=prompt,
                                        priority=priority)
@@ -261,8 +222,6 @@ async def task_command(home: Home, action: str, task_id: str, *, as_json: bool,
             event = await board.close(task_id)
         else:
             event = await board.give_up(task_id, reason)
-    finally:
-        await store.close()
     if as_json:
         print_json(event)
     else:
@@ -276,18 +235,12 @@ async def task_command(home: Home, action: str, task_id: str, *, as_json: bool,
 async def vitals(home: Home, key: str | None, *, since_s: float, as_json: bool,
                  limit: int) -> int:
     """Print the latest reading of every vitals key, or the recent samples of one key."""
-    path = home.require().vitals_db
-    if not path.exists():
-        raise UsageError(f"{path} does not exist — run `upulse init --home {home.root}`")
-    store = await VitalsStore.open(path)
-    try:
+    async with opened(home, read_only=True) as stores:
         if key is None:
-            samples = sorted((await store.latest()).values(), key=lambda s: s.key)
+            samples = sorted((await stores.vitals.latest()).values(), key=lambda s: s.key)
         else:
-            samples = await store.window(key, now_ms() - int(since_s * 1000))
+            samples = await stores.vitals.window(key, now_ms() - int(since_s * 1000))
             samples = samples[-limit:] if limit else samples
-    finally:
-        await store.close()
     if as_json:
         print_json(samples)
         return 0

@@ -1,7 +1,7 @@
-"""`upulse promote|rollback|deploy|dev`: moving business rules from staging to the daemon.
+"""`upulse promote|rollback|deploy|dev`: moving business code from staging to the daemon.
 
 The git side (the gate, the merge, the revert) is pulse_cli.enginedir's; these commands
-record it in the live log and tell the running daemon to reload (SIGHUP).
+record it in the live log and tell the running daemon to reload its whole engine (SIGHUP).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ import msgspec
 import watchfiles
 
 from pulse_cli import config as config_file
+from pulse_cli.assembly import NO_CODE, build_engine, load_code
 from pulse_cli.control import signal_reload, start, wait_for_revision
-from pulse_cli.daemon import NO_CODE, build_engine, load_code
 from pulse_cli.dryrun import copy_home
 from pulse_cli.enginedir import PromoteResult
 from pulse_cli.enginedir import promote as gate_and_merge
 from pulse_cli.enginedir import rollback as revert
 from pulse_cli.home import EXIT_REFUSED, CliError, Home
-from pulse_cli.loader import EngineCodeError, reload_rules
 from pulse_cli.output import clip, print_json, to_json
-from pulse_core import SqliteEventStore
+from pulse_cli.stores import opened
+from pulse_core import Engine, PulseError
 from pulse_survival import NotifySinks
 
 
@@ -51,11 +51,8 @@ def _reloaded(home: Home) -> str:
 
 async def _promote(home: Home, as_json: bool) -> PromoteResult:
     _require_engine_dir(home)
-    store = await SqliteEventStore.open(home.events_db)
-    try:
-        result = await gate_and_merge(home.root, events=store)
-    finally:
-        await store.close()
+    async with opened(home, read_only=False) as stores:
+        result = await gate_and_merge(home.root, events=stores.events)
     if as_json:
         print_json(msgspec.to_builtins(result))
         return result
@@ -85,11 +82,8 @@ async def promote(home: Home, *, as_json: bool) -> int:
 async def rollback(home: Home, revision: str | None, *, reason: str) -> int:
     """Revert main to `revision` (default: before the last promote), record it, reload."""
     _require_engine_dir(home)
-    store = await SqliteEventStore.open(home.events_db)
-    try:
-        now = await revert(home.root, revision, events=store, reason=reason)
-    finally:
-        await store.close()
+    async with opened(home, read_only=False) as stores:
+        now = await revert(home.root, revision, events=stores.events, reason=reason)
     print(f"rolled back: main is at {now}; {_reloaded(home)}")
     return 0
 
@@ -123,53 +117,109 @@ def contained(cfg: config_file.Config) -> config_file.Config:
     return dataclasses.replace(cfg, survival=quiet)
 
 
+def _dev_config(home: Home) -> config_file.Config:
+    """The live config, contained, with the scratch home's own event log."""
+    return dataclasses.replace(contained(config_file.load(home.config)), store=None)
+
+
+def _reloads_dev(change: watchfiles.Change, path: str) -> bool:
+    """What `upulse dev` reloads on: a .py or config.json under staging, or HOME/config.json."""
+    return path.endswith((".py", "config.json")) and "__pycache__" not in path
+
+
+class _DevEngine:
+    """The scratch engine `upulse dev` runs, rebuilt whole when staging or config.json change,
+    and the printer of every event it writes."""
+
+    def __init__(self, home: Home, scratch: Path, since: int) -> None:
+        self.home, self.scratch, self.seen = home, scratch, since
+        self.engine: Engine | None = None
+        self._printer: asyncio.Task[None] | None = None
+
+    async def build(self) -> Engine:
+        """The engine of the staging code and config.json; PulseError when it cannot be built."""
+        cfg = _dev_config(self.home)
+        code = await asyncio.to_thread(load_code, self.home.staging)
+        return build_engine(self.scratch, cfg, code)
+
+    async def run(self, engine: Engine) -> None:
+        """Close the running engine (if any), then open and start `engine` and print its events."""
+        await self.close()
+        await engine.open()
+        self.engine = engine
+        await engine.start()
+        self._printer = asyncio.create_task(self._show(engine))
+
+    async def _show(self, engine: Engine) -> None:
+        async for event in engine.events.changes(self.seen, poll_interval=0.5):
+            self.seen = event.seq
+            print(f"#{event.seq} {event.kind} {event.key} {clip(to_json(event.data), 100)}",
+                  flush=True)
+
+    async def reload(self) -> None:
+        """Build the engine again; if that fails, the running one carries on."""
+        try:
+            engine = await self.build()
+        except PulseError as exc:
+            print(f"dev: reload failed, the previous engine keeps running: {exc}", flush=True)
+            return
+        await self.run(engine)
+        print("dev: reloaded (layers, rules, watchers, executors, projections, settings)",
+              flush=True)
+
+    async def close(self) -> None:
+        """Stop printing and close the running engine."""
+        printer, self._printer = self._printer, None
+        if printer is not None:
+            printer.cancel()
+            await asyncio.gather(printer, return_exceptions=True)
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await engine.close()
+
+
 async def dev(home: Home, *, seconds: float | None) -> int:
-    """Run the staging code on a scratch copy of the home, reloading rules when files change.
+    """Run the staging code on a scratch copy of the home, rebuilding the whole engine when a
+    file under staging or config.json changes.
 
     Every event the scratch engine writes is printed; the live home's files are never
     written, and the survival settings that act outside the home are off (see `contained`).
     """
     _require_engine_dir(home)
-    cfg = contained(config_file.load(home.config))
+    _dev_config(home)  # a broken config.json stops dev before anything starts
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     with tempfile.TemporaryDirectory(prefix="upulse-dev-") as tmp:
         scratch = Path(tmp)
-        since = await asyncio.to_thread(copy_home, home, scratch)
+        session = _DevEngine(home, scratch, await copy_home(home, scratch))
         try:
-            code = load_code(home.staging)
-        except EngineCodeError as exc:
-            print(f"dev: the staging code does not load yet (fix it and save): {exc}")
-            code = NO_CODE
-        async with build_engine(scratch, cfg, code) as engine:
-            print(f"dev: staging code on a scratch copy in {scratch}; edits under "
-                  f"{home.staging} reload the rules; Ctrl-C stops", flush=True)
-
-            async def show_events() -> None:
-                async for event in engine.events.changes(since, poll_interval=0.5):
-                    print(f"#{event.seq} {event.kind} {event.key} "
-                          f"{clip(to_json(event.data), 100)}", flush=True)
+            first = await session.build()
+        except config_file.ConfigError:
+            raise
+        except PulseError as exc:
+            print(f"dev: the staging code cannot run yet (fix it and save): {exc}")
+            first = build_engine(scratch, _dev_config(home), NO_CODE)
+        try:
+            await session.run(first)
+            print(f"dev: staging code on a scratch copy in {scratch}; saving a file under "
+                  f"{home.staging} or {home.config} reloads the engine; Ctrl-C stops",
+                  flush=True)
 
             async def reload_on_change() -> None:
-                async for _ in watchfiles.awatch(home.staging, stop_event=stop,
-                                                 watch_filter=watchfiles.PythonFilter()):
-                    try:
-                        await reload_rules(engine, home.staging)
-                    except EngineCodeError as exc:
-                        print(f"dev: reload failed, the previous rules keep running: {exc}",
-                              flush=True)
-                    else:
-                        print("dev: rules reloaded", flush=True)
+                async for _ in watchfiles.awatch(home.staging, home.config, stop_event=stop,
+                                                 watch_filter=_reloads_dev):
+                    await session.reload()
 
-            workers = [asyncio.create_task(show_events()), asyncio.create_task(reload_on_change())]
+            watcher = asyncio.create_task(reload_on_change())
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
                     await stop.wait()
             stop.set()
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        finally:
+            await session.close()
     print("dev: stopped; the scratch copy is gone")
     return 0

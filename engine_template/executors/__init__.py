@@ -1,1 +1,1 @@
-"""Effects and the executors that carry them out, listed in engine.EXECUTORS."""
+"""Effects and the executors that carry them out, listed in engine.LAYER's executors."""

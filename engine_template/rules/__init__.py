@@ -1,1 +1,1 @@
-"""Business rules: onion middleware `(prev, curr, inner) -> Decision`, listed in engine.RULES."""
+"""Business rules: onion middleware `(prev, curr, inner) -> Decision`, in engine.LAYER."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from pulse_core import Decision, Inner, Snapshot
+from pulse_core import Decision, Inner, Snapshot, emits
 
 from ..executors.notes import Note
 from ..types import InboxReading
@@ -18,6 +18,7 @@ def inbox_count(snapshot: Snapshot) -> int:
     return msgspec.convert(reading.sample.data, InboxReading).count
 
 
+@emits(Note)
 async def inbox_note(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
     """Decorate the inner decision: when the inbox grew since the last tick, add a Note."""
     effects, tick_ms = await inner(prev, curr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -35,7 +36,8 @@ def git(repo: Path, *args: str) -> str:
 
 
 async def make_home(home: Path) -> Path:
-    """An initialised home with a live log (two events) and an inbox vital of 3 messages."""
+    """An initialised home with a live log (two events), an inbox vital of 3 messages, and
+    3 messages in HOME/inbox (what the engine directory's watcher counts)."""
     assert await asyncio.to_thread(init_engine_dir, home)
     events = await SqliteEventStore.open(home / "events.db")
     await events.append([EventDraft("engine-started", "engine", {"pid": n, "owner": "t"},
@@ -44,6 +46,9 @@ async def make_home(home: Path) -> Path:
     vitals = await VitalsStore.open(home / "vitals.db")
     await vitals.record("inbox", {"count": 3})
     await vitals.close()
+    (home / "inbox").mkdir()
+    for n in range(3):
+        (home / "inbox" / f"message-{n}.txt").write_text("hello")
     return home
 
 
@@ -85,7 +90,7 @@ async def note_of(engine_dir: Path) -> str:
         return Snapshot(seq=1, at=0, number=1, vitals={"inbox": VitalReading(sample, 0)},
                         projections={})
 
-    effects, _ = await code.rules[0](seen(0), seen(3), inside)
+    effects, _ = await code.layer.rules[0](seen(0), seen(3), inside)
     text = getattr(effects[0], "text", None)
     assert isinstance(text, str)
     return text
@@ -95,3 +100,64 @@ def child_env() -> dict[str, str]:
     """The environment of a child python that imports pulse from this checkout."""
     paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def configure(home: Path, **fields: object) -> None:
+    """Set top-level fields of HOME/config.json (the rest is kept)."""
+    path = home / "config.json"
+    config = json.loads(path.read_text())
+    config.update(fields)
+    path.write_text(json.dumps(config))
+
+
+PROBE_LAYER = '''"""probe: a third-party layer for the CLI tests, found through its entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from pulse_core import Decision, Inner, Layer, LayerContext, Snapshot, Watcher
+
+
+class ProbeSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    tag: str
+    interval_s: float = 0.2
+
+
+class ProbeWatcher(Watcher):
+    """Reports the tag config.json gave the layer, as vitals key `probe`."""
+
+    name = "probe"
+
+    def __init__(self, tag: str, interval: float) -> None:
+        super().__init__()
+        self.tag = tag
+        self.interval = interval
+
+    async def collect(self) -> dict[str, str]:
+        return {"tag": self.tag}
+
+
+async def probe_passes(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+    return await inner(prev, curr)
+
+
+def layer(settings: Any, context: LayerContext) -> Layer:
+    config = msgspec.convert(settings, ProbeSettings)
+    return Layer("probe", watchers=[ProbeWatcher(config.tag, config.interval_s)],
+                 rules=[probe_passes])
+'''
+
+
+def install_probe_layer(site: Path) -> Path:
+    """A distribution in `site` (put it on the path) whose entry point in `pulse.layers` is
+    the layer `probe`: settings {"tag": str}, a watcher that reports the tag, one rule."""
+    info = site / "pulse_probe_layer-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pulse-probe-layer\n"
+                                   "Version: 0.1\n")
+    (info / "entry_points.txt").write_text("[pulse.layers]\nprobe = pulse_probe_layer:layer\n")
+    (site / "pulse_probe_layer.py").write_text(PROBE_LAYER)
+    return site

@@ -25,6 +25,7 @@ def test_the_config_init_writes_loads_with_every_default() -> None:
     assert config.default_tick_ms == 5_000
     assert config.daemon.drain_timeout_s == 10.0
     assert config.survival == SurvivalConfig()
+    assert config.store is None and dict(config.layers) == {}
 
 
 def test_a_value_of_the_wrong_type_names_the_field_the_allowed_values_and_what_was_found(
@@ -54,6 +55,35 @@ def test_survival_settings_are_checked_against_the_survival_layers_hard_bounds()
     assert "survival.resource.memory_pct = 20" in message
     assert "[50, 99]" in message
     assert "survival.resource" in refused({"survival": {"resource": {"memory": 95}}})
+
+
+def test_layers_keep_their_order_and_a_store_url_is_kept_as_given() -> None:
+    config = parse_config(json.dumps({
+        "store": "sqlite:///var/pulse/events.db?synchronous=NORMAL",
+        "layers": {"zeta": {"level": 1}, "alpha": None, "mid": {}},
+    }).encode())
+    assert list(config.layers) == ["zeta", "alpha", "mid"]
+    assert config.layers["zeta"] == {"level": 1} and config.layers["alpha"] is None
+    assert config.store == "sqlite:///var/pulse/events.db?synchronous=NORMAL"
+
+
+def test_layers_of_the_wrong_shape_are_refused_naming_the_layer() -> None:
+    assert refused({"layers": ["awareness"]}) == (
+        "config.json: layers must be an object mapping each layer's name to its settings, in "
+        'order, got ["awareness"]')
+    assert refused({"layers": {"awareness": {}, "web": "on"}}) == (
+        "config.json: layers.web must be an object of that layer's settings, or null, "
+        'got "on"')
+    assert "survival layer always runs" in refused({"layers": {"survival": {}}})
+    assert refused({"layers": {" ": {}}}) == 'config.json: layers: " " is not a layer name'
+
+
+def test_a_store_url_pulse_cannot_open_is_refused_naming_the_field() -> None:
+    assert refused({"store": "ftp://db/pulse"}).startswith(
+        "config.json: store: store URL 'ftp://db/pulse': ")
+    assert refused({"store": "sqlite://events.db"}).startswith(
+        "config.json: store: store URL 'sqlite://events.db': ")
+    assert refused({"store": 5}).startswith("config.json: store must be a store URL")
 
 
 def test_a_bad_instance_name_and_broken_json_are_refused() -> None:

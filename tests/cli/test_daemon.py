@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 
 from tests.cli.runner import Upulse, daemon_pid, wait_until
-from tests.cli.support import NEW_TEXT, OLD_TEXT, RULE, stage_new_text
+from tests.cli.support import (
+    NEW_TEXT,
+    OLD_TEXT,
+    RULE,
+    configure,
+    edit,
+    install_probe_layer,
+    stage_new_text,
+)
 from tests.e2e.support import read_events
 
 TEST_TIME_LIMIT_S = 90
@@ -126,7 +134,7 @@ def test_sighup_reloads_the_rules_and_code_that_fails_to_load_keeps_the_old_rule
     failures = read_events(home / "events.db", {"error"})
     assert [e.key for e in failures] == ["engine:reload"]
     assert "SyntaxError" in failures[0].data["type"]
-    assert "reload failed, the previous rules keep running" in (home / "daemon.log").read_text()
+    assert "reload failed, the previous engine keeps running" in (home / "daemon.log").read_text()
     last_errors = status_of(upulse, home)["last_errors"]
     assert [e["key"] for e in last_errors] == ["engine:reload"]  # type: ignore[attr-defined]
 
@@ -222,3 +230,135 @@ def test_a_promote_the_gate_refuses_exits_4_names_the_step_and_changes_nothing(
     assert "rules/inbox.py:1" in done.stdout
     assert head_of(home / "engine") == before
     assert read_events(home / "events.db", {"promote"}) == []
+
+
+# -- layers from config.json, and whole reloads ------------------------------------------------
+
+
+def with_probe_layer(upulse: Upulse, tmp_path: Path) -> None:
+    """Make the `probe` layer (tests.cli.support.PROBE_LAYER) installed for `upulse`."""
+    site = install_probe_layer(tmp_path / "site")
+    upulse.env["PYTHONPATH"] = os.pathsep.join([str(site), upulse.env["PYTHONPATH"]])
+
+
+def probe_tag(upulse: Upulse, home: Path) -> object:
+    latest = upulse.json("vitals", "--home", home)
+    assert isinstance(latest, list)
+    return next((s["data"]["tag"] for s in latest if s["key"] == "probe"), None)
+
+
+def test_a_configured_layer_runs_and_sighup_after_editing_config_json_rebuilds_it(
+        upulse: Upulse, tmp_path: Path) -> None:
+    with_probe_layer(upulse, tmp_path)
+    home = upulse.init(tmp_path / "home")
+    configure(home, layers={"probe": {"tag": "one"}})
+    upulse("daemon", "start", "--home", home)
+    pid = daemon_pid(home)
+    assert pid is not None
+    wait_until(lambda: probe_tag(upulse, home) == "one", 10, "the probe layer's watcher")
+
+    configure(home, layers={"probe": {"tag": "two"}})
+    os.kill(pid, signal.SIGHUP)
+    wait_until(lambda: probe_tag(upulse, home) == "two", 15,
+               "the reloaded layer to report its new settings")
+    assert daemon_pid(home) == pid
+    lifecycle = [e.kind for e in read_events(home / "events.db",
+                                             {"engine-started", "engine-stopped"})]
+    assert lifecycle == ["engine-started", "engine-stopped", "engine-started"]
+    assert "SIGHUP: reloaded" in (home / "daemon.log").read_text()
+
+    (home / "config.json").write_text('{"layers": {"probe": {"tag": 2}}}')
+    os.kill(pid, signal.SIGHUP)
+    wait_until(lambda: status_of(upulse, home)["status"]["reloads"] == 2,  # type: ignore[index]
+               10, "the daemon to report the second reload")
+    failures = read_events(home / "events.db", {"error"})
+    assert [(e.key, e.data["type"]) for e in failures] == [("engine:reload", "BrokenLayer")]
+    assert "layer 'probe' refused its settings" in failures[0].data["message"]
+    assert daemon_pid(home) == pid and status_of(upulse, home)["running"] is True
+    assert [e.kind for e in read_events(home / "events.db", {"engine-started"})] == [
+        "engine-started", "engine-started"]  # the running engine was left alone
+
+
+def test_a_daemon_refuses_to_start_when_a_configured_layer_is_missing_or_refuses_settings(
+        upulse: Upulse, tmp_path: Path) -> None:
+    with_probe_layer(upulse, tmp_path)
+    home = upulse.init(tmp_path / "home")
+    configure(home, layers={"no-such-layer": {}})
+    done = upulse("daemon", "start", "--home", home, ok=False)
+    assert done.returncode == 1
+    assert f"{home / 'config.json'}: layers: no layer named 'no-such-layer' is installed" in \
+        done.stderr
+    assert "probe" in done.stderr  # the installed layers are listed
+
+    configure(home, layers={"probe": {"tag": 5}})
+    for foreground in ([], ["--foreground"]):
+        done = upulse("daemon", "start", *foreground, "--home", home, ok=False)
+        assert done.returncode == 1
+        assert "layers: layer 'probe' refused its settings: ValidationError" in done.stderr
+        assert "$.tag" in done.stderr
+    assert not (home / "daemon.pid").exists()
+    assert read_events(home / "events.db") == []
+
+
+PING = '''"""Ping: a new effect, its executor, and the rule that emits it (one promote)."""
+
+from __future__ import annotations
+
+from pulse_core import Decision, Effect, ExecutionContext, Executor, Inner, Snapshot, emits
+
+from .inbox import inbox_count
+
+
+class Ping(Effect, tag="ping"):
+    """How many messages wait."""
+
+    count: int
+
+
+class PingExecutor(Executor):
+    """Answers each Ping."""
+
+    handles = (Ping,)
+
+    async def execute(self, effect: Ping, ctx: ExecutionContext) -> dict[str, int]:
+        return {"pong": effect.count}
+
+
+@emits(Ping)
+async def ping_on_mail(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+    """A Ping whenever the inbox grew since the last tick."""
+    effects, tick_ms = await inner(prev, curr)
+    count = inbox_count(curr)
+    if count > inbox_count(prev):
+        effects = [*effects, Ping(count=count)]
+    return Decision(effects, tick_ms)
+'''
+
+
+def test_a_promote_that_adds_a_rule_and_its_executor_reloads_both_and_the_effect_is_acked(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    staging = home / "staging"
+    (staging / "rules" / "ping.py").write_text(PING)
+    edit(staging / "engine.py", "from .rules.inbox import inbox_note\n",
+         "from .rules.inbox import inbox_note\nfrom .rules.ping import PingExecutor, "
+         "ping_on_mail\n")
+    edit(staging / "engine.py", "rules=[inbox_note],", "rules=[inbox_note, ping_on_mail],")
+    edit(staging / "engine.py", 'executors=[NoteExecutor(HOME / "notes.md")],',
+         'executors=[NoteExecutor(HOME / "notes.md"), PingExecutor()],')
+    upulse("deploy", "--home", home, "--timeout", "30", timeout=120)
+    (home / "inbox").mkdir(exist_ok=True)
+    (home / "inbox" / "first.txt").write_text("hello")
+
+    def ping_finished() -> list[str]:
+        pings = {e.key for e in read_events(home / "events.db", {"effect"})
+                 if e.data["effect"]["type"] == "ping"}
+        return [e.kind for e in read_events(home / "events.db", {"effect-acked", "effect-failed"})
+                if e.key in pings]
+
+    outcome = wait_until(ping_finished, 20, "the promoted rule's Ping to finish")
+    assert outcome == ["effect-acked"], read_events(home / "events.db", {"effect-failed"})
+    (acked,) = [e for e in read_events(home / "events.db", {"effect-acked"})
+                if e.data["result"] == {"pong": 1}]
+    assert acked.data["attempt"] == 1

@@ -150,6 +150,7 @@ def staging_reset(gated_home: Path) -> Iterator[Path]:
     git(gated_home / "staging", "clean", "-q", "-fd")
 
 
+STRAY = 'class Stray(Note, tag="stray"):\n    """Handled by nobody."""\n\n\n'
 BAD_EDITS = {
     "compile": ("return Decision(effects, tick_ms)", "return Decision(effects, tick_ms"),
     "mypy": ("count = inbox_count(curr)", 'count: int = str(inbox_count(curr))'),
@@ -160,7 +161,14 @@ BAD_EDITS = {
     "dry-run-hang": ("count = inbox_count(curr)",
                      "count = inbox_count(curr)\n    if curr.seq:\n"
                      "        import time\n        time.sleep(60)"),
+    # A rule that declares an effect no executor handles: the engine refuses to be built.
+    "dry-run-declared": ("@emits(Note)\n", STRAY + "@emits(Note, Stray)\n"),
+    # A rule that emits, without declaring it, an effect no executor handles.
+    "dry-run-emitted": ("count = inbox_count(curr)\n",
+                        "count = inbox_count(curr)\n    if curr.seq:\n"
+                        '        effects = [*effects, Stray(text="lost")]\n'),
 }
+
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_EDITS))
@@ -169,6 +177,8 @@ async def test_promote_refuses_a_bad_edit_at_its_step_and_changes_nothing(
     home = staging_reset
     old, new = BAD_EDITS[bad]
     edit(home / "staging" / RULE, old, new)
+    if bad == "dry-run-emitted":
+        edit(home / "staging" / RULE, "@emits(Note)\n", STRAY + "@emits(Note)\n")
     main, staged = (git(home / d, "rev-parse", "HEAD") for d in ("engine", "staging"))
     vitals = hashlib.sha256((home / "vitals.db").read_bytes()).hexdigest()
     before = await _read_all(home)
@@ -179,7 +189,7 @@ async def test_promote_refuses_a_bad_edit_at_its_step_and_changes_nothing(
         await events.close()
 
     assert not result.ok
-    assert result.failed_step == bad.removesuffix("-hang"), result
+    assert result.failed_step == ("dry-run" if bad.startswith("dry-run") else bad), result
     assert result.steps[-1].name == result.failed_step and not result.steps[-1].ok
     assert result.revision == result.previous == main
     assert git(home / "engine", "rev-parse", "HEAD") == main
@@ -190,7 +200,10 @@ async def test_promote_refuses_a_bad_edit_at_its_step_and_changes_nothing(
     assert not (home / "vitals.db-wal").exists()
     expected = {"compile": "rules/inbox.py:", "mypy": "rules/inbox.py:",
                 "tests": "failed", "dry-run": "the dry run reached a broken rule",
-                "dry-run-hang": "did not return a Decision within 1 s"}[bad]
+                "dry-run-hang": "did not return a Decision within 1 s",
+                "dry-run-declared": "UnhandledEffect: inbox_note (layer 'engine') emits 'stray'",
+                "dry-run-emitted": "the dry-run tick emitted effects no executor handles: "
+                                   "stray"}[bad]
     assert expected in result.output
 
 

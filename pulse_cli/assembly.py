@@ -1,0 +1,83 @@
+"""The one place an engine is assembled from a home: config.json's layers and settings, and an
+engine directory's LAYER.
+
+The daemon, `upulse tick`, `upulse dev` and the promote gate's dry run all build their engine
+with `build_engine`, so what the gate accepts is what the daemon will run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from pulse_cli.config import Config, ConfigError
+from pulse_cli.loader import EngineCode, load_engine_code
+from pulse_core import Clock, Engine, Layer, LayerContext, LayerError, SystemClock, load_layers
+from pulse_core.layer import EngineDirectory
+from pulse_core.watch import sample_once
+
+NO_CODE = EngineCode(layer=Layer("engine"), revision=None)
+"""What an engine runs when it has no engine directory code: an empty business layer."""
+
+
+class BrokenLayer(ConfigError):
+    """A layer config.json names is not installed, fails to import, or refuses its settings."""
+
+
+def load_code(code_dir: Path) -> EngineCode:
+    """The business code in `code_dir` (HOME/engine or HOME/staging); none without the folder.
+
+    Raises EngineCodeError when the code does not load. Blocking (it imports the code).
+    """
+    return load_engine_code(code_dir) if code_dir.is_dir() else NO_CODE
+
+
+def configured_layers(root: Path, cfg: Config, *, clock: Clock,
+                      directory: EngineDirectory | None = None) -> list[Layer]:
+    """The layers config.json names, built with their settings, in order.
+
+    Raises BrokenLayer (a ConfigError naming the file's field and the layer) when one is
+    missing, broken, or refuses its settings.
+    """
+    try:
+        return load_layers(cfg.layers, LayerContext(root, clock, directory))
+    except LayerError as exc:
+        raise BrokenLayer(f"{root / 'config.json'}: layers: {exc}") from exc
+
+
+def build_engine(root: Path, cfg: Config, code: EngineCode, *,
+                 directory: EngineDirectory | None = None, clock: Clock | None = None,
+                 rule_timeout: float | None = None,
+                 drain_timeout: float | None = None) -> Engine:
+    """An engine on the home `root`: the survival layer with `cfg.survival`, the layers of
+    `cfg.layers`, and `code`'s layer as the business layer, over `cfg.store`.
+
+    Raises BrokenLayer for a configured layer, and the Engine's own errors (UnhandledEffect,
+    SurvivalLocked, RuleChainError, LayerError for the survival layer) for the rest.
+    `rule_timeout` and `drain_timeout` override the engine's and config's defaults (the
+    promote gate bounds its dry run with them).
+    """
+    clock = clock or SystemClock()
+    options: dict[str, Any] = {}
+    if rule_timeout is not None:
+        options["rule_timeout"] = rule_timeout
+    return Engine(
+        root,
+        layers=configured_layers(root, cfg, clock=clock, directory=directory),
+        business=code.layer,
+        store=cfg.store,
+        clock=clock,
+        survival=cfg.survival,
+        engine_directory=directory,
+        default_tick_ms=cfg.default_tick_ms,
+        drain_timeout=cfg.daemon.drain_timeout_s if drain_timeout is None else drain_timeout,
+        **options,
+    )
+
+
+async def sample_watchers(engine: Engine) -> None:
+    """One reading of every watcher of the open `engine`, taken now (each under its own
+    timeout). An engine counts only samples taken since it opened, so a dry run on a copy of
+    a home (`upulse tick`, the promote gate) takes its own before it ticks."""
+    await asyncio.gather(*(sample_once(w, engine.vitals) for w in engine.watchers))
