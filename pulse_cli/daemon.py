@@ -16,7 +16,6 @@ and an `error` event (key engine:reload) says why. Otherwise the running engine 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -31,7 +30,8 @@ from pulse_cli.enginedir import GitEngineDirectory
 from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
 from pulse_cli.loader import EngineCode
 from pulse_cli.output import now_ms
-from pulse_core import Engine, EventDraft, HomeLocked, PulseError
+from pulse_core import Engine, EventDraft, HomeLocked, wait_signal
+from pulse_core import error_draft as core_error_draft
 
 STATUS_EVERY_S = 1.0
 LOAD_KEY = "engine:load"
@@ -64,12 +64,11 @@ def _rotate_log(home: Home, max_bytes: int) -> None:
 
 
 def error_draft(key: str, exc: BaseException, file: Path) -> EventDraft:
-    """The `error` event that records a failed load (engine:load) or reload (engine:reload):
-    where, the error's type and message, and the file (and line) it names."""
-    return EventDraft("error", key, {
-        "where": key, "type": getattr(exc, "error_type", type(exc).__name__),
-        "message": str(exc), "file": str(getattr(exc, "file", file)),
-        "line": getattr(exc, "line", None)}, origin="engine")
+    """The `error` event that records a failed load (engine:load) or reload (engine:reload),
+    with the file (and line) it names and the original error type of broken engine code."""
+    return core_error_draft(key, exc, {
+        "type": getattr(exc, "error_type", type(exc).__name__),
+        "file": str(getattr(exc, "file", file)), "line": getattr(exc, "line", None)})
 
 
 class Daemon:
@@ -152,19 +151,21 @@ class Daemon:
         await self.engine.close()
         try:
             await engine.open()
-        except PulseError as exc:
-            # The new engine cannot open its stores (a store URL that does not work, say):
-            # the settings that ran until now run again, and the log says why.
-            say(f"{why}: the new engine did not open ({exc}); reopening the previous one")
-            engine = self._build(self.cfg, self.code)
-            await engine.open()
-            await engine.append([error_draft(RELOAD_KEY, exc, self.home.config)])
+            self.engine = engine
+            await self._started()
+        except Exception as exc:
+            # The new engine cannot open its stores (a store URL that does not work, say) or
+            # start: the settings that ran until now run again, and the log says why.
+            say(f"{why}: the new engine did not start ({exc}); reopening the previous one")
+            await engine.close()
+            self.engine = self._build(self.cfg, self.code)
+            await self.engine.open()
+            await self.engine.append([error_draft(RELOAD_KEY, exc, self.home.config)])
+            await self._started()
         else:
             self.cfg, self.code = cfg, code
             self.status.revision = code.revision
             self.status.instance = cfg.instance
-        self.engine = engine
-        await self._started()
         say(f"{why}: reloaded, revision {self.status.revision or 'none'}, "
             f"{len(engine.rule_names)} rules")
 
@@ -212,9 +213,7 @@ class Daemon:
         say(f"ready: home {self.home.root}, revision {self.status.revision or 'none'}, "
             f"{len(self.engine.rule_names)} rules")
         while "stop" not in self._requests:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STATUS_EVERY_S):
-                    await self._wake.wait()
+            await wait_signal(self._wake, STATUS_EVERY_S)
             self._wake.clear()
             if "reload" in self._requests and "stop" not in self._requests:
                 await self.reload(self._requests.pop("reload"))

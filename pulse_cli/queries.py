@@ -27,7 +27,7 @@ from pulse_cli.output import (
 )
 from pulse_cli.stores import opened
 from pulse_core import Event, EventStore, TaskBoard, TaskState
-from pulse_core.effects import EFFECT_KINDS, EffectEntry, fold_effect
+from pulse_core.effects import EFFECT_KINDS, EffectEntry, EffectStatus, fold_effect
 from pulse_core.errors import InvalidTransition
 from pulse_core.tasks import TASK_KINDS, next_task_state
 
@@ -158,7 +158,7 @@ async def effects(home: Home, *, pending: bool, failed: bool, as_json: bool, lim
     if pending:
         entries = [e for e in entries if not e.finished]
     if failed:
-        entries = [e for e in entries if e.status == "failed"]
+        entries = [e for e in entries if e.status is EffectStatus.FAILED]
     entries = entries[-limit:] if limit else entries
     if as_json:
         print_json([effect_view(e) for e in entries])

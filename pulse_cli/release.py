@@ -7,7 +7,6 @@ record it in the live log and tell the running daemon to reload its whole engine
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import signal
 import tempfile
@@ -26,7 +25,7 @@ from pulse_cli.enginedir import rollback as revert
 from pulse_cli.home import EXIT_REFUSED, CliError, Home
 from pulse_cli.output import clip, print_json, to_json
 from pulse_cli.stores import opened
-from pulse_core import Engine, PulseError
+from pulse_core import Engine, PulseError, wait_signal
 from pulse_survival import NotifySinks
 
 
@@ -213,9 +212,7 @@ async def dev(home: Home, *, seconds: float | None) -> int:
                     await session.reload()
 
             watcher = asyncio.create_task(reload_on_change())
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await stop.wait()
+            await wait_signal(stop, seconds)
             stop.set()
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)

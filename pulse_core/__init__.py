@@ -6,6 +6,7 @@ from pulse_core.effects import (
     Effect,
     EffectEntry,
     EffectOutcome,
+    EffectStatus,
     ExecutionContext,
     Executor,
     Mark,
@@ -37,7 +38,14 @@ from pulse_core.errors import (
     UnknownKind,
     VersionConflict,
 )
-from pulse_core.events import Event, EventDraft, KindSpec, known_kinds, register_kind
+from pulse_core.events import (
+    Event,
+    EventDraft,
+    KindSpec,
+    error_draft,
+    known_kinds,
+    register_kind,
+)
 from pulse_core.executor_loop import ExecutorLoop
 from pulse_core.home import HomeLayout, HomeStores, open_home
 from pulse_core.layer import (
@@ -80,7 +88,7 @@ from pulse_core.store import (
     purge_payload,
 )
 from pulse_core.store.side import SideStore, SqliteSideStore
-from pulse_core.supervisor import LoopState, LoopStatus, Supervisor
+from pulse_core.supervisor import LoopState, LoopStatus, Supervisor, wait_signal
 from pulse_core.tasks import (
     AgentCapabilityStats,
     AgentStats,
@@ -105,6 +113,7 @@ __all__ = [
     "Effect",
     "EffectEntry",
     "EffectOutcome",
+    "EffectStatus",
     "Engine",
     "EngineDirectory",
     "Event",
@@ -182,6 +191,7 @@ __all__ = [
     "effect_type",
     "emits",
     "error_backoff",
+    "error_draft",
     "fold_effect",
     "guarded",
     "identity_key",
@@ -191,4 +201,5 @@ __all__ = [
     "open_home",
     "purge_payload",
     "register_kind",
+    "wait_signal",
 ]

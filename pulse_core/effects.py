@@ -210,18 +210,28 @@ class Executor(abc.ABC):
         """Carry out `effect`; return a JSON-encodable result or raise."""
 
 
+class EffectStatus(enum.StrEnum):
+    """Where an effect is in its life."""
+
+    PENDING = "pending"
+    EXECUTING = "executing"
+    RETRYING = "retrying"
+    ACKED = "acked"
+    FAILED = "failed"
+
+
 class EffectEntry(msgspec.Struct, gc=False):
     """Where one effect is in its life, folded from its events (the one fold of the effect
     lifecycle: the executor loop, the CLI and the survival ledger all read it).
 
-    `status` is one of pending, executing, retrying (unfinished), acked or failed (finished).
+    `status` is pending, executing, retrying (unfinished), acked or failed (finished).
     """
 
     id: str
     seq: int
     data: Any
     version: int
-    status: str
+    status: EffectStatus
     attempt: int = 0
     lease_until: int = 0
     owner: str = ""
@@ -254,14 +264,14 @@ class EffectEntry(msgspec.Struct, gc=False):
     @property
     def finished(self) -> bool:
         """Acked, or failed for good."""
-        return self.status in ("acked", "failed")
+        return self.status in (EffectStatus.ACKED, EffectStatus.FAILED)
 
 
 def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
     """The entry after `event`, finished states included (None: an event of an effect whose
     `effect` event was not seen)."""
     if event.kind == "effect":
-        return EffectEntry(event.key, event.seq, event.data, event.version, "pending",
+        return EffectEntry(event.key, event.seq, event.data, event.version, EffectStatus.PENDING,
                            created_at=event.ts, updated_at=event.ts, origin=event.origin)
     if entry is None:
         return None
@@ -269,23 +279,23 @@ def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
     entry.version = event.version
     entry.updated_at = event.ts
     if event.kind == "effect-executing":
-        entry.status = "executing"
+        entry.status = EffectStatus.EXECUTING
         entry.attempt = int(data.get("attempt", entry.attempt + 1))
         entry.lease_until = int(data.get("lease_until", 0))
         entry.owner = str(data.get("owner", ""))
         entry.owner_pid = int(data.get("pid", 0))
         entry.owner_started = float(data.get("started", 0.0))
     elif event.kind == "effect-acked":
-        entry.status = "acked"
+        entry.status = EffectStatus.ACKED
         entry.attempt = int(data.get("attempt", entry.attempt))
         entry.result = data.get("result")
     elif event.kind == "effect-failed":
         entry.attempt = int(data.get("attempt", entry.attempt))
         entry.error = str(data.get("error"))
         if data.get("final"):
-            entry.status = "failed"
+            entry.status = EffectStatus.FAILED
         else:
-            entry.status = "retrying"
+            entry.status = EffectStatus.RETRYING
             entry.retry_at = int(data.get("retry_at", 0))
     return entry
 

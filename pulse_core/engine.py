@@ -7,25 +7,22 @@ import asyncio
 import contextlib
 import logging
 import os
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import msgspec
-
 from pulse_core.clock import Clock, SystemClock
-from pulse_core.effects import Executor, Mark, effect_draft, mark_draft
+from pulse_core.effects import Executor, Mark
 from pulse_core.errors import PulseError, SurvivalLocked, UnhandledEffect
-from pulse_core.events import EventDraft
+from pulse_core.events import EventDraft, error_draft
 from pulse_core.executor_loop import ExecutorLoop
 from pulse_core.home import HomeLayout, HomeStores, open_home
 from pulse_core.homelock import lock_home
 from pulse_core.layer import EngineDirectory, Layer, LayerContext, survival_layer
 from pulse_core.memory import Memory
 from pulse_core.projections import RecentErrors
-from pulse_core.projector import Projector, load_checkpoint, save_checkpoint
+from pulse_core.projector import Projector
 from pulse_core.rules import (
     Decision,
     Rule,
@@ -37,19 +34,18 @@ from pulse_core.rules import (
     error_backoff,
     rule_name,
 )
-from pulse_core.snapshot import Projection, Snapshot, VitalReading
+from pulse_core.snapshot import Projection, Snapshot
 from pulse_core.store.base import AppendResult, EventStore
 from pulse_core.store.objects import ObjectStore
 from pulse_core.store.side import SideStore
-from pulse_core.store.vitals import Retention, Sample, VitalsStore
+from pulse_core.store.vitals import Retention, VitalsStore
 from pulse_core.supervisor import LoopStatus, Supervisor, wait_signal
 from pulse_core.tasks import AgentCapabilityStats, PendingTasks, Tasks
+from pulse_core.ticker import Ticker
 from pulse_core.watch import Watcher, sample_once, watch_forever
 
 log = logging.getLogger("pulse")
 
-_TICK_MEMO = "tick"
-_TICK_MEMO_VERSION = 1
 MEMO_EVERY_S = 10.0
 """How often a running engine persists its last snapshot (and at close)."""
 
@@ -57,17 +53,6 @@ MEMO_EVERY_S = 10.0
 def default_builtin_rules() -> list[Rule]:
     """The built-in rules every engine runs between the survival layer and the other layers."""
     return [clamp_tick(), error_backoff(), dedup()]
-
-
-class _TickMemo(msgspec.Struct):
-    """The light part of the last snapshot, persisted so the next engine's first `prev` is it."""
-
-    number: int
-    at: int
-    seq: int
-    last_tick_ms: int
-    started_at: int
-    vitals: dict[str, Sample]
 
 
 class Engine:
@@ -148,27 +133,22 @@ class Engine:
         self._projector: Projector | None = None
         self._executor_loop: ExecutorLoop | None = None
         self._wake = asyncio.Event()
-        self._tick_lock = asyncio.Lock()
-        self._prev: Snapshot | None = None
-        self._resumed: _TickMemo | None = None
-        self._last_tick_ms = default_tick_ms
-        self._tick_number = 0
-        self._last_tick_at: int | None = None
-        self._started_at = 0
-        self._vitals_cursor = 0
-        self._max_age: dict[str, int] = {
-            w.key: int(max(w.window, 2 * w.interval + w.timeout) * 1000) for w in self.watchers}
         self._interrupted = 0
-        self.trace: list[RuleTrace] = []
-        """What each rule did in the last tick, outermost first."""
+        self.ticker = Ticker(self.chain, self.watchers, self.clock, self.layout.checkpoints,
+                             default_tick_ms)
 
     # -- building ----------------------------------------------------------------------------
 
     def _check_layers(self) -> None:
-        names = [la.name for la in self.layers]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise PulseError(f"layer names must be unique; repeated: {', '.join(repeated)}")
+        for what, names in (
+            ("layer", [la.name for la in self.layers]),
+            ("watcher", [w.name for la in self.layers for w in la.watchers]),
+            ("service", [rule_name(s) for la in self.layers for s in la.services]),
+        ):
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise PulseError(f"{what} names must be unique in an engine; repeated: "
+                                 f"{', '.join(repeated)} — give each its own `name`")
 
     def _check_not_survival(self, rules: Sequence[Rule]) -> None:
         survival = {rule_name(r) for r in self.survival.rules}
@@ -239,22 +219,27 @@ class Engine:
     @property
     def ticks(self) -> int:
         """The number of the last tick (carried on across restarts of the same home)."""
-        return self._tick_number
+        return self.ticker.number
 
     @property
     def last_tick_at(self) -> int | None:
         """When (engine clock, ms) the last tick took its snapshot; None before the first."""
-        return self._last_tick_at
+        return self.ticker.last_tick_at
 
     @property
     def last_tick_ms(self) -> int:
         """The interval the last tick chose (the default before the first)."""
-        return self._last_tick_ms
+        return self.ticker.last_tick_ms
 
     @property
     def started_at(self) -> int:
         """When (engine clock, ms) this engine opened its home; 0 before."""
-        return self._started_at
+        return self.ticker.started_at
+
+    @property
+    def trace(self) -> list[RuleTrace]:
+        """What each rule did in the last tick, outermost first."""
+        return self.ticker.trace
 
     def loops(self) -> list[LoopStatus]:
         """Every supervised loop and its state."""
@@ -281,12 +266,7 @@ class Engine:
             )
             await self._projector.catch_up()
             await self._executor_loop.refresh()
-            memo = load_checkpoint(checkpoints, _TICK_MEMO, _TICK_MEMO_VERSION, _TickMemo)
-            if memo is not None:
-                self._resumed = memo[1]
-                self._tick_number = memo[1].number
-            self._vitals_cursor = await stores.vitals.cursor()
-            self._started_at = self.clock.now_ms()
+            await self.ticker.resume(stores.events, stores.vitals)
             await stores.events.append([EventDraft(
                 "engine-started", "engine", {"pid": os.getpid(),
                                              "owner": self._executor_loop.owner},
@@ -301,20 +281,22 @@ class Engine:
         """Start the watcher, tick, executor and housekeeping loops and every service."""
         stack = self._open_part(self._stack)
         vitals = self.vitals
+        # Undo first, start after: a start that fails halfway stops what it started.
+        for watcher in self.watchers:
+            stack.push_async_callback(self._close_watcher, watcher)
+        stack.push_async_callback(self._drain)
+        stack.push_async_callback(self.supervisor.stop)
+        for layer in self.layers:  # services first: they may bind state the first tick reads
+            for service in layer.services:
+                self.supervisor.start(f"service:{rule_name(service)}",
+                                      lambda s=service: s(self))  # type: ignore[misc]
         for watcher in self.watchers:
             self.supervisor.start(
                 f"watcher:{watcher.name}",
                 lambda w=watcher: watch_forever(w, vitals, self.wake, self._report))  # type: ignore[misc]
-            stack.push_async_callback(self._close_watcher, watcher)
-        stack.push_async_callback(self._drain)
         self.supervisor.start("tick", self._tick_loop)
         self.supervisor.start("executors", self.executor_loop.run)
         self.supervisor.start("housekeeping", self._housekeeping)
-        for layer in self.layers:
-            for service in layer.services:
-                self.supervisor.start(f"service:{rule_name(service)}",
-                                      lambda s=service: s(self))  # type: ignore[misc]
-        stack.push_async_callback(self.supervisor.stop)
 
     async def __aenter__(self) -> Engine:
         await self.open()
@@ -386,7 +368,7 @@ class Engine:
         compose raises here and the old one keeps running.
         """
         self._check_not_survival(rules)
-        async with self._tick_lock:
+        async with self.ticker.lock:
             self.chain.replace_business(rules)
 
     # -- reporting ---------------------------------------------------------------------------
@@ -402,72 +384,17 @@ class Engine:
 
     # -- ticking -----------------------------------------------------------------------------
 
-    def _fresh(self, sample: Sample, now: int) -> bool:
-        """Taken by this engine, and not older than its watcher's window."""
-        if sample.ts < self._started_at:
-            return False
-        limit = self._max_age.get(sample.key)
-        return limit is None or now - sample.ts <= limit
-
     async def snapshot(self) -> Snapshot:
         """The world as the next tick will see it."""
-        snapshot, _ = await self._snapshot()
+        snapshot, _ = await self.ticker.snapshot(self._open_part(self._projector),
+                                                 self.executor_loop, self.vitals)
         return snapshot
-
-    async def _snapshot(self) -> tuple[Snapshot, int]:
-        projector = self._open_part(self._projector)
-        assert isinstance(projector, Projector)
-        states = await projector.catch_up()
-        await self.executor_loop.refresh()
-        latest = await self.vitals.latest()
-        cursor, recent = await self.vitals.since(self._vitals_cursor)
-        now = self.clock.now_ms()
-        vitals = {k: VitalReading(s, now - s.ts) for k, s in latest.items() if self._fresh(s, now)}
-        samples = {k: tuple(s for s in found if s.ts >= self._started_at)
-                   for k, found in recent.items()}
-        return Snapshot(
-            seq=projector.seq, at=now, number=self._tick_number + 1,
-            vitals=vitals, projections=states,
-            pending_effects=self.executor_loop.pending_dedup_keys(),
-            last_tick_ms=self._last_tick_ms,
-            samples={k: v for k, v in samples.items() if v}, started_at=self._started_at,
-        ), cursor
-
-    def _first_prev(self, curr: Snapshot) -> Snapshot:
-        """The `prev` of this engine's first tick: the last run's snapshot, or nothing seen."""
-        memo = self._resumed
-        if memo is None:
-            return Snapshot(seq=0, at=curr.at, number=0, vitals={},
-                            projections=curr.projections, last_tick_ms=curr.last_tick_ms)
-        return Snapshot(seq=memo.seq, at=memo.at, number=memo.number,
-                        vitals={k: VitalReading(s, memo.at - s.ts) for k, s in memo.vitals.items()},
-                        projections=curr.projections, last_tick_ms=memo.last_tick_ms,
-                        started_at=memo.started_at)
 
     async def tick(self) -> Decision:
         """Run the rule chain once; record its effects, marks, errors and a tick record
         together in one append."""
-        async with self._tick_lock:
-            curr, cursor = await self._snapshot()
-            prev = self._prev or self._first_prev(curr)
-            decision, errors, self.trace = await self.chain.run(prev, curr)
-            origin, cause = "engine:tick", curr.seq or None
-            drafts = [mark_draft(e, origin, cause) if isinstance(e, Mark)
-                      else effect_draft(e, origin, cause) for e in decision.effects]
-            drafts += [error_draft(where, exc) for where, exc in errors]
-            if drafts:
-                drafts.append(EventDraft(
-                    "tick", "engine", {"number": curr.number, "tick_ms": decision.tick_ms,
-                                       "effects": [d.key for d in drafts if d.kind == "effect"],
-                                       "errors": len(errors), "seen_seq": curr.seq},
-                    origin="engine"))
-                await self.events.append(drafts)
-            self._prev = curr
-            self._vitals_cursor = cursor
-            self._tick_number = curr.number
-            self._last_tick_ms = decision.tick_ms
-            self._last_tick_at = curr.at
-            return decision
+        return await self.ticker.tick(self._open_part(self._projector), self.executor_loop,
+                                      self.vitals, self.events)
 
     async def step(self) -> Decision:
         """One collect of every watcher, one tick, then executors until idle. For tests."""
@@ -484,14 +411,8 @@ class Engine:
             self._wake.clear()
 
     async def _save_memo(self) -> None:
-        prev = self._prev
-        if prev is None:
-            return
-        memo = _TickMemo(prev.number, prev.at, prev.seq, self._last_tick_ms, prev.started_at,
-                         {k: r.sample for k, r in prev.vitals.items()})
         try:
-            await asyncio.to_thread(save_checkpoint, self.layout.checkpoints, _TICK_MEMO,
-                                    _TICK_MEMO_VERSION, prev.seq, memo)
+            await self.ticker.save_memo()
         except OSError as exc:
             self._report("engine:tick-memo", exc)
 
@@ -504,13 +425,3 @@ class Engine:
             if loop.time() - last_gc >= gc_every:
                 last_gc = loop.time()
                 await self.vitals.gc(self.retention)
-
-
-def error_draft(where: str, exc: BaseException) -> EventDraft:
-    """The `error` event that records `exc` raised at `where`."""
-    return EventDraft(
-        "error", where,
-        {"where": where, "type": type(exc).__name__, "message": str(exc),
-         "trace": "".join(traceback.format_exception(exc)[-3:])[-2000:]},
-        origin="engine" if where.startswith("engine") else where,
-    )

@@ -11,8 +11,9 @@ import os
 import re
 import threading
 import time
+import traceback
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -185,6 +186,18 @@ class _Uuid7:
 
 uuid7 = _Uuid7()
 """A new time-ordered UUIDv7 string, monotonic within this process."""
+
+
+def error_draft(where: str, exc: BaseException,
+                extra: Mapping[str, Any] | None = None) -> EventDraft:
+    """The `error` event that records `exc` raised at `where` (key and origin follow `where`;
+    `extra` adds fields such as the file and line of broken code)."""
+    return EventDraft(
+        "error", where,
+        {"where": where, "type": type(exc).__name__, "message": str(exc),
+         "trace": "".join(traceback.format_exception(exc)[-3:])[-2000:], **(extra or {})},
+        origin="engine" if where.startswith("engine") else where,
+    )
 
 
 def _register_builtin(entries: Iterable[tuple[str, str]]) -> None:

@@ -15,7 +15,8 @@ import msgspec
 
 from pulse_core.effects import Effect
 from pulse_core.errors import RuleChainError
-from pulse_core.snapshot import Snapshot
+from pulse_core.projections import RecentErrors
+from pulse_core.snapshot import Projection, Snapshot
 
 
 class Decision(NamedTuple):
@@ -159,16 +160,17 @@ def clamp_tick(min_ms: int = 100, max_ms: int = 60_000) -> Rule:
 
 
 def error_backoff(
-    window_ms: int = 60_000, factor: float = 2.0, max_ms: int = 60_000, projection: str = "errors"
+    window_ms: int = 60_000, factor: float = 2.0, max_ms: int = 60_000,
+    projection: type[Projection[tuple[int, ...]]] = RecentErrors,
 ) -> Rule:
     """Slow the tick while errors keep coming: tick_ms * factor**n for n errors in the window.
 
-    Reads the built-in `errors` projection (recent error timestamps).
+    Reads the timestamps of recent errors from `projection` (the built-in RecentErrors).
     """
 
     async def error_backoff(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        recent = curr.projections.get(projection, ())
+        recent = curr.state(projection) if projection.name in curr.projections else ()
         count = sum(1 for ts in recent if curr.at - ts <= window_ms)
         if count:
             tick_ms = int(min(max_ms, tick_ms * factor ** min(count, 32)))

@@ -89,24 +89,32 @@ class Supervisor:
     async def _keep(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
         loop = asyncio.get_running_loop()
         status = self._status[name]
+        me = asyncio.current_task()
         failures = 0
-        while True:
-            began = loop.time()
-            status.state, status.started_at = LoopState.RUNNING, self.clock.now_ms()
-            try:
-                await body()
-            except asyncio.CancelledError:
-                status.state = LoopState.STOPPED
-                raise
-            except Exception as exc:
+        try:
+            while True:
+                began = loop.time()
+                status.state, status.started_at = LoopState.RUNNING, self.clock.now_ms()
+                try:
+                    await body()
+                except asyncio.CancelledError as exc:
+                    if me is not None and me.cancelling():
+                        raise  # stop() (or our own canceller) asked: we end
+                    failure: BaseException = exc  # a cancel the body caught from elsewhere
+                except Exception as exc:
+                    failure = exc
+                else:
+                    status.state = LoopState.EXITED
+                    return
                 failures = 1 if loop.time() - began >= STABLE_S else failures + 1
-                status.state, status.last_error = LoopState.BACKOFF, f"{type(exc).__name__}: {exc}"
+                status.state = LoopState.BACKOFF
+                status.last_error = f"{type(failure).__name__}: {failure}"
                 status.restarts += 1
-                self._report(name, exc)
+                self._report(name, failure)
                 await asyncio.sleep(self.backoff.delay_ms(failures) / 1000)
-            else:
-                status.state = LoopState.EXITED
-                return
+        except asyncio.CancelledError:
+            status.state = LoopState.STOPPED
+            raise
 
     def spawn(self, name: str, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run one-shot `work` in the background; an exception in it is reported, not lost."""

@@ -15,6 +15,7 @@ import msgspec
 from pulse_core import (
     Effect,
     EffectEntry,
+    EffectStatus,
     Event,
     Projection,
     UnknownEffect,
@@ -22,7 +23,7 @@ from pulse_core import (
     decode_mark,
     fold_effect,
 )
-from pulse_survival.effects import SURVIVAL_TAGS, RestartProcess, Rollback
+from pulse_survival.effects import SURVIVAL_TAGS, Notify, RestartProcess, Rollback
 from pulse_survival.marks import (
     ErrorsEscalated,
     GaveUp,
@@ -142,8 +143,8 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
         if not after.finished:
             open_[event.key] = after
         streak = state.failure_streak
-        if after.tag not in ("rollback", "notify"):
-            streak = 0 if after.status == "acked" else streak + 1
+        if after.tag not in (Rollback.tag(), Notify.tag()):
+            streak = 0 if after.status is EffectStatus.ACKED else streak + 1
         return msgspec.structs.replace(state, open=open_, failure_streak=streak)
 
     def _effect(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:

@@ -5,14 +5,14 @@ or emits an `awareness-review` effect. It never waits on a model, nor on a side-
 from __future__ import annotations
 
 import heapq
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pulse_adapters.awareness.config import INTERVAL_FLOOR_S, AwarenessConfig
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.fingerprint import fingerprint
-from pulse_adapters.awareness.ledger import DAY_MS, LedgerData, ReviewState
+from pulse_adapters.awareness.ledger import DAY_MS, AwarenessLedger, LedgerData, ReviewState
 from pulse_adapters.awareness.quiet import QuietHold, QuietState
-from pulse_core import Decision, Effect, Inner, Snapshot
+from pulse_core import Decision, Effect, Inner, Memory, Snapshot
 from pulse_core.memory import IdentityMemory
 from pulse_core.pmap import PersistentMap
 
@@ -115,10 +115,10 @@ class AwarenessRule:
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        memory: Any = curr.projections.get("memory")
-        ledger: Any = curr.projections.get("awareness")
-        if not isinstance(memory, PersistentMap) or not isinstance(ledger, LedgerData):
-            return Decision(effects, tick_ms)
+        if not {Memory.name, AwarenessLedger.name} <= curr.projections.keys():
+            return Decision(effects, tick_ms)  # a snapshot from an engine without the layer
+        memory = curr.state(Memory)
+        ledger = curr.state(AwarenessLedger)
         if await self.quiet.load():
             self._memory = None  # the stored hold came in: schedule everyone again
         cfg = self.config

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pulse_core import ExecutionContext, Executor, Retention, VitalsStore
+from pulse_core import ExecutionContext, Executor, Retention
 from pulse_survival.effects import ArchiveSessions, Cleanup
 
 
@@ -69,10 +69,6 @@ class FileArchiveExecutor(Executor):
             archive = self.home / archive
         report = await asyncio.to_thread(move_old_files, effect.folders, archive,
                                          effect.older_than_s, effect.max_files)
-        if isinstance(effect, Cleanup) and effect.vitals_gc:
-            vitals = await VitalsStore.open(self.home / "vitals.db")
-            try:
-                report["vitals_removed"] = await vitals.gc(Retention())
-            finally:
-                await vitals.close()
+        if isinstance(effect, Cleanup) and effect.vitals_gc and ctx.vitals is not None:
+            report["vitals_removed"] = await ctx.vitals.gc(Retention())
         return report

@@ -22,6 +22,11 @@ from pulse_core import Sample, Watcher
 CHUNK = 64 * 1024
 MAX_READ_PER_COLLECT = 8 * 1024 * 1024
 
+_HANDOVER: dict[Path, tuple[int, int]] = {}
+"""Where a closed watcher stopped reading each file (inode, offset), so the watcher a whole
+reload builds in the same process carries on there: lines written while the old engine drained
+and the new one opened are counted, not skipped as history."""
+
 
 class _Followed:
     """One log file being followed: the open handle, its inode, the unfinished last line."""
@@ -36,6 +41,8 @@ class _Followed:
 
     def close(self) -> None:
         if self.handle is not None:
+            if self.inode is not None and not self.skipping:
+                _HANDOVER[self.path] = (self.inode, self.handle.tell() - len(self.partial))
             self.handle.close()
         self.handle, self.inode, self.partial, self.skipping = None, None, b"", False
 
@@ -61,6 +68,14 @@ class ErrorLogWatcher(Watcher):
         self._stop = asyncio.Event()
 
     async def collect(self) -> dict[str, Any]:
+        task = self._watch_task
+        if task is not None and task.done():
+            # The file watch (nudges between collects) died: say so in this sample, start it
+            # again on the next collect. Polling every `interval` goes on regardless.
+            self._watch_task = None
+            if not task.cancelled() and task.exception() is not None:
+                raise RuntimeError(f"watching {', '.join(str(f.path) for f in self.files)} "
+                                   f"for changes failed: {task.exception()}")
         if self._watch_task is None and self.files:
             self._watch_task = asyncio.create_task(self._watch(), name="pulse-error-log-watch")
         return await asyncio.to_thread(self._read_all)
@@ -123,7 +138,11 @@ class ErrorLogWatcher(Watcher):
         if f.handle is None:
             f.handle = open(f.path, "rb")  # noqa: SIM115 - kept open while followed
             f.inode = stat.st_ino
-            if not f.started:
+            handed = _HANDOVER.pop(f.path, None)
+            if not f.started and handed is not None and handed[0] == stat.st_ino \
+                    and handed[1] <= stat.st_size:
+                f.handle.seek(handed[1])  # a previous watcher in this process read up to here
+            elif not f.started:
                 f.handle.seek(0, os.SEEK_END)  # existing content is history
             f.started = True
         elif stat.st_size < f.handle.tell():

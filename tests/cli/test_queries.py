@@ -251,8 +251,6 @@ async def test_queries_open_the_home_read_only_and_change_no_store(
     assert {name: after[name] for name in before} == before
 
 
-@pytest.mark.xfail(strict=True, reason="pulse_core.home.open_home(read_only=True) leaves "
-                   "-wal and -shm files beside each SQLite store (reported to the core slice)")
 async def test_queries_leave_no_file_behind(upulse: Upulse, tmp_path: Path) -> None:
     home, before = await queried_home(upulse, tmp_path)
     run_every_query(upulse, home)

@@ -207,3 +207,14 @@ async def _read(home: Path, kind: str) -> list[Any]:
         return await stores.events.read(kinds=[kind])
     finally:
         await stores.close()
+
+
+def test_two_watchers_with_one_name_are_refused_at_build(tmp_path: Path) -> None:
+    from pulse_core import Watcher
+
+    class Probe(Watcher):
+        async def collect(self) -> int:
+            return 1
+
+    with pytest.raises(Exception, match=r"watcher names must be unique.*Probe"):
+        Engine(tmp_path, watchers=[Probe(), Probe()])

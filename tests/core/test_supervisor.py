@@ -97,3 +97,41 @@ async def test_an_engine_loop_that_dies_becomes_an_error_event_and_runs_again(
         await engine.supervisor.settle()
         errors = await engine.events.read(kinds=["error"])
     assert [e.data["message"] for e in errors if e.key == "engine:tick"] == ["disk hiccup"] * 2
+
+
+async def test_a_cancel_the_loop_did_not_ask_for_is_a_failure_not_a_stop() -> None:
+    reports: list[str] = []
+    runs = 0
+
+    async def exporter() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            helper = asyncio.create_task(asyncio.sleep(3600))
+            asyncio.get_running_loop().call_soon(helper.cancel)
+            await helper  # someone else cancelled what this loop waits on
+        await asyncio.sleep(3600)
+
+    supervisor = Supervisor(lambda where, exc: reports.append(type(exc).__name__),
+                            backoff=Backoff(initial_ms=1, max_ms=1, jitter=0))
+    supervisor.start("exporter", exporter)
+    for _ in range(200):
+        if runs >= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert runs == 2 and reports == ["CancelledError"]
+    assert supervisor.status()[0].state is LoopState.RUNNING
+    await supervisor.stop()
+
+
+async def test_a_loop_stopped_during_its_backoff_reads_stopped() -> None:
+    async def failing() -> None:
+        raise OSError("down")
+
+    supervisor = Supervisor(lambda where, exc: None,
+                            backoff=Backoff(initial_ms=60_000, max_ms=60_000, jitter=0))
+    supervisor.start("flaky", failing)
+    await asyncio.sleep(0.05)
+    assert supervisor.status()[0].state is LoopState.BACKOFF
+    await supervisor.stop()
+    assert supervisor.status()[0].state is LoopState.STOPPED

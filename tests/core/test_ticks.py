@@ -99,3 +99,64 @@ async def test_the_first_tick_ever_has_an_empty_prev(tmp_path: Path) -> None:
         await engine.tick()
     prev, curr = seen.ticks[0]
     assert prev.number == 0 and curr.number == 1 and prev.vitals == {}
+
+
+async def test_a_restart_does_not_make_prev_look_empty_before_the_first_fresh_sample(
+    tmp_path: Path,
+) -> None:
+    # The template's inbox rule compared prev and curr counts and fired again on every
+    # restart: the first tick (no fresh sample yet) became the second tick's empty prev.
+    clock = ManualClock()
+    async with opened(Engine(tmp_path, rules=[Seen()], clock=clock)) as engine:
+        await engine.vitals.record("inbox", {"count": 3})
+        await engine.tick()
+    clock.advance(1_000)
+    seen = Seen()
+    async with opened(Engine(tmp_path, rules=[seen], clock=clock)) as engine:
+        await engine.tick()  # no fresh inbox sample yet
+        clock.advance(10)
+        await engine.vitals.record("inbox", {"count": 3})
+        await engine.tick()
+    (_, first), (prev, second) = seen.ticks
+    assert first.vital("inbox") is None
+    assert prev.vital("inbox") is not None and prev.vital("inbox").sample.data == {"count": 3}
+    assert second.vital("inbox") is not None
+
+
+CRASHING_CHILD = """
+import asyncio, os, signal, sys
+from pulse_core import Decision, Engine, Mark
+
+
+class Beat(Mark, tag="test-beat"):
+    n: int
+
+
+async def beat(prev, curr, inner):
+    effects, tick_ms = await inner(prev, curr)
+    return Decision([*effects, Beat(n=curr.number)], tick_ms)
+
+
+async def main():
+    engine = Engine(sys.argv[1], rules=[beat])
+    await engine.open()
+    for _ in range(5):
+        await engine.tick()
+    os.kill(os.getpid(), signal.SIGKILL)  # no close: no memo written
+
+
+asyncio.run(main())
+"""
+
+
+async def test_tick_numbers_carry_on_after_a_crash_that_left_no_memo(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    child = subprocess.run([sys.executable, "-c", CRASHING_CHILD, str(home)],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert child.returncode == -9, child.stderr
+    async with opened(Engine(home)) as engine:
+        await engine.tick()
+        assert engine.ticks == 6

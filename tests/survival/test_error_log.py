@@ -399,3 +399,52 @@ def test_the_error_log_interval_and_patterns_come_from_the_config(tmp_path: Path
     assert [p for p, _ in watcher.patterns] == ["panic"]
     assert watcher.max_line_bytes == 4096
     assert os.fspath(watcher.key) == "error-log"
+
+
+async def test_a_file_watch_that_dies_is_reported_in_a_sample_and_started_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pulse_survival.watchers import errorlog
+
+    log = tmp_path / "app.log"
+    log.write_text("")
+    starts = 0
+
+    async def no_watches(*args: object, **kwargs: object) -> AsyncIterator[object]:
+        nonlocal starts
+        starts += 1
+        raise OSError(28, "inotify watch limit reached")
+        yield  # an async generator, like watchfiles.awatch
+
+    monkeypatch.setattr(errorlog.watchfiles, "awatch", no_watches)
+    watcher = errorlog.ErrorLogWatcher([str(log)], ["ERROR"])
+    try:
+        assert (await watcher.collect())["matches"] == 0
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="inotify watch limit reached"):
+            await watcher.collect()
+        assert (await watcher.collect())["matches"] == 0
+        await asyncio.sleep(0.05)
+        assert starts == 2, "the watch is started again after its failure was reported"
+    finally:
+        await watcher.aclose()
+
+
+async def test_a_rebuilt_watcher_counts_lines_written_while_the_old_one_was_closed(
+    tmp_path: Path,
+) -> None:
+    # A whole reload (promote, rollback, SIGHUP) closes the engine and builds a new watcher:
+    # lines written in between are not history and must be counted.
+    log = tmp_path / "app.log"
+    log.write_text("ERROR old, before following began\n")
+    first = ErrorLogWatcher([str(log)], ["ERROR"])
+    assert (await first.collect())["matches"] == 0
+    await first.aclose()
+    with log.open("a") as out:
+        out.write("ERROR during the reload\n")
+    second = ErrorLogWatcher([str(log)], ["ERROR"])
+    try:
+        found = await second.collect()
+        assert found["matches"] == 1 and found["examples"] == ["ERROR during the reload"]
+    finally:
+        await second.aclose()

@@ -1,0 +1,153 @@
+"""What a tick sees and how ticks carry on: snapshots holding every sample since the last
+tick, the first `prev` after a restart, tick numbers, and the memo that makes both survive."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from pulse_core.clock import Clock
+from pulse_core.effects import Mark, effect_draft, mark_draft
+from pulse_core.events import EventDraft, error_draft
+from pulse_core.executor_loop import ExecutorLoop
+from pulse_core.projector import Projector, load_checkpoint, save_checkpoint
+from pulse_core.rules import Decision, RuleChain, RuleTrace
+from pulse_core.snapshot import Snapshot, VitalReading
+from pulse_core.store.base import EventStore
+from pulse_core.store.vitals import Sample, VitalsStore
+from pulse_core.watch import Watcher
+
+MEMO = "tick"
+MEMO_VERSION = 1
+
+
+class TickMemo(msgspec.Struct):
+    """The light part of the last snapshot, persisted so the next engine's first `prev` is it."""
+
+    number: int
+    at: int
+    seq: int
+    last_tick_ms: int
+    started_at: int
+    vitals: dict[str, Sample]
+
+
+class Ticker:
+    """Runs `chain` over snapshots of the log, the projections and the vitals.
+
+    Samples count only when taken by this engine (at or after `started_at`) and, for a
+    watcher's key, not older than its window (at least twice its interval plus its timeout).
+    """
+
+    def __init__(self, chain: RuleChain, watchers: Sequence[Watcher], clock: Clock,
+                 checkpoints: Path, default_tick_ms: int) -> None:
+        self.chain = chain
+        self.clock = clock
+        self.checkpoints = checkpoints
+        self.number = 0
+        self.last_tick_ms = default_tick_ms
+        self.last_tick_at: int | None = None
+        self.started_at = 0
+        self.trace: list[RuleTrace] = []
+        self.lock = asyncio.Lock()
+        self._prev: Snapshot | None = None
+        self._resumed: TickMemo | None = None
+        self._cursor = 0
+        self._max_age = {w.key: int(max(w.window, 2 * w.interval + w.timeout) * 1000)
+                         for w in watchers}
+
+    async def resume(self, events: EventStore, vitals: VitalsStore) -> None:
+        """Carry on from the last run: its memo, and tick numbers past any it recorded."""
+        found = await asyncio.to_thread(load_checkpoint, self.checkpoints, MEMO, MEMO_VERSION,
+                                        TickMemo)
+        after = 0
+        if found is not None:
+            after, self._resumed = found
+            self.number = self._resumed.number
+        while True:  # ticks recorded after the memo (a crash lost up to one memo interval)
+            page = await events.read(after, kinds=["tick"], key="engine", limit=1_000)
+            for event in page:
+                number = event.data.get("number") if isinstance(event.data, dict) else None
+                if isinstance(number, int):
+                    self.number = max(self.number, number)
+            if len(page) < 1_000:
+                break
+            after = page[-1].seq
+        self._cursor = await vitals.cursor()
+        self.started_at = self.clock.now_ms()
+
+    def _fresh(self, sample: Sample, now: int) -> bool:
+        if sample.ts < self.started_at:
+            return False
+        limit = self._max_age.get(sample.key)
+        return limit is None or now - sample.ts <= limit
+
+    async def snapshot(self, projector: Projector, executors: ExecutorLoop,
+                       vitals: VitalsStore) -> tuple[Snapshot, int]:
+        """The snapshot the next tick sees, and the vitals cursor it reached."""
+        states = await projector.catch_up()
+        await executors.refresh()
+        latest = await vitals.latest()
+        cursor, recent = await vitals.since(self._cursor)
+        now = self.clock.now_ms()
+        samples = {k: tuple(s for s in found if s.ts >= self.started_at)
+                   for k, found in recent.items()}
+        return Snapshot(
+            seq=projector.seq, at=now, number=self.number + 1,
+            vitals={k: VitalReading(s, now - s.ts) for k, s in latest.items()
+                    if self._fresh(s, now)},
+            projections=states, pending_effects=executors.pending_dedup_keys(),
+            last_tick_ms=self.last_tick_ms,
+            samples={k: v for k, v in samples.items() if v}, started_at=self.started_at,
+        ), cursor
+
+    def _first_prev(self, curr: Snapshot) -> Snapshot:
+        memo = self._resumed
+        if memo is None:
+            return Snapshot(seq=0, at=curr.at, number=0, vitals={},
+                            projections=curr.projections, last_tick_ms=curr.last_tick_ms)
+        return Snapshot(seq=memo.seq, at=memo.at, number=memo.number,
+                        vitals={k: VitalReading(s, memo.at - s.ts) for k, s in memo.vitals.items()},
+                        projections=curr.projections, last_tick_ms=memo.last_tick_ms,
+                        started_at=memo.started_at)
+
+    async def tick(self, projector: Projector, executors: ExecutorLoop, vitals: VitalsStore,
+                   events: EventStore) -> Decision:
+        """Run the chain once; append its effects, marks, errors and a tick record together."""
+        async with self.lock:
+            curr, cursor = await self.snapshot(projector, executors, vitals)
+            prev = self._prev or self._first_prev(curr)
+            decision, errors, self.trace = await self.chain.run(prev, curr)
+            origin, cause = "engine:tick", curr.seq or None
+            drafts = [mark_draft(e, origin, cause) if isinstance(e, Mark)
+                      else effect_draft(e, origin, cause) for e in decision.effects]
+            drafts += [error_draft(where, exc) for where, exc in errors]
+            if drafts:
+                drafts.append(EventDraft(
+                    "tick", "engine", {"number": curr.number, "tick_ms": decision.tick_ms,
+                                       "effects": [d.key for d in drafts if d.kind == "effect"],
+                                       "errors": len(errors), "seen_seq": curr.seq},
+                    origin="engine"))
+                await events.append(drafts)
+            # The next prev keeps the last reading of keys not sampled since (a watcher's first
+            # sample after a restart may land after the first tick): a comparison of prev and
+            # curr then sees no change where there was none.
+            self._prev = msgspec.structs.replace(curr, vitals={**prev.vitals, **curr.vitals})
+            self._cursor = cursor
+            self.number = curr.number
+            self.last_tick_ms = decision.tick_ms
+            self.last_tick_at = curr.at
+            return decision
+
+    async def save_memo(self) -> None:
+        """Persist the last snapshot's light part (raises OSError when the disk refuses)."""
+        prev = self._prev
+        if prev is None:
+            return
+        memo = TickMemo(prev.number, prev.at, prev.seq, self.last_tick_ms, prev.started_at,
+                        {k: r.sample for k, r in prev.vitals.items()})
+        await asyncio.to_thread(save_checkpoint, self.checkpoints, MEMO, MEMO_VERSION, prev.seq,
+                                memo)
