@@ -263,6 +263,7 @@ class Engine:
                 stores.events, self.executors, clock=self.clock,
                 concurrency=self.executor_concurrency, scan_interval=self.executor_scan_interval,
                 checkpoints=checkpoints, vitals=stores.vitals, side=stores.side,
+                on_error=self._report,
             )
             await self._projector.catch_up()
             await self._executor_loop.refresh()

@@ -7,7 +7,8 @@
     │   ├── NotAPulseDatabase       the file is not SQLite, or SQLite of another program
     │   ├── SchemaTooNew            written by a newer pulse; upgrade to read it
     │   ├── StoreUnavailable        locked by another writer too long, disk full, I/O error
-    │   └── StoreClosed             used after close()
+    │   ├── StoreClosed             used after close()
+    │   └── StoreReadOnly           a write to a store opened read-only
     ├── HomeLocked                  another engine holds the home folder
     ├── AppendRejected              an append was refused and nothing of it was written
     │   ├── VersionConflict         a key is not at the version the caller expected
@@ -53,6 +54,10 @@ class StoreUnavailable(StoreError):
 
 class StoreClosed(StoreError):
     """The store was used after close()."""
+
+
+class StoreReadOnly(StoreError):
+    """A write to a store that was opened read-only."""
 
 
 class HomeLocked(PulseError):

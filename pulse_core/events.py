@@ -12,7 +12,6 @@ import re
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -181,7 +180,8 @@ class _Uuid7:
             counter = self._counter
         rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
         value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand_b
-        return str(uuid.UUID(int=value))
+        h = f"{value:032x}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 uuid7 = _Uuid7()

@@ -3,12 +3,17 @@
 Claims are appends of `effect-executing` that expect the effect's current version, so of two
 loops (or two processes) racing for one attempt exactly one wins. The loop wakes at once on a
 commit in its own process and reads the log every `scan_interval` for other writers.
+
+A store that cannot be written for a while (another process holding the lock past its busy
+timeout, a full disk) never ends an attempt unobserved: the outcome is written again with
+WRITE_BACKOFF while the attempt's lease holds (it expects the claim's version, so it lands at
+most once), and otherwise left to the lease's expiry; every such error goes to `on_error`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import os
 import socket
 import time
@@ -23,6 +28,7 @@ import psutil
 from pulse_core.clock import Clock, SystemClock
 from pulse_core.effects import (
     EFFECT_KINDS,
+    Backoff,
     EffectEntry,
     EffectOutcome,
     ExecutionContext,
@@ -30,16 +36,42 @@ from pulse_core.effects import (
     advance,
     decode_effect,
 )
-from pulse_core.errors import AppendRejected, PulseError, UnknownEffect, VersionConflict
+from pulse_core.errors import (
+    AppendRejected,
+    PulseError,
+    StoreClosed,
+    StoreUnavailable,
+    UnknownEffect,
+    VersionConflict,
+)
 from pulse_core.events import Event, EventDraft, encode_data, uuid7
-from pulse_core.projector import load_checkpoint, save_checkpoint
+from pulse_core.projector import INLINE_FOLD, load_checkpoint, save_checkpoint
 from pulse_core.store.base import EventStore
 from pulse_core.store.side import SideStore
 from pulse_core.store.vitals import VitalsStore
+from pulse_core.supervisor import Reporter, wait_signal
 
 _CHECKPOINT = "executor-loop"
 _PAGE = 5_000
 _CHECKPOINT_VERSION = 1
+WRITE_BACKOFF = Backoff(initial_ms=50, factor=2.0, max_ms=2_000, jitter=0.1)
+"""Spacing of the retries of a claim's outcome that the store could not take."""
+
+READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
+"""Spacing of `run`'s reads after the store failed one, and of claims after one failed."""
+
+log = logging.getLogger("pulse.executor_loop")
+
+
+def _log_error(where: str, exc: BaseException) -> None:
+    log.error("%s: %s", where, exc, exc_info=exc)
+
+
+class _Lease(msgspec.Struct, frozen=True, gc=False):
+    """An attempt's claim: the effect's version it wrote, and when it runs out (clock ms)."""
+
+    version: int
+    until: int
 
 
 def _process_started(pid: int) -> float:
@@ -55,7 +87,10 @@ def _process_started(pid: int) -> float:
 
 
 class ExecutorLoop:
-    """Runs effects from `store` with `executors`, at most `concurrency` at a time."""
+    """Runs effects from `store` with `executors`, at most `concurrency` at a time.
+
+    `on_error(where, exc)` hears of every store error the loop survives (default: logged).
+    """
 
     def __init__(
         self,
@@ -70,8 +105,10 @@ class ExecutorLoop:
         fail_unhandled: bool = True,
         vitals: VitalsStore | None = None,
         side: SideStore | None = None,
+        on_error: Reporter | None = None,
     ) -> None:
         self.store = store
+        self.on_error: Reporter = on_error or _log_error
         self.clock: Clock = clock or SystemClock()
         self.scan_interval = scan_interval
         self.lease_grace_ms = lease_grace_ms
@@ -98,6 +135,7 @@ class ExecutorLoop:
         self._cursor = 0
         self._saved_cursor = 0
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
+        self._held_back: dict[str, tuple[int, float]] = {}  # claims that failed: count, until
         self._stopping = False
         self._refresh_lock = asyncio.Lock()
         if checkpoints is not None:
@@ -113,24 +151,42 @@ class ExecutorLoop:
         """Fold every effect event committed since the last refresh into the index."""
         async with self._refresh_lock:
             while True:
-                top, page = await asyncio.to_thread(self._read_new)
-                for event in page:
-                    entry = advance(self._entries.get(event.key), event)
-                    if entry is None:
-                        self._entries.pop(event.key, None)
-                    else:
-                        self._entries[event.key] = entry
-                    self._cursor = event.seq
-                if len(page) < _PAGE:
-                    self._cursor = max(self._cursor, top)
+                page = await self.store.read_page(self._cursor, kinds=EFFECT_KINDS,
+                                                  limit=_PAGE)
+                if len(page.events) > INLINE_FOLD:
+                    changes = await asyncio.to_thread(self._fold_apart, page.events)
+                    for key, entry in changes.items():
+                        if entry is None:
+                            self._entries.pop(key, None)
+                        else:
+                            self._entries[key] = entry
+                else:
+                    for event in page.events:
+                        folded = advance(self._entries.get(event.key), event)
+                        if folded is None:
+                            self._entries.pop(event.key, None)
+                        else:
+                            self._entries[event.key] = folded
+                if page.events:
+                    self._cursor = page.events[-1].seq
+                if len(page.events) < _PAGE:
+                    self._cursor = max(self._cursor, page.last_seq)
                     break
+            for gone in [i for i in self._held_back if i not in self._entries]:
+                del self._held_back[gone]
 
-    def _read_new(self) -> tuple[int, list[Event]]:
-        """The log's head and the effect events after the cursor: one trip to a thread."""
-        top = self.store.last_seq_sync()
-        if top <= self._cursor:
-            return top, []
-        return top, self.store.read_sync(self._cursor, kinds=EFFECT_KINDS, limit=_PAGE)
+    def _fold_apart(self, events: list[Event]) -> dict[str, EffectEntry | None]:
+        """In a worker thread: the entries `events` change, folded on copies, so the index
+        the event loop reads meanwhile is never half updated."""
+        changes: dict[str, EffectEntry | None] = {}
+        for event in events:
+            if event.key in changes:
+                entry = changes[event.key]
+            else:
+                current = self._entries.get(event.key)
+                entry = None if current is None else msgspec.structs.replace(current)
+            changes[event.key] = advance(entry, event)
+        return changes
 
     def pending_dedup_keys(self) -> frozenset[str]:
         """Dedup keys of every effect not yet finished (pending, executing or retrying)."""
@@ -147,6 +203,9 @@ class ExecutorLoop:
 
     def _claimable(self, entry: EffectEntry, now: int) -> bool:
         if entry.id in self._inflight:
+            return False
+        held = self._held_back.get(entry.id)
+        if held is not None and asyncio.get_running_loop().time() < held[1]:
             return False
         if not self.fail_unhandled and not self._handles(entry):
             return False  # another process's executors will take it
@@ -170,9 +229,12 @@ class ExecutorLoop:
         due = [e.retry_at for e in self._entries.values() if e.status == "retrying"]
         due += [e.lease_until for e in self._entries.values() if e.status == "executing"]
         soonest = min((d for d in due if d > now), default=None)
-        if soonest is None:
-            return self.scan_interval
-        return max(0.0, min(self.scan_interval, (soonest - now) / 1000))
+        wait = self.scan_interval if soonest is None else (soonest - now) / 1000
+        clock = asyncio.get_running_loop().time()
+        held = min((until for _, until in self._held_back.values() if until > clock), default=None)
+        if held is not None:
+            wait = min(wait, held - clock)
+        return max(0.0, min(self.scan_interval, wait))
 
     # -- running -----------------------------------------------------------------------------
 
@@ -196,18 +258,29 @@ class ExecutorLoop:
         return started
 
     async def run(self) -> None:
-        """Claim and run effects until cancelled or stopped."""
+        """Claim and run effects until cancelled or stopped.
+
+        A read the store fails is reported to `on_error` and tried again after READ_BACKOFF;
+        attempts in flight carry on meanwhile. Only a closed store ends the loop.
+        """
         signal = self.store.subscribe()
+        failures = 0
         try:
             while not self._stopping:
                 signal.clear()
-                await self.refresh()
-                self.dispatch()
-                self._maybe_checkpoint()
-                timeout = self._next_due(self.clock.now_ms())
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await signal.wait()
+                try:
+                    await self.refresh()
+                    self.dispatch()
+                    self._maybe_checkpoint()
+                except StoreClosed:
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    self.on_error("executor-loop", exc)
+                    await asyncio.sleep(READ_BACKOFF.delay_ms(failures) / 1000)
+                    continue
+                failures = 0
+                await wait_signal(signal, self._next_due(self.clock.now_ms()))
         finally:
             self.store.unsubscribe(signal)
 
@@ -227,6 +300,15 @@ class ExecutorLoop:
                 if current is None or current.version != entry.version:
                     return EffectOutcome.LOST_CLAIM  # moved on while this waited for a slot
                 return await self._claim_and_run(entry)
+            except Exception as exc:
+                # The claim could not be written: nothing ran and nothing is lost; the effect
+                # is tried again once READ_BACKOFF has passed (or its lease, if it was).
+                failures = self._held_back.get(entry.id, (0, 0.0))[0] + 1
+                delay = READ_BACKOFF.delay_ms(failures) / 1000
+                self._held_back[entry.id] = (failures, asyncio.get_running_loop().time() + delay)
+                self.on_error(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
+                              exc)
+                return EffectOutcome.LOST_CLAIM
             finally:
                 self._inflight.pop(entry.id, None)
 
@@ -237,10 +319,10 @@ class ExecutorLoop:
         if executor is None and not self.fail_unhandled:
             return EffectOutcome.LOST_CLAIM
         timeout_ms = int((executor.timeout if executor else 0) * 1000)
-        now = self.clock.now_ms()
+        lease_until = self.clock.now_ms() + timeout_ms + self.lease_grace_ms
         claim = EventDraft(
             "effect-executing", entry.id,
-            {"attempt": attempt, "lease_until": now + timeout_ms + self.lease_grace_ms,
+            {"attempt": attempt, "lease_until": lease_until,
              "owner": self.owner, "pid": self._pid, "started": self._started},
             origin=f"executor:{executor.name if executor else 'loop'}", cause=entry.seq,
         )
@@ -248,17 +330,18 @@ class ExecutorLoop:
             claimed = await self.store.append([claim], expect={entry.id: entry.version})
         except VersionConflict:
             return EffectOutcome.LOST_CLAIM
-        version = claimed.events[0].version
+        self._held_back.pop(entry.id, None)
+        lease = _Lease(claimed.events[0].version, lease_until)
         origin = claim.origin
         if executor is None:
             known = ", ".join(sorted(self._by_tag)) or "none"
             error = f"no executor handles effect {tag!r} (handled here: {known})"
-            return await self._finish(entry, version=version, attempt=attempt, origin=origin,
+            return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
                                       acked=None, error=error, final=True)
         try:
             effect = decode_effect(entry.data)
         except (UnknownEffect, msgspec.ValidationError) as exc:
-            return await self._finish(entry, version=version, attempt=attempt, origin=origin,
+            return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
                                       acked=None, error=str(exc), final=True)
         ctx = ExecutionContext(entry.id, attempt, entry.seq, origin, self.clock, self.store,
                                self.vitals, self.side)
@@ -270,21 +353,21 @@ class ExecutorLoop:
         except TimeoutError:
             error = f"{executor.name} timed out after {executor.timeout:g} s"
             final = attempt >= executor.max_attempts
-            await self._finish(entry, version=version, attempt=attempt, origin=origin,
+            await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
                                acked=None, error=error, final=final, executor=executor)
             return EffectOutcome.TIMED_OUT
         except asyncio.CancelledError:
             await asyncio.shield(self._finish(
-                entry, version=version, attempt=attempt, origin=origin, acked=None,
+                entry, lease=lease, attempt=attempt, origin=origin, acked=None,
                 error="interrupted by engine shutdown", final=False, interrupted=True))
             raise
         except Exception as exc:
             error = "".join(traceback.format_exception_only(exc)).strip()
             final = attempt >= executor.max_attempts
-            return await self._finish(entry, version=version, attempt=attempt, origin=origin,
+            return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
                                       acked=None, error=error, final=final, executor=executor)
         duration = int((time.perf_counter() - started) * 1000)
-        return await self._finish(entry, version=version, attempt=attempt, origin=origin,
+        return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
                                   acked={"result": result, "duration_ms": duration}, error=None,
                                   final=True)
 
@@ -292,7 +375,7 @@ class ExecutorLoop:
         self,
         entry: EffectEntry,
         *,
-        version: int,
+        lease: _Lease,
         attempt: int,
         origin: str,
         acked: dict[str, Any] | None,
@@ -315,12 +398,37 @@ class ExecutorLoop:
             draft = EventDraft("effect-failed", entry.id, data, origin=origin, cause=entry.seq)
             outcome = (EffectOutcome.INTERRUPTED if interrupted
                        else EffectOutcome.FAILED if final else EffectOutcome.RETRY)
-        try:
-            await self.store.append([draft], expect={entry.id: version})
-        except AppendRejected:
-            # Our lease expired and another loop reclaimed the effect: its attempt stands.
-            return EffectOutcome.LOST_CLAIM
-        return outcome
+        return outcome if await self._record(entry, draft, lease) else EffectOutcome.LOST_CLAIM
+
+    async def _record(self, entry: EffectEntry, draft: EventDraft, lease: _Lease) -> bool:
+        """Append an attempt's outcome, expecting its claim's version; True once written.
+
+        StoreUnavailable is retried with WRITE_BACKOFF while the lease holds. False (after
+        telling `on_error`, unless another loop simply took over) leaves the effect to be
+        claimed again when the lease expires.
+        """
+        where = f"executor-loop: recording {draft.kind} of effect {entry.id}"
+        failures = 0
+        while True:
+            try:
+                await self.store.append([draft], expect={entry.id: lease.version})
+                return True
+            except AppendRejected:
+                return False  # our lease expired and another loop reclaimed the effect
+            except StoreUnavailable as exc:
+                failures += 1
+                delay = WRITE_BACKOFF.delay_ms(failures)
+                if self.clock.now_ms() + delay >= lease.until:
+                    self.on_error(f"{where}: gave up as its lease ends; it will be claimed "
+                                  "again", exc)
+                    return False
+                if failures == 1:
+                    self.on_error(f"{where}: retrying while its lease holds", exc)
+                await asyncio.sleep(delay / 1000)
+            except Exception as exc:
+                self.on_error(f"{where}: not written; it will be claimed again when its "
+                              "lease ends", exc)
+                return False
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -17,16 +17,20 @@ The engine, the CLI, the promote gate and the web UI all open a home through `op
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import quote
 
 from pulse_core.clock import Clock, SystemClock
-from pulse_core.errors import PulseError, StoreError
+from pulse_core.errors import StoreError
 from pulse_core.store.base import EventStore
 from pulse_core.store.objects import ObjectStore
 from pulse_core.store.side import SideStore, SqliteSideStore
-from pulse_core.store.vitals import VitalsStore
+from pulse_core.store.url import open_event_store, parse_store_url
+from pulse_core.store.vitals import SqliteVitalsStore, VitalsStore
+
+__all__ = ["HomeLayout", "HomeStores", "open_home", "parse_store_url"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class HomeLayout:
 
     def store_url(self) -> str:
         """The default store URL: the embedded SQLite log in this home."""
-        return f"sqlite://{self.events_db.absolute()}"
+        return f"sqlite://{quote(str(self.events_db.absolute()))}"
 
 
 @dataclass
@@ -92,23 +96,15 @@ class HomeStores:
     read_only: bool
 
     async def close(self) -> None:
-        """Close every store (events last, so pending appends finish first)."""
-        for closing in (self.vitals.close, self.side.close, self.events.close):
-            with contextlib.suppress(StoreError):
-                await closing()
+        """Close every store, events last; one that fails to close keeps no other open."""
+        async with contextlib.AsyncExitStack() as closing:
+            for store in (self.events, self.side, self.vitals):  # closed in reverse
+                closing.push_async_callback(_close_quietly, store.close)
 
 
-def parse_store_url(url: str) -> tuple[str, Path, dict[str, str]]:
-    """(scheme, path, options) of a store URL such as `sqlite:///home/a/events.db?synchronous=
-    NORMAL`; PulseError naming the URL when it cannot be used."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite":
-        raise PulseError(f"store URL {url!r}: unknown scheme {parts.scheme!r} — this pulse "
-                         "opens sqlite:///path/to/events.db")
-    if parts.netloc not in ("", "localhost") or not parts.path:
-        raise PulseError(f"store URL {url!r}: write sqlite:///absolute/path/events.db")
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    return parts.scheme, Path(unquote(parts.path)), options
+async def _close_quietly(close: Callable[[], Awaitable[None]]) -> None:
+    with contextlib.suppress(StoreError):
+        await close()
 
 
 async def open_home(
@@ -118,31 +114,24 @@ async def open_home(
     read_only: bool = False,
     clock: Clock | None = None,
 ) -> HomeStores:
-    """Open the stores of `home`: the event log at `store` (a URL; default the home's own
-    events.db), vitals, the side store and objects. `read_only` opens nothing for writing and
-    creates nothing; appends then raise StoreError.
-    """
-    from pulse_core.store.events import SqliteEventStore
+    """Open the stores of `home`: the event log at `store` (a store URL; default the home's
+    own events.db), vitals, the side store and objects.
 
+    `read_only` writes and creates nothing (no folder, no file, no schema; the event log must
+    exist) and never waits for a running engine's write lock; absent vitals and side state
+    read as empty, and every write raises a StoreError saying the home was opened read-only.
+    """
     layout = HomeLayout.at(home)
     clock = clock or SystemClock()
-    _, path, options = parse_store_url(store or layout.store_url())
+    url = parse_store_url(store or layout.store_url())
     if not read_only:
         layout.root.mkdir(parents=True, exist_ok=True)
-    objects = ObjectStore(layout.objects)
-    events: EventStore
-    if read_only:
-        if not path.is_file():
-            raise StoreError(f"{path} does not exist: there is no event log to read")
-        events = SqliteEventStore(path, clock=clock, objects=objects)
-    else:
-        events = await SqliteEventStore.open(
-            path, clock=clock, objects=objects,
-            synchronous=options.get("synchronous", "FULL"))
-    try:
-        vitals = await VitalsStore.open(layout.vitals_db, clock=clock)
+    objects = ObjectStore(layout.objects, read_only=read_only)
+    async with contextlib.AsyncExitStack() as opening:
+        events = await open_event_store(url, read_only=read_only, clock=clock, objects=objects)
+        opening.push_async_callback(events.close)
+        vitals = await SqliteVitalsStore.open(layout.vitals_db, clock=clock, read_only=read_only)
+        opening.push_async_callback(vitals.close)
         side = await SqliteSideStore.open(layout.side_db, clock=clock, read_only=read_only)
-    except BaseException:
-        await events.close()
-        raise
+        opening.pop_all()
     return HomeStores(layout, events, vitals, side, objects, read_only)

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from pulse_core.errors import PulseError
+from pulse_core.events import Event
 from pulse_core.pmap import PersistentMap
 from pulse_core.snapshot import Projection
 from pulse_core.store.base import EventStore
@@ -74,6 +75,10 @@ def load_checkpoint(folder: Path, name: str, version: int, type: Any) -> tuple[i
         return None
 
 
+INLINE_FOLD = 256
+"""Pages up to this many events are folded on the event loop; longer ones in a thread."""
+
+
 class Projector:
     """Keeps projection states current by applying only the events each one has not seen.
 
@@ -106,6 +111,10 @@ class Projector:
         self._saved_seq: dict[str, int] = {}
         self._saved_at = time.monotonic()
         self._lock = asyncio.Lock()
+        kinds: set[str] | None = set()
+        for proj in self.projections:
+            kinds = None if proj.kinds is None or kinds is None else kinds | proj.kinds
+        self._kinds = None if kinds is None else sorted(kinds)
         for proj in self.projections:
             loaded = None
             if checkpoints is not None:
@@ -120,46 +129,50 @@ class Projector:
         return min(self.seqs.values(), default=0)
 
     async def catch_up(self) -> dict[str, Any]:
-        """Apply every new event (in a worker thread) and return a copy of the states."""
+        """Apply every new event and return a copy of the states.
+
+        The log is read a page at a time; a page longer than INLINE_FOLD events (the first
+        open of a long log) is folded in a worker thread, so the event loop never stalls.
+        """
         async with self._lock:
-            await asyncio.to_thread(self._catch_up_sync)
+            if self.projections:
+                cursor = self.seq
+                while True:
+                    page = await self.store.read_page(cursor, kinds=self._kinds,
+                                                      limit=self.page)
+                    if len(page.events) > INLINE_FOLD:
+                        await asyncio.to_thread(self._fold, page.events)
+                    else:
+                        self._fold(page.events)
+                    if len(page.events) < self.page:
+                        break
+                    cursor = page.events[-1].seq
+                # That last read saw every event up to its last_seq: none left for anyone.
+                for name in self.seqs:
+                    self.seqs[name] = max(self.seqs[name], page.last_seq)
+                if self._checkpoint_due(force=False):
+                    await asyncio.to_thread(self._save)
             return dict(self.states)
 
-    def _catch_up_sync(self) -> None:
-        if not self.projections:
-            return
-        kinds: set[str] | None = set()
-        for proj in self.projections:
-            if proj.kinds is None or kinds is None:
-                kinds = None
-            else:
-                kinds |= proj.kinds
-        top = self.store.last_seq_sync()
-        cursor = self.seq
-        while True:
-            page = self.store.read_sync(cursor, kinds=kinds, limit=self.page)
-            for event in page:
-                for proj in self.projections:
-                    name = proj.name
-                    if event.seq <= self.seqs[name]:
-                        continue
-                    if proj.kinds is None or event.kind in proj.kinds:
-                        self.states[name] = proj.apply(self.states[name], event)
-                    self.seqs[name] = event.seq
-            if len(page) < self.page:
-                break
-            cursor = page[-1].seq
-        for name in self.seqs:
-            self.seqs[name] = max(self.seqs[name], top)
-        self._maybe_checkpoint()
+    def _fold(self, events: list[Event]) -> None:
+        for event in events:
+            for proj in self.projections:
+                name = proj.name
+                if event.seq <= self.seqs[name]:
+                    continue
+                if proj.kinds is None or event.kind in proj.kinds:
+                    self.states[name] = proj.apply(self.states[name], event)
+                self.seqs[name] = event.seq
 
-    def _maybe_checkpoint(self, force: bool = False) -> None:
+    def _checkpoint_due(self, *, force: bool) -> bool:
         if self.checkpoints is None:
-            return
+            return False
         behind = max(self.seqs[n] - self._saved_seq[n] for n in self.seqs) if self.seqs else 0
         due = time.monotonic() - self._saved_at >= self.checkpoint_interval
-        if not force and behind < self.checkpoint_every and not (due and behind > 0):
-            return
+        return force or behind >= self.checkpoint_every or (due and behind > 0)
+
+    def _save(self) -> None:
+        assert self.checkpoints is not None
         for proj in self.projections:
             name = proj.name
             if self.seqs[name] != self._saved_seq[name]:
@@ -171,4 +184,5 @@ class Projector:
     async def checkpoint(self) -> None:
         """Write every projection that moved since its last checkpoint."""
         async with self._lock:
-            await asyncio.to_thread(self._maybe_checkpoint, True)
+            if self._checkpoint_due(force=True):
+                await asyncio.to_thread(self._save)

@@ -18,6 +18,9 @@ import msgspec
 
 from pulse_core.clock import Clock, SystemClock
 from pulse_core.effects import Backoff
+from pulse_core.waits import wait_signal
+
+__all__ = ["LOOP_BACKOFF", "STABLE_S", "LoopState", "LoopStatus", "Supervisor", "wait_signal"]
 
 log = logging.getLogger("pulse")
 
@@ -28,24 +31,6 @@ LOOP_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=30_000, jitter=0.1)
 
 STABLE_S = 60.0
 """A loop that ran this long before failing starts its backoff over."""
-
-
-async def wait_signal(signal: asyncio.Event, seconds: float | None) -> bool:
-    """Wait until `signal` is set or `seconds` pass (None: forever); True if it was set.
-
-    Unlike `asyncio.timeout` around `signal.wait()`, a cancellation of the caller that
-    arrives as the timeout expires is never taken for the timeout: it always propagates.
-    """
-    if signal.is_set():
-        return True
-    if seconds is not None and seconds <= 0:
-        return False
-    waiter = asyncio.ensure_future(signal.wait())
-    try:
-        done, _ = await asyncio.wait((waiter,), timeout=seconds)
-    finally:
-        waiter.cancel()
-    return bool(done)
 
 
 class LoopState(enum.Enum):

@@ -1,18 +1,40 @@
-"""The three stores: events.db (the log), vitals.db (samples), objects/ (payloads)."""
+"""The stores: the event log (an EventStore over one backend's Recorder), vitals, side state,
+and objects/ (payloads). Homes open them together through `pulse_core.open_home`."""
 
-from pulse_core.store.base import AppendResult, EventStore
-from pulse_core.store.events import SqliteEventStore
+from pulse_core.store.base import EventStore
+from pulse_core.store.events import SqliteEventStore, SqliteRecorder
 from pulse_core.store.objects import ObjectStore, digest_of, purge_payload
-from pulse_core.store.vitals import Retention, Sample, VitalsStore
+from pulse_core.store.recorder import (
+    AppendResult,
+    Page,
+    PreparedAppend,
+    PreparedDraft,
+    Recorder,
+)
+from pulse_core.store.side import SideStore, SqliteSideStore
+from pulse_core.store.url import SqliteURL, StoreURL, open_event_store, parse_store_url
+from pulse_core.store.vitals import Retention, Sample, SqliteVitalsStore, VitalsStore
 
 __all__ = [
     "AppendResult",
     "EventStore",
     "ObjectStore",
+    "Page",
+    "PreparedAppend",
+    "PreparedDraft",
+    "Recorder",
     "Retention",
     "Sample",
+    "SideStore",
     "SqliteEventStore",
+    "SqliteRecorder",
+    "SqliteSideStore",
+    "SqliteURL",
+    "SqliteVitalsStore",
+    "StoreURL",
     "VitalsStore",
     "digest_of",
+    "open_event_store",
+    "parse_store_url",
     "purge_payload",
 ]

@@ -1,54 +1,113 @@
-"""The EventStore contract that every backend honours (SQLite now, PostgreSQL later)."""
+"""The EventStore: the log as pulse uses it, the same over every backend's Recorder."""
 
 from __future__ import annotations
 
-import abc
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import msgspec
+from pulse_core.errors import InvalidEvent, StoreReadOnly
+from pulse_core.events import Event, EventDraft, check_draft, uuid7
+from pulse_core.store.recorder import AppendResult, Page, PreparedAppend, PreparedDraft, Recorder
+from pulse_core.waits import wait_signal
 
-from pulse_core.events import Event, EventDraft
+if TYPE_CHECKING:
+    from pulse_core.store.objects import ObjectStore
 
-
-class AppendResult(msgspec.Struct, frozen=True):
-    """What one append call stored.
-
-    `events` holds one stored event per draft, in draft order: newly written, or the earlier
-    event an idempotency key names. `replayed` is true when nothing new was written.
-    """
-
-    tx: str
-    events: tuple[Event, ...]
-    replayed: bool
-
-    @property
-    def last_seq(self) -> int:
-        """The highest seq among the returned events (0 for an empty append)."""
-        return max((e.seq for e in self.events), default=0)
+__all__ = ["AppendResult", "EventStore", "Page"]
 
 
-class EventStore(abc.ABC):
-    """The append-only log: one writer, a change cursor, per-key versions, idempotency keys.
+class EventStore:
+    """The append-only log: a change cursor, per-key versions, idempotency keys.
 
-    Contract (tests/core/store_contract.py checks it for every backend):
+    Contract (tests/core/store_contract.py checks it for every recorder):
     - `seq` is gap-free and increases by one per stored event, across processes.
     - `version` counts events per key from 1; `expect={key: v}` refuses the whole append with
       VersionConflict unless the key is at version v (0 = no events yet) when it commits.
     - A draft whose `idem` is already stored with the same kind, key and data returns that
-      event and writes nothing; with other content it raises IdempotencyConflict.
+      event and writes nothing; with other content it raises IdempotencyConflict. One append
+      may not repeat an `idem`.
+    - Drafts are checked against the kinds catalogue before anything is written; an
+      attachment goes to the object store and its digest to the event's `hash`.
     - An append is one transaction: all its drafts are stored, or none.
     - Stored events are never changed or deleted.
+
+    Everything above the backend lives here; `recorder` inserts and selects.
     """
 
-    @abc.abstractmethod
+    def __init__(self, recorder: Recorder, *, objects: ObjectStore | None = None) -> None:
+        self.recorder = recorder
+        self.objects = objects
+        self._signals: set[asyncio.Event] = set()
+
+    @property
+    def read_only(self) -> bool:
+        """Whether appends are refused (the store was opened read-only)."""
+        return self.recorder.read_only
+
+    # -- appending -------------------------------------------------------------------------
+
     async def append(
         self, drafts: Sequence[EventDraft], expect: Mapping[str, int] | None = None
     ) -> AppendResult:
         """Store `drafts` in one transaction, checking `expect` at commit time."""
+        if self.recorder.read_only:
+            raise StoreReadOnly(f"{self.recorder.location}: opened read-only, so appends are "
+                             "refused — open the home without read_only to write")
+        prepared: list[PreparedDraft] = []
+        idems: dict[str, int] = {}
+        for index, draft in enumerate(drafts):
+            raw = check_draft(draft, index)
+            if draft.idem is not None:
+                if draft.idem in idems:
+                    raise InvalidEvent(
+                        f"draft {index} repeats idempotency key {draft.idem!r} of draft "
+                        f"{idems[draft.idem]} in the same append")
+                idems[draft.idem] = index
+            digest = None
+            if draft.attachment is not None:
+                if self.objects is None:
+                    raise InvalidEvent(f"draft {index}: has an attachment but no object store")
+                digest = await self.objects.put(draft.attachment)
+            prepared.append(PreparedDraft(uuid7(), draft.kind, draft.key, draft.origin,
+                                          draft.cause, draft.idem, raw, digest))
+        checked: dict[str, int] = {}
+        if expect:
+            for key, version in expect.items():
+                if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+                    raise InvalidEvent(f"expect[{key!r}] = {version!r}: must be an int >= 0")
+                checked[key] = version
+        append = PreparedAppend(uuid7(), tuple(prepared), checked)
+        try:
+            result = await self.recorder.insert(append)
+        except asyncio.CancelledError:
+            self._wake()  # the insert may have committed: let subscribers look
+            raise
+        if result.events and not result.replayed:
+            self._wake()
+        return result
 
-    @abc.abstractmethod
+    def _wake(self) -> None:
+        for signal in self._signals:
+            signal.set()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def read_page(
+        self,
+        after_seq: int = 0,
+        *,
+        kinds: Iterable[str] | None = None,
+        key: str | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        """Stored events with seq > after_seq, oldest first, optionally filtered, and the
+        log's newest seq in the same read (see Page)."""
+        kind_list = None if kinds is None else list(kinds)
+        if kind_list is not None and not kind_list:
+            return Page([], await self.recorder.last_seq())
+        return await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit)
+
     async def read(
         self,
         after_seq: int = 0,
@@ -58,41 +117,19 @@ class EventStore(abc.ABC):
         limit: int | None = None,
     ) -> list[Event]:
         """Stored events with seq > after_seq, oldest first, optionally filtered."""
+        kind_list = None if kinds is None else list(kinds)
+        if kind_list is not None and not kind_list:
+            return []
+        page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit)
+        return page.events
 
-    @abc.abstractmethod
-    def read_sync(
-        self,
-        after_seq: int = 0,
-        *,
-        kinds: Iterable[str] | None = None,
-        key: str | None = None,
-        limit: int | None = None,
-    ) -> list[Event]:
-        """`read` as a blocking call, for worker threads that fold large histories."""
-
-    @abc.abstractmethod
     async def head(self, key: str) -> int:
         """The current version of `key` (0 when it has no events)."""
+        return await self.recorder.head(key)
 
-    @abc.abstractmethod
     async def last_seq(self) -> int:
         """The seq of the newest stored event (0 for an empty log)."""
-
-    @abc.abstractmethod
-    def last_seq_sync(self) -> int:
-        """`last_seq` as a blocking call, for worker threads."""
-
-    @abc.abstractmethod
-    def subscribe(self) -> asyncio.Event:
-        """An asyncio.Event set after every commit in this process; clear it after waking."""
-
-    @abc.abstractmethod
-    def unsubscribe(self, signal: asyncio.Event) -> None:
-        """Stop setting a signal returned by `subscribe`."""
-
-    @abc.abstractmethod
-    async def close(self) -> None:
-        """Finish pending appends and release the database."""
+        return await self.recorder.last_seq()
 
     async def changes(
         self,
@@ -104,26 +141,41 @@ class EventStore(abc.ABC):
     ) -> AsyncIterator[Event]:
         """Every event after `after_seq`, then each new one as it commits, forever.
 
-        Commits in this process wake the cursor at once; commits by other processes are seen
-        within `poll_interval` seconds.
+        Commits through this store wake the cursor at once; commits by other processes are
+        seen within `poll_interval` seconds.
         """
-        kinds_list = list(kinds) if kinds is not None else None
+
+        kind_list = list(kinds) if kinds is not None else None
         signal = self.subscribe()
         try:
             cursor = after_seq
             while True:
                 signal.clear()
-                top = await self.last_seq() if kinds_list is not None else 0
-                page = await self.read(cursor, kinds=kinds_list, limit=batch)
-                for event in page:
+                page = await self.read_page(cursor, kinds=kind_list, limit=batch)
+                for event in page.events:
                     cursor = event.seq
                     yield event
-                if len(page) == batch:
+                if len(page.events) == batch:
                     continue
-                # Every event up to `top` was visible to that read: skip past filtered ones.
-                cursor = max(cursor, top)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(poll_interval):
-                        await signal.wait()
+                # Every event up to `last_seq` was visible to that read: skip filtered ones.
+                cursor = max(cursor, page.last_seq)
+                await wait_signal(signal, poll_interval)
         finally:
             self.unsubscribe(signal)
+
+    # -- notification and lifecycle ----------------------------------------------------------
+
+    def subscribe(self) -> asyncio.Event:
+        """An asyncio.Event set after every append through this store that wrote something;
+        clear it after waking."""
+        signal = asyncio.Event()
+        self._signals.add(signal)
+        return signal
+
+    def unsubscribe(self, signal: asyncio.Event) -> None:
+        """Stop setting a signal returned by `subscribe`."""
+        self._signals.discard(signal)
+
+    async def close(self) -> None:
+        """Finish pending appends and release the backend."""
+        await self.recorder.close()

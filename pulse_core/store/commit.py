@@ -1,16 +1,14 @@
-"""One group commit of events.db: the requests it carries, checked and staged in order."""
+"""One group commit of events.db: the appends it carries, checked and staged in order."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pulse_core.errors import IdempotencyConflict, VersionConflict
-from pulse_core.events import Event, EventDraft, decode_data, uuid7
-from pulse_core.store.base import AppendResult
+from pulse_core.events import Event, decode_data
+from pulse_core.store.recorder import AppendResult, PreparedAppend
 
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -29,22 +27,17 @@ def row_event(row: Sequence[Any]) -> Event:
                  row[9], decode_data(row[10]), row[11])
 
 
-@dataclass
-class Request:
-    """One append call waiting for the writer: its checked drafts, expectations, future."""
-
-    drafts: list[tuple[EventDraft, bytes, str | None]]
-    expect: dict[str, int]
-    future: asyncio.Future[AppendResult]
-    tx: str = field(default_factory=uuid7)
-
-
 class Batch:
-    """The state of one group-commit transaction, shared by the requests it carries."""
+    """The state of one group-commit transaction, shared by the appends it carries.
 
-    def __init__(self, conn: sqlite3.Connection, next_seq: int) -> None:
+    `known` holds key versions read in earlier transactions of this connection and still
+    current (the caller drops it when another connection may have written).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, next_seq: int, known: Mapping[str, int]) -> None:
         self.conn = conn
         self.next_seq = next_seq
+        self.known = known
         self.heads: dict[str, int] = {}
         self.idem: dict[str, Row] = {}
         self.rows: list[Row] = []
@@ -52,8 +45,11 @@ class Batch:
     def head(self, key: str) -> int:
         version = self.heads.get(key)
         if version is None:
+            version = self.known.get(key)
+        if version is None:
             found = self.conn.execute("SELECT version FROM heads WHERE key = ?", (key,)).fetchone()
-            version = self.heads[key] = found[0] if found else 0
+            version = found[0] if found else 0
+        self.heads[key] = version
         return version
 
     def stored_by_idem(self, idem: str) -> Sequence[Any] | None:
@@ -65,40 +61,51 @@ class Batch:
         ).fetchone()
         return found
 
-    def apply(self, req: Request, now: int) -> AppendResult:
-        """Stage one request into this batch, or raise without staging anything."""
-        stored: list[Event | None] = []
-        for draft, raw, _ in req.drafts:
-            prior = self.stored_by_idem(draft.idem) if draft.idem is not None else None
+    def apply(self, append: PreparedAppend, now: int) -> AppendResult:
+        """Stage one append into this batch, or raise without staging anything."""
+        stored: list[Event | None] = [None] * len(append.drafts)
+        replays = 0
+        for index, draft in enumerate(append.drafts):
+            if draft.idem is None:
+                continue
+            prior = self.stored_by_idem(draft.idem)
             if prior is None:
-                stored.append(None)
-            elif (prior[2], prior[3], bytes(prior[10])) == (draft.kind, draft.key, raw):
-                stored.append(row_event(prior))
-            else:
-                raise IdempotencyConflict(str(draft.idem), prior[0])
-        if req.drafts and all(e is not None for e in stored):
-            return AppendResult(req.tx, tuple(e for e in stored if e is not None), True)
-        for key, expected in req.expect.items():
+                continue
+            if (prior[2], prior[3], bytes(prior[10])) != (draft.kind, draft.key, draft.data):
+                raise IdempotencyConflict(draft.idem, prior[0])
+            stored[index] = row_event(prior)
+            replays += 1
+        if append.drafts and replays == len(append.drafts):
+            return AppendResult(append.tx, tuple(e for e in stored if e is not None), True)
+        for key, expected in append.expect.items():
             actual = self.head(key)
             if actual != expected:
                 raise VersionConflict(key, expected, actual)
-        heads: dict[str, int] = {}
+        versions: dict[str, int] = {}
         rows: list[Row] = []
         events: list[Event] = []
         seq = self.next_seq
-        for (draft, raw, digest), prior_event in zip(req.drafts, stored, strict=True):
+        for draft, prior_event in zip(append.drafts, stored, strict=True):
             if prior_event is not None:
                 events.append(prior_event)
                 continue
-            version = heads.get(draft.key, self.head(draft.key)) + 1
-            heads[draft.key] = version
-            row: Row = (seq, uuid7(), draft.kind, draft.key, version, now, draft.origin,
-                         draft.cause, req.tx, draft.idem, raw, digest)
+            version = versions.get(draft.key) or self.head(draft.key)
+            version += 1
+            versions[draft.key] = version
+            row: Row = (seq, draft.id, draft.kind, draft.key, version, now, draft.origin,
+                        draft.cause, append.tx, draft.idem, draft.data, draft.hash)
             rows.append(row)
             events.append(row_event(row))
             seq += 1
         self.next_seq = seq
-        self.heads.update(heads)
+        self.heads.update(versions)
         self.rows.extend(rows)
         self.idem.update((r[9], r) for r in rows if r[9] is not None)
-        return AppendResult(req.tx, tuple(events), False)
+        return AppendResult(append.tx, tuple(events), False)
+
+    def write(self) -> None:
+        """Insert the staged rows and move the heads of the keys they touch."""
+        if self.rows:
+            self.conn.executemany(INSERT, self.rows)
+            written = {r[3] for r in self.rows}
+            self.conn.executemany(UPSERT_HEAD, [(k, self.heads[k]) for k in written])

@@ -3,25 +3,38 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pulse_core.clock import Clock, SystemClock
 from pulse_core.errors import (
     IdempotencyConflict,
-    InvalidEvent,
     StoreClosed,
+    StoreError,
+    StoreReadOnly,
     VersionConflict,
 )
-from pulse_core.events import Event, EventDraft, check_draft
-from pulse_core.store.base import AppendResult, EventStore
-from pulse_core.store.commit import COLUMNS, INSERT, UPSERT_HEAD, Batch, Request, row_event
+from pulse_core.store.base import EventStore
+from pulse_core.store.commit import COLUMNS, Batch, row_event
 from pulse_core.store.objects import ObjectStore
-from pulse_core.store.sqlite import open_database, sqlite_errors
+from pulse_core.store.recorder import AppendResult, Page, PreparedAppend, Recorder
+from pulse_core.store.sqlite import (
+    ReadOnlyConnection,
+    WriterThread,
+    open_database,
+    reject,
+    resolve,
+    sqlite_errors,
+)
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -48,204 +61,208 @@ CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'pulse events are append-only: DELETE refused'); END
 """
 
-class SqliteEventStore(EventStore):
-    """events.db: append-only, gap-free seq, per-key versions checked in a `heads` table.
+_KNOWN_HEADS = 16_384  # key versions the writer remembers between transactions
+_Outcome = AppendResult | Exception
 
-    Appends from any number of coroutines are queued to one writer thread that commits them
-    in groups: many drafts, one fsync. Reads use their own connections in worker threads.
+
+@dataclass
+class _Request:
+    append: PreparedAppend
+    future: asyncio.Future[AppendResult]
+
+
+class SqliteRecorder(Recorder):
+    """events.db: append-only, gap-free seq, per-key versions kept in a `heads` table.
+
+    Inserts from any number of coroutines go to one writer thread that commits them in
+    groups: many appends, one fsync. Selects use their own connections in worker threads.
     `busy_timeout` (seconds) is how long a write waits for another process's lock before
-    StoreUnavailable.
+    StoreUnavailable. Read-only, the file is opened for reading only and never created.
     """
 
     def __init__(
         self,
         path: str | Path,
         *,
+        read_only: bool = False,
         synchronous: str = "FULL",
         clock: Clock | None = None,
-        objects: ObjectStore | None = None,
         max_batch: int = 4096,
         busy_timeout: float = 10.0,
     ) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
+        self.read_only = read_only
         self.busy_timeout = busy_timeout
         self.clock: Clock = clock or SystemClock()
-        self.objects = objects
         self._synchronous = synchronous
         self._max_batch = max_batch
-        self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="pulse-events-writer")
+        self._writer: WriterThread | None = None
         self._reader_pool = ThreadPoolExecutor(2, thread_name_prefix="pulse-events-reader")
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: list[sqlite3.Connection | ReadOnlyConnection] = []
         self._readers_lock = threading.Lock()
-        self._wconn: sqlite3.Connection | None = None
-        self._queue: asyncio.Queue[Request | None] | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._signals: set[asyncio.Event] = set()
         self._closed = False
+        # The writer connection and what it remembers; touched only in the writer thread.
+        self._wconn: sqlite3.Connection | None = None
+        self._data_version = -1
+        self._next_seq = 0
+        self._heads: dict[str, int] = {}
+        # Appends waiting for the writer; touched only on the event loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._committing = False
+        self._idle: asyncio.Event | None = None
 
     @classmethod
-    async def open(cls, path: str | Path, **options: Any) -> SqliteEventStore:
-        """Open (or create) events.db at `path`; raises a StoreError if it is not usable."""
-        store = cls(path, **options)
-        await store._start()
-        return store
+    async def open(cls, path: str | Path, **options: Any) -> SqliteRecorder:
+        """Open events.db at `path` (creating it unless read-only); raises a StoreError if it
+        is not usable. `options` are the constructor's."""
+        recorder = cls(path, **options)
+        await recorder.start()
+        return recorder
 
-    async def _start(self) -> None:
+    async def start(self) -> None:
+        """Open the file: the writer connection, or (read-only) a first checked reader."""
         loop = asyncio.get_running_loop()
-        self._wconn = await loop.run_in_executor(
-            self._writer_pool,
-            lambda: open_database(
+        if self.read_only:
+            if not self.path.is_file():
+                raise StoreError(f"{self.path} does not exist: there is no event log to read")
+            await loop.run_in_executor(self._reader_pool, self._read, lambda conn: None)
+            return
+        writer = WriterThread("pulse-events-writer")
+        try:
+            self._wconn = await writer.call(lambda: open_database(
                 self.path, schema=SCHEMA, schema_version=SCHEMA_VERSION,
-                synchronous=self._synchronous, purpose="event log",
-                timeout=self.busy_timeout,
-            ),
-        )
-        self._queue = asyncio.Queue()
-        self._writer = asyncio.create_task(self._write_loop(), name="pulse-events-writer")
+                synchronous=self._synchronous, purpose="event log", timeout=self.busy_timeout))
+        except BaseException:
+            await writer.stop()
+            raise
+        self._writer = writer
+        self._loop = loop
+        self._idle = asyncio.Event()
+        self._idle.set()
 
-    # -- appending -------------------------------------------------------------------------
+    # -- inserting -------------------------------------------------------------------------
 
-    async def append(
-        self, drafts: Sequence[EventDraft], expect: Mapping[str, int] | None = None
-    ) -> AppendResult:
-        if self._closed or self._queue is None or self._writer is None or self._writer.done():
-            raise StoreClosed(f"{self.path}: append after close (or after its writer stopped)")
-        prepared: list[tuple[EventDraft, bytes, str | None]] = []
-        idems: dict[str, int] = {}
-        for index, draft in enumerate(drafts):
-            raw = check_draft(draft, index)
-            if draft.idem is not None:
-                if draft.idem in idems:
-                    raise InvalidEvent(
-                        f"draft {index} repeats idempotency key {draft.idem!r} of draft "
-                        f"{idems[draft.idem]} in the same append")
-                idems[draft.idem] = index
-            digest = None
-            if draft.attachment is not None:
-                if self.objects is None:
-                    raise InvalidEvent(f"draft {index}: has an attachment but no object store")
-                digest = await self.objects.put(draft.attachment)
-            prepared.append((draft, raw, digest))
-        for key, version in (expect or {}).items():
-            if not isinstance(version, int) or version < 0:
-                raise InvalidEvent(f"expect[{key!r}] = {version!r}: must be an int >= 0")
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(Request(prepared, dict(expect or {}), future))
+    async def insert(self, append: PreparedAppend) -> AppendResult:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path}: opened read-only, so appends are refused — open "
+                             "the home without read_only to write")
+        if self._closed or self._loop is None:
+            raise StoreClosed(f"{self.path}: append after close (or before open)")
+        future: asyncio.Future[AppendResult] = self._loop.create_future()
+        self._pending.append(_Request(append, future))
+        if not self._committing:
+            self._submit()
         return await future
 
-    async def _write_loop(self) -> None:
+    def _submit(self) -> None:
+        """Hand the next group of waiting appends to the writer thread (on the loop)."""
+        batch: list[_Request] = []
+        size = 0
+        while self._pending and size < self._max_batch:
+            req = self._pending.popleft()
+            if not req.future.done():  # a cancelled append is never written
+                batch.append(req)
+                size += len(req.append.drafts)
+        assert self._idle is not None and self._writer is not None
+        self._committing = bool(batch)
+        if not batch:
+            self._idle.set()
+            return
+        self._idle.clear()
+        self._writer.submit(lambda: self._commit_and_deliver(batch))
+
+    def _commit_and_deliver(self, batch: list[_Request]) -> None:
+        """In the writer thread: commit `batch`, then hand the outcomes back to the loop."""
+        outcomes: list[_Outcome] | Exception
         try:
-            await self._write_batches()
-        finally:
-            # Cancelled or closed: whoever still waits must hear so, not hang.
-            assert self._queue is not None
-            while not self._queue.empty():
-                req = self._queue.get_nowait()
-                if req is not None and not req.future.done():
-                    req.future.set_exception(StoreClosed(f"{self.path}: the writer stopped"))
+            outcomes = self._commit([req.append for req in batch])
+        except Exception as exc:
+            outcomes = exc
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            self._loop.call_soon_threadsafe(self._deliver, batch, outcomes)
 
-    async def _write_batches(self) -> None:
-        assert self._queue is not None
-        loop = asyncio.get_running_loop()
-        closing = False
-        while not closing:
-            first = await self._queue.get()
-            if first is None:
-                break
-            batch, size = [first], len(first.drafts)
-            while size < self._max_batch and not self._queue.empty():
-                nxt = self._queue.get_nowait()
-                if nxt is None:
-                    closing = True
-                    break
-                batch.append(nxt)
-                size += len(nxt.drafts)
-            try:
-                outcomes = await loop.run_in_executor(self._writer_pool, self._commit, batch)
-            except asyncio.CancelledError:
-                for req in batch:  # the commit may still land; its outcome cannot be told
-                    if not req.future.done():
-                        req.future.set_exception(StoreClosed(
-                            f"{self.path}: the writer stopped during this append; re-read "
-                            "the log to see whether it was stored"))
-                raise
-            except Exception as exc:
-                for req in batch:
-                    if not req.future.done():
-                        req.future.set_exception(exc)
-                continue
-            wrote = False
-            for req, outcome in zip(batch, outcomes, strict=True):
-                if req.future.done():
-                    continue
-                if isinstance(outcome, Exception):
-                    req.future.set_exception(outcome)
-                else:
-                    wrote = wrote or not outcome.replayed
-                    req.future.set_result(outcome)
-            if wrote:
-                for signal in self._signals:
-                    signal.set()
+    def _deliver(self, batch: list[_Request], outcomes: list[_Outcome] | Exception) -> None:
+        """On the loop: settle the futures of one commit and start the next."""
+        for index, req in enumerate(batch):
+            outcome = outcomes if isinstance(outcomes, Exception) else outcomes[index]
+            if isinstance(outcome, Exception):
+                reject(req.future, outcome)
+            else:
+                resolve(req.future, outcome)
+        self._submit()
 
-    def _commit(self, batch: list[Request]) -> list[AppendResult | Exception]:
+    def _commit(self, appends: list[PreparedAppend]) -> list[_Outcome]:
         conn = self._wconn
-        assert conn is not None
+        if conn is None:
+            raise StoreClosed(f"{self.path}: the writer is closed")
         with sqlite_errors(self.path):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                next_seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()
-                staged = Batch(conn, next_seq[0])
+                # Another connection's commit changes data_version: then seq and heads are
+                # read again; otherwise what this writer knows is still the truth.
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._data_version:
+                    self._next_seq = conn.execute(
+                        "SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0]
+                    self._heads.clear()
+                    self._data_version = version
+                staged = Batch(conn, self._next_seq, self._heads)
                 now = self.clock.now_ms()
-                outcomes: list[AppendResult | Exception] = []
-                for req in batch:
+                outcomes: list[_Outcome] = []
+                for append in appends:
                     try:
-                        outcomes.append(staged.apply(req, now))
+                        outcomes.append(staged.apply(append, now))
                     except (VersionConflict, IdempotencyConflict) as exc:
                         outcomes.append(exc)
-                if staged.rows:
-                    conn.executemany(INSERT, staged.rows)
-                    written = {r[3] for r in staged.rows}
-                    conn.executemany(UPSERT_HEAD, [(k, staged.heads[k]) for k in written])
+                staged.write()
                 conn.execute("COMMIT")
             except BaseException:
+                self._data_version = -1  # read everything again next time
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+        self._next_seq = staged.next_seq
+        if len(self._heads) + len(staged.heads) > _KNOWN_HEADS:
+            self._heads.clear()
+        self._heads.update(staged.heads)
         return outcomes
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- selecting -------------------------------------------------------------------------
 
-    def _reader(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn(connection)` on this reader thread's own connection."""
+        reader: sqlite3.Connection | ReadOnlyConnection | None = getattr(
+            self._local, "reader", None)
+        if reader is None:
             if self._closed:
                 raise StoreClosed(f"{self.path}: read after close")
-            with sqlite_errors(self.path):
-                conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
-                                       isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA query_only=ON")
-            self._local.conn = conn
+            if self.read_only:
+                reader = ReadOnlyConnection(self.path, schema_version=SCHEMA_VERSION,
+                                            purpose="event log", timeout=self.busy_timeout)
+            else:
+                with sqlite_errors(self.path):
+                    reader = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                                             isolation_level=None, check_same_thread=False)
+                    reader.execute("PRAGMA query_only=ON")
+            self._local.reader = reader
             with self._readers_lock:
-                self._readers.append(conn)
-        return conn
+                self._readers.append(reader)
+        if isinstance(reader, ReadOnlyConnection):
+            return reader.read(fn)
+        with sqlite_errors(self.path):
+            return fn(reader)
 
-    def read_sync(
-        self,
-        after_seq: int = 0,
-        *,
-        kinds: Iterable[str] | None = None,
-        key: str | None = None,
-        limit: int | None = None,
-    ) -> list[Event]:
+    def _select(self, after_seq: int, kinds: Sequence[str] | None, key: str | None,
+                limit: int | None) -> Page:
         sql = f"SELECT {COLUMNS} FROM events WHERE seq > ?"
         args: list[Any] = [after_seq]
         if kinds is not None:
-            kind_list = list(kinds)
-            if not kind_list:
-                return []
-            sql += f" AND kind IN ({','.join('?' * len(kind_list))})"
-            args.extend(kind_list)
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
         if key is not None:
             sql += " AND key = ?"
             args.append(key)
@@ -253,74 +270,116 @@ class SqliteEventStore(EventStore):
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
-        with sqlite_errors(self.path):
-            rows = self._reader().execute(sql, args).fetchall()
-        return [row_event(r) for r in rows]
 
-    async def _in_reader(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def rows_and_last(conn: sqlite3.Connection) -> tuple[list[Any], int]:
+            conn.execute("BEGIN")  # one snapshot for the rows and the newest seq
+            try:
+                rows = conn.execute(sql, args).fetchall()
+                last = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+            finally:
+                conn.execute("COMMIT")
+            return rows, int(last)
+
+        rows, last = self._read(rows_and_last)
+        return Page([row_event(r) for r in rows], last)
+
+    def _head(self, key: str) -> int:
+        row = self._read(lambda conn: conn.execute(
+            "SELECT version FROM heads WHERE key = ?", (key,)).fetchone())
+        return int(row[0]) if row else 0
+
+    def _last_seq(self) -> int:
+        row = self._read(lambda conn: conn.execute(
+            "SELECT coalesce(max(seq), 0) FROM events").fetchone())
+        return int(row[0])
+
+    async def _in_reader(self, fn: Any, *args: Any) -> Any:
         if self._closed:
             raise StoreClosed(f"{self.path}: read after close")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._reader_pool, lambda: fn(*args, **kwargs))
+        return await asyncio.get_running_loop().run_in_executor(self._reader_pool, fn, *args)
 
-    async def read(
+    async def select(
         self,
         after_seq: int = 0,
         *,
-        kinds: Iterable[str] | None = None,
+        kinds: Sequence[str] | None = None,
         key: str | None = None,
         limit: int | None = None,
-    ) -> list[Event]:
-        events: list[Event] = await self._in_reader(
-            self.read_sync, after_seq, kinds=None if kinds is None else list(kinds),
-            key=key, limit=limit,
-        )
-        return events
-
-    def head_sync(self, key: str) -> int:
-        """`head` as a blocking call."""
-        with sqlite_errors(self.path):
-            row = self._reader().execute(
-                "SELECT version FROM heads WHERE key = ?", (key,)
-            ).fetchone()
-        return int(row[0]) if row else 0
+    ) -> Page:
+        page: Page = await self._in_reader(
+            self._select, after_seq, None if kinds is None else tuple(kinds), key, limit)
+        return page
 
     async def head(self, key: str) -> int:
-        version: int = await self._in_reader(self.head_sync, key)
+        version: int = await self._in_reader(self._head, key)
         return version
 
-    def last_seq_sync(self) -> int:
-        with sqlite_errors(self.path):
-            row = self._reader().execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
-        return int(row[0])
-
     async def last_seq(self) -> int:
-        seq: int = await self._in_reader(self.last_seq_sync)
+        seq: int = await self._in_reader(self._last_seq)
         return seq
 
-    # -- notification and lifecycle ----------------------------------------------------------
-
-    def subscribe(self) -> asyncio.Event:
-        signal = asyncio.Event()
-        self._signals.add(signal)
-        return signal
-
-    def unsubscribe(self, signal: asyncio.Event) -> None:
-        self._signals.discard(signal)
+    # -- lifecycle ---------------------------------------------------------------------------
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._queue is not None and self._writer is not None:
-            self._queue.put_nowait(None)
-            await self._writer
-        loop = asyncio.get_running_loop()
-        if self._wconn is not None:
-            await loop.run_in_executor(self._writer_pool, self._wconn.close)
-        self._writer_pool.shutdown(wait=True)
+        if self._idle is not None:
+            await self._idle.wait()  # appends already handed in are committed first
+        if self._writer is not None:
+            conn, self._wconn = self._wconn, None
+            if conn is not None:
+                await self._writer.call(conn.close)
+            await self._writer.stop()
         self._reader_pool.shutdown(wait=True)
         with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
+            for reader in self._readers:
+                reader.close()
             self._readers.clear()
+
+
+class SqliteEventStore(EventStore):
+    """The EventStore over a SqliteRecorder at `path`: what `open_home` opens for a
+    `sqlite://` store URL, and the short way to open a log file directly."""
+
+    recorder: SqliteRecorder
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        synchronous: str = "FULL",
+        clock: Clock | None = None,
+        objects: ObjectStore | None = None,
+        max_batch: int = 4096,
+        busy_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(
+            SqliteRecorder(path, read_only=read_only, synchronous=synchronous, clock=clock,
+                           max_batch=max_batch, busy_timeout=busy_timeout),
+            objects=objects)
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        synchronous: str = "FULL",
+        clock: Clock | None = None,
+        objects: ObjectStore | None = None,
+        max_batch: int = 4096,
+        busy_timeout: float = 10.0,
+    ) -> SqliteEventStore:
+        """Open events.db at `path` (created unless `read_only`); raises a StoreError if it
+        is not usable."""
+        store = cls(path, read_only=read_only, synchronous=synchronous, clock=clock,
+                    objects=objects, max_batch=max_batch, busy_timeout=busy_timeout)
+        await store.recorder.start()
+        return store
+
+    @property
+    def path(self) -> Path:
+        """The events.db file."""
+        return self.recorder.path

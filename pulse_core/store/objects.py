@@ -10,7 +10,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from pulse_core.errors import ObjectMissing, StoreUnavailable
+from pulse_core.errors import ObjectMissing, StoreReadOnly, StoreUnavailable
 from pulse_core.events import Event, EventDraft
 from pulse_core.store.base import EventStore
 
@@ -27,12 +27,19 @@ class ObjectStore:
 
     A put writes a temporary file, fsyncs it and renames it into place, so a reader never
     sees half an object. Purging deletes the bytes; the events that name the digest stay
-    (see `pulse_core.purge_payload`).
+    (see `pulse_core.purge_payload`). Read-only, the folder is neither created nor written.
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, read_only: bool = False) -> None:
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def _refuse_if_read_only(self, digest: str) -> None:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.root}: opened read-only, so object {digest} cannot be "
+                             "written or deleted — open the home without read_only")
 
     def path_of(self, digest: str) -> Path:
         """Where the object named `digest` lives (whether or not it exists)."""
@@ -46,6 +53,7 @@ class ObjectStore:
         target = self.path_of(digest)
         if target.exists():
             return digest
+        self._refuse_if_read_only(digest)
         try:
             target.parent.mkdir(exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
@@ -83,6 +91,7 @@ class ObjectStore:
 
     def delete_sync(self, digest: str) -> bool:
         """Remove the bytes named `digest`; False when they were already gone."""
+        self._refuse_if_read_only(digest)
         try:
             self.path_of(digest).unlink()
         except FileNotFoundError:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from pulse_core.clock import Clock, SystemClock
-from pulse_core.errors import StoreClosed, StoreUnavailable
-from pulse_core.store.sqlite import open_database, sqlite_errors
+from pulse_core.errors import StoreClosed, StoreReadOnly
+from pulse_core.store.sqlite import ReadOnlyConnection, open_database, sqlite_errors
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS side (
@@ -51,13 +53,16 @@ class SideStore(Protocol):
 
 
 class SqliteSideStore:
-    """The side store in one SQLite file, written from one worker thread."""
+    """The side store in one SQLite file, written from one worker thread. Expired values
+    are removed on the next write. Read-only, the file is neither created nor written; an
+    absent file reads as empty."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, pool: ThreadPoolExecutor,
-                 clock: Clock) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection | ReadOnlyConnection,
+                 pool: ThreadPoolExecutor, clock: Clock, read_only: bool = False) -> None:
         self.path = path
         self.clock = clock
-        self._conn: sqlite3.Connection | None = conn
+        self.read_only = read_only
+        self._conn: sqlite3.Connection | ReadOnlyConnection | None = conn
         self._pool = pool
 
     @classmethod
@@ -77,49 +82,66 @@ class SqliteSideStore:
         except BaseException:
             pool.shutdown(wait=False)
             raise
-        return cls(path, conn, pool, clock or SystemClock())
+        return cls(path, conn, pool, clock or SystemClock(), read_only)
 
-    async def _run(self, fn: object, *args: object) -> object:
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._conn is None:
             raise StoreClosed(f"{self.path}: used after close")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, fn, *args)  # type: ignore[arg-type]
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _get_all(self, namespace: str, now: int) -> dict[str, bytes]:
-        assert self._conn is not None
-        with sqlite_errors(self.path):
-            rows = self._conn.execute(
+        def select(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(
                 "SELECT key, value FROM side WHERE namespace = ? "
                 "AND (expires_at IS NULL OR expires_at > ?)", (namespace, now)).fetchall()
+
+        conn = self._conn
+        assert conn is not None
+        if isinstance(conn, ReadOnlyConnection):
+            rows = conn.read(select)
+        else:
+            with sqlite_errors(self.path):
+                rows = select(conn)
         return {key: bytes(value) for key, value in rows}
 
     async def get_all(self, namespace: str) -> dict[str, bytes]:
-        result = await self._run(self._get_all, namespace, self.clock.now_ms())
-        assert isinstance(result, dict)
-        return result
+        return await self._run(self._get_all, namespace, self.clock.now_ms())
 
-    def _write(self, sql: str, rows: list[tuple[object, ...]]) -> None:
-        assert self._conn is not None
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path}: opened read-only, so side state cannot be "
+                             "written — open the home without read_only")
+
+    def _write(self, sql: str, rows: list[tuple[Any, ...]], now: int) -> None:
+        conn = self._conn
+        assert isinstance(conn, sqlite3.Connection)  # read-only stores refuse writes first
         with sqlite_errors(self.path):
-            self._conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.executemany(sql, rows)
-                self._conn.execute("COMMIT")
+                conn.executemany(sql, rows)
+                conn.execute("DELETE FROM side WHERE expires_at <= ?", (now,))
+                conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
 
     async def put(self, namespace: str, items: Mapping[str, bytes],
                   ttl_ms: int | None = None) -> None:
-        expires = None if ttl_ms is None else self.clock.now_ms() + ttl_ms
-        rows: list[tuple[object, ...]] = [(namespace, k, v, expires) for k, v in items.items()]
+        self._refuse_if_read_only()
+        now = self.clock.now_ms()
+        expires = None if ttl_ms is None else now + ttl_ms
+        rows = [(namespace, k, bytes(v), expires) for k, v in items.items()]
         if rows:
-            await self._run(self._write, "INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?)", rows)
+            await self._run(self._write, "INSERT OR REPLACE INTO side VALUES (?, ?, ?, ?)",
+                            rows, now)
 
     async def delete(self, namespace: str, keys: Iterable[str]) -> None:
-        rows: list[tuple[object, ...]] = [(namespace, k) for k in keys]
+        self._refuse_if_read_only()
+        rows = [(namespace, k) for k in keys]
         if rows:
-            await self._run(self._write, "DELETE FROM side WHERE namespace = ? AND key = ?", rows)
+            await self._run(self._write, "DELETE FROM side WHERE namespace = ? AND key = ?",
+                            rows, self.clock.now_ms())
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -128,14 +150,13 @@ class SqliteSideStore:
         self._pool.shutdown(wait=True)
 
 
-def _open_read_only(path: Path) -> sqlite3.Connection:
-    if not path.exists():
-        conn = sqlite3.connect(":memory:", check_same_thread=False)
-        conn.executescript(SCHEMA)
-        return conn
-    try:
-        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
-                               check_same_thread=False, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(f"{path}: {exc}") from exc
+def _open_read_only(path: Path) -> sqlite3.Connection | ReadOnlyConnection:
+    """A view of `path` that writes nothing; an empty in-memory one when there is no file."""
+    if path.is_file():
+        view = ReadOnlyConnection(path, schema_version=1, purpose="side store")
+        if view.ready:
+            return view
+        view.close()
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.executescript(SCHEMA)
     return conn

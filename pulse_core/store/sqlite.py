@@ -1,13 +1,20 @@
-"""Opening pulse's SQLite files: identity and schema checks, pragmas, typed errors."""
+"""Pulse's SQLite files: opening them (identity and schema checks, pragmas, typed errors),
+reading them without writing, and the writer thread that owns a file's write connection."""
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pulse_core.errors import NotAPulseDatabase, SchemaTooNew, StoreUnavailable
+
+T = TypeVar("T")
 
 # 'puls' in ASCII: marks a file as pulse's, so a stray database is never mistaken for ours.
 APPLICATION_ID = 0x70756C73
@@ -45,6 +52,101 @@ def sqlite_errors(path: Path) -> Iterator[None]:
         raise classify(exc, path) from exc
 
 
+def check_identity(conn: sqlite3.Connection, path: Path, *, schema_version: int,
+                   purpose: str) -> bool:
+    """Raise unless `conn` holds a pulse `purpose` this pulse can read; False when the file
+    has no tables yet (new, or created empty by someone else)."""
+    with sqlite_errors(path):
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    if app_id != APPLICATION_ID and not (app_id == 0 and tables == 0):
+        raise NotAPulseDatabase(
+            f"{path} is a SQLite database of another program (application_id {app_id:#x}), "
+            f"not a pulse {purpose} — point pulse at its own home folder"
+        )
+    if version > schema_version:
+        raise SchemaTooNew(
+            f"{path} has {purpose} schema {version}; this pulse reads up to "
+            f"{schema_version} — upgrade pulse"
+        )
+    return bool(tables)
+
+
+class ReadOnlyConnection:
+    """Reads one pulse database without writing or creating anything, beside a live writer.
+
+    While no writer has the file open (no -wal file beside it), SQLite is told the file is
+    immutable, so it needs no -wal or -shm of its own; a read that sees the file change under
+    it (a writer came and went, or is here now) is read again on a new connection. Once a
+    writer's -wal exists, reads go through SQLite's ordinary read-only mode, which uses the
+    writer's sidecar files. `ready` is False for a file without tables (created empty).
+    """
+
+    def __init__(self, path: Path, *, schema_version: int, purpose: str,
+                 timeout: float = 10.0) -> None:
+        self.path = path
+        self._schema_version = schema_version
+        self._purpose = purpose
+        self._timeout = timeout
+        self._conn: sqlite3.Connection | None = None
+        self._stamp: tuple[bool, int, int, int] | None = None
+        self.ready = False
+        self.read(lambda conn: None)
+
+    def _now(self) -> tuple[bool, int, int, int]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            raise StoreUnavailable(f"{self.path}: the file is gone — was the home moved?") from None
+        wal = Path(f"{self.path}-wal").exists()
+        return wal, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _connect(self, stamp: tuple[bool, int, int, int]) -> sqlite3.Connection:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        mode = "ro" if stamp[0] else "ro&immutable=1"
+        with sqlite_errors(self.path):
+            conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode={mode}", uri=True,
+                                   timeout=self._timeout, isolation_level=None,
+                                   check_same_thread=False)
+        try:
+            with sqlite_errors(self.path):
+                conn.execute("PRAGMA query_only=ON")
+            self.ready = check_identity(conn, self.path, schema_version=self._schema_version,
+                                        purpose=self._purpose)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._stamp = conn, stamp
+        return conn
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn(connection)`, on a view of the file that did not change while it ran."""
+        while True:
+            stamp = self._now()
+            conn = self._conn
+            if conn is None or (self._stamp is not None and stamp != self._stamp
+                                and not self._stamp[0]):
+                conn = self._connect(stamp)
+            immutable = self._stamp is not None and not self._stamp[0]
+            try:
+                result = fn(conn)
+            except sqlite3.Error as exc:
+                if immutable and self._now() != stamp:
+                    continue  # the file changed under an immutable view: read again
+                raise classify(exc, self.path) from exc
+            if not immutable or self._now() == stamp:
+                return result
+
+    def close(self) -> None:
+        """Release the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
 def open_database(
     path: Path,
     *,
@@ -66,24 +168,11 @@ def open_database(
             path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
     try:
-        with sqlite_errors(path):
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if app_id != APPLICATION_ID and not (app_id == 0 and tables == 0):
-            raise NotAPulseDatabase(
-                f"{path} is a SQLite database of another program (application_id {app_id:#x}), "
-                f"not a pulse {purpose} — point pulse at its own home folder"
-            )
-        if version > schema_version:
-            raise SchemaTooNew(
-                f"{path} has {purpose} schema {version}; this pulse reads up to "
-                f"{schema_version} — upgrade pulse"
-            )
+        ready = check_identity(conn, path, schema_version=schema_version, purpose=purpose)
         with sqlite_errors(path):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            if tables == 0:
+            if not ready:
                 # Schemas use IF NOT EXISTS: two processes may create the same new file.
                 conn.executescript(
                     f"BEGIN IMMEDIATE; {schema}; PRAGMA application_id={APPLICATION_ID}; "
@@ -93,3 +182,55 @@ def open_database(
         conn.close()
         raise
     return conn
+
+
+def resolve(future: asyncio.Future[T], result: T) -> None:
+    """Set `future`'s result unless it is done (cancelled) already."""
+    if not future.done():
+        future.set_result(result)
+
+
+def reject(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Set `future`'s exception unless it is done (cancelled) already."""
+    if not future.done():
+        future.set_exception(error)
+
+
+class WriterThread:
+    """One daemon thread that runs jobs in order. A daemon, so that a program which ends
+    without closing its store still exits (a commit cut short is never acknowledged, and
+    SQLite's journal leaves the file as it was before it)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job` in the thread after the jobs before it."""
+        self._jobs.put(job)
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """`fn()` in the thread, awaited."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def job() -> None:
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the awaiting coroutine
+                loop.call_soon_threadsafe(reject, future, exc)
+            else:
+                loop.call_soon_threadsafe(resolve, future, result)
+
+        self.submit(job)
+        return await future
+
+    async def stop(self) -> None:
+        """Let the jobs already submitted finish, then end the thread."""
+        self._jobs.put(None)
+        await asyncio.to_thread(self._thread.join)

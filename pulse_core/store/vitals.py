@@ -1,19 +1,27 @@
-"""vitals.db: watcher samples by key and time, kept for a while, then collected."""
+"""Vitals: watcher samples by key and time, kept for a while, then collected.
+
+`VitalsStore` is what the engine, watchers and executors use; `SqliteVitalsStore` keeps the
+samples in HOME/vitals.db, written and read from one worker thread with the stdlib driver.
+"""
 
 from __future__ import annotations
 
+import abc
 import asyncio
-from collections.abc import Iterable
+import sqlite3
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import aiosqlite
 import msgspec
 
 from pulse_core.clock import Clock, SystemClock
-from pulse_core.errors import StoreClosed
+from pulse_core.errors import StoreClosed, StoreError
 from pulse_core.events import decode_data, encode_data
-from pulse_core.store.sqlite import open_database, sqlite_errors
+from pulse_core.store.sqlite import ReadOnlyConnection, open_database, sqlite_errors
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -55,134 +63,212 @@ class Retention(msgspec.Struct, frozen=True):
     batch: int = 5_000
 
 
-class VitalsStore:
-    """Samples per key in vitals.db. Unlike events, vitals are not history: gc removes them."""
+class VitalsStore(abc.ABC):
+    """Samples per key. Unlike events, vitals are not history: gc removes them.
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock) -> None:
-        self._conn = conn
-        self.path = path
-        self.clock = clock
-        self._lock = asyncio.Lock()
-        self._closed = False
+    Every sample gets an id larger than any before it; `cursor()` is the newest id and
+    `since(cursor)` returns what was recorded after it, so a reader sees every sample once.
+    """
+
+    #: the clock that stamps samples recorded without a `ts`
+    clock: Clock
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, synchronous: str = "NORMAL", clock: Clock | None = None
+        cls, path: str | Path, *, synchronous: str = "NORMAL", clock: Clock | None = None,
+        read_only: bool = False,
     ) -> VitalsStore:
-        """Open (or create) vitals.db at `path`; raises a StoreError if it is not usable."""
-        path = Path(path)
-        first = await asyncio.to_thread(
-            open_database, path, schema=SCHEMA, schema_version=SCHEMA_VERSION,
-            synchronous=synchronous, purpose="vitals store",
-        )
-        first.close()
-        with sqlite_errors(path):
-            conn = await aiosqlite.connect(path, timeout=10.0, isolation_level=None)
-            await conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        return cls(conn, path, clock or SystemClock())
+        """The embedded vitals store at `path` (a SqliteVitalsStore)."""
+        return await SqliteVitalsStore.open(path, synchronous=synchronous, clock=clock,
+                                            read_only=read_only)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosed(f"{self.path}: used after close")
-
+    @abc.abstractmethod
     async def record(
         self, key: str, data: Any = None, *, error: str | None = None, ts: int | None = None
     ) -> Sample:
         """Store one sample for `key` (now, unless `ts` is given)."""
-        self._check_open()
+
+    @abc.abstractmethod
+    async def window(self, key: str, since_ms: int) -> list[Sample]:
+        """Samples of `key` with ts >= since_ms, oldest first."""
+
+    @abc.abstractmethod
+    async def latest(self, keys: Iterable[str] | None = None) -> dict[str, Sample]:
+        """The newest sample of each key (of every key when `keys` is None); gc never
+        removes a key's latest reading."""
+
+    @abc.abstractmethod
+    async def since(self, cursor: int) -> tuple[int, dict[str, list[Sample]]]:
+        """(new cursor, every sample recorded after `cursor` by key, oldest first)."""
+
+    @abc.abstractmethod
+    async def cursor(self) -> int:
+        """The id of the newest sample (0 when there is none)."""
+
+    @abc.abstractmethod
+    async def gc(self, retention: Retention | None = None) -> int:
+        """Delete at most `retention.batch` expired samples; returns how many went."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the backend."""
+
+
+def _sample(key: str, ts: int, data: bytes | None, error: str | None) -> Sample:
+    return Sample(key, ts, decode_data(data), error)
+
+
+class SqliteVitalsStore(VitalsStore):
+    """vitals.db: a `samples` table, and a one-row-per-key `latest` table beside it so that
+    `latest` costs the number of keys, not the number of samples.
+
+    gc never deletes the newest row, so ids (SQLite rowids) only grow. Read-only, the file is
+    neither created nor written; an absent file reads as empty.
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection | ReadOnlyConnection,
+                 pool: ThreadPoolExecutor, clock: Clock, read_only: bool) -> None:
+        self.path = path
+        self.clock = clock
+        self.read_only = read_only
+        self._conn: sqlite3.Connection | ReadOnlyConnection | None = conn
+        self._pool = pool
+
+    @classmethod
+    async def open(
+        cls, path: str | Path, *, synchronous: str = "NORMAL", clock: Clock | None = None,
+        read_only: bool = False,
+    ) -> SqliteVitalsStore:
+        """Open vitals.db at `path` (created unless `read_only`); raises a StoreError if it
+        is not usable."""
+        path = Path(path)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="pulse-vitals")
+        loop = asyncio.get_running_loop()
+        try:
+            if read_only:
+                conn = await loop.run_in_executor(pool, _open_read_only, path)
+            else:
+                conn = await loop.run_in_executor(pool, lambda: open_database(
+                    path, schema=SCHEMA, schema_version=SCHEMA_VERSION,
+                    synchronous=synchronous, purpose="vitals store"))
+        except BaseException:
+            pool.shutdown(wait=False)
+            raise
+        return cls(path, conn, pool, clock or SystemClock(), read_only)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._conn is None:
+            raise StoreClosed(f"{self.path}: used after close")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read-only, so samples cannot be recorded "
+                             "or collected — open the home without read_only")
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        assert isinstance(conn, sqlite3.Connection)  # read-only stores refuse writes first
+        with sqlite_errors(self.path):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return result
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        conn = self._conn
+        assert conn is not None
+        if isinstance(conn, ReadOnlyConnection):
+            return conn.read(lambda c: c.execute(sql, args).fetchall())
+        with sqlite_errors(self.path):
+            return conn.execute(sql, args).fetchall()
+
+    async def record(
+        self, key: str, data: Any = None, *, error: str | None = None, ts: int | None = None
+    ) -> Sample:
+        self._refuse_if_read_only()
         raw = encode_data(data, f"vitals sample for {key!r}")
         sample = Sample(key, self.clock.now_ms() if ts is None else ts, decode_data(raw), error)
         row = (key, sample.ts, raw, error)
-        async with self._lock:
-            with sqlite_errors(self.path):
-                await self._conn.execute("BEGIN")
-                try:
-                    await self._conn.execute(
-                        "INSERT INTO samples (key, ts, data, error) VALUES (?, ?, ?, ?)", row)
-                    await self._conn.execute(
-                        "INSERT INTO latest (key, ts, data, error) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT(key) DO UPDATE SET ts = excluded.ts, data = excluded.data, "
-                        "error = excluded.error WHERE excluded.ts >= latest.ts", row)
-                    await self._conn.execute("COMMIT")
-                except BaseException:
-                    await self._conn.execute("ROLLBACK")
-                    raise
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO samples (key, ts, data, error) VALUES (?, ?, ?, ?)", row)
+            conn.execute(
+                "INSERT INTO latest (key, ts, data, error) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET ts = excluded.ts, data = excluded.data, "
+                "error = excluded.error WHERE excluded.ts >= latest.ts", row)
+
+        await self._run(self._write, insert)
         return sample
 
     async def window(self, key: str, since_ms: int) -> list[Sample]:
-        """Samples of `key` with ts >= since_ms, oldest first."""
-        self._check_open()
-        with sqlite_errors(self.path):
-            cursor = await self._conn.execute(
-                "SELECT ts, data, error FROM samples WHERE key = ? AND ts >= ? ORDER BY ts",
-                (key, since_ms),
-            )
-            rows = await cursor.fetchall()
-        return [Sample(key, r[0], decode_data(r[1]), r[2]) for r in rows]
-
-    async def cursor(self) -> int:
-        """The id of the newest sample (0 when there is none): `since` starts after it."""
-        self._check_open()
-        with sqlite_errors(self.path):
-            cursor = await self._conn.execute("SELECT coalesce(max(rowid), 0) FROM samples")
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
-
-    async def since(self, cursor: int) -> tuple[int, dict[str, list[Sample]]]:
-        """Every sample recorded after `cursor`, by key, oldest first, and the new cursor."""
-        self._check_open()
-        with sqlite_errors(self.path):
-            rows = await (await self._conn.execute(
-                "SELECT rowid, key, ts, data, error FROM samples WHERE rowid > ? ORDER BY rowid",
-                (cursor,))).fetchall()
-        found: dict[str, list[Sample]] = {}
-        for rowid, key, ts, data, error in rows:
-            found.setdefault(key, []).append(Sample(key, ts, decode_data(data), error))
-            cursor = rowid
-        return cursor, found
+        rows = await self._run(
+            self._read, "SELECT ts, data, error FROM samples WHERE key = ? AND ts >= ? "
+            "ORDER BY ts", (key, since_ms))
+        return [_sample(key, *r) for r in rows]
 
     async def latest(self, keys: Iterable[str] | None = None) -> dict[str, Sample]:
-        """The newest sample of each key (of every key when `keys` is None).
-
-        Read from a one-row-per-key table kept beside the samples, so the cost follows the
-        number of keys, not the number of samples; gc never removes a key's latest reading.
-        """
-        self._check_open()
-        with sqlite_errors(self.path):
-            cursor = await self._conn.execute("SELECT key, ts, data, error FROM latest")
-            rows = await cursor.fetchall()
+        rows = await self._run(self._read, "SELECT key, ts, data, error FROM latest")
         wanted = None if keys is None else set(keys)
-        return {r[0]: Sample(r[0], r[1], decode_data(r[2]), r[3]) for r in rows
-                if wanted is None or r[0] in wanted}
+        return {r[0]: _sample(*r) for r in rows if wanted is None or r[0] in wanted}
+
+    async def since(self, cursor: int) -> tuple[int, dict[str, list[Sample]]]:
+        rows = await self._run(
+            self._read, "SELECT rowid, key, ts, data, error FROM samples WHERE rowid > ? "
+            "ORDER BY rowid", (cursor,))
+        by_key: dict[str, list[Sample]] = {}
+        for _, key, ts, data, error in rows:
+            by_key.setdefault(key, []).append(_sample(key, ts, data, error))
+        for samples in by_key.values():
+            samples.sort(key=lambda s: s.ts)  # stable: equal times stay in recording order
+        return (rows[-1][0] if rows else cursor), by_key
+
+    async def cursor(self) -> int:
+        rows = await self._run(self._read, "SELECT coalesce(max(rowid), 0) FROM samples")
+        return int(rows[0][0])
 
     async def gc(self, retention: Retention | None = None) -> int:
-        """Delete at most `retention.batch` expired samples; returns how many went."""
-        self._check_open()
+        self._refuse_if_read_only()
         policy = retention or Retention()
         cutoff = self.clock.now_ms() - policy.max_age_ms
-        removed = 0
-        async with self._lock:
-            with sqlite_errors(self.path):
-                cursor = await self._conn.execute(
-                    "DELETE FROM samples WHERE rowid IN "
-                    "(SELECT rowid FROM samples WHERE ts < ? LIMIT ?)",
-                    (cutoff, policy.batch),
-                )
-                removed += max(cursor.rowcount, 0)
-                cursor = await self._conn.execute("SELECT key FROM latest")
-                for (key,) in await cursor.fetchall():
-                    if removed >= policy.batch:
-                        break
-                    cursor = await self._conn.execute(
-                        "DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples "
-                        "WHERE key = ? ORDER BY ts DESC LIMIT ? OFFSET ?)",
-                        (key, policy.batch - removed, policy.max_per_key),
-                    )
-                    removed += max(cursor.rowcount, 0)
-        return removed
+
+        def collect(conn: sqlite3.Connection) -> int:
+            # The newest row stays, whatever its age: SQLite gives a new row max(rowid) + 1,
+            # and deleting the newest would hand its id out again, under `since` cursors.
+            newest = "(SELECT max(rowid) FROM samples)"
+            removed = max(conn.execute(
+                f"DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples WHERE ts < ? "
+                f"AND rowid < {newest} LIMIT ?)", (cutoff, policy.batch)).rowcount, 0)
+            for (key,) in conn.execute("SELECT key FROM latest").fetchall():
+                if removed >= policy.batch:
+                    break
+                removed += max(conn.execute(
+                    f"DELETE FROM samples WHERE rowid < {newest} AND rowid IN (SELECT rowid "
+                    "FROM samples WHERE key = ? ORDER BY ts DESC LIMIT ? OFFSET ?)",
+                    (key, policy.batch - removed, policy.max_per_key)).rowcount, 0)
+            return removed
+
+        return await self._run(self._write, collect)
 
     async def close(self) -> None:
-        """Release the database."""
-        if not self._closed:
-            self._closed = True
-            await self._conn.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.get_running_loop().run_in_executor(self._pool, conn.close)
+        self._pool.shutdown(wait=True)
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection | ReadOnlyConnection:
+    """A view of `path` that writes nothing; an empty in-memory one when there is no file."""
+    if path.is_file():
+        view = ReadOnlyConnection(path, schema_version=SCHEMA_VERSION, purpose="vitals store")
+        if view.ready:
+            return view
+        view.close()
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.executescript(SCHEMA)
+    return conn

@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from pulse_core import EventDraft, ManualClock, SqliteEventStore, VitalsStore
 from pulse_core.effects import effect_draft
 from pulse_survival import Notify

@@ -1,11 +1,13 @@
-"""The EventStore contract. A backend's test module subclasses EventStoreContract and supplies
-`open_store`; every test here must pass unchanged for SQLite today and PostgreSQL tomorrow."""
+"""The store contract, through the Recorder interface. A backend's test module subclasses
+RecorderContract and supplies `open_recorder`; every test here drives an EventStore over that
+recorder and must pass unchanged for SQLite today and PostgreSQL tomorrow."""
 
 from __future__ import annotations
 
 import abc
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,21 +17,33 @@ from pulse_core import (
     EventStore,
     IdempotencyConflict,
     InvalidEvent,
+    ObjectStore,
     PayloadNotEncodable,
     StoreClosed,
+    StoreError,
     UnknownKind,
     VersionConflict,
 )
+from pulse_core.store import Recorder
 
 
 def draft(key: str = "k", n: int = 0, **kw: Any) -> EventDraft:
     return EventDraft(kw.pop("kind", "tick"), key, {"n": n}, origin=kw.pop("origin", "agent"), **kw)
 
 
-class EventStoreContract(abc.ABC):
+class RecorderContract(abc.ABC):
     @abc.abstractmethod
-    async def open_store(self, name: str = "events") -> EventStore:
-        """A store on fresh storage named `name`; opening the same name again reopens it."""
+    async def open_recorder(self, name: str = "events", *, read_only: bool = False) -> Recorder:
+        """A recorder on fresh storage named `name`; opening the same name again (in this
+        test) opens the same log, as another process would."""
+
+    @pytest.fixture(autouse=True)
+    def _objects_folder(self, tmp_path: Path) -> None:
+        self.objects_folder = tmp_path / "contract-objects"
+
+    async def open_store(self, name: str = "events", *, read_only: bool = False) -> EventStore:
+        recorder = await self.open_recorder(name, read_only=read_only)
+        return EventStore(recorder, objects=ObjectStore(self.objects_folder, read_only=read_only))
 
     @pytest.fixture
     async def store(self) -> AsyncIterator[EventStore]:
@@ -173,3 +187,96 @@ class EventStoreContract(abc.ABC):
         with pytest.raises(InvalidEvent, match="repeats idempotency key 'twice'"):
             await store.append([draft("a", idem="twice"), draft("b", idem="twice")])
         assert await store.last_seq() == 0
+
+
+    async def test_read_page_reports_the_newest_seq_beside_filtered_events(
+        self, store: EventStore
+    ) -> None:
+        await store.append([draft("a"), draft("b", kind="error"), draft("c")])
+        page = await store.read_page(kinds=["error"])
+        assert [e.seq for e in page.events] == [2] and page.last_seq == 3
+        page = await store.read_page(3)
+        assert page.events == [] and page.last_seq == 3
+        page = await store.read_page(0, limit=2)
+        assert [e.seq for e in page.events] == [1, 2] and page.last_seq == 3
+        assert (await store.read_page(kinds=[])).last_seq == 3
+
+    async def test_a_second_writer_on_the_same_log_is_seen_by_the_first(
+        self, store: EventStore
+    ) -> None:
+        other = await self.open_store()  # as another process would
+        try:
+            await store.append([draft("k", 1)])
+            await other.append([draft("k", 2), draft("j", 2)])
+            mine = await store.append([draft("k", 3)], expect={"k": 2})
+            assert (mine.events[0].seq, mine.events[0].version) == (4, 3)
+            with pytest.raises(VersionConflict):
+                await other.append([draft("k", 4)], expect={"k": 2})
+            theirs = await other.append([draft("j", 4)], expect={"j": 1})
+            assert (theirs.events[0].seq, theirs.events[0].version) == (5, 2)
+            again = await store.append([draft("k", 5, idem="once")])
+            assert (await other.append([draft("k", 5, idem="once")])).events == again.events
+        finally:
+            await other.close()
+        assert [(e.key, e.version) for e in await store.read()] == [
+            ("k", 1), ("k", 2), ("j", 1), ("k", 3), ("j", 2), ("k", 4)]
+
+    async def test_one_group_of_appends_keeps_each_outcome_apart(self, store: EventStore) -> None:
+        await store.append([draft("taken", idem="r1")])
+        outcomes = await asyncio.gather(
+            store.append([draft("x")], expect={"x": 5}),
+            store.append([draft("taken", 9, idem="r1")]),
+            store.append([draft("y")]),
+            store.append([draft("taken", idem="r1")]),
+            store.append([draft("y")], expect={"y": 0}),
+            return_exceptions=True)
+        assert isinstance(outcomes[0], VersionConflict)
+        assert isinstance(outcomes[1], IdempotencyConflict)
+        assert not isinstance(outcomes[2], BaseException) and not outcomes[2].replayed
+        assert not isinstance(outcomes[3], BaseException) and outcomes[3].replayed
+        assert isinstance(outcomes[4], VersionConflict)
+        assert [(e.key, e.version) for e in await store.read()] == [("taken", 1), ("y", 1)]
+
+    async def test_a_cancelled_append_is_stored_whole_or_not_at_all(
+        self, store: EventStore
+    ) -> None:
+        appends = [asyncio.create_task(store.append([draft(f"c{i}"), draft(f"c{i}")]))
+                   for i in range(20)]
+        await asyncio.sleep(0)
+        for task in appends[::2]:
+            task.cancel()
+        await asyncio.gather(*appends, return_exceptions=True)
+        after = await store.append([draft("after")])
+        events = await store.read()
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        by_key: dict[str, int] = {}
+        for event in events:
+            by_key[event.key] = by_key.get(event.key, 0) + 1
+        assert all(n == 2 for key, n in by_key.items() if key != "after")
+        assert after.events[0].seq == len(events)
+
+    async def test_attachments_go_to_objects_once(self, store: EventStore) -> None:
+        blob = b"payload" * 1000
+        first = await store.append([EventDraft("tick", "a", {"n": 1}, attachment=blob)])
+        second = await store.append([EventDraft("tick", "b", {"n": 2}, attachment=blob)])
+        digest = first.events[0].hash
+        assert digest is not None and digest == second.events[0].hash
+        assert store.objects is not None and await store.objects.get(digest) == blob
+
+    async def test_a_read_only_store_reads_and_refuses_every_write(self) -> None:
+        writer = await self.open_store("shared")
+        await writer.append([draft("a", 1)])
+        reader = await self.open_store("shared", read_only=True)
+        try:
+            assert reader.read_only and not writer.read_only
+            with pytest.raises(StoreError, match="read-only"):
+                await reader.append([draft("b")])
+            with pytest.raises(StoreError, match="read-only"):
+                await reader.append([EventDraft("tick", "b", attachment=b"bytes")])
+            await writer.append([draft("a", 2)])
+            assert [e.data["n"] for e in await reader.read()] == [1, 2]
+            assert await reader.head("a") == 2 and await reader.last_seq() == 2
+        finally:
+            await reader.close()
+            await writer.close()
+        assert not self.objects_folder.exists() or not any(self.objects_folder.rglob("*"))

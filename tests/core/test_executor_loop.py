@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import gc
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,14 +15,19 @@ from pulse_core import (
     Backoff,
     Effect,
     EventDraft,
+    EventStore,
     ExecutionContext,
     Executor,
     ExecutorLoop,
     ManualClock,
     PulseError,
     SqliteEventStore,
+    StoreUnavailable,
 )
 from pulse_core.effects import effect_draft
+from pulse_core.projector import INLINE_FOLD
+from pulse_core.store import Page, SqliteRecorder
+from pulse_core.supervisor import wait_signal
 
 
 class Task(Effect, tag="loop-task"):
@@ -59,7 +67,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
     await store.close()
 
 
-async def add(store: SqliteEventStore, *tasks: Task) -> list[str]:
+async def add(store: EventStore, *tasks: Task) -> list[str]:
     result = await store.append([effect_draft(t, origin="agent") for t in tasks])
     return [e.key for e in result.events]
 
@@ -225,3 +233,178 @@ async def test_a_loop_that_leaves_unhandled_effects_to_others_still_goes_idle(
     assert [c[0] for c in worker.calls] == [1]
     assert loop.unfinished == 1  # the other effect is left for a process that handles it
     assert await store.read(kinds=["effect-failed"]) == []
+
+
+class Job(Effect, tag="loop-job"):
+    n: int
+
+
+class GatedWorker(Executor):
+    """Odd jobs fail their first attempt (a retry comes due); every job then waits at `gate`."""
+
+    handles = (Job,)
+    timeout = 30.0
+    max_attempts = 5
+    backoff = Backoff(initial_ms=800, factor=1.0, max_ms=800, jitter=0.0)
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.runs: list[tuple[int, int]] = []
+
+    async def execute(self, effect: Job, ctx: ExecutionContext) -> object:
+        self.runs.append((effect.n, ctx.attempt))
+        if ctx.attempt == 1 and effect.n % 2:
+            raise ConnectionError("first attempt fails")
+        await self.gate.wait()
+        return {"n": effect.n}
+
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("ROLLBACK")
+"""
+
+
+async def _until(store: EventStore, check: Callable[[], Awaitable[bool]],
+                 seconds: float = 20.0) -> None:
+    """Wait until `check()` holds, looking again after each commit (and every 50 ms)."""
+    signal = store.subscribe()
+    try:
+        async with asyncio.timeout(seconds):
+            while not await check():
+                await wait_signal(signal, 0.05)
+                signal.clear()
+    finally:
+        store.unsubscribe(signal)
+
+
+async def test_a_write_lock_held_by_another_process_leaves_every_effect_acked_once(
+    tmp_path: Path,
+) -> None:
+    loop = asyncio.get_running_loop()
+    unobserved: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: unobserved.append(context))
+    path = tmp_path / "events.db"
+    store = await SqliteEventStore.open(path, synchronous="NORMAL", busy_timeout=0.2)
+    reported: list[tuple[str, BaseException]] = []
+    worker = GatedWorker()
+    executors = ExecutorLoop(store, [worker], scan_interval=0.05,
+                             on_error=lambda where, exc: reported.append((where, exc)))
+    runner = asyncio.create_task(executors.run())
+    try:
+        result = await store.append([effect_draft(Job(n=n), origin="agent") for n in range(6)])
+        ids = [e.key for e in result.events]
+
+        async def settled_first_attempts() -> bool:
+            return (len(await store.read(kinds=["effect-failed"])) == 3
+                    and len(await store.read(kinds=["effect-executing"])) >= 6)
+
+        await _until(store, settled_first_attempts)
+        holder = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", LOCK_HOLDER, str(path), "2.0",
+            stdout=asyncio.subprocess.PIPE)
+        assert holder.stdout is not None
+        assert await holder.stdout.readline() == b"locked\n"
+        worker.gate.set()  # acks are due now, and the odd jobs' retries come due in 800 ms
+
+        async def all_acked() -> bool:
+            return len(await store.read(kinds=["effect-acked"])) >= 6 and not executors._inflight
+
+        await _until(store, all_acked)
+        assert await holder.wait() == 0
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+    acked = [e.key for e in await store.read(kinds=["effect-acked"])]
+    assert sorted(acked) == sorted(ids)  # every effect acked, each exactly once
+    await executors.refresh()
+    assert executors.unfinished == 0
+    assert sorted(worker.runs) == sorted([(n, 1) for n in range(6)] + [(n, 2) for n in (1, 3, 5)])
+    assert any(isinstance(exc, StoreUnavailable) and "locked" in str(exc)
+               and "effect-acked" in where for where, exc in reported)
+    assert any(isinstance(exc, StoreUnavailable) and "attempt 2" in where
+               for where, exc in reported)
+    await store.close()
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unobserved == []
+
+
+class FlakyReads(SqliteRecorder):
+    """A real recorder whose next `failures` reads of effects (the loop's reads) fail as a busy
+    database would. (SQLite in WAL mode never blocks a reader, so a transient read error
+    cannot be provoked from outside.)"""
+
+    failures = 0
+
+    async def select(self, *args: Any, **kwargs: Any) -> Page:
+        if self.failures and "effect" in (kwargs.get("kinds") or ()):
+            self.failures -= 1
+            raise StoreUnavailable(f"{self.path}: database is locked")
+        return await super().select(*args, **kwargs)
+
+
+async def test_the_loop_reports_a_failed_read_and_keeps_running(tmp_path: Path) -> None:
+    recorder = await FlakyReads.open(tmp_path / "events.db")
+    store = EventStore(recorder)
+    reported: list[tuple[str, BaseException]] = []
+    worker = Worker()
+    executors = ExecutorLoop(store, [worker], scan_interval=0.05,
+                             on_error=lambda where, exc: reported.append((where, exc)))
+    runner = asyncio.create_task(executors.run())
+    try:
+        await add(store, Task(n=1))
+        await _until(store, lambda: _acked(store, 1))
+        recorder.failures = 3
+        await _until(store, lambda: _is(len(reported) == 3))
+        assert not runner.done()
+        await add(store, Task(n=2))
+        await _until(store, lambda: _acked(store, 2))
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await store.close()
+    assert [n for n, _, _ in worker.calls] == [1, 2]
+    assert len(reported) == 3
+    assert all(where == "executor-loop" and isinstance(exc, StoreUnavailable)
+               for where, exc in reported)
+
+
+async def _acked(store: EventStore, count: int) -> bool:
+    return len(await store.read(kinds=["effect-acked"])) >= count
+
+
+async def test_an_unreported_loop_error_goes_to_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = await FlakyReads.open(tmp_path / "events.db")
+    recorder.failures = 1
+    store = EventStore(recorder)
+    executors = ExecutorLoop(store, [Worker()], scan_interval=0.05)
+    runner = asyncio.create_task(executors.run())
+    try:
+        await _until(store, lambda: _is(recorder.failures == 0))  # logged in that same step
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await store.close()
+    assert "executor-loop" in caplog.text and "database is locked" in caplog.text
+
+
+async def _is(value: bool) -> bool:
+    return value
+
+
+async def test_a_long_backlog_is_folded_off_the_loop_and_all_of_it_runs(
+    store: SqliteEventStore,
+) -> None:
+    worker = Worker()
+    executors = ExecutorLoop(store, [worker], concurrency=64)
+    await add(store, *[Task(n=i) for i in range(INLINE_FOLD * 3)])
+    await executors.run_until_idle()
+    assert len(await store.read(kinds=["effect-acked"])) == INLINE_FOLD * 3
+    assert executors.unfinished == 0 and len(worker.calls) == INLINE_FOLD * 3

@@ -84,7 +84,10 @@ async def test_a_layer_brings_its_rules_executors_projections_and_services(
         await engine.step()
         await engine.step()
         assert (await engine.snapshot()).state(Waves) == 1
-        await asyncio.sleep(0.05)
+        for _ in range(500):
+            if served:
+                break
+            await asyncio.sleep(0.01)
         assert served == ["started"]
     assert served == ["started", "stopped"]
     (acked,) = await _read(tmp_path, "effect-acked")

@@ -25,6 +25,7 @@ from pulse_core import (
     VersionConflict,
 )
 from pulse_core.effects import Backoff, effect_draft
+from pulse_core.projector import INLINE_FOLD
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -211,6 +212,21 @@ def test_no_effect_attempt_is_executed_twice(failures: list[int], loops: int) ->
         assert len(acked) + len(final) == len(failures)
         assert len(acked) == sum(1 for f in failures if f < 3)
         assert all(attempt <= 3 for _, attempt in executor.runs)
+        await store.close()
+
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(scenario(Path(folder)))
+
+
+def test_pages_folded_in_a_thread_and_on_the_loop_give_the_same_states() -> None:
+    async def scenario(folder: Path) -> None:
+        store = await _open(folder)
+        await store.append([EventDraft("error" if i % 3 else "tick", f"k{i % 7}", {"n": i})
+                            for i in range(INLINE_FOLD * 4 + 5)])
+        states = [await Projector(store, [Ledger(), ErrorsOnly()], page=page).catch_up()
+                  for page in (INLINE_FOLD // 2, INLINE_FOLD + 1, INLINE_FOLD * 10)]
+        assert states[0] == states[1] == states[2]
+        assert states[0]["errors-only"] == sum(i for i in range(INLINE_FOLD * 4 + 5) if i % 3)
         await store.close()
 
     with tempfile.TemporaryDirectory() as folder:

@@ -1,15 +1,16 @@
-"""The SQLite EventStore: the contract, plus what only a SQLite file can show."""
+"""The SQLite recorder: the store contract, plus what only a SQLite file can show."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
 
 from pulse_core import (
     EventDraft,
-    EventStore,
     NotAPulseDatabase,
     ObjectMissing,
     ObjectStore,
@@ -17,16 +18,17 @@ from pulse_core import (
     SqliteEventStore,
     purge_payload,
 )
-from tests.core.store_contract import EventStoreContract, draft
+from pulse_core.store import Recorder, SqliteRecorder
+from tests.core.store_contract import RecorderContract, draft
 
 
-class TestSqliteEventStore(EventStoreContract):
+class TestSqliteRecorder(RecorderContract):
     @pytest.fixture(autouse=True)
     def _folder(self, tmp_path: Path) -> None:
         self.folder = tmp_path
 
-    async def open_store(self, name: str = "events") -> EventStore:
-        return await SqliteEventStore.open(self.folder / f"{name}.db")
+    async def open_recorder(self, name: str = "events", *, read_only: bool = False) -> Recorder:
+        return await SqliteRecorder.open(self.folder / f"{name}.db", read_only=read_only)
 
 
 async def test_update_and_delete_are_refused_by_the_database(tmp_path: Path) -> None:
@@ -109,3 +111,45 @@ async def test_attachments_go_to_objects_and_purge_keeps_the_record(tmp_path: Pa
     again = await purge_payload(store, objects, digest, reason="retention")
     assert again.seq == purged.seq
     await store.close()
+
+
+APPEND_AND_CLOSE = """
+import asyncio, sys
+from pulse_core import EventDraft, SqliteEventStore
+
+async def main():
+    store = await SqliteEventStore.open(sys.argv[1])
+    await store.append([EventDraft("tick", "b", {"n": 2})])
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+async def test_a_read_only_log_creates_no_file_and_follows_writers_that_come_and_go(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "events.db"
+    writer = await SqliteEventStore.open(path)
+    await writer.append([draft("a", 1)])
+    await writer.close()
+    assert _names(tmp_path) == ["events.db"]
+    reader = await SqliteEventStore.open(path, read_only=True)
+    try:
+        assert [e.key for e in await reader.read()] == ["a"]
+        assert _names(tmp_path) == ["events.db"]
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", APPEND_AND_CLOSE, str(path))
+        assert await child.wait() == 0
+        assert [e.key for e in await reader.read()] == ["a", "b"]
+        live = await SqliteEventStore.open(path)
+        await live.append([draft("c", 3)])
+        assert [e.key for e in await reader.read()] == ["a", "b", "c"]
+        assert await reader.last_seq() == 3 and await reader.head("c") == 1
+        await live.close()
+    finally:
+        await reader.close()

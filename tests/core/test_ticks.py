@@ -150,13 +150,14 @@ asyncio.run(main())
 
 
 async def test_tick_numbers_carry_on_after_a_crash_that_left_no_memo(tmp_path: Path) -> None:
-    import subprocess
+    import asyncio
     import sys
 
     home = tmp_path / "home"
-    child = subprocess.run([sys.executable, "-c", CRASHING_CHILD, str(home)],
-                           capture_output=True, text=True, timeout=60, check=False)
-    assert child.returncode == -9, child.stderr
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CRASHING_CHILD, str(home), stderr=asyncio.subprocess.PIPE)
+    _, stderr = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == -9, stderr.decode()
     async with opened(Engine(home)) as engine:
         await engine.tick()
         assert engine.ticks == 6

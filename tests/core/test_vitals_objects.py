@@ -1,4 +1,5 @@
-"""vitals.db windows and retention; objects/ atomic, deduplicated writes."""
+"""vitals.db windows, cursors, retention and read-only views; objects/ atomic, deduplicated
+writes."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pulse_core import ManualClock, ObjectStore, Retention, VitalsStore
+from pulse_core import ManualClock, ObjectStore, Retention, StoreError, VitalsStore
 from pulse_core.errors import NotAPulseDatabase, PayloadNotEncodable
-from pulse_core.store import digest_of
+from pulse_core.store import SqliteVitalsStore, digest_of
 
 
 async def test_windows_latest_and_errors(tmp_path: Path) -> None:
@@ -62,3 +63,63 @@ def test_objects_are_named_by_content_and_stored_once(tmp_path: Path) -> None:
     assert files == [objects.path_of(digest)]
     with pytest.raises(ValueError, match="not a SHA-256"):
         objects.path_of("../../etc/passwd")
+
+
+async def test_since_returns_each_sample_once_by_key_oldest_first(tmp_path: Path) -> None:
+    clock = ManualClock(1_000)
+    vitals = await VitalsStore.open(tmp_path / "vitals.db", clock=clock)
+    await vitals.record("cpu", 1)
+    start = await vitals.cursor()
+    await vitals.record("cpu", 2)
+    await vitals.record("disk", error="gone")
+    await vitals.record("cpu", 0, ts=500)  # recorded late, taken earlier
+    cursor, found = await vitals.since(start)
+    assert [s.data for s in found["cpu"]] == [0, 2]
+    assert [s.error for s in found["disk"]] == ["gone"]
+    assert cursor == await vitals.cursor() > start
+    assert await vitals.since(cursor) == (cursor, {})
+    await vitals.close()
+
+
+async def test_gc_never_hands_an_id_out_twice(tmp_path: Path) -> None:
+    clock = ManualClock(0)
+    vitals = await VitalsStore.open(tmp_path / "vitals.db", clock=clock)
+    for i in range(5):
+        await vitals.record("old", i)
+    cursor = await vitals.cursor()
+    clock.advance(10_000)
+    await vitals.gc(Retention(max_age_ms=1_000, max_per_key=1, batch=100))
+    await vitals.record("new", "after gc")
+    _, found = await vitals.since(cursor)
+    assert [s.data for s in found["new"]] == ["after gc"]
+    await vitals.close()
+
+
+async def test_a_read_only_vitals_store_reads_and_never_writes(tmp_path: Path) -> None:
+    absent = await SqliteVitalsStore.open(tmp_path / "none.db", read_only=True)
+    assert await absent.latest() == {} and await absent.cursor() == 0
+    with pytest.raises(StoreError, match="read-only"):
+        await absent.record("cpu", 1)
+    await absent.close()
+    assert not (tmp_path / "none.db").exists()
+    writer = await SqliteVitalsStore.open(tmp_path / "vitals.db")
+    await writer.record("cpu", 1)
+    reader = await SqliteVitalsStore.open(tmp_path / "vitals.db", read_only=True)
+    await writer.record("cpu", 2)
+    assert [s.data for s in await reader.window("cpu", 0)] == [1, 2]
+    with pytest.raises(StoreError, match="read-only"):
+        await reader.gc()
+    await reader.close()
+    await writer.close()
+
+
+def test_a_read_only_object_store_creates_and_writes_nothing(tmp_path: Path) -> None:
+    objects = ObjectStore(tmp_path / "objects", read_only=True)
+    assert not (tmp_path / "objects").exists()
+    with pytest.raises(StoreError, match="read-only"):
+        objects.put_sync(b"payload")
+    writable = ObjectStore(tmp_path / "objects")
+    digest = writable.put_sync(b"payload")
+    assert objects.get_sync(digest) == b"payload" and objects.put_sync(b"payload") == digest
+    with pytest.raises(StoreError, match="read-only"):
+        objects.delete_sync(digest)

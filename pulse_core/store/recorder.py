@@ -1,0 +1,123 @@
+"""The Recorder: what one storage backend does for the event log, and nothing more.
+
+The EventStore (pulse_core.store.base) checks drafts, encodes them, stores attachments and
+wakes subscribers once, for every backend; a recorder only inserts a prepared append in one
+transaction and selects what is stored. SQLite has one (pulse_core.store.events); each new
+backend adds one and runs the same contract suite (tests/core/store_contract.py).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from pulse_core.events import Event
+
+
+class AppendResult(msgspec.Struct, frozen=True):
+    """What one append call stored.
+
+    `events` holds one stored event per draft, in draft order: newly written, or the earlier
+    event an idempotency key names. `replayed` is true when nothing new was written.
+    """
+
+    tx: str
+    events: tuple[Event, ...]
+    replayed: bool
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq among the returned events (0 for an empty append)."""
+        return max((e.seq for e in self.events), default=0)
+
+
+class PreparedDraft(msgspec.Struct, frozen=True, gc=False):
+    """A checked draft as a recorder stores it: its event `id` (a new UUIDv7), `data` already
+    encoded (JSON bytes), `hash` the digest of its attachment (already in the object store)."""
+
+    id: str
+    kind: str
+    key: str
+    origin: str
+    cause: int | None
+    idem: str | None
+    data: bytes
+    hash: str | None
+
+
+class PreparedAppend(msgspec.Struct, frozen=True, gc=False):
+    """One append call, checked and encoded: its drafts, the versions it expects, its tx id.
+
+    Within one append no two drafts share an idempotency key, and every expected version
+    is an int >= 0: the EventStore makes sure of both before a recorder sees it.
+    """
+
+    tx: str
+    drafts: tuple[PreparedDraft, ...]
+    expect: Mapping[str, int]
+
+
+class Page(msgspec.Struct, frozen=True, gc=False):
+    """Events of one read, and the seq of the log's newest event in that same read.
+
+    Every event with seq <= `last_seq` was visible to the read, so a reader filtering by kind
+    can move its cursor to `last_seq` once `events` is shorter than the limit it asked for.
+    """
+
+    events: list[Event]
+    last_seq: int
+
+
+class Recorder(abc.ABC):
+    """One backend's storage of the log: insert prepared appends, select stored events.
+
+    Contract (tests/core/store_contract.py checks it through an EventStore):
+    - `insert` stores all of an append's drafts in one transaction, or none of them.
+    - `seq` is gap-free and increases by one per stored event, across processes; `version`
+      counts events per key from 1; every event of one append shares its `tx` and `ts`.
+    - `expect={key: v}` is checked when the transaction commits: unless `key` is at version
+      v (0 = no events yet), the append is refused with VersionConflict.
+    - A draft whose `idem` is already stored with the same kind, key and data stands for that
+      stored event and writes nothing (an append of nothing else but such drafts returns
+      `replayed=True` and skips the version check); other content under that `idem` refuses
+      the append with IdempotencyConflict.
+    - Stored events are never changed or deleted.
+    - A recorder opened read-only refuses `insert` with a StoreError saying so.
+    - Backend failures are StoreErrors (StoreUnavailable for a lock held too long, a full disk;
+      StoreClosed after close). No method blocks the event loop.
+    """
+
+    #: where the log lives, for messages (a path, or a URL without its password)
+    location: str
+    #: whether `insert` is refused
+    read_only: bool
+
+    @abc.abstractmethod
+    async def insert(self, append: PreparedAppend) -> AppendResult:
+        """Store `append` in one transaction (see the class contract)."""
+
+    @abc.abstractmethod
+    async def select(
+        self,
+        after_seq: int = 0,
+        *,
+        kinds: Sequence[str] | None = None,
+        key: str | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        """Stored events with seq > after_seq, oldest first, optionally filtered, and the
+        log's newest seq as that same read saw it."""
+
+    @abc.abstractmethod
+    async def head(self, key: str) -> int:
+        """The current version of `key` (0 when it has no events)."""
+
+    @abc.abstractmethod
+    async def last_seq(self) -> int:
+        """The seq of the newest stored event (0 for an empty log)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Finish the inserts already started and release the backend."""
