@@ -26,8 +26,8 @@ from typing import Any, TextIO
 
 import psutil
 
-from pulse_core.events import EventDraft, encode_data, uuid7
-from pulse_core.store.events import SCHEMA
+from pulse_core._events import EventDraft, encode_data, uuid7
+from pulse_core.store._events import SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 

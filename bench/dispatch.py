@@ -31,8 +31,8 @@ from bench.common import (
     raw_commit_latencies,
     temp_dir,
 )
-from pulse_core.effects import Effect, ExecutionContext, Executor, effect_draft
-from pulse_core.executor_loop import ExecutorLoop
+from pulse_core._effects import Effect, ExecutionContext, Executor, effect_draft
+from pulse_core._executor_loop import ExecutorLoop
 from pulse_core.store import SqliteEventStore
 
 FLOOR_P99_MS = 10.0

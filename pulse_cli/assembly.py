@@ -14,8 +14,8 @@ from typing import Any
 from pulse_cli.config import Config, ConfigError
 from pulse_cli.loader import EngineCode, load_engine_code
 from pulse_core import Clock, Engine, Layer, LayerContext, LayerError, SystemClock, load_layers
-from pulse_core.layer import EngineDirectory
-from pulse_core.watch import sample_once
+from pulse_core._layer import EngineDirectory
+from pulse_core._watch import sample_once
 
 NO_CODE = EngineCode(layer=Layer("engine"), revision=None)
 """What an engine runs when it has no engine directory code: an empty business layer."""

@@ -23,7 +23,7 @@ import msgspec
 
 from pulse_cli.home import CliError, check_instance_name
 from pulse_core import PulseError
-from pulse_core.home import parse_store_url
+from pulse_core._home import parse_store_url
 
 if TYPE_CHECKING:
     from pulse_survival import SurvivalConfig
@@ -55,7 +55,7 @@ class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 @dataclass(frozen=True)
 class Config:
     """A home's settings, validated. `store` is the event log's URL (None: the home's own
-    log, as pulse_core.home.HomeLayout names it); `layers` maps each configured layer's
+    log, as pulse_core._home.HomeLayout names it); `layers` maps each configured layer's
     name to its settings, in order."""
 
     instance: str

@@ -22,8 +22,8 @@ from pulse_cli.gate import copy_live_home
 from pulse_cli.home import Home
 from pulse_cli.output import print_json, print_table, to_json
 from pulse_core import Decision
-from pulse_core.home import HomeLayout, open_home
-from pulse_core.rules import RuleTrace
+from pulse_core._home import HomeLayout, open_home
+from pulse_core._rules import RuleTrace
 
 
 async def copy_home(home: Home, target: Path) -> int:

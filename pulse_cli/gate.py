@@ -42,8 +42,8 @@ from pulse_cli import config as config_file
 from pulse_cli.home import Home
 from pulse_cli.stores import log_file
 from pulse_core import Mark
-from pulse_core.home import HomeLayout
-from pulse_core.rules import rule_name
+from pulse_core._home import HomeLayout
+from pulse_core._rules import rule_name
 
 GATE_STEPS = ("compile", "mypy", "tests", "dry-run")
 OUTPUT_LIMIT = 4_000

@@ -1,7 +1,7 @@
 """Homes and named instances: where each engine keeps its files, and whether its daemon runs.
 
 A home holds one engine's whole state. The files the engine owns (its stores, checkpoints,
-logs and lock) are named by pulse_core.home.HomeLayout; the CLI adds its own::
+logs and lock) are named by pulse_core._home.HomeLayout; the CLI adds its own::
 
     HOME/
     ├── config.json          settings, validated on load (pulse_cli.config)
@@ -28,7 +28,7 @@ import msgspec
 import psutil
 
 from pulse_core import PulseError
-from pulse_core.home import HomeLayout
+from pulse_core._home import HomeLayout
 
 EXIT_OK = 0
 EXIT_ERROR = 1

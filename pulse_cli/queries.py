@@ -1,6 +1,6 @@
 """`upulse events|effects|tasks|vitals` (read the log) and `upulse task ...` (append to it).
 
-Reads open the home read-only (pulse_core.home.open_home), so they never write and never
+Reads open the home read-only (pulse_core._home.open_home), so they never write and never
 wait for a running daemon. Task commands append through pulse_core.TaskBoard with the
 task's expected version; SQLite's WAL lets them write while the daemon runs.
 """
@@ -27,9 +27,9 @@ from pulse_cli.output import (
 )
 from pulse_cli.stores import opened
 from pulse_core import Event, EventStore, TaskBoard, TaskState
-from pulse_core.effects import EFFECT_KINDS, EffectEntry, EffectStatus, fold_effect
-from pulse_core.errors import InvalidTransition
-from pulse_core.tasks import TASK_KINDS, next_task_state
+from pulse_core._effects import EFFECT_KINDS, EffectEntry, EffectStatus, fold_effect
+from pulse_core._errors import InvalidTransition
+from pulse_core._tasks import TASK_KINDS, next_task_state
 
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
@@ -134,7 +134,7 @@ async def events(home: Home, *, kinds: list[str] | None, key: str | None, since:
 
 
 async def read_effects(store: EventStore) -> dict[str, EffectEntry]:
-    """Every effect in the log, folded (pulse_core.effects.fold_effect), by id."""
+    """Every effect in the log, folded (pulse_core._effects.fold_effect), by id."""
     entries: dict[str, EffectEntry] = {}
     for event in await store.read(kinds=EFFECT_KINDS):
         entry = fold_effect(entries.get(event.key), event)

@@ -1,4 +1,4 @@
-"""A home's stores as the CLI opens them: through pulse_core.home.open_home, at the store URL
+"""A home's stores as the CLI opens them: through pulse_core._home.open_home, at the store URL
 config.json names, read-only for every query and writable only for commands that append."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pulse_cli import config as config_file
 from pulse_cli.home import Home
-from pulse_core.home import HomeStores, open_home, parse_store_url
+from pulse_core._home import HomeStores, open_home, parse_store_url
 
 
 @contextlib.asynccontextmanager

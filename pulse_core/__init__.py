@@ -1,7 +1,7 @@
 """pulse_core: the event-sourced engine. Watchers sense, rules decide, executors act."""
 
-from pulse_core.clock import Clock, ManualClock, SystemClock
-from pulse_core.effects import (
+from pulse_core._clock import Clock, ManualClock, SystemClock
+from pulse_core._effects import (
     Backoff,
     Effect,
     EffectEntry,
@@ -15,8 +15,8 @@ from pulse_core.effects import (
     effect_type,
     fold_effect,
 )
-from pulse_core.engine import Engine, default_builtin_rules
-from pulse_core.errors import (
+from pulse_core._engine import Engine, default_builtin_rules
+from pulse_core._errors import (
     AppendRejected,
     HomeLocked,
     IdempotencyConflict,
@@ -39,7 +39,7 @@ from pulse_core.errors import (
     UnknownKind,
     VersionConflict,
 )
-from pulse_core.events import (
+from pulse_core._events import (
     Event,
     EventDraft,
     KindSpec,
@@ -47,9 +47,9 @@ from pulse_core.events import (
     known_kinds,
     register_kind,
 )
-from pulse_core.executor_loop import ExecutorLoop
-from pulse_core.home import HomeLayout, HomeStores, open_home
-from pulse_core.layer import (
+from pulse_core._executor_loop import ExecutorLoop
+from pulse_core._home import HomeLayout, HomeStores, open_home
+from pulse_core._layer import (
     EngineDirectory,
     Layer,
     LayerContext,
@@ -59,11 +59,10 @@ from pulse_core.layer import (
     load_layer,
     load_layers,
 )
-from pulse_core.memory import IdentityMemory, Memory, MemoryBoard, identity_key
-from pulse_core.pmap import PersistentMap
-from pulse_core.projections import RecentErrors
-from pulse_core.projector import Projector
-from pulse_core.rules import (
+from pulse_core._pmap import PersistentMap
+from pulse_core._projections import RecentErrors
+from pulse_core._projector import Projector
+from pulse_core._rules import (
     Decision,
     Inner,
     Rule,
@@ -77,7 +76,20 @@ from pulse_core.rules import (
     error_backoff,
     guarded,
 )
-from pulse_core.snapshot import Projection, Snapshot, VitalReading
+from pulse_core._snapshot import Projection, Snapshot, VitalReading
+from pulse_core._supervisor import LoopState, LoopStatus, Supervisor, wait_signal
+from pulse_core._tasks import (
+    AgentCapabilityStats,
+    AgentStats,
+    CapabilityData,
+    PendingTasks,
+    PendingTasksData,
+    TaskBoard,
+    Tasks,
+    TaskState,
+)
+from pulse_core._watch import Watcher
+from pulse_core.memory import IdentityMemory, Memory, MemoryBoard, identity_key
 from pulse_core.store import (
     AppendResult,
     EventStore,
@@ -93,19 +105,7 @@ from pulse_core.store import (
     parse_store_url,
     purge_payload,
 )
-from pulse_core.store.side import SideStore, SqliteSideStore
-from pulse_core.supervisor import LoopState, LoopStatus, Supervisor, wait_signal
-from pulse_core.tasks import (
-    AgentCapabilityStats,
-    AgentStats,
-    CapabilityData,
-    PendingTasks,
-    PendingTasksData,
-    TaskBoard,
-    Tasks,
-    TaskState,
-)
-from pulse_core.watch import Watcher
+from pulse_core.store._side import SideStore, SqliteSideStore
 
 __all__ = [
     "AgentCapabilityStats",

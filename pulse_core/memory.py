@@ -13,15 +13,38 @@ from typing import Any
 
 import msgspec
 
-from pulse_core.events import Event, EventDraft, register_kind, uuid7
-from pulse_core.pmap import PersistentMap
-from pulse_core.snapshot import Projection
-from pulse_core.store.base import EventStore
+from pulse_core._events import Event, EventDraft, register_kind, uuid7
+from pulse_core._pmap import PersistentMap
+from pulse_core._snapshot import Projection
+from pulse_core.store._base import EventStore
 
 SEVERITIES = ("routine", "notice", "warning", "critical")
 KEEP_EXCHANGES = 50
 KEEP_OBSERVATIONS = 200
 KEEP_FACTS = 100
+
+
+__all__ = [
+    "Exchange",
+    "HumanExchange",
+    "IdentityMemory",
+    "IdentityRegistered",
+    "Memory",
+    "MemoryBoard",
+    "Note",
+    "Observation",
+    "ObservationRecorded",
+    "ReflectionRecorded",
+    "Retraction",
+    "StateItem",
+    "StateRevised",
+    "StateSet",
+    "TemporalFactRecorded",
+    "Unresolved",
+    "UnresolvedOpened",
+    "identity_key",
+    "remember",
+]
 
 
 def identity_key(identity: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_core.errors import PulseError
+from pulse_core._errors import PulseError
 
 
 class SurvivalConfigError(PulseError):

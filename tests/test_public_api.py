@@ -50,3 +50,22 @@ def test_every_error_derives_from_pulse_error() -> None:
               and issubclass(getattr(pulse_core, n), Exception)]
     assert len(errors) >= 15
     assert all(issubclass(e, pulse_core.PulseError) for e in errors)
+
+
+def test_implementation_modules_are_private() -> None:
+    from pathlib import Path
+
+    root = Path(pulse_core.__file__).parent
+    public = {"__init__.py", "demo.py", "memory.py", "store/__init__.py"}
+    exposed = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                     if str(p.relative_to(root)) not in public and not p.name.startswith("_"))
+    assert exposed == [], "name implementation modules with a leading underscore"
+
+
+def test_the_store_and_memory_namespaces_list_their_public_names() -> None:
+    import pulse_core.memory
+
+    for module in (pulse_core.store, pulse_core.memory):
+        assert module.__all__, module.__name__
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"

@@ -36,7 +36,7 @@ from pulse_adapters.llm import (
 )
 from pulse_core import EventDraft, ExecutionContext, Executor, VersionConflict
 from pulse_core.memory import IdentityMemory, identity_key, remember
-from pulse_core.store.base import EventStore
+from pulse_core.store._base import EventStore
 
 ORIGIN = "executor:awareness"
 

@@ -13,8 +13,8 @@ from pulse_adapters.awareness.fingerprint import fingerprint
 from pulse_adapters.awareness.ledger import DAY_MS, AwarenessLedger, LedgerData, ReviewState
 from pulse_adapters.awareness.quiet import QuietHold, QuietState
 from pulse_core import Decision, Effect, Inner, Memory, Snapshot
+from pulse_core._pmap import PersistentMap
 from pulse_core.memory import IdentityMemory
-from pulse_core.pmap import PersistentMap
 
 
 def route_healthy(snapshot: Snapshot, config: AwarenessConfig) -> bool:

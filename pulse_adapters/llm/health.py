@@ -14,9 +14,9 @@ from typing import Any
 
 from pulse_adapters.llm.client import ChatClient
 from pulse_adapters.llm.errors import EmptyOutput, HttpStatusError, LlmError, excerpt
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.store.vitals import Sample, VitalsStore
-from pulse_core.watch import Watcher
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._watch import Watcher
+from pulse_core.store._vitals import Sample, VitalsStore
 
 PROBE_MESSAGES = ({"role": "user", "content": "ping"},)
 

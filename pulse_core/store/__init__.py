@@ -1,19 +1,19 @@
 """The stores: the event log (an EventStore over one backend's Recorder), vitals, side state,
 and objects/ (payloads). Homes open them together through `pulse_core.open_home`."""
 
-from pulse_core.store.base import EventStore
-from pulse_core.store.events import SqliteEventStore, SqliteRecorder
-from pulse_core.store.objects import ObjectStore, digest_of, purge_payload
-from pulse_core.store.recorder import (
+from pulse_core.store._base import EventStore
+from pulse_core.store._events import SqliteEventStore, SqliteRecorder
+from pulse_core.store._objects import ObjectStore, digest_of, purge_payload
+from pulse_core.store._recorder import (
     AppendResult,
     Page,
     PreparedAppend,
     PreparedDraft,
     Recorder,
 )
-from pulse_core.store.side import SideStore, SqliteSideStore
-from pulse_core.store.url import SqliteURL, StoreURL, open_event_store, parse_store_url
-from pulse_core.store.vitals import Retention, Sample, SqliteVitalsStore, VitalsStore
+from pulse_core.store._side import SideStore, SqliteSideStore
+from pulse_core.store._url import SqliteURL, StoreURL, open_event_store, parse_store_url
+from pulse_core.store._vitals import Retention, Sample, SqliteVitalsStore, VitalsStore
 
 __all__ = [
     "AppendResult",

@@ -30,7 +30,7 @@ from pulse_adapters.llm import (
 )
 from pulse_adapters.llm.stream import StreamReader
 from pulse_core import Engine, ManualClock, PulseError, VitalsStore
-from pulse_core.watch import sample_once
+from pulse_core._watch import sample_once
 from pulse_survival.effects import Notify
 from tests.adapters.chat_server import (
     ChatServer,

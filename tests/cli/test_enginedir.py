@@ -22,7 +22,7 @@ from pulse_cli.enginedir import (
     rollback,
 )
 from pulse_core import Engine, Event, SqliteEventStore
-from pulse_core.effects import effect_draft
+from pulse_core._effects import effect_draft
 from pulse_survival import Rollback
 from tests.cli.support import (
     NEW_TEXT,

@@ -12,7 +12,7 @@ import pytest
 
 from pulse_cli.enginedir import TEMPLATE, init_engine_dir
 from pulse_cli.loader import EngineCodeError, load_engine_code
-from pulse_core.rules import declared_effects, rule_name
+from pulse_core._rules import declared_effects, rule_name
 from tests.cli.support import OLD_TEXT, RULE, edit, git, note_of
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from pulse_core import EventDraft, ManualClock, SqliteEventStore, VitalsStore
-from pulse_core.effects import effect_draft
+from pulse_core._effects import effect_draft
 from pulse_survival import Notify
 from tests.cli.runner import Upulse, wait_until
 from tests.cli.support import configure, install_probe_layer

@@ -21,7 +21,7 @@ from pulse_core import (
     SurvivalLocked,
     Watcher,
 )
-from pulse_core.events import Event
+from pulse_core._events import Event
 
 
 class Ping(Effect, tag="engine-ping"):

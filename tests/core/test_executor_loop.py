@@ -24,10 +24,10 @@ from pulse_core import (
     SqliteEventStore,
     StoreUnavailable,
 )
-from pulse_core.effects import effect_draft
-from pulse_core.projector import INLINE_FOLD
+from pulse_core._effects import effect_draft
+from pulse_core._projector import INLINE_FOLD
+from pulse_core._supervisor import wait_signal
 from pulse_core.store import Page, SqliteRecorder
-from pulse_core.supervisor import wait_signal
 
 
 class Task(Effect, tag="loop-task"):
@@ -181,7 +181,7 @@ TEARDOWN = '''
 import asyncio, sys, tempfile
 from pathlib import Path
 from pulse_core import Effect, ExecutionContext, Executor, ExecutorLoop, SqliteEventStore
-from pulse_core.effects import effect_draft
+from pulse_core._effects import effect_draft
 
 class Slow(Effect, tag="slow"):
     n: int

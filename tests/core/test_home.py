@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pulse_core import EventDraft, HomeLayout, StoreError, open_home
-from pulse_core.home import parse_store_url
+from pulse_core._home import parse_store_url
 from pulse_core.store import SqliteRecorder
 
 

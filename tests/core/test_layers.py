@@ -28,7 +28,7 @@ from pulse_core import (
     emits,
     load_layer,
 )
-from pulse_core.events import Event
+from pulse_core._events import Event
 
 
 class Wave(Effect, tag="layer-wave"):

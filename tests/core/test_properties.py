@@ -24,8 +24,8 @@ from pulse_core import (
     SqliteEventStore,
     VersionConflict,
 )
-from pulse_core.effects import Backoff, effect_draft
-from pulse_core.projector import INLINE_FOLD
+from pulse_core._effects import Backoff, effect_draft
+from pulse_core._projector import INLINE_FOLD
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from pulse_core import Backoff, Engine, LoopState, ManualClock, Supervisor
-from pulse_core.supervisor import wait_signal
+from pulse_core._supervisor import wait_signal
 
 
 async def test_a_cancel_that_arrives_as_the_wait_expires_is_never_swallowed() -> None:

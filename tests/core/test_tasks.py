@@ -19,7 +19,7 @@ from pulse_core import (
     Tasks,
     VersionConflict,
 )
-from pulse_core.events import encode_data
+from pulse_core._events import encode_data
 
 
 async def test_a_task_walks_its_lifecycle_and_projections_follow(tmp_path: Path) -> None:

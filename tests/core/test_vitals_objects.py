@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pulse_core import ManualClock, ObjectStore, Retention, StoreError, VitalsStore
-from pulse_core.errors import NotAPulseDatabase, PayloadNotEncodable
+from pulse_core._errors import NotAPulseDatabase, PayloadNotEncodable
 from pulse_core.store import SqliteVitalsStore, digest_of
 
 

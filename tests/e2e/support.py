@@ -16,7 +16,7 @@ from typing import IO, TypeVar
 import psutil
 
 from pulse_core import Event
-from pulse_core.events import decode_data
+from pulse_core._events import decode_data
 
 CHILDREN = Path(__file__).resolve().parent / "children"
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pulse_core import SqliteEventStore
-from pulse_core.effects import effect_draft
+from pulse_core._effects import effect_draft
 
 from .children.workload import Work, read_journal
 from .support import (

@@ -20,7 +20,7 @@ from pulse_core import (
     Snapshot,
     SurvivalLocked,
 )
-from pulse_core.effects import effect_draft
+from pulse_core._effects import effect_draft
 from pulse_survival import (
     RULE_ORDER,
     ResourceThresholds,

@@ -27,9 +27,9 @@ from pulse_core import (
     Snapshot,
     decode_mark,
 )
-from pulse_core.effects import effect_draft
-from pulse_core.layer import survival_layer
-from pulse_core.watch import sample_once
+from pulse_core._effects import effect_draft
+from pulse_core._layer import survival_layer
+from pulse_core._watch import sample_once
 from pulse_survival import (
     RULE_ORDER,
     SURVIVAL_MARKS,

@@ -13,7 +13,7 @@ from pathlib import Path
 from workload import JournalExecutor, Work, watchdog
 
 from pulse_core import Engine
-from pulse_core.effects import effect_draft
+from pulse_core._effects import effect_draft
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -6,13 +6,13 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pulse_core.errors import InvalidEvent, StoreReadOnly
-from pulse_core.events import Event, EventDraft, check_draft, uuid7
-from pulse_core.store.recorder import AppendResult, Page, PreparedAppend, PreparedDraft, Recorder
-from pulse_core.waits import wait_signal
+from pulse_core._errors import InvalidEvent, StoreReadOnly
+from pulse_core._events import Event, EventDraft, check_draft, uuid7
+from pulse_core._waits import wait_signal
+from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, PreparedDraft, Recorder
 
 if TYPE_CHECKING:
-    from pulse_core.store.objects import ObjectStore
+    from pulse_core.store._objects import ObjectStore
 
 __all__ = ["AppendResult", "EventStore", "Page"]
 

@@ -25,8 +25,8 @@ from typing import Any
 import msgspec
 import psutil
 
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.effects import (
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._effects import (
     EFFECT_KINDS,
     Backoff,
     EffectEntry,
@@ -36,7 +36,7 @@ from pulse_core.effects import (
     advance,
     decode_effect,
 )
-from pulse_core.errors import (
+from pulse_core._errors import (
     AppendRejected,
     PulseError,
     StoreClosed,
@@ -44,12 +44,12 @@ from pulse_core.errors import (
     UnknownEffect,
     VersionConflict,
 )
-from pulse_core.events import Event, EventDraft, encode_data, uuid7
-from pulse_core.projector import INLINE_FOLD, load_checkpoint, save_checkpoint
-from pulse_core.store.base import EventStore
-from pulse_core.store.side import SideStore
-from pulse_core.store.vitals import VitalsStore
-from pulse_core.supervisor import Reporter, wait_signal
+from pulse_core._events import Event, EventDraft, encode_data, uuid7
+from pulse_core._projector import INLINE_FOLD, load_checkpoint, save_checkpoint
+from pulse_core._supervisor import Reporter, wait_signal
+from pulse_core.store._base import EventStore
+from pulse_core.store._side import SideStore
+from pulse_core.store._vitals import VitalsStore
 
 _CHECKPOINT = "executor-loop"
 _PAGE = 5_000

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pulse_core.errors import InvalidEvent, PayloadNotEncodable, UnknownKind
-from pulse_core.pmap import PersistentMap
+from pulse_core._errors import InvalidEvent, PayloadNotEncodable, UnknownKind
+from pulse_core._pmap import PersistentMap
 
 T = TypeVar("T")
 

@@ -12,18 +12,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.effects import Executor, Mark
-from pulse_core.errors import PulseError, SurvivalLocked, UnhandledEffect
-from pulse_core.events import EventDraft, error_draft
-from pulse_core.executor_loop import ExecutorLoop
-from pulse_core.home import HomeLayout, HomeStores, open_home
-from pulse_core.homelock import lock_home
-from pulse_core.layer import EngineDirectory, Layer, LayerContext, survival_layer
-from pulse_core.memory import Memory
-from pulse_core.projections import RecentErrors
-from pulse_core.projector import Projector
-from pulse_core.rules import (
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._effects import Executor, Mark
+from pulse_core._errors import PulseError, SurvivalLocked, UnhandledEffect
+from pulse_core._events import EventDraft, error_draft
+from pulse_core._executor_loop import ExecutorLoop
+from pulse_core._home import HomeLayout, HomeStores, open_home
+from pulse_core._homelock import lock_home
+from pulse_core._layer import EngineDirectory, Layer, LayerContext, survival_layer
+from pulse_core._projections import RecentErrors
+from pulse_core._projector import Projector
+from pulse_core._rules import (
     Decision,
     Rule,
     RuleChain,
@@ -34,15 +33,16 @@ from pulse_core.rules import (
     error_backoff,
     rule_name,
 )
-from pulse_core.snapshot import Projection, Snapshot
-from pulse_core.store.base import AppendResult, EventStore
-from pulse_core.store.objects import ObjectStore
-from pulse_core.store.side import SideStore
-from pulse_core.store.vitals import Retention, VitalsStore
-from pulse_core.supervisor import LoopStatus, Supervisor, wait_signal
-from pulse_core.tasks import AgentCapabilityStats, PendingTasks, Tasks
-from pulse_core.ticker import Ticker
-from pulse_core.watch import Watcher, sample_once, watch_forever
+from pulse_core._snapshot import Projection, Snapshot
+from pulse_core._supervisor import LoopStatus, Supervisor, wait_signal
+from pulse_core._tasks import AgentCapabilityStats, PendingTasks, Tasks
+from pulse_core._ticker import Ticker
+from pulse_core._watch import Watcher, sample_once, watch_forever
+from pulse_core.memory import Memory
+from pulse_core.store._base import AppendResult, EventStore
+from pulse_core.store._objects import ObjectStore
+from pulse_core.store._side import SideStore
+from pulse_core.store._vitals import Retention, VitalsStore
 
 log = logging.getLogger("pulse")
 

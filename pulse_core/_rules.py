@@ -13,10 +13,10 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
-from pulse_core.effects import Effect
-from pulse_core.errors import RuleChainError
-from pulse_core.projections import RecentErrors
-from pulse_core.snapshot import Projection, Snapshot
+from pulse_core._effects import Effect
+from pulse_core._errors import RuleChainError
+from pulse_core._projections import RecentErrors
+from pulse_core._snapshot import Projection, Snapshot
 
 
 class Decision(NamedTuple):

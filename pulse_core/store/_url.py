@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from pulse_core.clock import Clock
-from pulse_core.errors import StoreError
-from pulse_core.store.base import EventStore
-from pulse_core.store.events import SqliteEventStore
-from pulse_core.store.objects import ObjectStore
+from pulse_core._clock import Clock
+from pulse_core._errors import StoreError
+from pulse_core.store._base import EventStore
+from pulse_core.store._events import SqliteEventStore
+from pulse_core.store._objects import ObjectStore
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import msgspec
 
-from pulse_core.clock import Clock
-from pulse_core.effects import Mark, effect_draft, mark_draft
-from pulse_core.events import EventDraft, error_draft
-from pulse_core.executor_loop import ExecutorLoop
-from pulse_core.projector import Projector, load_checkpoint, save_checkpoint
-from pulse_core.rules import Decision, RuleChain, RuleTrace
-from pulse_core.snapshot import Snapshot, VitalReading
-from pulse_core.store.base import EventStore
-from pulse_core.store.vitals import Sample, VitalsStore
-from pulse_core.watch import Watcher
+from pulse_core._clock import Clock
+from pulse_core._effects import Mark, effect_draft, mark_draft
+from pulse_core._events import EventDraft, error_draft
+from pulse_core._executor_loop import ExecutorLoop
+from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
+from pulse_core._rules import Decision, RuleChain, RuleTrace
+from pulse_core._snapshot import Snapshot, VitalReading
+from pulse_core._watch import Watcher
+from pulse_core.store._base import EventStore
+from pulse_core.store._vitals import Sample, VitalsStore
 
 MEMO = "tick"
 MEMO_VERSION = 1

@@ -1,8 +1,8 @@
 """The Recorder: what one storage backend does for the event log, and nothing more.
 
-The EventStore (pulse_core.store.base) checks drafts, encodes them, stores attachments and
+The EventStore (pulse_core.store._base) checks drafts, encodes them, stores attachments and
 wakes subscribers once, for every backend; a recorder only inserts a prepared append in one
-transaction and selects what is stored. SQLite has one (pulse_core.store.events); each new
+transaction and selects what is stored. SQLite has one (pulse_core.store._events); each new
 backend adds one and runs the same contract suite (tests/core/store_contract.py).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from pulse_core.events import Event
+from pulse_core._events import Event
 
 
 class AppendResult(msgspec.Struct, frozen=True):

@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from pulse_core.errors import PulseError
-from pulse_core.events import Event
-from pulse_core.pmap import PersistentMap
-from pulse_core.snapshot import Projection
-from pulse_core.store.base import EventStore
+from pulse_core._errors import PulseError
+from pulse_core._events import Event
+from pulse_core._pmap import PersistentMap
+from pulse_core._snapshot import Projection
+from pulse_core.store._base import EventStore
 
 
 class _Checkpoint(msgspec.Struct):

@@ -21,12 +21,12 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from pulse_core.clock import Clock
-from pulse_core.errors import UnknownEffect
-from pulse_core.events import Event, EventDraft, uuid7
-from pulse_core.store.base import EventStore
-from pulse_core.store.side import SideStore
-from pulse_core.store.vitals import VitalsStore
+from pulse_core._clock import Clock
+from pulse_core._errors import UnknownEffect
+from pulse_core._events import Event, EventDraft, uuid7
+from pulse_core.store._base import EventStore
+from pulse_core.store._side import SideStore
+from pulse_core.store._vitals import VitalsStore
 
 EFFECT_KINDS = frozenset({"effect", "effect-executing", "effect-acked", "effect-failed"})
 

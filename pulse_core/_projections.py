@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pulse_core.events import Event
-from pulse_core.snapshot import Projection
+from pulse_core._events import Event
+from pulse_core._snapshot import Projection
 
 
 class RecentErrors(Projection[tuple[int, ...]]):

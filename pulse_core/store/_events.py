@@ -13,19 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.errors import (
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._errors import (
     IdempotencyConflict,
     StoreClosed,
     StoreError,
     StoreReadOnly,
     VersionConflict,
 )
-from pulse_core.store.base import EventStore
-from pulse_core.store.commit import COLUMNS, Batch, row_event
-from pulse_core.store.objects import ObjectStore
-from pulse_core.store.recorder import AppendResult, Page, PreparedAppend, Recorder
-from pulse_core.store.sqlite import (
+from pulse_core.store._base import EventStore
+from pulse_core.store._commit import COLUMNS, Batch, row_event
+from pulse_core.store._objects import ObjectStore
+from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, Recorder
+from pulse_core.store._sqlite import (
     ReadOnlyConnection,
     WriterThread,
     open_database,

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.errors import StoreClosed, StoreReadOnly
-from pulse_core.store.sqlite import ReadOnlyConnection, open_database, sqlite_errors
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._errors import StoreClosed, StoreReadOnly
+from pulse_core.store._sqlite import ReadOnlyConnection, open_database, sqlite_errors
 
 T = TypeVar("T")
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.errors import StoreError
-from pulse_core.store.base import EventStore
-from pulse_core.store.objects import ObjectStore
-from pulse_core.store.side import SideStore, SqliteSideStore
-from pulse_core.store.url import open_event_store, parse_store_url
-from pulse_core.store.vitals import SqliteVitalsStore, VitalsStore
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._errors import StoreError
+from pulse_core.store._base import EventStore
+from pulse_core.store._objects import ObjectStore
+from pulse_core.store._side import SideStore, SqliteSideStore
+from pulse_core.store._url import open_event_store, parse_store_url
+from pulse_core.store._vitals import SqliteVitalsStore, VitalsStore
 
 __all__ = ["HomeLayout", "HomeStores", "open_home", "parse_store_url"]
 

@@ -9,8 +9,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from pulse_core.events import Event
-from pulse_core.store.vitals import Sample
+from pulse_core._events import Event
+from pulse_core.store._vitals import Sample
 
 S = TypeVar("S")
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pulse_core.errors import NotAPulseDatabase, SchemaTooNew, StoreUnavailable
+from pulse_core._errors import NotAPulseDatabase, SchemaTooNew, StoreUnavailable
 
 T = TypeVar("T")
 

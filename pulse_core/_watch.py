@@ -8,8 +8,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pulse_core.store.vitals import Sample, VitalsStore
-from pulse_core.supervisor import wait_signal
+from pulse_core._supervisor import wait_signal
+from pulse_core.store._vitals import Sample, VitalsStore
 
 
 class Watcher(abc.ABC):

@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.effects import Backoff
-from pulse_core.waits import wait_signal
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._effects import Backoff
+from pulse_core._waits import wait_signal
 
 __all__ = ["LOOP_BACKOFF", "STABLE_S", "LoopState", "LoopStatus", "Supervisor", "wait_signal"]
 

@@ -6,9 +6,9 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pulse_core.errors import IdempotencyConflict, VersionConflict
-from pulse_core.events import Event, decode_data
-from pulse_core.store.recorder import AppendResult, PreparedAppend
+from pulse_core._errors import IdempotencyConflict, VersionConflict
+from pulse_core._events import Event, decode_data
+from pulse_core.store._recorder import AppendResult, PreparedAppend
 
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"

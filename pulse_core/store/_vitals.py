@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from pulse_core.clock import Clock, SystemClock
-from pulse_core.errors import StoreClosed, StoreError
-from pulse_core.events import decode_data, encode_data
-from pulse_core.store.sqlite import ReadOnlyConnection, open_database, sqlite_errors
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._errors import StoreClosed, StoreError
+from pulse_core._events import decode_data, encode_data
+from pulse_core.store._sqlite import ReadOnlyConnection, open_database, sqlite_errors
 
 T = TypeVar("T")
 

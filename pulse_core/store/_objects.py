@@ -10,9 +10,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from pulse_core.errors import ObjectMissing, StoreReadOnly, StoreUnavailable
-from pulse_core.events import Event, EventDraft
-from pulse_core.store.base import EventStore
+from pulse_core._errors import ObjectMissing, StoreReadOnly, StoreUnavailable
+from pulse_core._events import Event, EventDraft
+from pulse_core.store._base import EventStore
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 

@@ -20,15 +20,15 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pulse_core.clock import Clock
-from pulse_core.effects import Effect, Executor
-from pulse_core.errors import LayerError, SurvivalLocked
-from pulse_core.rules import Rule
-from pulse_core.snapshot import Projection
-from pulse_core.watch import Watcher
+from pulse_core._clock import Clock
+from pulse_core._effects import Effect, Executor
+from pulse_core._errors import LayerError, SurvivalLocked
+from pulse_core._rules import Rule
+from pulse_core._snapshot import Projection
+from pulse_core._watch import Watcher
 
 if TYPE_CHECKING:
-    from pulse_core.engine import Engine
+    from pulse_core._engine import Engine
 
 LAYERS_GROUP = "pulse.layers"
 SURVIVAL_GROUP = "pulse.survival"

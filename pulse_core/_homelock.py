@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from pulse_core.errors import HomeLocked
+from pulse_core._errors import HomeLocked
 
 
 def lock_home(home: Path) -> IO[str]:
