@@ -26,14 +26,14 @@ import msgspec
 import psutil
 
 from pulse_core._clock import Clock, SystemClock
+from pulse_core._effect_index import EffectIndex
 from pulse_core._effects import (
-    EFFECT_KINDS,
     Backoff,
     EffectEntry,
     EffectOutcome,
+    EffectStatus,
     ExecutionContext,
     Executor,
-    advance,
     decode_effect,
 )
 from pulse_core._errors import (
@@ -44,16 +44,12 @@ from pulse_core._errors import (
     UnknownEffect,
     VersionConflict,
 )
-from pulse_core._events import Event, EventDraft, encode_data, uuid7
-from pulse_core._projector import INLINE_FOLD, load_checkpoint, save_checkpoint
+from pulse_core._events import EventDraft, encode_data, uuid7
 from pulse_core._supervisor import Reporter, wait_signal
 from pulse_core.store._base import EventStore
 from pulse_core.store._side import SideStore
 from pulse_core.store._vitals import VitalsStore
 
-_CHECKPOINT = "executor-loop"
-_PAGE = 5_000
-_CHECKPOINT_VERSION = 1
 WRITE_BACKOFF = Backoff(initial_ms=50, factor=2.0, max_ms=2_000, jitter=0.1)
 """Spacing of the retries of a claim's outcome that the store could not take."""
 
@@ -131,66 +127,23 @@ class ExecutorLoop:
                     )
                 self._by_tag[tag] = executor
         self._slots = asyncio.Semaphore(concurrency)
-        self._entries: dict[str, EffectEntry] = {}
-        self._cursor = 0
-        self._saved_cursor = 0
+        self._index = EffectIndex(store, checkpoints)
+        self._entries = self._index.entries
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
         self._held_back: dict[str, tuple[int, float]] = {}  # claims that failed: count, until
         self._stopping = False
-        self._refresh_lock = asyncio.Lock()
-        if checkpoints is not None:
-            loaded = load_checkpoint(checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION,
-                                     dict[str, EffectEntry])
-            if loaded is not None:
-                self._cursor = self._saved_cursor = loaded[0]
-                self._entries = loaded[1]
 
     # -- the index of unfinished effects -----------------------------------------------------
 
     async def refresh(self) -> None:
         """Fold every effect event committed since the last refresh into the index."""
-        async with self._refresh_lock:
-            while True:
-                page = await self.store.read_page(self._cursor, kinds=EFFECT_KINDS,
-                                                  limit=_PAGE)
-                if len(page.events) > INLINE_FOLD:
-                    changes = await asyncio.to_thread(self._fold_apart, page.events)
-                    for key, entry in changes.items():
-                        if entry is None:
-                            self._entries.pop(key, None)
-                        else:
-                            self._entries[key] = entry
-                else:
-                    for event in page.events:
-                        folded = advance(self._entries.get(event.key), event)
-                        if folded is None:
-                            self._entries.pop(event.key, None)
-                        else:
-                            self._entries[event.key] = folded
-                if page.events:
-                    self._cursor = page.events[-1].seq
-                if len(page.events) < _PAGE:
-                    self._cursor = max(self._cursor, page.last_seq)
-                    break
-            for gone in [i for i in self._held_back if i not in self._entries]:
-                del self._held_back[gone]
-
-    def _fold_apart(self, events: list[Event]) -> dict[str, EffectEntry | None]:
-        """In a worker thread: the entries `events` change, folded on copies, so the index
-        the event loop reads meanwhile is never half updated."""
-        changes: dict[str, EffectEntry | None] = {}
-        for event in events:
-            if event.key in changes:
-                entry = changes[event.key]
-            else:
-                current = self._entries.get(event.key)
-                entry = None if current is None else msgspec.structs.replace(current)
-            changes[event.key] = advance(entry, event)
-        return changes
+        await self._index.refresh()
+        for gone in [i for i in self._held_back if i not in self._entries]:
+            del self._held_back[gone]
 
     def pending_dedup_keys(self) -> frozenset[str]:
         """Dedup keys of every effect not yet finished (pending, executing or retrying)."""
-        return frozenset(entry.dedup for entry in self._entries.values())
+        return self._index.dedup_keys()
 
     @property
     def unfinished(self) -> int:
@@ -209,9 +162,9 @@ class ExecutorLoop:
             return False
         if not self.fail_unhandled and not self._handles(entry):
             return False  # another process's executors will take it
-        if entry.status == "pending":
+        if entry.status is EffectStatus.PENDING:
             return True
-        if entry.status == "retrying":
+        if entry.status is EffectStatus.RETRYING:
             return entry.retry_at <= now
         if entry.lease_until <= now:
             return True
@@ -226,9 +179,7 @@ class ExecutorLoop:
         return _process_started(entry.owner_pid) != entry.owner_started
 
     def _next_due(self, now: int) -> float:
-        due = [e.retry_at for e in self._entries.values() if e.status == "retrying"]
-        due += [e.lease_until for e in self._entries.values() if e.status == "executing"]
-        soonest = min((d for d in due if d > now), default=None)
+        soonest = self._index.next_due(now)
         wait = self.scan_interval if soonest is None else (soonest - now) / 1000
         clock = asyncio.get_running_loop().time()
         held = min((until for _, until in self._held_back.values() if until > clock), default=None)
@@ -271,7 +222,7 @@ class ExecutorLoop:
                 try:
                     await self.refresh()
                     self.dispatch()
-                    self._maybe_checkpoint()
+                    self._index.checkpoint()
                 except StoreClosed:
                     raise
                 except Exception as exc:
@@ -432,14 +383,6 @@ class ExecutorLoop:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _maybe_checkpoint(self, force: bool = False) -> None:
-        if self.checkpoints is None:
-            return
-        if force or self._cursor - self._saved_cursor >= 10_000:
-            save_checkpoint(self.checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION, self._cursor,
-                            self._entries)
-            self._saved_cursor = self._cursor
-
     async def drain(self, deadline: float) -> int:
         """Stop claiming; wait up to `deadline` seconds for attempts in flight, then interrupt
         the rest (recorded as retryable failures, so they stay claimable). Returns how many
@@ -455,5 +398,5 @@ class ExecutorLoop:
             interrupted = len(pending)
         else:
             interrupted = 0
-        await asyncio.to_thread(self._maybe_checkpoint, True)
+        await asyncio.to_thread(self._index.checkpoint, True)
         return interrupted
