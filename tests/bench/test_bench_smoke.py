@@ -79,3 +79,12 @@ def test_idle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench("idle").main(["--seconds", "2", "--settle", "0", "--tmp", str(tmp_path)])
     check(capsys.readouterr().out, ["idle engine CPU", "idle engine RSS"],
           ["idle asyncio loop CPU", "idle asyncio loop RSS"], floors=1)
+
+
+def test_append_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("append_latency").main(["--appends", "50", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["pulse append p50", "pulse append p99", "pulse append 1 draft/call",
+           "eventsourcing insert_events p50"],
+          ["raw sqlite3 1-row commit p50", "raw sqlite3 1-row commit p99",
+           "raw sqlite3 executemany 1 row/commit"], floors=1)

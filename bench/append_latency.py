@@ -1,0 +1,209 @@
+"""Single-draft append latency through SqliteEventStore beside raw sqlite3 single-row commits.
+
+    python -m bench.append_latency [--appends 2000] [--keys 1000]
+
+One coroutine awaits `store.append([draft])` once per draft, one call at a time (latency, not
+throughput): `--appends` calls over `--keys` interleaved keys, synchronous=FULL, WAL. Beside it,
+in the same run, on the same disk, with the same number of commits:
+
+- raw sqlite3: one row per transaction (BEGIN IMMEDIATE, INSERT, COMMIT) into a table with the
+  same columns and indexes, one thread; its rate (executemany, 1 row per commit) is measured
+  before and after the other runs and the best of the two is the limit;
+- the `eventsourcing` library's SQLite aggregate recorder, when the package is installed:
+  `insert_events([stored_event])` once per event, a file database, WAL, synchronous=FULL, its
+  own table (skipped, with a line saying so, when it is not installed).
+
+Prints p50 and p99 latency in µs and appends/s for each, and the ratios pulse/raw and
+eventsourcing/raw. Floor (judged on pulse appends/s against raw 1-row commits/s): >= 0.80.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    Figure,
+    Floor,
+    Report,
+    event_rows,
+    fmt,
+    percentile,
+    raw_commit_latencies,
+    raw_insert_rate,
+    temp_dir,
+    tick_drafts,
+    tick_payload,
+)
+from pulse_core._events import encode_data
+from pulse_core.store import SqliteEventStore
+
+FLOOR = 0.80
+SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+class Run:
+    """One contender's per-append latencies (seconds) and its appends/s over the whole loop."""
+
+    def __init__(self, latencies: list[float], rate: float) -> None:
+        self.latencies = latencies
+        self.rate = rate
+
+    def p(self, q: float) -> float:
+        """The q-th percentile latency in µs."""
+        return percentile(self.latencies, q) * 1e6
+
+
+async def store_run(path: Path, *, appends: int, keys: int, synchronous: str) -> Run:
+    """`appends` calls of `store.append([draft])`, awaited one at a time.
+
+    Drafts are built before the clock starts; checking, encoding, versioning and the commit
+    are inside each sample.
+    """
+    drafts = tick_drafts(0, appends, keys)
+    store = await SqliteEventStore.open(path, synchronous=synchronous)
+    latencies: list[float] = []
+    try:
+        started = time.perf_counter()
+        for draft in drafts:
+            t0 = time.perf_counter()
+            await store.append([draft])
+            latencies.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - started
+        stored = await store.last_seq()
+    finally:
+        await store.close()
+    if stored != appends:
+        raise RuntimeError(f"stored {stored} events, expected {appends}")
+    return Run(latencies, appends / elapsed)
+
+
+def eventsourcing_run(path: Path, *, appends: int, keys: int,
+                      synchronous: str) -> tuple[Run, str] | None:
+    """`appends` calls of eventsourcing's `SQLiteAggregateRecorder.insert_events([one])`, or
+    None when the package is not installed. Also returns how its connections were set up.
+
+    The recorder is synchronous (no asyncio layer): it is called directly, one call at a time.
+    The stored events mirror the drafts: `keys` interleaved originators, per-originator
+    versions, topic `tick`, the same JSON payload as state.
+    """
+    try:
+        from eventsourcing.persistence import StoredEvent
+        from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteDatastore
+    except ImportError:
+        return None
+    datastore = SQLiteDatastore(str(path))
+    # Its pool opens each connection with journal_mode=WAL and leaves synchronous at SQLite's
+    # default (no option for it): set it on every connection the pool makes.
+    create = datastore.pool._create_connection
+
+    def create_with_synchronous(*args: Any, **kwargs: Any) -> Any:
+        conn = create(*args, **kwargs)
+        conn._sqlite_conn.execute(f"PRAGMA synchronous={synchronous}")
+        return conn
+
+    datastore.pool._create_connection = create_with_synchronous  # type: ignore[method-assign]
+    recorder = SQLiteAggregateRecorder(datastore, events_table_name="stored_events")
+    recorder.create_table()
+    with datastore.get_connection(commit=False) as conn:
+        mode = conn._sqlite_conn.execute("PRAGMA journal_mode").fetchone()[0]
+        sync = conn._sqlite_conn.execute("PRAGMA synchronous").fetchone()[0]
+    setup = (f"eventsourcing {_version('eventsourcing')}: SQLiteDatastore on a file, "
+             f"journal_mode={mode}, synchronous={SYNCHRONOUS.get(sync, sync)}, its own table "
+             "(originator_id, originator_version, topic, state; one WITHOUT ROWID primary key)")
+    originators = [uuid.uuid4() for _ in range(keys)]
+    events = [StoredEvent(originator_id=originators[i % keys], originator_version=i // keys + 1,
+                          topic="tick", state=encode_data(tick_payload(i)))
+              for i in range(appends)]
+    latencies: list[float] = []
+    try:
+        started = time.perf_counter()
+        for event in events:
+            t0 = time.perf_counter()
+            recorder.insert_events([event])
+            latencies.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - started
+        stored = sum(len(recorder.select_events(o)) for o in originators)
+    finally:
+        datastore.close()
+    if stored != appends:
+        raise RuntimeError(f"eventsourcing stored {stored} events, expected {appends}")
+    return Run(latencies, appends / elapsed), setup
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.append_latency", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--appends", type=int, default=2_000,
+                        help="single-draft appends per contender (default 2,000; fsync-bound)")
+    parser.add_argument("--keys", type=int, default=1_000, help="distinct interleaved keys")
+    parser.add_argument("--synchronous", default="FULL", help="setting for all three (FULL)")
+    parser.add_argument("--tmp", default=None, help="base directory for the databases")
+    return parser.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> Report:
+    report = Report(f"append latency: one draft per call, one call at a time, {args.appends:,} "
+                    f"appends (synchronous={args.synchronous}, WAL, {args.keys} interleaved "
+                    "keys)")
+    rows = event_rows(args.appends, args.keys)
+
+    def raw_rate() -> float:
+        with temp_dir(args.tmp) as tmp:
+            return raw_insert_rate(tmp / "raw.db", rows, 1, args.synchronous)
+
+    # The limit is the best the machine did: measured before and after the other runs.
+    raws = [raw_rate()]
+    with temp_dir(args.tmp) as tmp:
+        raw_latencies = raw_commit_latencies(tmp / "raw.db", args.appends, args.synchronous)
+    with temp_dir(args.tmp) as tmp:
+        pulse = await store_run(tmp / "events.db", appends=args.appends, keys=args.keys,
+                                synchronous=args.synchronous)
+    with temp_dir(args.tmp) as tmp:
+        es = eventsourcing_run(tmp / "es.db", appends=args.appends, keys=args.keys,
+                               synchronous=args.synchronous)
+    raws.append(raw_rate())
+    raw = Run(raw_latencies, max(raws))
+
+    contenders = [("pulse append", pulse)]
+    if es is not None:
+        contenders.append(("eventsourcing insert_events", es[0]))
+    for name, measured in contenders:
+        for q in (50, 99):
+            report.compare(Figure(f"{name} p{q}", measured.p(q), "µs"),
+                           Figure(f"raw sqlite3 1-row commit p{q}", raw.p(q), "µs"))
+        floor = Floor.ratio_at_least(measured.rate / raw.rate, FLOOR) \
+            if measured is pulse else None
+        report.compare(Figure(f"{name} 1 draft/call", measured.rate, "appends/s"),
+                       Figure("raw sqlite3 executemany 1 row/commit", raw.rate, "rows/s"),
+                       floor=floor)
+    if es is None:
+        report.note("eventsourcing is not installed: its comparison is skipped "
+                    "(pip install eventsourcing to include it)")
+    else:
+        report.note(es[1] + "; called directly (it has no asyncio layer)")
+    report.note("raw 1/commit before and after the other runs: "
+                + " and ".join(f"{fmt(r)} rows/s" for r in raws) + "; the best is the limit")
+    report.note("latency lines: ratio = latency / raw latency (lower is better); appends/s "
+                f"lines: ratio = rate / raw rate; floor judged on pulse appends/s, "
+                f">= {FLOOR:.2f} of raw")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return asyncio.run(run(parse(argv))).exit_code()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
