@@ -63,19 +63,14 @@ class Ticker:
         """Carry on from the last run: its memo, and tick numbers past any it recorded."""
         found = await asyncio.to_thread(load_checkpoint, self.checkpoints, MEMO, MEMO_VERSION,
                                         TickMemo)
-        after = 0
         if found is not None:
-            after, self._resumed = found
+            self._resumed = found[1]
             self.number = self._resumed.number
-        while True:  # ticks recorded after the memo (a crash lost up to one memo interval)
-            page = await events.read(after, kinds=["tick"], key="engine", limit=1_000)
-            for event in page:
-                number = event.data.get("number") if isinstance(event.data, dict) else None
-                if isinstance(number, int):
-                    self.number = max(self.number, number)
-            if len(page) < 1_000:
-                break
-            after = page[-1].seq
+        # A crash loses up to one memo interval: the last recorded tick says where it got.
+        last = await events.read(kinds=["tick"], key="engine", limit=1, newest_first=True)
+        number = last[0].data.get("number") if last and isinstance(last[0].data, dict) else None
+        if isinstance(number, int):
+            self.number = max(self.number, number)
         self._cursor = await vitals.cursor()
         self.started_at = self.clock.now_ms()
 
@@ -88,10 +83,9 @@ class Ticker:
     async def snapshot(self, projector: Projector, executors: ExecutorLoop,
                        vitals: VitalsStore) -> tuple[Snapshot, int]:
         """The snapshot the next tick sees, and the vitals cursor it reached."""
-        states = await projector.catch_up()
-        await executors.refresh()
-        latest = await vitals.latest()
-        cursor, recent = await vitals.since(self._cursor)
+        # Three independent reads, each a trip to a worker thread: made at once.
+        states, _, (cursor, latest, recent) = await asyncio.gather(
+            projector.catch_up(), executors.refresh(), vitals.for_tick(self._cursor))
         now = self.clock.now_ms()
         samples = {k: tuple(s for s in found if s.ts >= self.started_at)
                    for k, found in recent.items()}

@@ -12,7 +12,7 @@ from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.fingerprint import fingerprint
 from pulse_adapters.awareness.ledger import DAY_MS, AwarenessLedger, LedgerData, ReviewState
 from pulse_adapters.awareness.quiet import QuietHold, QuietState
-from pulse_core import Decision, Effect, Inner, Memory, Snapshot
+from pulse_core import Backoff, Decision, Effect, Inner, Memory, Snapshot
 from pulse_core._pmap import PersistentMap
 from pulse_core.memory import IdentityMemory
 
@@ -37,16 +37,18 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
     if human is None:
         return None
     failures = review.failures if review else 0
-    backoff = 0.0
+    backoff_ms = 0
     if failures:
-        backoff = min(config.backoff_max_s, config.backoff_base_s * 2 ** (failures - 1))
+        backoff_ms = Backoff(initial_ms=int(config.backoff_base_s * 1000), factor=2.0,
+                             max_ms=int(config.backoff_max_s * 1000), jitter=0.0
+                             ).delay_ms(failures)
     if review is None or review.reviewed_source != human.record:
         base = human.ts + int(config.initial_delay_s * 1000)
         if review is not None and failures:
             base = max(base, review.last_cycle_at)
     else:
         base = max(review.last_cycle_at, quiet.last_check_at) + int(interval_s * 1000)
-    due = max(base + int(backoff * 1000), quiet.hold_until)
+    due = max(base + backoff_ms, quiet.hold_until)
     if review is not None and review.last_success_at and not failures:
         ceiling_at = review.last_success_at + int(config.quiet_ceiling_s * 1000)
         if ceiling_at > quiet.last_check_at:

@@ -13,7 +13,13 @@ from pulse_core.store._recorder import (
 )
 from pulse_core.store._side import SideStore, SqliteSideStore
 from pulse_core.store._url import SqliteURL, StoreURL, open_event_store, parse_store_url
-from pulse_core.store._vitals import Retention, Sample, SqliteVitalsStore, VitalsStore
+from pulse_core.store._vitals import (
+    Retention,
+    Sample,
+    SqliteVitalsStore,
+    TickVitals,
+    VitalsStore,
+)
 
 __all__ = [
     "AppendResult",
@@ -32,6 +38,7 @@ __all__ = [
     "SqliteURL",
     "SqliteVitalsStore",
     "StoreURL",
+    "TickVitals",
     "VitalsStore",
     "digest_of",
     "open_event_store",

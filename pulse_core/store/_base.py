@@ -100,13 +100,15 @@ class EventStore:
         kinds: Iterable[str] | None = None,
         key: str | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
     ) -> Page:
-        """Stored events with seq > after_seq, oldest first, optionally filtered, and the
-        log's newest seq in the same read (see Page)."""
+        """Stored events with seq > after_seq, oldest first (or newest first), optionally
+        filtered, and the log's newest seq in the same read (see Page)."""
         kind_list = None if kinds is None else list(kinds)
         if kind_list is not None and not kind_list:
             return Page([], await self.recorder.last_seq())
-        return await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit)
+        return await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit,
+                                          newest_first=newest_first)
 
     async def read(
         self,
@@ -115,12 +117,15 @@ class EventStore:
         kinds: Iterable[str] | None = None,
         key: str | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
     ) -> list[Event]:
-        """Stored events with seq > after_seq, oldest first, optionally filtered."""
+        """Stored events with seq > after_seq, oldest first (or newest first: `limit=1`
+        gives the latest), optionally filtered."""
         kind_list = None if kinds is None else list(kinds)
         if kind_list is not None and not kind_list:
             return []
-        page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit)
+        page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit,
+                                          newest_first=newest_first)
         return page.events
 
     async def head(self, key: str) -> int:

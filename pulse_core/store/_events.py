@@ -257,7 +257,7 @@ class SqliteRecorder(Recorder):
             return fn(reader)
 
     def _select(self, after_seq: int, kinds: Sequence[str] | None, key: str | None,
-                limit: int | None) -> Page:
+                limit: int | None, newest_first: bool) -> Page:
         sql = f"SELECT {COLUMNS} FROM events WHERE seq > ?"
         args: list[Any] = [after_seq]
         if kinds is not None:
@@ -266,7 +266,7 @@ class SqliteRecorder(Recorder):
         if key is not None:
             sql += " AND key = ?"
             args.append(key)
-        sql += " ORDER BY seq"
+        sql += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
@@ -305,9 +305,11 @@ class SqliteRecorder(Recorder):
         kinds: Sequence[str] | None = None,
         key: str | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
     ) -> Page:
         page: Page = await self._in_reader(
-            self._select, after_seq, None if kinds is None else tuple(kinds), key, limit)
+            self._select, after_seq, None if kinds is None else tuple(kinds), key, limit,
+            newest_first)
         return page
 
     async def head(self, key: str) -> int:

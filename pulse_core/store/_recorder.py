@@ -106,9 +106,11 @@ class Recorder(abc.ABC):
         kinds: Sequence[str] | None = None,
         key: str | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
     ) -> Page:
-        """Stored events with seq > after_seq, oldest first, optionally filtered, and the
-        log's newest seq as that same read saw it."""
+        """Stored events with seq > after_seq, oldest first (newest first with
+        `newest_first`), optionally filtered, and the log's newest seq as that same read saw
+        it."""
 
     @abc.abstractmethod
     async def head(self, key: str) -> int:

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -63,6 +63,15 @@ class Retention(msgspec.Struct, frozen=True):
     batch: int = 5_000
 
 
+class TickVitals(NamedTuple):
+    """The samples recorded after a cursor (by key, oldest first), the new cursor, and the
+    latest reading of every key."""
+
+    cursor: int
+    latest: dict[str, Sample]
+    recent: dict[str, list[Sample]]
+
+
 class VitalsStore(abc.ABC):
     """Samples per key. Unlike events, vitals are not history: gc removes them.
 
@@ -104,6 +113,12 @@ class VitalsStore(abc.ABC):
     @abc.abstractmethod
     async def cursor(self) -> int:
         """The id of the newest sample (0 when there is none)."""
+
+    async def for_tick(self, cursor: int) -> TickVitals:
+        """What a tick reads, together: `since(cursor)` and `latest()` (a backend may answer
+        both in one trip)."""
+        new_cursor, recent = await self.since(cursor)
+        return TickVitals(new_cursor, await self.latest(), recent)
 
     @abc.abstractmethod
     async def gc(self, retention: Retention | None = None) -> int:
@@ -217,16 +232,26 @@ class SqliteVitalsStore(VitalsStore):
         wanted = None if keys is None else set(keys)
         return {r[0]: _sample(*r) for r in rows if wanted is None or r[0] in wanted}
 
-    async def since(self, cursor: int) -> tuple[int, dict[str, list[Sample]]]:
-        rows = await self._run(
-            self._read, "SELECT rowid, key, ts, data, error FROM samples WHERE rowid > ? "
-            "ORDER BY rowid", (cursor,))
+    def _since(self, cursor: int) -> tuple[int, dict[str, list[Sample]]]:
+        rows = self._read("SELECT rowid, key, ts, data, error FROM samples WHERE rowid > ? "
+                          "ORDER BY rowid", (cursor,))
         by_key: dict[str, list[Sample]] = {}
         for _, key, ts, data, error in rows:
             by_key.setdefault(key, []).append(_sample(key, ts, data, error))
         for samples in by_key.values():
             samples.sort(key=lambda s: s.ts)  # stable: equal times stay in recording order
         return (rows[-1][0] if rows else cursor), by_key
+
+    async def since(self, cursor: int) -> tuple[int, dict[str, list[Sample]]]:
+        return await self._run(self._since, cursor)
+
+    def _for_tick(self, cursor: int) -> TickVitals:
+        new_cursor, recent = self._since(cursor)
+        latest = {r[0]: _sample(*r) for r in self._read("SELECT key, ts, data, error FROM latest")}
+        return TickVitals(new_cursor, latest, recent)
+
+    async def for_tick(self, cursor: int) -> TickVitals:
+        return await self._run(self._for_tick, cursor)
 
     async def cursor(self) -> int:
         rows = await self._run(self._read, "SELECT coalesce(max(rowid), 0) FROM samples")

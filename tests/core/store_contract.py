@@ -141,6 +141,18 @@ class RecorderContract(abc.ABC):
         assert [e.seq for e in await store.read(1, limit=1)] == [2]
         assert await store.read(kinds=[]) == []
 
+    async def test_newest_first_reads_the_latest_events_back_to_front(
+        self, store: EventStore
+    ) -> None:
+        await store.append([EventDraft("tick", "a", {"n": n}) for n in range(5)])
+        await store.append([EventDraft("error", "a", {"n": 9}), EventDraft("tick", "b")])
+        (latest,) = await store.read(kinds=["tick"], key="a", limit=1, newest_first=True)
+        assert latest.data == {"n": 4}
+        seqs = [e.seq for e in await store.read(2, newest_first=True)]
+        assert seqs == [7, 6, 5, 4, 3]
+        page = await store.read_page(kinds=["tick"], limit=2, newest_first=True)
+        assert [e.key for e in page.events] == ["b", "a"] and page.last_seq == 7
+
     async def test_events_survive_reopening(self) -> None:
         store = await self.open_store("persist")
         await store.append([draft("a", 7)])
