@@ -8,11 +8,18 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pulse_core._errors import NotAPulseDatabase, SchemaTooNew, StoreUnavailable
+from pulse_core._errors import (
+    NotAPulseDatabase,
+    SchemaTooNew,
+    StoreClosed,
+    StoreReadOnly,
+    StoreUnavailable,
+)
 
 T = TypeVar("T")
 
@@ -234,3 +241,88 @@ class WriterThread:
         """Let the jobs already submitted finish, then end the thread."""
         self._jobs.put(None)
         await asyncio.to_thread(self._thread.join)
+
+
+class SqliteWorkerStore:
+    """A small store in one SQLite file, used from one worker thread: opening (or, read-only,
+    a view that writes and creates nothing), reads, one-transaction writes, closing."""
+
+    purpose = "store"
+
+    def __init__(self, path: Path, conn: sqlite3.Connection | ReadOnlyConnection,
+                 pool: ThreadPoolExecutor, read_only: bool) -> None:
+        self.path = path
+        self.read_only = read_only
+        self._conn: sqlite3.Connection | ReadOnlyConnection | None = conn
+        self._pool = pool
+
+    @classmethod
+    async def _connect(cls, path: Path, *, schema: str, schema_version: int, synchronous: str,
+                       read_only: bool
+                       ) -> tuple[sqlite3.Connection | ReadOnlyConnection, ThreadPoolExecutor]:
+        pool = ThreadPoolExecutor(1, thread_name_prefix=f"pulse-{cls.purpose.split()[0]}")
+        loop = asyncio.get_running_loop()
+        try:
+            if read_only:
+                conn = await loop.run_in_executor(
+                    pool, _read_only_view, path, schema, schema_version, cls.purpose)
+            else:
+                conn = await loop.run_in_executor(pool, lambda: open_database(
+                    path, schema=schema, schema_version=schema_version,
+                    synchronous=synchronous, purpose=cls.purpose))
+        except BaseException:
+            pool.shutdown(wait=False)
+            raise
+        return conn, pool
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._conn is None:
+            raise StoreClosed(f"{self.path}: used after close")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path}: opened read-only, so {what} — open the home "
+                                "without read_only")
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        conn = self._conn
+        assert conn is not None
+        if isinstance(conn, ReadOnlyConnection):
+            return conn.read(lambda c: c.execute(sql, args).fetchall())
+        with sqlite_errors(self.path):
+            return conn.execute(sql, args).fetchall()
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        assert isinstance(conn, sqlite3.Connection)  # read-only stores refuse writes first
+        with sqlite_errors(self.path):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return result
+
+    async def close(self) -> None:
+        """Release the file and the worker thread."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await asyncio.get_running_loop().run_in_executor(self._pool, conn.close)
+        self._pool.shutdown(wait=True)
+
+
+def _read_only_view(path: Path, schema: str, schema_version: int,
+                    purpose: str) -> sqlite3.Connection | ReadOnlyConnection:
+    """A view of `path` that writes nothing; an empty in-memory one when there is no file."""
+    if path.is_file():
+        view = ReadOnlyConnection(path, schema_version=schema_version, purpose=purpose)
+        if view.ready:
+            return view
+        view.close()
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.executescript(schema)
+    return conn

@@ -7,9 +7,8 @@ samples in HOME/vitals.db, written and read from one worker thread with the stdl
 from __future__ import annotations
 
 import abc
-import asyncio
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -17,9 +16,11 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 
 from pulse_core._clock import Clock, SystemClock
-from pulse_core._errors import StoreClosed, StoreError
 from pulse_core._events import decode_data, encode_data
-from pulse_core.store._sqlite import ReadOnlyConnection, open_database, sqlite_errors
+from pulse_core.store._sqlite import (
+    ReadOnlyConnection,
+    SqliteWorkerStore,
+)
 
 T = TypeVar("T")
 
@@ -133,7 +134,7 @@ def _sample(key: str, ts: int, data: bytes | None, error: str | None) -> Sample:
     return Sample(key, ts, decode_data(data), error)
 
 
-class SqliteVitalsStore(VitalsStore):
+class SqliteVitalsStore(SqliteWorkerStore, VitalsStore):
     """vitals.db: a `samples` table, and a one-row-per-key `latest` table beside it so that
     `latest` costs the number of keys, not the number of samples.
 
@@ -141,13 +142,12 @@ class SqliteVitalsStore(VitalsStore):
     neither created nor written; an absent file reads as empty.
     """
 
+    purpose = "vitals store"
+
     def __init__(self, path: Path, conn: sqlite3.Connection | ReadOnlyConnection,
                  pool: ThreadPoolExecutor, clock: Clock, read_only: bool) -> None:
-        self.path = path
+        super().__init__(path, conn, pool, read_only)
         self.clock = clock
-        self.read_only = read_only
-        self._conn: sqlite3.Connection | ReadOnlyConnection | None = conn
-        self._pool = pool
 
     @classmethod
     async def open(
@@ -157,56 +157,14 @@ class SqliteVitalsStore(VitalsStore):
         """Open vitals.db at `path` (created unless `read_only`); raises a StoreError if it
         is not usable."""
         path = Path(path)
-        pool = ThreadPoolExecutor(1, thread_name_prefix="pulse-vitals")
-        loop = asyncio.get_running_loop()
-        try:
-            if read_only:
-                conn = await loop.run_in_executor(pool, _open_read_only, path)
-            else:
-                conn = await loop.run_in_executor(pool, lambda: open_database(
-                    path, schema=SCHEMA, schema_version=SCHEMA_VERSION,
-                    synchronous=synchronous, purpose="vitals store"))
-        except BaseException:
-            pool.shutdown(wait=False)
-            raise
+        conn, pool = await cls._connect(path, schema=SCHEMA, schema_version=SCHEMA_VERSION,
+                                        synchronous=synchronous, read_only=read_only)
         return cls(path, conn, pool, clock or SystemClock(), read_only)
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._conn is None:
-            raise StoreClosed(f"{self.path}: used after close")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
-
-    def _refuse_if_read_only(self) -> None:
-        if self.read_only:
-            raise StoreError(f"{self.path}: opened read-only, so samples cannot be recorded "
-                             "or collected — open the home without read_only")
-
-    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._conn
-        assert isinstance(conn, sqlite3.Connection)  # read-only stores refuse writes first
-        with sqlite_errors(self.path):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        return result
-
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
-        conn = self._conn
-        assert conn is not None
-        if isinstance(conn, ReadOnlyConnection):
-            return conn.read(lambda c: c.execute(sql, args).fetchall())
-        with sqlite_errors(self.path):
-            return conn.execute(sql, args).fetchall()
 
     async def record(
         self, key: str, data: Any = None, *, error: str | None = None, ts: int | None = None
     ) -> Sample:
-        self._refuse_if_read_only()
+        self._refuse_if_read_only("samples cannot be recorded or collected")
         raw = encode_data(data, f"vitals sample for {key!r}")
         sample = Sample(key, self.clock.now_ms() if ts is None else ts, decode_data(raw), error)
         row = (key, sample.ts, raw, error)
@@ -258,7 +216,7 @@ class SqliteVitalsStore(VitalsStore):
         return int(rows[0][0])
 
     async def gc(self, retention: Retention | None = None) -> int:
-        self._refuse_if_read_only()
+        self._refuse_if_read_only("samples cannot be recorded or collected")
         policy = retention or Retention()
         cutoff = self.clock.now_ms() - policy.max_age_ms
 
@@ -279,21 +237,3 @@ class SqliteVitalsStore(VitalsStore):
             return removed
 
         return await self._run(self._write, collect)
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await asyncio.get_running_loop().run_in_executor(self._pool, conn.close)
-        self._pool.shutdown(wait=True)
-
-
-def _open_read_only(path: Path) -> sqlite3.Connection | ReadOnlyConnection:
-    """A view of `path` that writes nothing; an empty in-memory one when there is no file."""
-    if path.is_file():
-        view = ReadOnlyConnection(path, schema_version=SCHEMA_VERSION, purpose="vitals store")
-        if view.ready:
-            return view
-        view.close()
-    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    conn.executescript(SCHEMA)
-    return conn
