@@ -273,6 +273,7 @@ class Engine:
                                              "owner": self._executor_loop.owner},
                 origin="engine")])
             stack.push_async_callback(self._stopped)
+            stack.push_async_callback(self._drain)  # after the loops stop, before _stopped
         except BaseException:
             await stack.aclose()
             raise
@@ -285,7 +286,6 @@ class Engine:
         # Undo first, start after: a start that fails halfway stops what it started.
         for watcher in self.watchers:
             stack.push_async_callback(self._close_watcher, watcher)
-        stack.push_async_callback(self._drain)
         stack.push_async_callback(self.supervisor.stop)
         for layer in self.layers:  # services first: they may bind state the first tick reads
             for service in layer.services:

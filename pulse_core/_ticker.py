@@ -83,9 +83,12 @@ class Ticker:
     async def snapshot(self, projector: Projector, executors: ExecutorLoop,
                        vitals: VitalsStore) -> tuple[Snapshot, int]:
         """The snapshot the next tick sees, and the vitals cursor it reached."""
-        # Three independent reads, each a trip to a worker thread: made at once.
-        states, _, (cursor, latest, recent) = await asyncio.gather(
-            projector.catch_up(), executors.refresh(), vitals.for_tick(self._cursor))
+        # The effect index is read before the projections, so an effect the index no longer
+        # lists as pending is already folded into the projections: a rule never sees an
+        # effect finished in neither (and emits it again). Vitals are read meanwhile.
+        _, (cursor, latest, recent) = await asyncio.gather(
+            executors.refresh(), vitals.for_tick(self._cursor))
+        states = await projector.catch_up()
         now = self.clock.now_ms()
         samples = {k: tuple(s for s in found if s.ts >= self.started_at)
                    for k, found in recent.items()}

@@ -161,3 +161,14 @@ async def test_tick_numbers_carry_on_after_a_crash_that_left_no_memo(tmp_path: P
     async with opened(Engine(home)) as engine:
         await engine.tick()
         assert engine.ticks == 6
+
+
+async def test_closing_an_engine_that_was_never_started_still_checkpoints_everything(
+    tmp_path: Path,
+) -> None:
+    # A reopen must not fold the whole log again: the effect index is checkpointed at close
+    # whether or not the loops ran.
+    async with opened(Engine(tmp_path, clock=ManualClock())) as engine:
+        await engine.tick()
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert "executor-loop.ckpt" in names and "tick.ckpt" in names
