@@ -13,8 +13,16 @@ from typing import Any
 
 from pulse_cli.config import Config, ConfigError
 from pulse_cli.loader import EngineCode, load_engine_code
-from pulse_core import Clock, Engine, Layer, LayerContext, LayerError, SystemClock, load_layers
-from pulse_core._layer import EngineDirectory
+from pulse_core import (
+    Clock,
+    Engine,
+    EngineDirectory,
+    Layer,
+    LayerContext,
+    LayerError,
+    SystemClock,
+    load_layers,
+)
 from pulse_core._watch import sample_once
 
 NO_CODE = EngineCode(layer=Layer("engine"), revision=None)

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 
 from pulse_cli.home import CliError, check_instance_name
-from pulse_core import PulseError
-from pulse_core._home import parse_store_url
+from pulse_core import PulseError, parse_store_url
 
 if TYPE_CHECKING:
     from pulse_survival import SurvivalConfig

@@ -21,9 +21,7 @@ from pulse_cli.assembly import build_engine, load_code, sample_watchers
 from pulse_cli.gate import copy_live_home
 from pulse_cli.home import Home
 from pulse_cli.output import print_json, print_table, to_json
-from pulse_core import Decision
-from pulse_core._home import HomeLayout, open_home
-from pulse_core._rules import RuleTrace
+from pulse_core import Decision, HomeLayout, RuleTrace, open_home
 
 
 async def copy_home(home: Home, target: Path) -> int:

@@ -25,8 +25,7 @@ import msgspec
 import engine_template
 from pulse_cli.gate import GateStep, run_gate
 from pulse_cli.git import GitError, git, head, run_git
-from pulse_core import EventDraft, EventStore, PulseError
-from pulse_core._home import open_home
+from pulse_core import EventDraft, EventStore, PulseError, open_home
 
 TEMPLATE = Path(engine_template.__file__).resolve().parent
 EVENT_KEY = "engine-directory"

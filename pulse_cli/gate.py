@@ -41,8 +41,7 @@ import pulse_core
 from pulse_cli import config as config_file
 from pulse_cli.home import Home
 from pulse_cli.stores import log_file
-from pulse_core import Mark
-from pulse_core._home import HomeLayout
+from pulse_core import HomeLayout, Mark
 from pulse_core._rules import rule_name
 
 GATE_STEPS = ("compile", "mypy", "tests", "dry-run")

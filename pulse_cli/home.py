@@ -27,8 +27,7 @@ from pathlib import Path
 import msgspec
 import psutil
 
-from pulse_core import PulseError
-from pulse_core._home import HomeLayout
+from pulse_core import HomeLayout, PulseError
 
 EXIT_OK = 0
 EXIT_ERROR = 1

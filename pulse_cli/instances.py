@@ -12,8 +12,7 @@ from pulse_cli.home import DaemonStateError, DaemonStatus, Home, list_homes
 from pulse_cli.output import ago, clip, now_ms, print_json, print_table, span
 from pulse_cli.queries import read_effects
 from pulse_cli.stores import log_file, opened
-from pulse_core import Event, EventStore
-from pulse_core._home import open_home
+from pulse_core import Event, EventStore, open_home
 
 ERRORS_SHOWN = 3
 ERROR_LOOKBACK = 100_000  # events searched back from the head for the last errors

@@ -26,9 +26,17 @@ from pulse_cli.output import (
     to_json,
 )
 from pulse_cli.stores import opened
-from pulse_core import Event, EventStore, TaskBoard, TaskState
-from pulse_core._effects import EFFECT_KINDS, EffectEntry, EffectStatus, fold_effect
-from pulse_core._errors import InvalidTransition
+from pulse_core import (
+    EffectEntry,
+    EffectStatus,
+    Event,
+    EventStore,
+    InvalidTransition,
+    TaskBoard,
+    TaskState,
+    fold_effect,
+)
+from pulse_core._effects import EFFECT_KINDS
 from pulse_core._tasks import TASK_KINDS, next_task_state
 
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pulse_cli import config as config_file
 from pulse_cli.home import Home
-from pulse_core._home import HomeStores, open_home, parse_store_url
+from pulse_core import HomeStores, open_home, parse_store_url
 
 
 @contextlib.asynccontextmanager

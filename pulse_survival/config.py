@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_core._errors import PulseError
+from pulse_core import PulseError
 
 
 class SurvivalConfigError(PulseError):

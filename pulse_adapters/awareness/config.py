@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from pulse_core._errors import PulseError
+from pulse_core import PulseError
 
 INTERVAL_FLOOR_S = 30.0
 

@@ -34,9 +34,8 @@ from pulse_adapters.llm import (
     RouteHealth,
     json_schema_format,
 )
-from pulse_core import EventDraft, ExecutionContext, Executor, VersionConflict
+from pulse_core import EventDraft, EventStore, ExecutionContext, Executor, VersionConflict
 from pulse_core.memory import IdentityMemory, identity_key, remember
-from pulse_core.store._base import EventStore
 
 ORIGIN = "executor:awareness"
 

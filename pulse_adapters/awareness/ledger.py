@@ -7,9 +7,7 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.awareness.config import AwarenessConfig
-from pulse_core._events import Event, register_kind
-from pulse_core._pmap import PersistentMap
-from pulse_core._snapshot import Projection
+from pulse_core import Event, PersistentMap, Projection, register_kind
 
 DAY_MS = 86_400_000
 REVIEWED = "reviewed"

@@ -12,8 +12,7 @@ from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.fingerprint import fingerprint
 from pulse_adapters.awareness.ledger import DAY_MS, AwarenessLedger, LedgerData, ReviewState
 from pulse_adapters.awareness.quiet import QuietHold, QuietState
-from pulse_core import Backoff, Decision, Effect, Inner, Memory, Snapshot
-from pulse_core._pmap import PersistentMap
+from pulse_core import Backoff, Decision, Effect, Inner, Memory, PersistentMap, Snapshot
 from pulse_core.memory import IdentityMemory
 
 

@@ -17,7 +17,7 @@ broken (the caller then calls `RouteHealth.poison`) rather than this one request
 
 from __future__ import annotations
 
-from pulse_core._errors import PulseError
+from pulse_core import PulseError
 
 EXCERPT_CHARS = 300
 

@@ -14,9 +14,7 @@ from typing import Any
 
 from pulse_adapters.llm.client import ChatClient
 from pulse_adapters.llm.errors import EmptyOutput, HttpStatusError, LlmError, excerpt
-from pulse_core._clock import Clock, SystemClock
-from pulse_core._watch import Watcher
-from pulse_core.store._vitals import Sample, VitalsStore
+from pulse_core import Clock, Sample, SystemClock, VitalsStore, Watcher
 
 PROBE_MESSAGES = ({"role": "user", "content": "ping"},)
 
