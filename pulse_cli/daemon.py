@@ -162,10 +162,12 @@ class Daemon:
             await self.engine.open()
             await self.engine.append([error_draft(RELOAD_KEY, exc, self.home.config)])
             await self._started()
-        else:
-            self.cfg, self.code = cfg, code
-            self.status.revision = code.revision
-            self.status.instance = cfg.instance
+            say(f"{why}: kept the previous engine, revision {self.status.revision or 'none'}, "
+                f"{len(self.engine.rule_names)} rules")
+            return
+        self.cfg, self.code = cfg, code
+        self.status.revision = code.revision
+        self.status.instance = cfg.instance
         say(f"{why}: reloaded, revision {self.status.revision or 'none'}, "
             f"{len(engine.rule_names)} rules")
 

@@ -116,6 +116,7 @@ class Engine:
             Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
             *(p for la in self.layers for p in la.projections),
         ]
+        self._check_executors_and_watchers()
         self._check_handled()
         self.chain = RuleChain(
             [("survival", self.survival.rules), ("builtin", builtins),
@@ -129,6 +130,7 @@ class Engine:
         self.retention = retention or Retention()
         self.supervisor = Supervisor(self._report, clock=self.clock)
         self._stack: contextlib.AsyncExitStack | None = None
+        self._closing: asyncio.Future[None] | None = None
         self._stores: HomeStores | None = None
         self._projector: Projector | None = None
         self._executor_loop: ExecutorLoop | None = None
@@ -158,6 +160,23 @@ class Engine:
                     f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
                     "outermost, in a fixed order, and cannot be added, removed or reordered"
                 )
+
+    def _check_executors_and_watchers(self) -> None:
+        owners: dict[str, str] = {}
+        for layer in self.layers:
+            for executor in layer.executors:
+                for effect in executor.handles:
+                    where = f"{executor.name} (layer {layer.name!r})"
+                    if effect.tag() in owners:
+                        raise PulseError(
+                            f"effect {effect.tag()!r} is handled by both {owners[effect.tag()]} "
+                            f"and {where}; one executor per effect type — drop one")
+                    owners[effect.tag()] = where
+        for watcher in self.watchers:
+            if not watcher.interval > 0 or not watcher.timeout > 0:
+                raise PulseError(
+                    f"watcher {watcher.name!r} has interval={watcher.interval!r} and "
+                    f"timeout={watcher.timeout!r}; both must be seconds > 0")
 
     def _check_handled(self) -> None:
         handled = {t.tag() for e in self.executors for t in e.handles}
@@ -294,7 +313,7 @@ class Engine:
         for watcher in self.watchers:
             self.supervisor.start(
                 f"watcher:{watcher.name}",
-                lambda w=watcher: watch_forever(w, vitals, self.wake, self._report))  # type: ignore[misc]
+                lambda w=watcher: watch_forever(w, vitals, self.wake))  # type: ignore[misc]
         self.supervisor.start("tick", self._tick_loop)
         self.supervisor.start("executors", self.executor_loop.run)
         self.supervisor.start("housekeeping", self._housekeeping)
@@ -320,9 +339,17 @@ class Engine:
         Attempts still running at the deadline are interrupted and recorded as retryable
         failures, so the next engine on this home runs them again.
         """
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
+        if self._closing is None:
+            stack, self._stack = self._stack, None
+            if stack is None:
+                return
+            self._closing = asyncio.ensure_future(stack.aclose())
+        closing = self._closing
+        try:
+            await asyncio.shield(closing)  # a second caller waits for the same close
+        finally:
+            if closing.done() and self._closing is closing:
+                self._closing = None
 
     async def _close_watcher(self, watcher: Watcher) -> None:
         try:

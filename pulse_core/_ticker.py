@@ -11,7 +11,8 @@ import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._effects import Mark, effect_draft, mark_draft
-from pulse_core._events import EventDraft, error_draft
+from pulse_core._errors import PayloadNotEncodable, PulseError
+from pulse_core._events import EventDraft, check_draft, error_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
 from pulse_core._rules import Decision, RuleChain, RuleTrace
@@ -66,7 +67,8 @@ class Ticker:
         if found is not None:
             self._resumed = found[1]
             self.number = self._resumed.number
-        # A crash loses up to one memo interval: the last recorded tick says where it got.
+        # A crash loses up to one memo interval; the last recorded tick is a floor, so numbers
+        # in the log never repeat (a quiet tick since the memo may have its number reused).
         last = await events.read(kinds=["tick"], key="engine", limit=1, newest_first=True)
         number = last[0].data.get("number") if last and isinstance(last[0].data, dict) else None
         if isinstance(number, int):
@@ -118,15 +120,14 @@ class Ticker:
             curr, cursor = await self.snapshot(projector, executors, vitals)
             prev = self._prev or self._first_prev(curr)
             decision, errors, self.trace = await self.chain.run(prev, curr)
-            origin, cause = "engine:tick", curr.seq or None
-            drafts = [mark_draft(e, origin, cause) if isinstance(e, Mark)
-                      else effect_draft(e, origin, cause) for e in decision.effects]
+            drafts = _drafts(decision, curr.seq or None)
             drafts += [error_draft(where, exc) for where, exc in errors]
             if drafts:
                 drafts.append(EventDraft(
                     "tick", "engine", {"number": curr.number, "tick_ms": decision.tick_ms,
                                        "effects": [d.key for d in drafts if d.kind == "effect"],
-                                       "errors": len(errors), "seen_seq": curr.seq},
+                                       "errors": sum(d.kind == "error" for d in drafts),
+                                       "seen_seq": curr.seq},
                     origin="engine"))
                 await events.append(drafts)
             # The next prev keeps the last reading of keys not sampled since (a watcher's first
@@ -148,3 +149,20 @@ class Ticker:
                         {k: r.sample for k, r in prev.vitals.items()})
         await asyncio.to_thread(save_checkpoint, self.checkpoints, MEMO, MEMO_VERSION, prev.seq,
                                 memo)
+
+
+def _drafts(decision: Decision, cause: int | None) -> list[EventDraft]:
+    """The events of a decision's effects and marks; one that cannot be encoded becomes an
+    `error` event instead, so it never costs the others (the survival layer's included)."""
+    drafts: list[EventDraft] = []
+    for effect in decision.effects:
+        try:
+            draft = (mark_draft(effect, "engine:tick", cause) if isinstance(effect, Mark)
+                     else effect_draft(effect, "engine:tick", cause))
+            check_draft(draft)
+        except (TypeError, ValueError, PulseError) as exc:
+            drafts.append(error_draft("engine:tick", PayloadNotEncodable(
+                f"{type(effect).__name__} ({type(effect).tag()!r}) was dropped: {exc}")))
+        else:
+            drafts.append(draft)
+    return drafts

@@ -82,20 +82,18 @@ async def watch_forever(
     watcher: Watcher,
     vitals: VitalsStore,
     wake: Callable[[], None],
-    on_error: Callable[[str, BaseException], None],
 ) -> None:
-    """Sample every `interval` seconds and wake the tick when asked, until cancelled."""
+    """Sample every `interval` seconds and wake the tick when asked, until cancelled.
+
+    A collect that fails is a sample with an error; anything else that fails (should_wake,
+    the vitals store) raises, for the supervisor to record and restart after its backoff.
+    """
     loop = asyncio.get_running_loop()
     while True:
         started = loop.time()
-        try:
-            await sample_once(watcher, vitals)
-            if await wants_wake(watcher, vitals):
-                wake()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            on_error(f"watcher:{watcher.name}", exc)
+        await sample_once(watcher, vitals)
+        if await wants_wake(watcher, vitals):
+            wake()
         nudged = watcher._nudged()
         await wait_signal(nudged, watcher.interval - (loop.time() - started))
         nudged.clear()

@@ -221,3 +221,30 @@ def test_two_watchers_with_one_name_are_refused_at_build(tmp_path: Path) -> None
 
     with pytest.raises(Exception, match=r"watcher names must be unique.*Probe"):
         Engine(tmp_path, watchers=[Probe(), Probe()])
+
+
+def test_two_executors_for_one_effect_type_are_refused_at_build(tmp_path: Path) -> None:
+    from pulse_survival import Notify
+
+    class MyNotify(Executor):
+        handles = (Notify,)
+
+        async def execute(self, effect: Notify, ctx: ExecutionContext) -> None:
+            return None
+
+    # Refused when the engine is built, so a daemon falls back to the survival layer alone.
+    with pytest.raises(Exception, match=r"'notify' is handled by both NotifyExecutor.*MyNotify"):
+        Engine(tmp_path, executors=[MyNotify()])
+
+
+def test_a_watcher_without_a_positive_interval_is_refused(tmp_path: Path) -> None:
+    from pulse_core import Watcher
+
+    class Busy(Watcher):
+        interval = 0
+
+        async def collect(self) -> int:
+            return 1
+
+    with pytest.raises(Exception, match=r"watcher 'Busy' has interval=0"):
+        Engine(tmp_path, watchers=[Busy()])

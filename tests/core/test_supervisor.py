@@ -135,3 +135,33 @@ async def test_a_loop_stopped_during_its_backoff_reads_stopped() -> None:
     assert supervisor.status()[0].state is LoopState.BACKOFF
     await supervisor.stop()
     assert supervisor.status()[0].state is LoopState.STOPPED
+
+
+async def test_a_watcher_that_fails_outside_collect_backs_off_and_says_so(
+    tmp_path: Path,
+) -> None:
+    from typing import Any
+
+    from pulse_core import Watcher
+
+    class Judgy(Watcher):
+        name = "judgy"
+        interval = 0.01
+
+        async def collect(self) -> int:
+            return 1
+
+        def should_wake(self, window: Any) -> bool:
+            raise ValueError("cannot judge")
+
+    engine = Engine(tmp_path, watchers=[Judgy()], default_tick_ms=60_000)
+    engine.supervisor.backoff = Backoff(initial_ms=100, max_ms=100, jitter=0)
+    async with engine:
+        await asyncio.sleep(0.5)
+        status = {s.name: s for s in engine.loops()}["watcher:judgy"]
+        await engine.supervisor.settle()
+        errors = [e for e in await engine.events.read(kinds=["error"])
+                  if e.key == "watcher:judgy"]
+    # Without the backoff this loop would fail every 10 ms: about 50 errors in 0.5 s.
+    assert 2 <= len(errors) <= 8
+    assert status.restarts >= 2 and status.last_error == "ValueError: cannot judge"

@@ -172,3 +172,49 @@ async def test_closing_an_engine_that_was_never_started_still_checkpoints_everyt
         await engine.tick()
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert "executor-loop.ckpt" in names and "tick.ckpt" in names
+
+
+async def test_a_mark_that_cannot_be_encoded_costs_no_other_effect(tmp_path: Path) -> None:
+    from typing import Any
+
+    from pulse_core import Effect, Mark
+
+    class Fine(Effect, tag="ticks-fine"):
+        pass
+
+    class Broken(Mark, tag="ticks-broken"):
+        blob: Any
+
+    async def both(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        effects, tick_ms = await inner(prev, curr)
+        return Decision([*effects, Broken(blob=object()), Fine()], tick_ms)
+
+    async with opened(Engine(tmp_path, rules=[both], clock=ManualClock())) as engine:
+        await engine.tick()
+        await engine.tick()
+        assert engine.ticks == 2
+        effects = await engine.events.read(kinds=["effect"])
+        errors = await engine.events.read(kinds=["error"])
+    # Each tick records its Fine (dedup itself trips over the broken mark and passes through,
+    # reported as its own error), and the broken mark becomes an error, not a dead tick.
+    assert [e.data["effect"]["type"] for e in effects] == ["ticks-fine", "ticks-fine"]
+    assert any("Broken ('ticks-broken') was dropped" in e.data["message"] for e in errors)
+
+
+async def test_a_second_close_waits_for_the_first(tmp_path: Path) -> None:
+    import asyncio
+
+    from pulse_core import HomeLocked
+
+    engine = Engine(tmp_path, clock=ManualClock())
+    await engine.open()
+    first = asyncio.create_task(engine.close())
+    await asyncio.sleep(0)
+    await engine.close()  # must not return while the home is still held
+    again = Engine(tmp_path, clock=ManualClock())
+    try:
+        await again.open()
+    except HomeLocked as exc:
+        raise AssertionError("close() returned while the first close held the home") from exc
+    await again.close()
+    await first
