@@ -195,14 +195,22 @@ def adaptive_interval(fast_ms: int = 1_000, slow_ms: int = 30_000, growth: float
 
 
 def dedup() -> Rule:
-    """Drop effects whose dedup key is already pending or executing, or repeated in this tick."""
+    """Drop effects whose dedup key is already pending or executing, or repeated in this tick.
+
+    An effect whose key cannot be computed (a field that cannot be encoded) is kept as it is:
+    the engine drops it when it records the tick, with an `error` event naming it.
+    """
 
     async def dedup(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
         seen = set(curr.pending_effects)
         kept: list[Effect] = []
         for effect in effects:
-            key = effect.dedup_key()
+            try:
+                key = effect.dedup_key()
+            except (TypeError, ValueError):
+                kept.append(effect)
+                continue
             if key not in seen:
                 seen.add(key)
                 kept.append(effect)
