@@ -7,7 +7,9 @@ record it in the live log and tell the running daemon to reload its whole engine
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import os
 import signal
 import tempfile
 from pathlib import Path
@@ -126,6 +128,23 @@ def _reloads_dev(change: watchfiles.Change, path: str) -> bool:
     return path.endswith((".py", "config.json")) and "__pycache__" not in path
 
 
+def _dev_fingerprint(home: Home) -> frozenset[tuple[str, int, int]]:
+    """(path, mtime, size) of every file `upulse dev` reloads on (blocking)."""
+    found: set[tuple[str, int, int]] = set()
+    for root, dirs, files in os.walk(home.staging):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", ".git")]
+        for name in files:
+            path = os.path.join(root, name)
+            if _reloads_dev(watchfiles.Change.modified, path):
+                with contextlib.suppress(OSError):
+                    stat = os.stat(path)
+                    found.add((path, stat.st_mtime_ns, stat.st_size))
+    with contextlib.suppress(OSError):
+        stat = os.stat(home.config)
+        found.add((str(home.config), stat.st_mtime_ns, stat.st_size))
+    return frozenset(found)
+
+
 class _DevEngine:
     """The scratch engine `upulse dev` runs, rebuilt whole when staging or config.json change,
     and the printer of every event it writes."""
@@ -193,6 +212,7 @@ async def dev(home: Home, *, seconds: float | None) -> int:
     with tempfile.TemporaryDirectory(prefix="upulse-dev-") as tmp:
         scratch = Path(tmp)
         session = _DevEngine(home, scratch, await copy_home(home, scratch))
+        seen = await asyncio.to_thread(_dev_fingerprint, home)
         try:
             first = await session.build()
         except config_file.ConfigError:
@@ -207,9 +227,16 @@ async def dev(home: Home, *, seconds: float | None) -> int:
                   flush=True)
 
             async def reload_on_change() -> None:
+                # The file watch may start after a save: every second, and on each change it
+                # reports, the files are compared with what the running engine was built from.
+                nonlocal seen
                 async for _ in watchfiles.awatch(home.staging, home.config, stop_event=stop,
-                                                 watch_filter=_reloads_dev):
-                    await session.reload()
+                                                 watch_filter=_reloads_dev, rust_timeout=1_000,
+                                                 yield_on_timeout=True):
+                    now = await asyncio.to_thread(_dev_fingerprint, home)
+                    if now != seen:
+                        seen = now
+                        await session.reload()
 
             watcher = asyncio.create_task(reload_on_change())
             await wait_signal(stop, seconds)
