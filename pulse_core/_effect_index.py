@@ -42,8 +42,7 @@ class EffectIndex:
     async def refresh(self) -> None:
         """Fold every effect event committed since the last refresh."""
         async with self._lock:
-            while True:
-                page = await self.store.read_page(self.cursor, kinds=EFFECT_KINDS, limit=PAGE)
+            async for page in self.store.pages(self.cursor, kinds=EFFECT_KINDS, limit=PAGE):
                 if len(page.events) > INLINE_FOLD:
                     changes = await asyncio.to_thread(self._fold_apart, page.events)
                 else:
@@ -57,11 +56,9 @@ class EffectIndex:
                         self.entries.pop(key, None)
                     else:
                         self.entries[key] = entry
-                if page.events:
-                    self.cursor = page.events[-1].seq
-                if len(page.events) < PAGE:
-                    self.cursor = max(self.cursor, page.last_seq)
-                    break
+                # Every event up to the read's head was seen (the last page's head ends it).
+                self.cursor = max(self.cursor, page.last_seq if len(page.events) < PAGE
+                                  else page.events[-1].seq)
 
     def _fold_apart(self, events: list[Event]) -> dict[str, EffectEntry | None]:
         """In a worker thread: the entries `events` change, folded on copies, so the index

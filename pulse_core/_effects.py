@@ -17,12 +17,13 @@ import abc
 import enum
 import hashlib
 import random
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import msgspec
 
 from pulse_core._clock import Clock
-from pulse_core._errors import UnknownEffect
+from pulse_core._errors import PulseError, UnknownEffect
 from pulse_core._events import Event, EventDraft, uuid7
 from pulse_core.store._base import EventStore
 from pulse_core.store._side import SideStore
@@ -208,6 +209,22 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     async def execute(self, effect: Any, ctx: ExecutionContext) -> Any:
         """Carry out `effect`; return a JSON-encodable result or raise."""
+
+
+def executors_by_tag(executors: Sequence[Executor]) -> dict[str, Executor]:
+    """Each effect tag and the one executor that handles it; PulseError naming both when two
+    executors handle the same effect type."""
+    by_tag: dict[str, Executor] = {}
+    for executor in executors:
+        for effect_type in executor.handles:
+            tag = effect_type.tag()
+            if tag in by_tag:
+                raise PulseError(
+                    f"effect {tag!r} is handled by both {by_tag[tag].name} and "
+                    f"{executor.name}; one executor per effect type — drop one"
+                )
+            by_tag[tag] = executor
+    return by_tag
 
 
 class EffectStatus(enum.StrEnum):

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from pulse_core._clock import Clock, SystemClock
-from pulse_core._effects import Executor, Mark
+from pulse_core._effects import Executor, Mark, executors_by_tag
 from pulse_core._errors import PulseError, SurvivalLocked, UnhandledEffect
 from pulse_core._events import EventDraft, error_draft
 from pulse_core._executor_loop import ExecutorLoop
@@ -162,16 +162,7 @@ class Engine:
                 )
 
     def _check_executors_and_watchers(self) -> None:
-        owners: dict[str, str] = {}
-        for layer in self.layers:
-            for executor in layer.executors:
-                for effect in executor.handles:
-                    where = f"{executor.name} (layer {layer.name!r})"
-                    if effect.tag() in owners:
-                        raise PulseError(
-                            f"effect {effect.tag()!r} is handled by both {owners[effect.tag()]} "
-                            f"and {where}; one executor per effect type — drop one")
-                    owners[effect.tag()] = where
+        executors_by_tag(self.executors)  # the executor loop's own check, at build time
         for watcher in self.watchers:
             if not watcher.interval > 0 or not watcher.timeout > 0:
                 raise PulseError(

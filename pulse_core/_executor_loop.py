@@ -35,10 +35,10 @@ from pulse_core._effects import (
     ExecutionContext,
     Executor,
     decode_effect,
+    executors_by_tag,
 )
 from pulse_core._errors import (
     AppendRejected,
-    PulseError,
     StoreClosed,
     StoreUnavailable,
     UnknownEffect,
@@ -116,16 +116,7 @@ class ExecutorLoop:
         self._pid = os.getpid()
         self._started = _process_started(self._pid)
         self._host = socket.gethostname()
-        self._by_tag: dict[str, Executor] = {}
-        for executor in executors:
-            for effect_type in executor.handles:
-                tag = effect_type.tag()
-                if tag in self._by_tag:
-                    raise PulseError(
-                        f"effect {tag!r} is handled by both {self._by_tag[tag].name} and "
-                        f"{executor.name}; one executor per effect type"
-                    )
-                self._by_tag[tag] = executor
+        self._by_tag = executors_by_tag(executors)
         self._slots = asyncio.Semaphore(concurrency)
         self._index = EffectIndex(store, checkpoints)
         self._entries = self._index.entries

@@ -136,20 +136,17 @@ class Projector:
         """
         async with self._lock:
             if self.projections:
-                cursor = self.seq
-                while True:
-                    page = await self.store.read_page(cursor, kinds=self._kinds,
-                                                      limit=self.page)
+                head = 0
+                async for page in self.store.pages(self.seq, kinds=self._kinds,
+                                                   limit=self.page):
                     if len(page.events) > INLINE_FOLD:
                         await asyncio.to_thread(self._fold, page.events)
                     else:
                         self._fold(page.events)
-                    if len(page.events) < self.page:
-                        break
-                    cursor = page.events[-1].seq
+                    head = page.last_seq
                 # That last read saw every event up to its last_seq: none left for anyone.
                 for name in self.seqs:
-                    self.seqs[name] = max(self.seqs[name], page.last_seq)
+                    self.seqs[name] = max(self.seqs[name], head)
                 if self._checkpoint_due(force=False):
                     await asyncio.to_thread(self._save)
             return dict(self.states)

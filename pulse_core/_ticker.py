@@ -12,7 +12,7 @@ import msgspec
 from pulse_core._clock import Clock
 from pulse_core._effects import Mark, effect_draft, mark_draft
 from pulse_core._errors import PayloadNotEncodable, PulseError
-from pulse_core._events import EventDraft, check_draft, error_draft
+from pulse_core._events import EventDraft, error_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
 from pulse_core._rules import Decision, RuleChain, RuleTrace
@@ -156,10 +156,9 @@ def _drafts(decision: Decision, cause: int | None) -> list[EventDraft]:
     `error` event instead, so it never costs the others (the survival layer's included)."""
     drafts: list[EventDraft] = []
     for effect in decision.effects:
-        try:
+        try:  # to_builtins raises here for a field that cannot be encoded
             draft = (mark_draft(effect, "engine:tick", cause) if isinstance(effect, Mark)
                      else effect_draft(effect, "engine:tick", cause))
-            check_draft(draft)
         except (TypeError, ValueError, PulseError) as exc:
             drafts.append(error_draft("engine:tick", PayloadNotEncodable(
                 f"{type(effect).__name__} ({type(effect).tag()!r}) was dropped: {exc}")))

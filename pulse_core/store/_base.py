@@ -53,7 +53,7 @@ class EventStore:
         """Store `drafts` in one transaction, checking `expect` at commit time."""
         if self.recorder.read_only:
             raise StoreReadOnly(f"{self.recorder.location}: opened read-only, so appends are "
-                             "refused — open the home without read_only to write")
+                                "refused — open the home without read_only to write")
         prepared: list[PreparedDraft] = []
         idems: dict[str, int] = {}
         for index, draft in enumerate(drafts):
@@ -110,6 +110,19 @@ class EventStore:
         return await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit,
                                           newest_first=newest_first)
 
+    async def pages(
+        self, after_seq: int = 0, *, kinds: Iterable[str] | None = None, limit: int = 5_000,
+    ) -> AsyncIterator[Page]:
+        """Pages of up to `limit` events after `after_seq`, oldest first, until a page is
+        short: the last one's `last_seq` is the log's head as that read saw it."""
+        kind_list = None if kinds is None else list(kinds)
+        while True:
+            page = await self.read_page(after_seq, kinds=kind_list, limit=limit)
+            yield page
+            if len(page.events) < limit:
+                return
+            after_seq = page.events[-1].seq
+
     async def read(
         self,
         after_seq: int = 0,
@@ -121,11 +134,10 @@ class EventStore:
     ) -> list[Event]:
         """Stored events with seq > after_seq, oldest first (or newest first: `limit=1`
         gives the latest), optionally filtered."""
-        kind_list = None if kinds is None else list(kinds)
-        if kind_list is not None and not kind_list:
+        if kinds is not None and not (kinds := list(kinds)):
             return []
-        page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit,
-                                          newest_first=newest_first)
+        page = await self.read_page(after_seq, kinds=kinds, key=key, limit=limit,
+                                    newest_first=newest_first)
         return page.events
 
     async def head(self, key: str) -> int:
