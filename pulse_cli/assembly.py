@@ -7,7 +7,6 @@ with `build_engine`, so what the gate accepts is what the daemon will run.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from pulse_core import (
     SystemClock,
     load_layers,
 )
-from pulse_core._watch import sample_once
 
 NO_CODE = EngineCode(layer=Layer("engine"), revision=None)
 """What an engine runs when it has no engine directory code: an empty business layer."""
@@ -82,10 +80,3 @@ def build_engine(root: Path, cfg: Config, code: EngineCode, *,
         drain_timeout=cfg.daemon.drain_timeout_s if drain_timeout is None else drain_timeout,
         **options,
     )
-
-
-async def sample_watchers(engine: Engine) -> None:
-    """One reading of every watcher of the open `engine`, taken now (each under its own
-    timeout). An engine counts only samples taken since it opened, so a dry run on a copy of
-    a home (`upulse tick`, the promote gate) takes its own before it ticks."""
-    await asyncio.gather(*(sample_once(w, engine.vitals) for w in engine.watchers))

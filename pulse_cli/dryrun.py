@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from pulse_cli import config as config_file
-from pulse_cli.assembly import build_engine, load_code, sample_watchers
+from pulse_cli.assembly import build_engine, load_code
 from pulse_cli.gate import copy_live_home
 from pulse_cli.home import Home
 from pulse_cli.output import print_json, print_table, to_json
@@ -74,7 +74,7 @@ async def dry_tick(home: Home, *, verbose: bool, as_json: bool,
         engine = build_engine(scratch, cfg, code)
         await engine.open()
         try:
-            await sample_watchers(engine)
+            await engine.sample()
             curr = await engine.snapshot()
             decision = await engine.tick()
             trace = engine.trace

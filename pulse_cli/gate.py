@@ -302,7 +302,7 @@ def _say(message: Mapping[str, Any]) -> None:
 
 
 async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str, Any]:
-    from pulse_cli.assembly import build_engine, load_code, sample_watchers  # the child's
+    from pulse_cli.assembly import build_engine, load_code  # the child's
 
     cfg = dataclasses.replace(config_file.load_or_default(Home(scratch).config), store=None)
     code = load_code(engine_dir)
@@ -311,7 +311,7 @@ async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str
     handled = {t.tag() for executor in engine.executors for t in executor.handles}
     await engine.open()
     try:
-        await sample_watchers(engine)
+        await engine.sample()
         _say({"stage": "opened"})
         since = await engine.events.last_seq()
         decision = await engine.tick()

@@ -415,10 +415,14 @@ class Engine:
         return await self.ticker.tick(self._open_part(self._projector), self.executor_loop,
                                       self.vitals, self.events)
 
+    async def sample(self) -> None:
+        """One reading of every watcher, taken now, each under its own timeout. A tick counts
+        only samples taken since this engine opened: a dry run samples before it ticks."""
+        await asyncio.gather(*(sample_once(w, self.vitals) for w in self.watchers))
+
     async def step(self) -> Decision:
         """One collect of every watcher, one tick, then executors until idle. For tests."""
-        for watcher in self.watchers:
-            await sample_once(watcher, self.vitals)
+        await self.sample()
         decision = await self.tick()
         await self.executor_loop.run_until_idle()
         return decision

@@ -32,24 +32,15 @@ def ledger(snapshot: Snapshot) -> SurvivalLedgerData:
     return snapshot.state(SurvivalLedger)
 
 
-def fresh(snapshot: Snapshot, key: str) -> tuple[Sample, ...]:
-    """Every sample of `key` recorded since the previous tick by this engine, oldest first.
-
-    A sample older than the engine (left in the vitals by an earlier run) is never here.
-    """
-    return tuple(s for s in snapshot.since_last_tick(key) if s.ts >= snapshot.started_at)
-
-
 def latest(snapshot: Snapshot, key: str) -> Sample | None:
     """The newest sample of `key` this engine took (None before its first one): the last of
-    `fresh()` when the tick brought new samples, else the reading of an earlier tick."""
-    recent = fresh(snapshot, key)
+    those since the previous tick, else the reading of an earlier tick. The engine hands a
+    tick only samples it took itself: one left by an earlier run is never here."""
+    recent = snapshot.since_last_tick(key)
     if recent:
         return recent[-1]
     reading = snapshot.vital(key)
-    if reading is None or reading.sample.ts < snapshot.started_at:
-        return None
-    return reading.sample
+    return None if reading is None else reading.sample
 
 
 def counted(streak: int, condition: bool, enough: int) -> int:

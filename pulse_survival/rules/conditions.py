@@ -6,7 +6,7 @@ from pulse_core import Decision, Effect, Inner, Snapshot
 from pulse_survival.config import ErrorLogPolicy, NetworkTargets, ResourceThresholds
 from pulse_survival.effects import ArchiveSessions, Cleanup, Notify
 from pulse_survival.marks import ErrorsEscalated, NetworkOutageAnnounced, NetworkRecoveryAnnounced
-from pulse_survival.rules.base import SurvivalRule, counted, fresh, latest, ledger, streak_marks
+from pulse_survival.rules.base import SurvivalRule, counted, latest, ledger, streak_marks
 from pulse_survival.watchers import network_outage, under_pressure
 
 
@@ -27,7 +27,7 @@ class ResourceGuard(SurvivalRule):
         if newest is not None and newest.ok and under_pressure(newest.data, p.memory_pct,
                                                                p.disk_pct):
             tick_ms = min(tick_ms, p.pressure_tick_ms)
-        samples = [s for s in fresh(curr, "system-resource") if s.ok]
+        samples = [s for s in curr.since_last_tick("system-resource") if s.ok]
         if not samples:
             return Decision(effects, tick_ms)
         before = streak = ledger(curr).streak(self.name)
@@ -62,7 +62,7 @@ class NetworkWatchdog(SurvivalRule):
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        samples = [s for s in fresh(curr, "network") if s.ok]
+        samples = [s for s in curr.since_last_tick("network") if s.ok]
         if not samples:
             return Decision(effects, tick_ms)
         state = ledger(curr)
@@ -108,7 +108,7 @@ class ErrorEscalate(SurvivalRule):
         last = ledger(curr).last_escalation
         if last is not None and curr.at - last < self.policy.patrol_for_s * 1000:
             tick_ms = min(tick_ms, self.policy.patrol_tick_ms)
-        matching = [s for s in fresh(curr, "error-log")
+        matching = [s for s in curr.since_last_tick("error-log")
                     if s.ok and isinstance(s.data, dict) and int(s.data.get("matches", 0))]
         if not matching:
             return Decision(effects, tick_ms)

@@ -16,7 +16,7 @@ from pulse_survival.marks import (
     StartFailed,
     StartHeld,
 )
-from pulse_survival.rules.base import SurvivalRule, counted, fresh, latest, ledger, streak_marks
+from pulse_survival.rules.base import SurvivalRule, counted, latest, ledger, streak_marks
 
 HOUR_MS = 3_600_000
 
@@ -61,7 +61,7 @@ class ProcessWatchdog(SurvivalRule):
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        samples = fresh(curr, "process-alive")
+        samples = curr.since_last_tick("process-alive")
         newest = latest(curr, "process-alive")
         if newest is None:
             return Decision(effects, tick_ms)
@@ -146,7 +146,7 @@ class LlmWatchdog(SurvivalRule):
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        samples = fresh(curr, self.policy.vitals_key)
+        samples = curr.since_last_tick(self.policy.vitals_key)
         if not samples:
             return Decision(effects, tick_ms)
         state = ledger(curr)
