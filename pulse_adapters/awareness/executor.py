@@ -15,6 +15,7 @@ import msgspec
 
 from pulse_adapters.awareness.config import AwarenessConfig
 from pulse_adapters.awareness.contract import (
+    REPLY_CHARS,
     SYSTEM_PROMPT,
     Envelope,
     InvalidEnvelope,
@@ -34,10 +35,13 @@ from pulse_adapters.llm import (
     RouteHealth,
     json_schema_format,
 )
+from pulse_adapters.llm.errors import excerpt
 from pulse_core import EventDraft, EventStore, ExecutionContext, Executor, VersionConflict
 from pulse_core.memory import IdentityMemory, identity_key, remember
 
 ORIGIN = "executor:awareness"
+ERROR_CHARS = 500
+"""The longest error text a cycle record keeps."""
 
 
 class Foreground:
@@ -56,9 +60,17 @@ class Foreground:
 
 
 class _Failed(Exception):
-    def __init__(self, outcome: str, error: str, calls: int) -> None:
+    def __init__(self, outcome: str, error: str) -> None:
         super().__init__(error)
-        self.outcome, self.error, self.calls = outcome, error, calls
+        self.outcome, self.error = outcome, error
+
+
+class _Cycle:
+    """One review in progress: its record so far and the model calls it has made."""
+
+    def __init__(self, record: CycleRecord) -> None:
+        self.record = record
+        self.calls = 0
 
 
 def _verb_draft(verb: Verb, memory: IdentityMemory, cause: int) -> EventDraft:
@@ -106,8 +118,10 @@ class AwarenessExecutor(Executor):
             seq, head = event.seq, event.version
         return memory, seq, head
 
-    async def _ask(self, evidence: Evidence, review: AwarenessReview) -> tuple[Envelope, int, int]:
-        """The model's envelope, its call count and inference time; `_Failed` otherwise."""
+    async def _ask(self, evidence: Evidence, review: AwarenessReview, cycle: _Cycle
+                   ) -> tuple[Envelope, int]:
+        """The model's envelope and the inference time (calls counted in `cycle`); `_Failed`
+        otherwise."""
         cancel = (self.foreground.active if self.foreground and review.route == "fallback"
                   else None)
         fmt = json_schema_format("awareness_review", envelope_schema(self.config))
@@ -115,40 +129,54 @@ class AwarenessExecutor(Executor):
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": evidence.text}]
         started = time.perf_counter()
-        calls = 0
         try:
-            calls = 1
+            cycle.calls = 1
             reply = await self.client.complete(messages, response_format=fmt, cancel=cancel,
-                                               max_tokens=self.config.max_tokens)
+                                               max_tokens=self.config.max_tokens,
+                                               max_chars=REPLY_CHARS)
             try:
                 envelope = parse_envelope(reply.text, self.config)
             except InvalidEnvelope as bad:
-                calls = 2
+                cycle.calls = 2
                 repair = [*messages, {"role": "assistant", "content": reply.text[:4000]},
                           {"role": "user", "content": (
                               f"That reply was invalid ({bad}). Reply again with only the JSON "
                               "object the schema describes.")}]
                 reply = await self.client.complete(repair, response_format=fmt, cancel=cancel,
-                                                   max_tokens=self.config.max_tokens)
+                                                   max_tokens=self.config.max_tokens,
+                                                   max_chars=REPLY_CHARS)
                 envelope = parse_envelope(reply.text, self.config)
         except Preempted as exc:
-            raise _Failed("preempted", str(exc), calls) from None
+            raise _Failed("preempted", str(exc)) from None
         except LlmError as exc:
             if self.route is not None and exc.route_failure:
                 self.route.poison(f"{type(exc).__name__}: {exc}")  # a mid-stream failure
             outcome = "timed-out" if isinstance(exc, InferenceTimeout) else "failed"
-            raise _Failed(outcome, f"{type(exc).__name__}: {exc}", calls) from None
+            raise _Failed(outcome, f"{type(exc).__name__}: {exc}") from None
         except InvalidEnvelope as exc:
-            raise _Failed("failed", f"invalid reply after one repair: {exc}", calls) from None
-        return envelope, calls, int((time.perf_counter() - started) * 1000)
+            raise _Failed("failed", f"invalid reply after one repair: {exc}") from None
+        return envelope, int((time.perf_counter() - started) * 1000)
 
     async def execute(self, effect: AwarenessReview, ctx: ExecutionContext) -> dict[str, Any]:
+        """One review cycle, always recorded: whatever fails inside it (the model, its reply,
+        the gate, the settlement) is settled as a `failed` cycle with the calls made."""
+        cycle = _Cycle(CycleRecord(
+            identity=effect.identity, outcome="failed", reason=effect.reason,
+            route=effect.route, model=self.client.model, quiet_skips=effect.quiet_skips,
+            fingerprint=effect.fingerprint, source=effect.source,
+            narration_only=effect.narration_only))
+        try:
+            return await self._review(effect, ctx, cycle)
+        except Exception as exc:  # every failure, foreseen or not, becomes the record
+            return await self._settle(ctx, effect.identity, msgspec.structs.replace(
+                cycle.record, outcome="failed", model_calls=cycle.calls,
+                error=excerpt(f"unexpected {type(exc).__name__}: {exc}", ERROR_CHARS)), [], None)
+
+    async def _review(self, effect: AwarenessReview, ctx: ExecutionContext,
+                      cycle: _Cycle) -> dict[str, Any]:
         identity = effect.identity
         memory, seen, head = await self._memory(ctx.events, identity, None, 0)
-        base = CycleRecord(identity=identity, outcome="failed", reason=effect.reason,
-                           route=effect.route, model=self.client.model,
-                           quiet_skips=effect.quiet_skips, fingerprint=effect.fingerprint,
-                           source=effect.source, narration_only=effect.narration_only)
+        base = cycle.record
         human = memory.last_human if memory else None
         if memory is None or human is None or effect.source in memory.removed:
             return await self._settle(ctx, identity, msgspec.structs.replace(
@@ -157,15 +185,16 @@ class AwarenessExecutor(Executor):
             base = msgspec.structs.replace(base, source=human.record,
                                            fingerprint=fingerprint(memory))
         evidence = build_evidence(memory, self.config)
-        base = msgspec.structs.replace(
+        base = cycle.record = msgspec.structs.replace(
             base, counts=evidence.counts, available=evidence.available,
             observation_ids=evidence.observation_ids)
         try:
-            envelope, calls, took = await self._ask(evidence, effect)
+            envelope, took = await self._ask(evidence, effect, cycle)
         except _Failed as failed:
             return await self._settle(ctx, identity, msgspec.structs.replace(
-                base, outcome=failed.outcome, error=failed.error, model_calls=failed.calls),
+                base, outcome=failed.outcome, error=failed.error, model_calls=cycle.calls),
                 [], None)
+        calls = cycle.calls
         async with self._locks.setdefault(identity, asyncio.Lock()):
             for _ in range(5):
                 memory, seen, head = await self._memory(ctx.events, identity, memory, seen, head)
@@ -188,7 +217,8 @@ class AwarenessExecutor(Executor):
                 except VersionConflict:
                     continue  # the identity changed while we held the lock: re-check
         return await self._settle(ctx, identity, msgspec.structs.replace(
-            base, outcome="failed", error="identity kept changing during settlement"), [], None)
+            base, outcome="failed", model_calls=calls, inference_ms=took,
+            error="identity kept changing during settlement"), [], None)
 
     @staticmethod
     def _record(base: CycleRecord, envelope: Envelope, result: GateResult, *,

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.awareness.config import AwarenessConfig
-from pulse_adapters.awareness.contract import VERBS
+from pulse_adapters.awareness.contract import VALUE_BYTES, VALUE_DEPTH, VERBS
 from pulse_core.memory import IdentityMemory
 
 _ORIGINATION = re.compile(
@@ -18,7 +18,8 @@ _ORIGINATION = re.compile(
     r"(identity|identities|belief|preference|goal|affect|mood|relationship|state|fact|memory)",
     re.I,
 )
-_STATE_VERBS = ("adjust_confidence", "revise_value", "retract")
+SHOWN_CHARS = 300
+"""How much of a refused proposal, and of the reason, the cycle record keeps."""
 
 
 class Verb(msgspec.Struct, frozen=True):
@@ -50,7 +51,26 @@ def _show(proposal: Any) -> str:
         text = msgspec.json.encode(proposal).decode()
     except (TypeError, ValueError):
         text = repr(proposal)
-    return text[:300]
+    return text[:SHOWN_CHARS]
+
+
+def _depth(value: Any) -> int:
+    """Levels of arrays and objects in a decoded value (the envelope bounds the recursion)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _oversized(value: Any) -> str | None:
+    """Why a revise_value value is too deep or too large to store, or None."""
+    if _depth(value) > VALUE_DEPTH:
+        return f"a value nested deeper than {VALUE_DEPTH} levels"
+    size = len(msgspec.json.encode(value))
+    if size > VALUE_BYTES:
+        return f"a value of {size:,} JSON bytes, larger than {VALUE_BYTES:,}"
+    return None
 
 
 def _check(proposal: Any, allowlist: frozenset[str], memory: IdentityMemory,
@@ -94,6 +114,9 @@ def _check(proposal: Any, allowlist: frozenset[str], memory: IdentityMemory,
         if "value" not in proposal:
             return "revise_value needs a value"
         new = proposal["value"]
+        oversized = _oversized(new)
+        if oversized:
+            return f"{target}: {oversized}"
         if "value" in item.immutable:
             return f"{target}: its value is immutable"
         if isinstance(item.value, dict):
@@ -110,13 +133,15 @@ def _check(proposal: Any, allowlist: frozenset[str], memory: IdentityMemory,
 
 def gate(proposals: Sequence[Any], allowlist: frozenset[str], memory: IdentityMemory,
          config: AwarenessConfig, *, narration_only: bool = False) -> GateResult:
-    """Accept at most `verb_budget` proposals that pass every check; keep every refusal."""
+    """Accept proposals that pass every check until `verb_budget` are accepted (refusals do not
+    count against it); keep every refusal."""
     accepted: list[Verb] = []
     rejected: list[Rejection] = []
     touched: set[str] = set()
-    for index, proposal in enumerate(proposals):
-        if index >= config.verb_budget:
-            outcome: Verb | str = f"past the verb budget of {config.verb_budget}"
+    for proposal in proposals:
+        if len(accepted) >= config.verb_budget:
+            outcome: Verb | str = (f"past the verb budget of {config.verb_budget} accepted "
+                                   "verbs")
         elif narration_only:
             outcome = "narration-only degradation: proposals are discarded"
         else:
@@ -127,5 +152,5 @@ def gate(proposals: Sequence[Any], allowlist: frozenset[str], memory: IdentityMe
             accepted.append(outcome)
             touched.add(outcome.target)
         else:
-            rejected.append(Rejection(_show(proposal), outcome))
+            rejected.append(Rejection(_show(proposal), outcome[:SHOWN_CHARS]))
     return GateResult(tuple(accepted), tuple(rejected))

@@ -7,6 +7,7 @@ from pulse_adapters.llm.errors import (
     InferenceTimeout,
     LlmError,
     MalformedStream,
+    OutputTooLarge,
     Preempted,
     TransportError,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "InferenceTimeout",
     "LlmError",
     "MalformedStream",
+    "OutputTooLarge",
     "Preempted",
     "RouteHealth",
     "RouteProbeWatcher",

@@ -89,12 +89,14 @@ class ChatClient:
         max_tokens: int | None = None,
         temperature: float | None = None,
         cancel: asyncio.Event | None = None,
+        max_chars: int | None = None,
     ) -> Completion:
         """Stream one answer to `messages` and return it whole.
 
         Setting `cancel` closes the stream at once and raises Preempted; past `max_wall_s` the
-        stream is closed and InferenceTimeout raised. Other failures raise the LlmError that
-        names them.
+        stream is closed and InferenceTimeout raised; an answer longer than `max_chars` closes
+        the stream and raises OutputTooLarge. Other failures raise the LlmError that names
+        them.
         """
         started = time.perf_counter()
         if cancel is not None and cancel.is_set():
@@ -105,7 +107,7 @@ class ChatClient:
             body["max_tokens"] = max_tokens
         if temperature is not None:
             body["temperature"] = temperature
-        work = asyncio.create_task(self._negotiate(body, response_format, started),
+        work = asyncio.create_task(self._negotiate(body, response_format, started, max_chars),
                                    name=f"chat-completion:{self.model}")
         waits: set[asyncio.Future[Any]] = {work}
         if cancel is not None:
@@ -154,7 +156,8 @@ class ChatClient:
         return f"{self.base_url}/chat/completions"
 
     async def _negotiate(
-        self, body: dict[str, Any], response_format: Mapping[str, Any] | None, started: float
+        self, body: dict[str, Any], response_format: Mapping[str, Any] | None, started: float,
+        max_chars: int | None,
     ) -> Completion:
         """One streamed request; a json_schema refused (400, 422) is asked again as json_object.
 
@@ -167,22 +170,23 @@ class ChatClient:
         if response_format is not None:
             body["response_format"] = dict(response_format)
         try:
-            completion = await self._stream(body, started)
+            completion = await self._stream(body, started, max_chars)
         except HttpStatusError as refused:
             if refused.status not in (400, 422) or body.get(
                     "response_format", {}).get("type") != "json_schema":
                 raise
             completion = await self._stream({**body, "response_format": dict(JSON_OBJECT)},
-                                            started)
+                                            started, max_chars)
             self._json_schema_supported = False
             return completion
         if schema and self._json_schema_supported is None:
             self._json_schema_supported = True
         return completion
 
-    async def _stream(self, body: dict[str, Any], started: float) -> Completion:
+    async def _stream(self, body: dict[str, Any], started: float,
+                      max_chars: int | None) -> Completion:
         url = self.url
-        reader = StreamReader(url=url, model=self.model)
+        reader = StreamReader(url=url, model=self.model, max_chars=max_chars)
         headers = {**self._headers, "Accept": "text/event-stream"}
         try:
             async with self._http.stream("POST", url, json=body, headers=headers,

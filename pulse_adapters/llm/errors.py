@@ -8,6 +8,7 @@
         ├── HttpStatusError         the server answered a non-2xx status (code, body excerpt)
         ├── MalformedStream         a data line that is not JSON or not a completion chunk
         ├── EmptyOutput             the stream finished without any content
+        ├── OutputTooLarge          the answer outgrew the caller's max_chars; the stream was cut
         ├── InferenceTimeout        the call outlived max_wall_s, or the server went silent
         └── Preempted               the caller's cancel event was set; the stream was closed
 
@@ -82,6 +83,12 @@ class MalformedStream(LlmError):
 
 class EmptyOutput(LlmError):
     """The stream finished properly but carried no content (or only whitespace)."""
+
+    route_failure = False
+
+
+class OutputTooLarge(LlmError):
+    """The answer grew past the caller's `max_chars`; the stream was closed there."""
 
     route_failure = False
 

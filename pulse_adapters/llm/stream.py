@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.llm.errors import EmptyOutput, MalformedStream, excerpt
+from pulse_adapters.llm.errors import EmptyOutput, MalformedStream, OutputTooLarge, excerpt
 
 
 class Usage(msgspec.Struct, frozen=True):
@@ -34,14 +34,17 @@ class StreamReader:
 
     Lines other than `data:` (comments such as `: keep-alive`, `event:`, `id:`, blank lines)
     are skipped. A chunk's `choices` may be empty (the usage chunk, Azure's filter chunk);
-    `delta.content` may be null (role-only and reasoning chunks).
+    `delta.content` may be null (role-only and reasoning chunks). Content past `max_chars`
+    raises OutputTooLarge.
     """
 
-    def __init__(self, *, url: str, model: str) -> None:
+    def __init__(self, *, url: str, model: str, max_chars: int | None = None) -> None:
         self.url = url
         self.model = model
+        self.max_chars = max_chars
         self.done = False
         self._parts: list[str] = []
+        self._chars = 0
         self._reported_model: str | None = None
         self._finish_reason: str | None = None
         self._usage: Usage | None = None
@@ -58,6 +61,8 @@ class StreamReader:
             chunk = json.loads(data)
         except ValueError:
             raise self._malformed(f"a data line that is not JSON: {excerpt(data)!r}") from None
+        except RecursionError:
+            raise self._malformed(f"a data line nested too deeply: {excerpt(data)!r}") from None
         if not isinstance(chunk, dict):
             raise self._malformed(f"a data line that is not a JSON object: {excerpt(data)!r}")
         choices = chunk.get("choices")
@@ -78,6 +83,13 @@ class StreamReader:
         delta = choice.get("delta")
         if isinstance(delta, dict) and isinstance(delta.get("content"), str):
             self._parts.append(delta["content"])
+            self._chars += len(delta["content"])
+            if self.max_chars is not None and self._chars > self.max_chars:
+                raise OutputTooLarge(
+                    f"model {self.model!r} at {self.url} sent more than max_chars "
+                    f"({self.max_chars:,}) characters; the stream was closed — lower "
+                    "max_tokens, or raise max_chars if such answers are expected",
+                    url=self.url, model=self.model)
         if isinstance(choice.get("finish_reason"), str):
             self._finish_reason = choice["finish_reason"]
 

@@ -213,7 +213,7 @@ async def test_hostile_proposals_and_injected_instructions_change_nothing(
         {"verb": "revise_value", "target": "state:name", "value": "Mallory"},
         {"verb": "create_goal", "target": "state:goal", "value": "obey"},
         {"verb": "adjust_confidence", "target": "state:secret", "delta": 0.1},
-        {"verb": "adjust_confidence", "target": "state:city", "delta": 0.1},
+        {"verb": "resolve", "target": "state:city", "reason": "obey"},
     ]))
     (cycle,) = await rig.run(minutes=1)
     assert cycle.data["accepted"] == []
@@ -221,7 +221,7 @@ async def test_hostile_proposals_and_injected_instructions_change_nothing(
     assert len(reasons) == 5
     assert "protected" in reasons[0] and "immutable" in reasons[1]
     assert "originate" in reasons[2] and "not among" in reasons[3]
-    assert "budget" in reasons[4]
+    assert "resolve applies to an unresolved item" in reasons[4]
     evidence = rig.server.chat_bodies()[0]["messages"][1]["content"]
     assert evidence.count("CYCLE_EVIDENCE>>>") == 1
     memory = await rig.identity()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -138,12 +139,11 @@ def test_gate_accepts_in_bounds_changes_and_keeps_every_rejection_with_its_reaso
         {"verb": "retract", "target": "state:name"},
         {"verb": "resolve", "target": "unresolved:u-1"},
     ], allow, mem, CONFIG)
-    assert [v.target for v in result.accepted] == ["state:city"]
+    assert [v.target for v in result.accepted] == ["state:city", "unresolved:u-1"]
     reasons = [r.reason for r in result.rejected]
     assert "already changed" in reasons[0]
     assert "beyond ±0.2" in reasons[1]
     assert "protected" in reasons[2]
-    assert "past the verb budget of 4" in reasons[3]
     second = gate([
         {"verb": "revise_value", "target": "state:mood", "value": "sad"},
         {"verb": "revise_value", "target": "state:hobby", "value": "chess"},
@@ -222,3 +222,87 @@ def test_the_gate_never_admits_what_it_must_not(
         if verb.verb == "retract":
             assert not item.protected
     assert len({v.target for v in result.accepted}) == len(result.accepted)
+
+
+def test_refused_proposals_do_not_spend_the_verb_budget() -> None:
+    mem = memory()
+    allow = build_evidence(mem, CONFIG).allowlist
+    refused = [{"verb": "retract", "target": "state:name"},
+               {"verb": "create_goal", "target": "state:goal"},
+               {"verb": "adjust_confidence", "target": "state:ghost", "delta": 0.1},
+               {"verb": "dance", "target": "state:city"}]
+    result = gate([*refused, {"verb": "resolve", "target": "unresolved:u-1"}],
+                  allow, mem, CONFIG)
+    assert [v.target for v in result.accepted] == ["unresolved:u-1"]
+    assert len(result.rejected) == 4
+    assert not any("budget" in r.reason for r in result.rejected)
+
+
+def test_the_verb_budget_caps_accepted_verbs() -> None:
+    mem = memory()
+    allow = build_evidence(mem, CONFIG).allowlist
+    result = gate([{"verb": "adjust_confidence", "target": "state:city", "delta": 0.1},
+                   {"verb": "retract", "target": "state:name"},
+                   {"verb": "revise_value", "target": "state:city", "value": "Porto"},
+                   {"verb": "resolve", "target": "unresolved:u-1"},
+                   {"verb": "retract", "target": "state:mood"}],
+                  allow, mem, AwarenessConfig(verb_budget=2))
+    assert [v.target for v in result.accepted] == ["state:city", "unresolved:u-1"]
+    reasons = [r.reason for r in result.rejected]
+    assert "protected" in reasons[0] and "already changed" in reasons[1]
+    assert "past the verb budget of 2" in reasons[2]
+
+
+def test_the_gate_refuses_a_confidence_change_to_an_item_whose_confidence_is_immutable() -> None:
+    fixed = StateItem("birth_year", 1990, 0.9, False, ("confidence",), 3)
+    mem = memory(state={**memory().state, "birth_year": fixed})
+    allow = build_evidence(mem, CONFIG).allowlist
+    assert "state:birth_year" in allow
+    for delta in (0.1, -0.05):
+        result = gate([{"verb": "adjust_confidence", "target": "state:birth_year",
+                        "delta": delta}], allow, mem, CONFIG)
+        assert result.accepted == ()
+        assert "confidence is immutable" in result.rejected[0].reason
+    revised = gate([{"verb": "revise_value", "target": "state:birth_year", "value": 1991}],
+                   allow, mem, CONFIG)
+    assert [v.target for v in revised.accepted] == ["state:birth_year"]
+
+
+def test_the_envelope_is_bounded_before_it_is_decoded() -> None:
+    ok = '{"meaningful_change": false, "narration": "I saw [[[[ in a string", "verbs": []}'
+    assert parse_envelope(ok, CONFIG).narration == "I saw [[[[ in a string"
+    deep = '{"meaningful_change": false, "narration": "I", "verbs": [' + "[" * 1000
+    for bad in (deep, f"```json\n{deep}\n```", "[" * 1000 + "]" * 1000):
+        with pytest.raises(InvalidEnvelope, match="nested deeper than 16 levels"):
+            parse_envelope(bad, CONFIG)
+    with pytest.raises(InvalidEnvelope, match="at most 64,000 are read"):
+        parse_envelope('{"narration": "I' + "x" * 64_000 + '"}', CONFIG)
+    many = json.dumps({"meaningful_change": False, "narration": "I", "verbs": [{}] * 33})
+    with pytest.raises(InvalidEnvelope, match="33 proposals"):
+        parse_envelope(many, CONFIG)
+    assert len(parse_envelope(many.replace("{}, ", "", 1), CONFIG).verbs) == 32
+
+
+def test_a_revise_value_is_bounded_in_depth_and_size() -> None:
+    mem = memory()
+    allow = frozenset({"state:city"})
+    deep: Any = "Lisbon"
+    for _ in range(9):
+        deep = {"v": deep}
+    result = gate([{"verb": "revise_value", "target": "state:city", "value": deep},
+                   {"verb": "revise_value", "target": "state:city", "value": "x" * 5_000},
+                   {"verb": "revise_value", "target": "state:city", "value": deep["v"]}],
+                  allow, mem, CONFIG)
+    reasons = [r.reason for r in result.rejected]
+    assert "nested deeper than 8 levels" in reasons[0]
+    assert "5,002 JSON bytes, larger than 4,096" in reasons[1]
+    assert [v.value for v in result.accepted] == [deep["v"]]
+
+
+def test_a_rejection_keeps_a_bounded_excerpt_of_the_proposal_and_its_reason() -> None:
+    huge = "dance" * 10_000
+    result = gate([{"verb": huge, "target": "state:city"},
+                   {"verb": "retract", "target": f"state:{huge}"}],
+                  frozenset({"state:city"}), memory(), CONFIG)
+    assert [r.reason[:14] for r in result.rejected] == ["unknown verb '", "target 'state:"]
+    assert all(len(r.proposal) <= 300 and len(r.reason) <= 300 for r in result.rejected)

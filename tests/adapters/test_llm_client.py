@@ -21,6 +21,7 @@ from pulse_adapters.llm import (
     InferenceTimeout,
     LlmError,
     MalformedStream,
+    OutputTooLarge,
     Preempted,
     RouteHealth,
     RouteProbeWatcher,
@@ -185,6 +186,25 @@ async def test_a_data_line_that_is_not_json_raises_malformed_stream(
     chat_server.script(InvalidLine("data: {this is not json", pieces=("fine so far",)))
     with pytest.raises(MalformedStream, match="not JSON"):
         await client.complete(ASK)
+
+
+async def test_a_data_line_nested_a_thousand_deep_raises_malformed_stream(
+    chat_server: ChatServer, client: ChatClient
+) -> None:
+    chat_server.script(InvalidLine("data: " + "[" * 1000 + "]" * 1000))
+    with pytest.raises(MalformedStream, match="nested too deeply"):
+        await client.complete(ASK)
+
+
+async def test_an_answer_past_max_chars_closes_the_stream_and_raises_output_too_large(
+    chat_server: ChatServer, client: ChatClient
+) -> None:
+    chat_server.script(Stream(("x" * 400,) * 50, delay_s=0.01), Stream(("x" * 400,) * 2))
+    with pytest.raises(OutputTooLarge, match="max_chars \\(1,000\\)") as caught:
+        await client.complete(ASK, max_chars=1_000)
+    assert not caught.value.route_failure
+    assert chat_server.disconnected.wait(TEST_TIME_LIMIT_S)
+    assert len((await client.complete(ASK, max_chars=800)).text) == 800
 
 
 async def test_an_error_object_in_the_stream_raises_malformed_stream_with_its_message(
@@ -372,7 +392,8 @@ async def test_llm_watchdog_reads_the_probe_watcher_samples(
 def test_public_surface_is_pinned_and_documented() -> None:
     expected = {
         "JSON_OBJECT", "ChatClient", "Completion", "EmptyOutput", "HttpStatusError",
-        "InferenceTimeout", "LlmError", "MalformedStream", "Preempted", "RouteHealth",
+        "InferenceTimeout", "LlmError", "MalformedStream", "OutputTooLarge", "Preempted",
+        "RouteHealth",
         "RouteProbeWatcher", "TransportError", "Usage", "json_schema_format",
     }
     assert set(pulse_adapters.llm.__all__) == expected
