@@ -1,0 +1,1 @@
+"""Fault suite: each test reproduces one fault from the hardening pass and pins its fix."""
