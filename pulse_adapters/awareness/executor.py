@@ -16,11 +16,11 @@ import msgspec
 from pulse_adapters.awareness.config import AwarenessConfig
 from pulse_adapters.awareness.contract import (
     REPLY_CHARS,
-    SYSTEM_PROMPT,
     Envelope,
     InvalidEnvelope,
     envelope_schema,
     parse_envelope,
+    system_prompt,
 )
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.evidence import Evidence, build_evidence
@@ -126,7 +126,7 @@ class AwarenessExecutor(Executor):
                   else None)
         fmt = json_schema_format("awareness_review", envelope_schema(self.config))
         messages: list[dict[str, str]] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": system_prompt(self.config)},
             {"role": "user", "content": evidence.text}]
         started = time.perf_counter()
         try:

@@ -20,6 +20,7 @@ from pulse_adapters.awareness import (
     parse_envelope,
     shape,
 )
+from pulse_adapters.awareness.contract import system_prompt
 from pulse_adapters.awareness.evidence import CLOSE, OPEN
 from pulse_core.memory import (
     Exchange,
@@ -306,3 +307,10 @@ def test_a_rejection_keeps_a_bounded_excerpt_of_the_proposal_and_its_reason() ->
                   frozenset({"state:city"}), memory(), CONFIG)
     assert [r.reason[:14] for r in result.rejected] == ["unknown verb '", "target 'state:"]
     assert all(len(r.proposal) <= 300 and len(r.reason) <= 300 for r in result.rejected)
+
+
+def test_the_system_prompt_states_the_configured_verb_budget_and_confidence_step() -> None:
+    prompt = system_prompt(AwarenessConfig(verb_budget=2, confidence_step=0.05))
+    assert "[at most 2 proposals]" in prompt
+    assert "between -0.05 and 0.05" in prompt
+    assert "at most 4 proposals" in system_prompt(CONFIG)
