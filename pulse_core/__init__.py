@@ -18,7 +18,10 @@ from pulse_core._effects import (
 from pulse_core._engine import Engine, default_builtin_rules
 from pulse_core._errors import (
     AppendRejected,
+    EventLogLost,
+    EventUnreadable,
     HomeLocked,
+    HomePermissionDenied,
     IdempotencyConflict,
     InvalidEvent,
     InvalidTransition,
@@ -62,6 +65,7 @@ from pulse_core._layer import (
 from pulse_core._pmap import PersistentMap
 from pulse_core._projections import RecentErrors
 from pulse_core._projector import Projector
+from pulse_core._redact import redact_urls
 from pulse_core._rules import (
     Decision,
     Inner,
@@ -101,6 +105,7 @@ from pulse_core.store import (
     SqliteEventStore,
     SqliteRecorder,
     SqliteVitalsStore,
+    UnreadableEvent,
     VitalsStore,
     parse_store_url,
     purge_payload,
@@ -124,12 +129,15 @@ __all__ = [
     "EngineDirectory",
     "Event",
     "EventDraft",
+    "EventLogLost",
     "EventStore",
+    "EventUnreadable",
     "ExecutionContext",
     "Executor",
     "ExecutorLoop",
     "HomeLayout",
     "HomeLocked",
+    "HomePermissionDenied",
     "HomeStores",
     "IdempotencyConflict",
     "IdentityMemory",
@@ -187,6 +195,7 @@ __all__ = [
     "UnhandledEffect",
     "UnknownEffect",
     "UnknownKind",
+    "UnreadableEvent",
     "VersionConflict",
     "VitalReading",
     "VitalsStore",
@@ -212,6 +221,7 @@ __all__ = [
     "open_home",
     "parse_store_url",
     "purge_payload",
+    "redact_urls",
     "register_kind",
     "wait_signal",
 ]

@@ -9,7 +9,12 @@ import msgspec
 
 from pulse_core._effects import EFFECT_KINDS, EffectEntry, EffectStatus, advance
 from pulse_core._events import Event
-from pulse_core._projector import INLINE_FOLD, load_checkpoint, save_checkpoint
+from pulse_core._projector import (
+    INLINE_FOLD,
+    discard_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from pulse_core.store._base import EventStore
 
 _CHECKPOINT = "executor-loop"
@@ -40,25 +45,44 @@ class EffectIndex:
                 self.entries = loaded[1]
 
     async def refresh(self) -> None:
-        """Fold every effect event committed since the last refresh."""
+        """Fold every effect event committed since the last refresh.
+
+        A cursor past the log's newest seq (a checkpoint of more log than there is) is
+        discarded and the index rebuilt from the start of the log.
+        """
         async with self._lock:
-            async for page in self.store.pages(self.cursor, kinds=EFFECT_KINDS, limit=PAGE):
-                if len(page.events) > INLINE_FOLD:
-                    changes = await asyncio.to_thread(self._fold_apart, page.events)
+            head = await self._fold_new()
+            if head < self.cursor:
+                ahead = self.cursor
+                self.entries.clear()  # in place: the executor loop holds this dict
+                self.cursor = self._saved_cursor = 0
+                await discard_checkpoints(self.store, self.checkpoints, {_CHECKPOINT: ahead},
+                                          head)
+                await self._fold_new()
+
+    async def _fold_new(self) -> int:
+        """Fold the effect events after `cursor`; the log's newest seq as the last read saw
+        it."""
+        head = 0
+        async for page in self.store.pages(self.cursor, kinds=EFFECT_KINDS, limit=PAGE):
+            if len(page.events) > INLINE_FOLD:
+                changes = await asyncio.to_thread(self._fold_apart, page.events)
+            else:
+                changes = {}
+                for event in page.events:
+                    changes[event.key] = advance(
+                        changes[event.key] if event.key in changes
+                        else self.entries.get(event.key), event)
+            for key, entry in changes.items():
+                if entry is None:
+                    self.entries.pop(key, None)
                 else:
-                    changes = {}
-                    for event in page.events:
-                        changes[event.key] = advance(
-                            changes[event.key] if event.key in changes
-                            else self.entries.get(event.key), event)
-                for key, entry in changes.items():
-                    if entry is None:
-                        self.entries.pop(key, None)
-                    else:
-                        self.entries[key] = entry
-                # Every event up to the read's head was seen (the last page's head ends it).
-                self.cursor = max(self.cursor, page.last_seq if len(page.events) < PAGE
-                                  else page.events[-1].seq)
+                    self.entries[key] = entry
+            # Every event up to the read's head was seen (the last page's head ends it).
+            self.cursor = max(self.cursor, page.last_seq if len(page.events) < PAGE
+                              else page.events[-1].seq)
+            head = page.last_seq
+        return head
 
     def _fold_apart(self, events: list[Event]) -> dict[str, EffectEntry | None]:
         """In a worker thread: the entries `events` change, folded on copies, so the index

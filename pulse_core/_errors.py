@@ -8,8 +8,11 @@
     │   ├── SchemaTooNew            written by a newer pulse; upgrade to read it
     │   ├── StoreUnavailable        locked by another writer too long, disk full, I/O error
     │   ├── StoreClosed             used after close()
-    │   └── StoreReadOnly           a write to a store opened read-only
+    │   ├── StoreReadOnly           a write to a store opened read-only
+    │   ├── EventUnreadable         a stored event's data cannot be decoded
+    │   └── EventLogLost            checkpoints remain but the event log is empty
     ├── HomeLocked                  another engine holds the home folder
+    ├── HomePermissionDenied        this user may not create or write a file of the home
     ├── AppendRejected              an append was refused and nothing of it was written
     │   ├── VersionConflict         a key is not at the version the caller expected
     │   ├── IdempotencyConflict     an idempotency key was reused for other content
@@ -60,8 +63,31 @@ class StoreReadOnly(StoreError):
     """A write to a store that was opened read-only."""
 
 
+class EventUnreadable(StoreError):
+    """A stored event's data cannot be decoded (a corrupt row) and it is not quarantined."""
+
+    def __init__(self, seq: int, location: str, reason: str) -> None:
+        self.seq = seq
+        self.location = location
+        self.reason = reason
+        super().__init__(
+            f"{location}: event #{seq} cannot be read ({reason}) — open the home for writing "
+            "(the engine quarantines an unreadable row and reads on), or restore the log from "
+            "a backup"
+        )
+
+
+class EventLogLost(StoreError):
+    """The home keeps checkpoints of a log that is now empty: the log was lost or replaced."""
+
+
 class HomeLocked(PulseError):
     """Another engine already holds the exclusive lock on this home folder."""
+
+
+class HomePermissionDenied(PulseError):
+    """This user may not create, open or write a folder or file of a home (its owner or
+    mode forbid it, or the home is on read-only storage)."""
 
 
 class AppendRejected(PulseError):

@@ -7,6 +7,7 @@ the catalogue, so the log documents itself and a typo fails loudly instead of va
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -19,6 +20,7 @@ import msgspec
 
 from pulse_core._errors import InvalidEvent, PayloadNotEncodable, UnknownKind
 from pulse_core._pmap import PersistentMap
+from pulse_core._redact import redact_urls
 
 T = TypeVar("T")
 
@@ -119,13 +121,65 @@ def _enc_hook(obj: Any) -> Any:
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _decoder = msgspec.json.Decoder()
 
+MAX_DATA_DEPTH = 64
+"""How deeply lists, tuples and mappings may nest in stored data."""
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _unencodable(where: str, exc: BaseException) -> PayloadNotEncodable:
+    if isinstance(exc, RecursionError):
+        return PayloadNotEncodable(f"{where}: nested deeper than {MAX_DATA_DEPTH} levels — "
+                                   "flatten it, or store it as an attachment")
+    return PayloadNotEncodable(f"{where}: cannot encode as JSON — {exc}")
+
+
+def _check_plain(value: Any, where: str, depth: int = 1) -> None:
+    """Refuse what JSON cannot hold faithfully: NaN and infinities (msgspec writes null),
+    bytes (msgspec writes base64 text) and nesting deeper than MAX_DATA_DEPTH (so this
+    recursion stays shallow)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise PayloadNotEncodable(f"{where}: {value!r} is not a JSON number — store null, "
+                                      "a string or a flag that says what it meant")
+        return
+    if isinstance(value, (str, int)):
+        return
+    if isinstance(value, _BYTES):
+        raise PayloadNotEncodable(f"{where}: bytes are not JSON — give them as the draft's "
+                                  "attachment, or encode them as text yourself")
+    if depth > MAX_DATA_DEPTH:
+        raise _unencodable(where, RecursionError())
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                _check_plain(key, where, depth)
+            if type(item) not in _PLAIN:
+                _check_plain(item, where, depth + 1)
+    elif kind is list or kind is tuple:
+        for item in value:
+            if type(item) not in _PLAIN:
+                _check_plain(item, where, depth + 1)
+    else:  # a Struct, dataclass, set, datetime...: checked as msgspec would write it
+        try:
+            plain = msgspec.to_builtins(value, builtin_types=_BYTES, enc_hook=_enc_hook)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            raise _unencodable(where, exc) from None
+        _check_plain(plain, where, depth)  # builtins only now: dict, list, tuple, scalars
+
 
 def encode_data(data: Any, where: str = "payload") -> bytes:
-    """msgspec JSON bytes of `data`, or PayloadNotEncodable naming `where`."""
+    """msgspec JSON bytes of `data`, or PayloadNotEncodable naming `where`: for what msgspec
+    cannot encode, NaN, infinities, bytes, and nesting deeper than MAX_DATA_DEPTH."""
+    _check_plain(data, where)
     try:
         return _encoder.encode(data)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise PayloadNotEncodable(f"{where}: cannot encode as JSON — {exc}") from None
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise _unencodable(where, exc) from None
 
 
 def decode_data(raw: bytes | None) -> Any:
@@ -133,21 +187,51 @@ def decode_data(raw: bytes | None) -> Any:
     return None if raw is None else _decoder.decode(raw)
 
 
+MAX_SEQ = 2**63 - 1
+"""The largest seq (SQLite's largest integer)."""
+
+
+def check_text(value: object, what: str, where: str) -> str:
+    """`value` if it is a str that can be stored (UTF-8, so no lone surrogates); else
+    InvalidEvent naming `what` and `where`."""
+    if not isinstance(value, str):
+        raise InvalidEvent(f"{where}: {what} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEvent(f"{where}: {what} holds {value[exc.start]!r} at position "
+                           f"{exc.start}, a lone surrogate that UTF-8 cannot store") from None
+    return value
+
+
 def check_draft(draft: EventDraft, index: int = 0) -> bytes:
-    """Validate one draft against the catalogue and return its encoded data."""
-    where = f"draft {index} ({draft.kind!r} on {draft.key!r})"
+    """Validate every field of one draft (types, ranges, the catalogue) and return its
+    encoded data."""
     if not isinstance(draft, EventDraft):
         raise InvalidEvent(f"draft {index}: expected EventDraft, got {type(draft).__name__}")
-    if not _KIND_RE.match(draft.kind):
+    where = f"draft {index} ({draft.kind!r} on {draft.key!r})"
+    if not isinstance(draft.kind, str) or not _KIND_RE.match(draft.kind):
         raise InvalidEvent(f"{where}: kind is not kebab-case (like 'task-created')")
     spec = require_kind(draft.kind)
+    check_text(draft.key, "key", where)
     if not draft.key or len(draft.key) > MAX_KEY_LENGTH:
         raise InvalidEvent(f"{where}: key must be 1..{MAX_KEY_LENGTH} characters")
-    if not _ORIGIN_RE.match(draft.origin):
+    if not isinstance(draft.origin, str) or not _ORIGIN_RE.match(draft.origin):
         raise InvalidEvent(
             f"{where}: origin {draft.origin!r} must be agent, human, survival, cli, "
             "or watcher:/rule:/executor:/engine: followed by a name"
         )
+    check_text(draft.origin, "origin", where)
+    cause = draft.cause
+    if cause is not None and (not isinstance(cause, int) or isinstance(cause, bool)
+                              or not 0 < cause <= MAX_SEQ):
+        raise InvalidEvent(f"{where}: cause {cause!r} must be the seq of an event (an int "
+                           f"from 1 to {MAX_SEQ}) or None")
+    if draft.idem is not None:
+        check_text(draft.idem, "idem", where)
+    if draft.attachment is not None and not isinstance(draft.attachment, bytes):
+        raise InvalidEvent(f"{where}: attachment must be bytes, not "
+                           f"{type(draft.attachment).__name__}")
     raw = encode_data(draft.data, where)
     if spec.payload is not None:
         try:
@@ -191,11 +275,13 @@ uuid7 = _Uuid7()
 def error_draft(where: str, exc: BaseException,
                 extra: Mapping[str, Any] | None = None) -> EventDraft:
     """The `error` event that records `exc` raised at `where` (key and origin follow `where`;
-    `extra` adds fields such as the file and line of broken code)."""
+    `extra` adds fields such as the file and line of broken code). URLs in the message and
+    trace are cut to scheme and host: the log is never scrubbed."""
     return EventDraft(
         "error", where,
-        {"where": where, "type": type(exc).__name__, "message": str(exc),
-         "trace": "".join(traceback.format_exception(exc)[-3:])[-2000:], **(extra or {})},
+        {"where": where, "type": type(exc).__name__, "message": redact_urls(str(exc)),
+         "trace": redact_urls("".join(traceback.format_exception(exc)[-3:]))[-2000:],
+         **(extra or {})},
         origin="engine" if where.startswith("engine") else where,
     )
 
@@ -222,5 +308,22 @@ _register_builtin(
         ("engine-stopped", "an engine closed this home cleanly; data: pid, interrupted"),
         ("promote", "staged business rules were promoted; data: revision"),
         ("rollback", "business rules were rolled back; data: revision, reason"),
+        ("checkpoint-discarded", "a checkpoint reflected more of the log than the log holds "
+                                 "and was rebuilt; key: checkpoint:<name>; data: name, seq, "
+                                 "last_seq"),
     ]
 )
+
+
+class Quarantined(msgspec.Struct, frozen=True):
+    """The data of an `event-quarantined` event: the row `seq` (its `kind` and `key`) cannot
+    be read and every read leaves it out."""
+
+    seq: int
+    kind: str
+    key: str
+    reason: str
+
+
+register_kind("event-quarantined", "a stored row cannot be read and every read leaves it "
+                                    "out; key: event:<seq>", Quarantined)

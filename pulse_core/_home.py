@@ -24,6 +24,8 @@ from urllib.parse import quote
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import StoreError
+from pulse_core._homelock import private_folders
+from pulse_core._projector import refuse_lost_log
 from pulse_core.store._base import EventStore
 from pulse_core.store._objects import ObjectStore
 from pulse_core.store._side import SideStore, SqliteSideStore
@@ -125,11 +127,14 @@ async def open_home(
     clock = clock or SystemClock()
     url = parse_store_url(store or layout.store_url())
     if not read_only:
-        layout.root.mkdir(parents=True, exist_ok=True)
+        # 0700 when created here; what exists keeps its mode (pulse_core._homelock)
+        private_folders([layout.root, layout.objects, layout.checkpoints, layout.logs])
     objects = ObjectStore(layout.objects, read_only=read_only)
     async with contextlib.AsyncExitStack() as opening:
         events = await open_event_store(url, read_only=read_only, clock=clock, objects=objects)
         opening.push_async_callback(events.close)
+        if not read_only:  # EventLogLost: checkpoints remain of a log that is now empty
+            await refuse_lost_log(events, layout.checkpoints)
         vitals = await SqliteVitalsStore.open(layout.vitals_db, clock=clock, read_only=read_only)
         opening.push_async_callback(vitals.close)
         side = await SqliteSideStore.open(layout.side_db, clock=clock, read_only=read_only)

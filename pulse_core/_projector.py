@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import tempfile
 import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from pulse_core._errors import PulseError
-from pulse_core._events import Event
+from pulse_core._errors import AppendRejected, EventLogLost, PulseError, StoreError
+from pulse_core._events import Event, EventDraft
+from pulse_core._homelock import private_folder
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import EventStore
+
+log = logging.getLogger("pulse")
 
 
 class _Checkpoint(msgspec.Struct):
@@ -44,7 +48,7 @@ def _dec_hook(type_: Any, obj: Any) -> Any:
 
 def save_checkpoint(folder: Path, name: str, version: int, seq: int, state: Any) -> None:
     """Write a state and the seq it reflects, atomically, to `folder/name.ckpt`."""
-    folder.mkdir(parents=True, exist_ok=True)
+    private_folder(folder)
     raw = msgspec.msgpack.encode(state, enc_hook=_enc_hook)
     body = msgspec.msgpack.encode(_Checkpoint(name, version, seq, msgspec.Raw(raw)))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-")
@@ -73,6 +77,52 @@ def load_checkpoint(folder: Path, name: str, version: int, type: Any) -> tuple[i
         return ckpt.seq, msgspec.msgpack.decode(ckpt.state, type=type, dec_hook=_dec_hook)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+def checkpoint_seqs(folder: Path) -> dict[str, int]:
+    """The seq each readable checkpoint in `folder` reflects, by name."""
+    seqs: dict[str, int] = {}
+    for path in sorted(folder.glob("*.ckpt")):
+        with contextlib.suppress(OSError, msgspec.DecodeError, msgspec.ValidationError):
+            ckpt = msgspec.msgpack.decode(path.read_bytes(), type=_Checkpoint)
+            seqs[ckpt.name] = ckpt.seq
+    return seqs
+
+
+async def refuse_lost_log(events: EventStore, folder: Path) -> None:
+    """Raise EventLogLost when `events` is empty though `folder` holds checkpoints: they are
+    written only once the log has events, so it was truncated, replaced, or lost its -wal, and
+    a new log must not silently take its place."""
+    if await events.last_seq() > 0:
+        return
+    seqs = await asyncio.to_thread(checkpoint_seqs, folder)
+    if seqs:
+        found = ", ".join(f"{name} at #{seq}" for name, seq in sorted(seqs.items()))
+        raise EventLogLost(
+            f"{events.recorder.location} holds no events, but {folder} holds checkpoints of a "
+            f"log up to #{max(seqs.values())} ({found}): the event log was lost (truncated, "
+            f"replaced, or its -wal deleted) — restore it (events.db with its -wal) from a "
+            f"backup, or delete {folder} to start a new log deliberately")
+
+
+async def discard_checkpoints(store: EventStore, folder: Path | None, ahead: Mapping[str, int],
+                              last_seq: int) -> None:
+    """Delete the checkpoints `ahead` (name: the seq each reflects), which reflect more of the
+    log than it holds (it ends at `last_seq`: restored from a backup, or it lost its -wal), and
+    record a `checkpoint-discarded` event for each (logged when the store cannot take it)."""
+    for name, seq in ahead.items():
+        log.warning("pulse: checkpoint %r reflects the log up to #%d but the log ends at #%d: "
+                    "discarded, the fold is rebuilt from the log", name, seq, last_seq)
+        if folder is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder / f"{name}.ckpt")
+    if store.read_only:
+        return
+    with contextlib.suppress(StoreError, AppendRejected):
+        await store.append([EventDraft("checkpoint-discarded", f"checkpoint:{name}",
+                                       {"name": name, "seq": seq, "last_seq": last_seq},
+                                       origin="engine")
+                            for name, seq in ahead.items()])
 
 
 INLINE_FOLD = 256
@@ -110,6 +160,7 @@ class Projector:
         self.seqs: dict[str, int] = {}
         self._saved_seq: dict[str, int] = {}
         self._saved_at = time.monotonic()
+        self._save_failing = False
         self._lock = asyncio.Lock()
         kinds: set[str] | None = set()
         for proj in self.projections:
@@ -136,20 +187,47 @@ class Projector:
         """
         async with self._lock:
             if self.projections:
-                head = 0
-                async for page in self.store.pages(self.seq, kinds=self._kinds,
-                                                   limit=self.page):
-                    if len(page.events) > INLINE_FOLD:
-                        await asyncio.to_thread(self._fold, page.events)
-                    else:
-                        self._fold(page.events)
-                    head = page.last_seq
+                head = await self._fold_new()
+                ahead = {name: seq for name, seq in self.seqs.items() if seq > head}
+                if ahead:  # checkpoints of more log than there is: rebuild those folds
+                    for proj in self.projections:
+                        if proj.name in ahead:
+                            self.states[proj.name] = proj.initial()
+                            self.seqs[proj.name] = self._saved_seq[proj.name] = 0
+                    await discard_checkpoints(self.store, self.checkpoints, ahead, head)
+                    head = await self._fold_new()
                 # That last read saw every event up to its last_seq: none left for anyone.
                 for name in self.seqs:
                     self.seqs[name] = max(self.seqs[name], head)
                 if self._checkpoint_due(force=False):
-                    await asyncio.to_thread(self._save)
+                    await self._save_or_report()
             return dict(self.states)
+
+    async def _save_or_report(self) -> None:
+        """Checkpoint; a disk that refuses is logged once (until a save works again) and
+        retried at the next interval, never raised: a checkpoint is only a cache."""
+        try:
+            await asyncio.to_thread(self._save)
+        except OSError as exc:
+            self._saved_at = time.monotonic()
+            if not self._save_failing:
+                log.warning("pulse: cannot write the projections' checkpoints in %s (%s): "
+                            "folds go on in memory, a restart replays more of the log",
+                            self.checkpoints, exc)
+            self._save_failing = True
+        else:
+            self._save_failing = False
+
+    async def _fold_new(self) -> int:
+        """Fold every event after `seq`; the log's newest seq as the last read saw it."""
+        head = 0
+        async for page in self.store.pages(self.seq, kinds=self._kinds, limit=self.page):
+            if len(page.events) > INLINE_FOLD:
+                await asyncio.to_thread(self._fold, page.events)
+            else:
+                self._fold(page.events)
+            head = page.last_seq
+        return head
 
     def _fold(self, events: list[Event]) -> None:
         for event in events:

@@ -12,7 +12,7 @@ import msgspec
 from pulse_core._clock import Clock
 from pulse_core._effects import Mark, effect_draft, mark_draft
 from pulse_core._errors import PayloadNotEncodable, PulseError
-from pulse_core._events import EventDraft, error_draft
+from pulse_core._events import EventDraft, encode_data, error_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
 from pulse_core._rules import Decision, RuleChain, RuleTrace
@@ -156,9 +156,10 @@ def _drafts(decision: Decision, cause: int | None) -> list[EventDraft]:
     `error` event instead, so it never costs the others (the survival layer's included)."""
     drafts: list[EventDraft] = []
     for effect in decision.effects:
-        try:  # to_builtins raises here for a field that cannot be encoded
+        try:  # to_builtins raises for a field msgspec cannot encode, encode_data for NaN etc.
             draft = (mark_draft(effect, "engine:tick", cause) if isinstance(effect, Mark)
                      else effect_draft(effect, "engine:tick", cause))
+            encode_data(draft.data, draft.key)
         except (TypeError, ValueError, PulseError) as exc:
             drafts.append(error_draft("engine:tick", PayloadNotEncodable(
                 f"{type(effect).__name__} ({type(effect).tag()!r}) was dropped: {exc}")))

@@ -10,8 +10,10 @@ import pulse_core.store
 EXPECTED_CORE = {
     "AgentCapabilityStats", "AgentStats", "AppendRejected", "AppendResult", "Backoff",
     "CapabilityData", "Clock", "Decision", "Effect", "EffectEntry", "EffectOutcome",
-    "EffectStatus", "Engine", "EngineDirectory", "Event", "EventDraft", "EventStore",
+    "EffectStatus", "Engine", "EngineDirectory", "Event", "EventDraft", "EventLogLost",
+    "EventStore", "EventUnreadable",
     "ExecutionContext", "Executor", "ExecutorLoop", "HomeLayout", "HomeLocked", "HomeStores",
+    "HomePermissionDenied",
     "IdempotencyConflict", "IdentityMemory", "Inner", "InvalidEvent", "InvalidTransition",
     "KindSpec", "Layer", "LayerContext", "LayerError", "LayerFactory", "LoopState", "LoopStatus",
     "ManualClock", "Mark", "Memory", "MemoryBoard", "NotAPulseDatabase", "ObjectMissing",
@@ -21,12 +23,13 @@ EXPECTED_CORE = {
     "Service", "SideStore", "Snapshot", "SqliteEventStore", "SqliteRecorder", "SqliteSideStore",
     "SqliteVitalsStore", "StoreClosed", "StoreError", "StoreReadOnly", "StoreUnavailable",
     "Supervisor", "SurvivalLocked", "SystemClock", "TaskBoard", "TaskState", "Tasks",
-    "UnhandledEffect", "UnknownEffect", "UnknownKind", "VersionConflict", "VitalReading",
+    "UnhandledEffect", "UnknownEffect", "UnknownKind", "UnreadableEvent", "VersionConflict",
+    "VitalReading",
     "VitalsStore", "Watcher", "adaptive_interval", "available_layers", "clamp_tick", "compose",
     "decode_effect", "decode_mark", "dedup", "default_builtin_rules", "effect_type", "emits",
     "error_backoff", "error_draft", "fold_effect", "guarded", "identity_key", "known_kinds",
-    "load_layer", "load_layers", "open_home", "parse_store_url", "purge_payload", "register_kind",
-    "wait_signal",
+    "load_layer", "load_layers", "open_home", "parse_store_url", "purge_payload", "redact_urls",
+    "register_kind", "wait_signal",
 }
 
 

@@ -10,6 +10,7 @@ from pulse_core.store._recorder import (
     PreparedAppend,
     PreparedDraft,
     Recorder,
+    UnreadableEvent,
 )
 from pulse_core.store._side import SideStore, SqliteSideStore
 from pulse_core.store._url import SqliteURL, StoreURL, open_event_store, parse_store_url
@@ -39,6 +40,7 @@ __all__ = [
     "SqliteVitalsStore",
     "StoreURL",
     "TickVitals",
+    "UnreadableEvent",
     "VitalsStore",
     "digest_of",
     "open_event_store",

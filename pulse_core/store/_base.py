@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pulse_core._errors import InvalidEvent, StoreReadOnly
-from pulse_core._events import Event, EventDraft, check_draft, uuid7
+from pulse_core._errors import EventUnreadable, IdempotencyConflict, InvalidEvent, StoreReadOnly
+from pulse_core._events import Event, EventDraft, check_draft, check_text, uuid7
 from pulse_core._waits import wait_signal
-from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, PreparedDraft, Recorder
+from pulse_core.store._recorder import (
+    AppendResult,
+    Page,
+    PreparedAppend,
+    PreparedDraft,
+    Recorder,
+    UnreadableEvent,
+)
 
 if TYPE_CHECKING:
     from pulse_core.store._objects import ObjectStore
 
-__all__ = ["AppendResult", "EventStore", "Page"]
+__all__ = ["AppendResult", "EventStore", "Page", "UnreadableEvent"]
+
+log = logging.getLogger("pulse.events")
+
+QUARANTINED = "event-quarantined"
 
 
 class EventStore:
@@ -31,6 +43,10 @@ class EventStore:
       attachment goes to the object store and its digest to the event's `hash`.
     - An append is one transaction: all its drafts are stored, or none.
     - Stored events are never changed or deleted.
+    - A row whose data cannot be decoded never reaches a reader as an Event. Once an
+      `event-quarantined` event names it, every read leaves it out; a writable store
+      quarantines such a row the first time a read meets it, a read-only one raises
+      EventUnreadable naming its seq (`read_rows` lists it instead).
 
     Everything above the backend lives here; `recorder` inserts and selects.
     """
@@ -39,6 +55,7 @@ class EventStore:
         self.recorder = recorder
         self.objects = objects
         self._signals: set[asyncio.Event] = set()
+        self._quarantined: set[int] = set()
 
     @property
     def read_only(self) -> bool:
@@ -74,6 +91,7 @@ class EventStore:
         checked: dict[str, int] = {}
         if expect:
             for key, version in expect.items():
+                check_text(key, "key", f"expect[{key!r}]")
                 if not isinstance(version, int) or isinstance(version, bool) or version < 0:
                     raise InvalidEvent(f"expect[{key!r}] = {version!r}: must be an int >= 0")
                 checked[key] = version
@@ -103,12 +121,26 @@ class EventStore:
         newest_first: bool = False,
     ) -> Page:
         """Stored events with seq > after_seq, oldest first (or newest first), optionally
-        filtered, and the log's newest seq in the same read (see Page)."""
+        filtered, and the log's newest seq in the same read (see Page).
+
+        Quarantined rows are left out and the page filled up past them, so a page shorter
+        than `limit` still means the read reached the end.
+        """
         kind_list = None if kinds is None else list(kinds)
         if kind_list is not None and not kind_list:
             return Page([], await self.recorder.last_seq())
-        return await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit,
-                                          newest_first=newest_first)
+        want = limit
+        while True:
+            page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=want,
+                                              newest_first=newest_first)
+            if not page.unreadable:
+                return page
+            for row in page.unreadable:
+                await self._leave_out(row)
+            rows = len(page.events) + len(page.unreadable)
+            if limit is None or want is None or len(page.events) >= limit or rows < want:
+                return Page(page.events[:limit], page.last_seq)
+            want = limit + len(page.unreadable)
 
     async def pages(
         self, after_seq: int = 0, *, kinds: Iterable[str] | None = None, limit: int = 5_000,
@@ -139,6 +171,91 @@ class EventStore:
         page = await self.read_page(after_seq, kinds=kinds, key=key, limit=limit,
                                     newest_first=newest_first)
         return page.events
+
+    async def read_rows(
+        self,
+        after_seq: int = 0,
+        *,
+        kinds: Iterable[str] | None = None,
+        key: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Event | UnreadableEvent]:
+        """Like `read`, but every stored row, quarantined or not: a row whose data cannot be
+        decoded comes as an UnreadableEvent (with the decoder's reason) in its place."""
+        kind_list = None if kinds is None else list(kinds)
+        if kind_list is not None and not kind_list:
+            return []
+        page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=limit,
+                                          newest_first=newest_first)
+        rows: list[Event | UnreadableEvent] = [*page.events, *page.unreadable]
+        rows.sort(key=lambda row: row.seq, reverse=newest_first)
+        return rows
+
+    # -- quarantine --------------------------------------------------------------------------
+
+    async def quarantine(self, seq: int, reason: str, *, origin: str = "human"
+                         ) -> Event | UnreadableEvent:
+        """Mark the unreadable row `seq` as quarantined, so every read leaves it out, and
+        return the `event-quarantined` event (the earlier one if it already was, as an
+        UnreadableEvent should that one be unreadable too).
+
+        InvalidEvent when there is no row `seq` or it can be read; StoreReadOnly on a store
+        opened read-only.
+        """
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+            raise InvalidEvent(f"quarantine: {seq!r} is not a seq (an int >= 1)")
+        page = await self.recorder.select(seq - 1, limit=1)
+        row = next((r for r in page.unreadable if r.seq == seq), None)
+        if row is None:
+            if page.events and page.events[0].seq == seq:
+                raise InvalidEvent(f"event #{seq} can be read: only a row whose data cannot "
+                                   "be decoded is quarantined")
+            raise InvalidEvent(f"there is no event #{seq} (the log ends at #{page.last_seq})")
+        return await self._quarantine(row, reason, origin)
+
+    async def _quarantine_of(self, seq: int) -> Event | UnreadableEvent | None:
+        """The `event-quarantined` event naming row `seq`, if any."""
+        page = await self.recorder.select(0, kinds=[QUARANTINED], key=f"event:{seq}", limit=1)
+        if page.events:
+            return page.events[0]
+        return page.unreadable[0] if page.unreadable else None
+
+    async def _quarantine(self, row: UnreadableEvent, reason: str, origin: str
+                          ) -> Event | UnreadableEvent:
+        found = await self._quarantine_of(row.seq)
+        if found is None:
+            draft = EventDraft(QUARANTINED, f"event:{row.seq}",
+                               {"seq": row.seq, "kind": row.kind, "key": row.key,
+                                "reason": reason},
+                               origin=origin, idem=f"{QUARANTINED}:{row.seq}")
+            try:
+                result = await self.append([draft])
+            except IdempotencyConflict:  # quarantined meanwhile, for another reason
+                found = await self._quarantine_of(row.seq)
+                if found is None:  # the idempotency key names some other event
+                    raise
+            else:
+                found = result.events[0]
+                if not result.replayed:
+                    log.warning("pulse: %s: event #%d (%s on %r) cannot be read (%s); "
+                                "quarantined by event #%d", self.recorder.location, row.seq,
+                                row.kind, row.key, row.reason, found.seq)
+        self._quarantined.add(row.seq)
+        return found
+
+    async def _leave_out(self, row: UnreadableEvent) -> None:
+        """Let a read skip the unreadable `row`: it is quarantined, or (writable) becomes so
+        now; otherwise EventUnreadable."""
+        if row.seq in self._quarantined:
+            return
+        if await self._quarantine_of(row.seq) is not None:
+            self._quarantined.add(row.seq)
+            return
+        if self.read_only:
+            raise EventUnreadable(row.seq, self.recorder.location,
+                                  f"{row.kind} on {row.key!r}: {row.reason}")
+        await self._quarantine(row, row.reason, "engine:event-log")
 
     async def head(self, key: str) -> int:
         """The current version of `key` (0 when it has no events)."""

@@ -6,9 +6,11 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from pulse_core._errors import IdempotencyConflict, VersionConflict
 from pulse_core._events import Event, decode_data
-from pulse_core.store._recorder import AppendResult, PreparedAppend
+from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, UnreadableEvent
 
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -25,6 +27,21 @@ def row_event(row: Sequence[Any]) -> Event:
     """The Event a stored (or staged) row stands for."""
     return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
                  row[9], decode_data(row[10]), row[11])
+
+
+def page_of(rows: Sequence[Sequence[Any]], last_seq: int) -> Page:
+    """The Page of selected rows: each row as an Event, or, when its data cannot be decoded,
+    as an UnreadableEvent."""
+    events: list[Event] = []
+    unreadable: list[UnreadableEvent] = []
+    for row in rows:
+        try:
+            events.append(row_event(row))
+        except (msgspec.DecodeError, RecursionError, TypeError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            unreadable.append(UnreadableEvent(row[0], row[1], row[2], row[3], row[4], row[5],
+                                              row[6], row[8], f"data: {reason}"))
+    return Page(events, last_seq, unreadable)
 
 
 class Batch:

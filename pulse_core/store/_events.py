@@ -22,7 +22,7 @@ from pulse_core._errors import (
     VersionConflict,
 )
 from pulse_core.store._base import EventStore
-from pulse_core.store._commit import COLUMNS, Batch, row_event
+from pulse_core.store._commit import COLUMNS, Batch, page_of
 from pulse_core.store._objects import ObjectStore
 from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, Recorder
 from pulse_core.store._sqlite import (
@@ -281,7 +281,7 @@ class SqliteRecorder(Recorder):
             return rows, int(last)
 
         rows, last = self._read(rows_and_last)
-        return Page([row_event(r) for r in rows], last)
+        return page_of(rows, last)
 
     def _head(self, key: str) -> int:
         row = self._read(lambda conn: conn.execute(

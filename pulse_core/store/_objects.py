@@ -12,9 +12,10 @@ from pathlib import Path
 
 from pulse_core._errors import ObjectMissing, StoreReadOnly, StoreUnavailable
 from pulse_core._events import Event, EventDraft
+from pulse_core._homelock import private_folder
 from pulse_core.store._base import EventStore
 
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def digest_of(data: bytes) -> str:
@@ -34,7 +35,7 @@ class ObjectStore:
         self.root = Path(root)
         self.read_only = read_only
         if not read_only:
-            self.root.mkdir(parents=True, exist_ok=True)
+            private_folder(self.root)
 
     def _refuse_if_read_only(self, digest: str) -> None:
         if self.read_only:
@@ -43,7 +44,7 @@ class ObjectStore:
 
     def path_of(self, digest: str) -> Path:
         """Where the object named `digest` lives (whether or not it exists)."""
-        if not _DIGEST.match(digest):
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
             raise ValueError(f"{digest!r} is not a SHA-256 hex digest")
         return self.root / digest[:2] / digest[2:]
 
@@ -55,7 +56,7 @@ class ObjectStore:
             return digest
         self._refuse_if_read_only(digest)
         try:
-            target.parent.mkdir(exist_ok=True)
+            target.parent.mkdir(mode=0o700, exist_ok=True)  # umask only clears bits
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as out:

@@ -59,15 +59,33 @@ class PreparedAppend(msgspec.Struct, frozen=True, gc=False):
     expect: Mapping[str, int]
 
 
+class UnreadableEvent(msgspec.Struct, frozen=True, gc=False):
+    """A stored row whose data cannot be decoded (a corrupt row): everything of it but its
+    data, and the decoder's `reason`."""
+
+    seq: int
+    id: str
+    kind: str
+    key: str
+    version: int
+    ts: int
+    origin: str
+    tx: str
+    reason: str
+
+
 class Page(msgspec.Struct, frozen=True, gc=False):
     """Events of one read, and the seq of the log's newest event in that same read.
 
     Every event with seq <= `last_seq` was visible to the read, so a reader filtering by kind
-    can move its cursor to `last_seq` once `events` is shorter than the limit it asked for.
+    can move its cursor to `last_seq` once the page holds fewer rows than the limit it asked
+    for. A recorder lists rows it cannot decode in `unreadable` instead of `events` (they
+    count against the limit); an EventStore's pages never hold any (see EventStore).
     """
 
     events: list[Event]
     last_seq: int
+    unreadable: list[UnreadableEvent] = []
 
 
 class Recorder(abc.ABC):
@@ -84,6 +102,8 @@ class Recorder(abc.ABC):
       `replayed=True` and skips the version check); other content under that `idem` refuses
       the append with IdempotencyConflict.
     - Stored events are never changed or deleted.
+    - `select` never raises for a row whose data cannot be decoded: it lists the row in
+      `Page.unreadable` (in the selection's order, counted against `limit`).
     - A recorder opened read-only refuses `insert` with a StoreError saying so.
     - Backend failures are StoreErrors (StoreUnavailable for a lock held too long, a full disk;
       StoreClosed after close). No method blocks the event loop.

@@ -105,6 +105,16 @@ class RecorderContract(abc.ABC):
         again = await store.append([draft("a", 1, idem="req-1")], expect={"a": 0})
         assert again.replayed
 
+    async def test_only_a_fully_repeated_append_is_a_replay(self, store: EventStore) -> None:
+        first = await store.append([draft("a", 1, idem="req-1")])
+        mixed = await store.append([draft("a", 1, idem="req-1"), draft("b", 2, idem="req-2")])
+        assert not mixed.replayed
+        assert mixed.events[0] == first.events[0]
+        assert (mixed.events[1].seq, mixed.events[1].key, mixed.events[1].idem) == (2, "b", "req-2")
+        assert [e.idem for e in await store.read()] == ["req-1", "req-2"]
+        again = await store.append([draft("a", 1, idem="req-1"), draft("b", 2, idem="req-2")])
+        assert again.replayed and again.events == mixed.events
+
     async def test_idempotency_key_with_other_content_conflicts(self, store: EventStore) -> None:
         await store.append([draft("a", 1, idem="req-1")])
         with pytest.raises(IdempotencyConflict, match="req-1"):

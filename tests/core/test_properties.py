@@ -56,7 +56,16 @@ class ErrorsOnly(Projection[int]):
         return 0
 
     def apply(self, state: int, event: Event) -> int:
-        return state + event.data["n"]
+        return state + int(event.data["n"])
+
+
+class ErrorsOnlyV2(ErrorsOnly):
+    """The same projection name with a new meaning: a checkpoint of version 1 is stale."""
+
+    version = 2
+
+    def apply(self, state: int, event: Event) -> int:
+        return state + 10 * int(event.data["n"])
 
 
 async def _open(folder: Path) -> SqliteEventStore:
@@ -231,3 +240,33 @@ def test_pages_folded_in_a_thread_and_on_the_loop_give_the_same_states() -> None
 
     with tempfile.TemporaryDirectory() as folder:
         asyncio.run(scenario(Path(folder)))
+
+
+async def test_a_projection_added_beside_a_checkpointed_one_applies_each_event_once(
+    tmp_path: Path,
+) -> None:
+    store = await _open(tmp_path)
+    ckpt = tmp_path / "ckpt"
+    await store.append([EventDraft("error", f"k{n}", {"n": n}) for n in range(1, 6)])
+    first = Projector(store, [ErrorsOnly()], checkpoints=ckpt)
+    await first.catch_up()
+    await first.checkpoint()
+    await store.append([EventDraft("error", "k", {"n": 100})])
+    # Ledger starts at seq 0 and ErrorsOnly at its checkpoint: one read serves both.
+    incremental = await Projector(store, [ErrorsOnly(), Ledger()], checkpoints=ckpt).catch_up()
+    replay = await Projector(store, [ErrorsOnly(), Ledger()]).catch_up()
+    assert incremental == replay and incremental["errors-only"] == 115
+    await store.close()
+
+
+async def test_a_checkpoint_of_an_older_projection_version_is_rebuilt(tmp_path: Path) -> None:
+    store = await _open(tmp_path)
+    ckpt = tmp_path / "ckpt"
+    await store.append([EventDraft("error", f"k{n}", {"n": n}) for n in range(1, 4)])
+    old = Projector(store, [ErrorsOnly()], checkpoints=ckpt)
+    assert (await old.catch_up())["errors-only"] == 6
+    await old.checkpoint()
+    await store.append([EventDraft("error", "k", {"n": 4})])
+    states = await Projector(store, [ErrorsOnlyV2()], checkpoints=ckpt).catch_up()
+    assert states["errors-only"] == 100
+    await store.close()

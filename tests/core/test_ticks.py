@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pulse_core import Decision, Engine, Inner, ManualClock, Snapshot, open_home
 
@@ -174,9 +177,12 @@ async def test_closing_an_engine_that_was_never_started_still_checkpoints_everyt
     assert "executor-loop.ckpt" in names and "tick.ckpt" in names
 
 
-async def test_a_mark_that_cannot_be_encoded_costs_no_other_effect(tmp_path: Path) -> None:
-    from typing import Any
-
+@pytest.mark.parametrize("blob", [object(), float("nan"), float("-inf")],
+                         ids=["not-encodable", "nan", "infinity"])
+async def test_a_mark_that_cannot_be_encoded_costs_no_other_effect(
+    tmp_path: Path, blob: object
+) -> None:
+    """Also what the log refuses to store (NaN, infinities): dropped, not the whole tick."""
     from pulse_core import Effect, Mark
 
     class Fine(Effect, tag="ticks-fine"):
@@ -187,7 +193,7 @@ async def test_a_mark_that_cannot_be_encoded_costs_no_other_effect(tmp_path: Pat
 
     async def both(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        return Decision([*effects, Broken(blob=object()), Fine()], tick_ms)
+        return Decision([*effects, Broken(blob=blob), Fine()], tick_ms)
 
     async with opened(Engine(tmp_path, rules=[both], clock=ManualClock())) as engine:
         await engine.tick()
