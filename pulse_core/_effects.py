@@ -284,9 +284,17 @@ class EffectEntry(msgspec.Struct, gc=False):
         return self.status in (EffectStatus.ACKED, EffectStatus.FAILED)
 
 
+def _number(value: Any, default: float) -> float:
+    """`value` if it is a finite number, else `default`: a field another writer filled badly
+    must not stop the fold, which would stop every effect after it."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 2**63:
+        return value
+    return default
+
+
 def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
     """The entry after `event`, finished states included (None: an event of an effect whose
-    `effect` event was not seen)."""
+    `effect` event was not seen). A field of the wrong type reads as its default."""
     if event.kind == "effect":
         return EffectEntry(event.key, event.seq, event.data, event.version, EffectStatus.PENDING,
                            created_at=event.ts, updated_at=event.ts, origin=event.origin)
@@ -297,23 +305,23 @@ def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
     entry.updated_at = event.ts
     if event.kind == "effect-executing":
         entry.status = EffectStatus.EXECUTING
-        entry.attempt = int(data.get("attempt", entry.attempt + 1))
-        entry.lease_until = int(data.get("lease_until", 0))
+        entry.attempt = int(_number(data.get("attempt"), entry.attempt + 1))
+        entry.lease_until = int(_number(data.get("lease_until"), 0))
         entry.owner = str(data.get("owner", ""))
-        entry.owner_pid = int(data.get("pid", 0))
-        entry.owner_started = float(data.get("started", 0.0))
+        entry.owner_pid = int(_number(data.get("pid"), 0))
+        entry.owner_started = float(_number(data.get("started"), 0.0))
     elif event.kind == "effect-acked":
         entry.status = EffectStatus.ACKED
-        entry.attempt = int(data.get("attempt", entry.attempt))
+        entry.attempt = int(_number(data.get("attempt"), entry.attempt))
         entry.result = data.get("result")
     elif event.kind == "effect-failed":
-        entry.attempt = int(data.get("attempt", entry.attempt))
+        entry.attempt = int(_number(data.get("attempt"), entry.attempt))
         entry.error = str(data.get("error"))
         if data.get("final"):
             entry.status = EffectStatus.FAILED
         else:
             entry.status = EffectStatus.RETRYING
-            entry.retry_at = int(data.get("retry_at", 0))
+            entry.retry_at = int(_number(data.get("retry_at"), 0))
     return entry
 
 

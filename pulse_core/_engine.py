@@ -13,13 +13,19 @@ from types import TracebackType
 from typing import Any
 
 from pulse_core._clock import Clock, SystemClock
-from pulse_core._effects import Executor, Mark, executors_by_tag
-from pulse_core._errors import PulseError, SurvivalLocked, UnhandledEffect
+from pulse_core._effects import Executor
+from pulse_core._errors import PulseError, SurvivalLocked
 from pulse_core._events import EventDraft, error_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._homelock import lock_home
-from pulse_core._layer import EngineDirectory, Layer, LayerContext, survival_layer
+from pulse_core._layer import (
+    EngineDirectory,
+    Layer,
+    LayerContext,
+    check_layers,
+    survival_layer,
+)
 from pulse_core._projections import RecentErrors
 from pulse_core._projector import Projector
 from pulse_core._rules import (
@@ -28,7 +34,6 @@ from pulse_core._rules import (
     RuleChain,
     RuleTrace,
     clamp_tick,
-    declared_effects,
     dedup,
     error_backoff,
     rule_name,
@@ -48,6 +53,12 @@ log = logging.getLogger("pulse")
 
 MEMO_EVERY_S = 10.0
 """How often a running engine persists its last snapshot (and at close)."""
+
+
+def _observe_close(closing: asyncio.Future[None]) -> None:
+    """Retrieve a close's failure even when every caller awaiting it was cancelled."""
+    if not closing.cancelled() and closing.exception() is not None:
+        log.debug("pulse: engine close failed: %s", closing.exception())
 
 
 def default_builtin_rules() -> list[Rule]:
@@ -107,7 +118,7 @@ class Engine:
         self.survival = survival_layer(survival, context)
         self.layers: tuple[Layer, ...] = (self.survival, *layers, business)
         self.business = business
-        self._check_layers()
+        check_layers(self.layers)
         builtins = default_builtin_rules() if builtin_rules is None else list(builtin_rules)
         self._check_not_survival([*builtins, *(r for la in self.layers[1:] for r in la.rules)])
         self.watchers: list[Watcher] = [w for la in self.layers for w in la.watchers]
@@ -116,8 +127,6 @@ class Engine:
             Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
             *(p for la in self.layers for p in la.projections),
         ]
-        self._check_executors_and_watchers()
-        self._check_handled()
         self.chain = RuleChain(
             [("survival", self.survival.rules), ("builtin", builtins),
              *((la.name, la.rules) for la in layers), (business.name, business.rules)],
@@ -141,17 +150,6 @@ class Engine:
 
     # -- building ----------------------------------------------------------------------------
 
-    def _check_layers(self) -> None:
-        for what, names in (
-            ("layer", [la.name for la in self.layers]),
-            ("watcher", [w.name for la in self.layers for w in la.watchers]),
-            ("service", [rule_name(s) for la in self.layers for s in la.services]),
-        ):
-            repeated = sorted({n for n in names if names.count(n) > 1})
-            if repeated:
-                raise PulseError(f"{what} names must be unique in an engine; repeated: "
-                                 f"{', '.join(repeated)} — give each its own `name`")
-
     def _check_not_survival(self, rules: Sequence[Rule]) -> None:
         survival = {rule_name(r) for r in self.survival.rules}
         for rule in rules:
@@ -160,27 +158,6 @@ class Engine:
                     f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
                     "outermost, in a fixed order, and cannot be added, removed or reordered"
                 )
-
-    def _check_executors_and_watchers(self) -> None:
-        executors_by_tag(self.executors)  # the executor loop's own check, at build time
-        for watcher in self.watchers:
-            if not watcher.interval > 0 or not watcher.timeout > 0:
-                raise PulseError(
-                    f"watcher {watcher.name!r} has interval={watcher.interval!r} and "
-                    f"timeout={watcher.timeout!r}; both must be seconds > 0")
-
-    def _check_handled(self) -> None:
-        handled = {t.tag() for e in self.executors for t in e.handles}
-        for layer in self.layers:
-            declared = [(rule_name(r), t) for r in layer.rules for t in declared_effects(r)]
-            declared += [(f"layer {layer.name}", t) for t in layer.emits]
-            for who, effect in declared:
-                if issubclass(effect, Mark) or effect.tag() in handled:
-                    continue
-                raise UnhandledEffect(
-                    f"{who} (layer {layer.name!r}) emits {effect.tag()!r} "
-                    f"({effect.__name__}) but no executor handles it (handled: "
-                    f"{', '.join(sorted(handled)) or 'none'}) — add an executor for it")
 
     # -- parts, available once open ----------------------------------------------------------
 
@@ -327,14 +304,19 @@ class Engine:
         """Stop every loop and service, drain effects in flight up to `drain_timeout`, persist
         the last snapshot and checkpoints, close the stores and release the home.
 
-        Attempts still running at the deadline are interrupted and recorded as retryable
-        failures, so the next engine on this home runs them again.
+        From the first moment of close nothing new is claimed; close returns as soon as the
+        attempts already running end. Attempts still running at the deadline are interrupted
+        and recorded as retryable failures, so the next engine on this home runs them again.
         """
         if self._closing is None:
             stack, self._stack = self._stack, None
             if stack is None:
                 return
+            if self._executor_loop is not None:
+                self._executor_loop.stop_claiming()
             self._closing = asyncio.ensure_future(stack.aclose())
+            # Every caller may be cancelled while it waits: the outcome is still observed.
+            self._closing.add_done_callback(_observe_close)
         closing = self._closing
         try:
             await asyncio.shield(closing)  # a second caller waits for the same close

@@ -8,6 +8,8 @@ A store that cannot be written for a while (another process holding the lock pas
 timeout, a full disk) never ends an attempt unobserved: the outcome is written again with
 WRITE_BACKOFF while the attempt's lease holds (it expects the claim's version, so it lands at
 most once), and otherwise left to the lease's expiry; every such error goes to `on_error`.
+Neither a failed read nor a checkpoint the disk refuses ends `run`; errors are stored with
+their URLs cut to scheme and host.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pulse_core._errors import (
     VersionConflict,
 )
 from pulse_core._events import EventDraft, encode_data, uuid7
+from pulse_core._redact import redact_urls
 from pulse_core._supervisor import Reporter, wait_signal
 from pulse_core.store._base import EventStore
 from pulse_core.store._side import SideStore
@@ -63,11 +66,16 @@ def _log_error(where: str, exc: BaseException) -> None:
     log.error("%s: %s", where, exc, exc_info=exc)
 
 
-class _Lease(msgspec.Struct, frozen=True, gc=False):
-    """An attempt's claim: the effect's version it wrote, and when it runs out (clock ms)."""
+class _Claim(msgspec.Struct, frozen=True, gc=False):
+    """An attempt this loop claimed: its effect, the effect's version the claim wrote, when
+    its lease runs out (clock ms), its number, origin and executor (None: none here)."""
 
+    entry: EffectEntry
     version: int
     until: int
+    attempt: int
+    origin: str
+    executor: Executor | None
 
 
 def _process_started(pid: int) -> float:
@@ -78,12 +86,14 @@ def _process_started(pid: int) -> float:
         if process.status() == psutil.STATUS_ZOMBIE and process.num_threads() <= 1:
             return 0.0
         return float(process.create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):  # ValueError: pid < 0
         return 0.0
 
 
 class ExecutorLoop:
-    """Runs effects from `store` with `executors`, at most `concurrency` at a time.
+    """Runs effects from `store` with `executors`, at most `concurrency` at a time: it never
+    claims more than it has free slots for, and claims nothing once `stop_claiming` (or
+    `drain`) was called.
 
     `on_error(where, exc)` hears of every store error the loop survives (default: logged).
     """
@@ -117,11 +127,13 @@ class ExecutorLoop:
         self._started = _process_started(self._pid)
         self._host = socket.gethostname()
         self._by_tag = executors_by_tag(executors)
-        self._slots = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
         self._index = EffectIndex(store, checkpoints)
         self._entries = self._index.entries
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
         self._held_back: dict[str, tuple[int, float]] = {}  # claims that failed: count, until
+        self._wake: asyncio.Event | None = None  # run()'s signal, also set as a slot frees
+        self._checkpoint_failed = False
         self._stopping = False
 
     # -- the index of unfinished effects -----------------------------------------------------
@@ -141,17 +153,13 @@ class ExecutorLoop:
         """How many effects are not yet acked or finally failed."""
         return len(self._entries)
 
-    def _handles(self, entry: EffectEntry) -> bool:
-        body = entry.data.get("effect") if isinstance(entry.data, dict) else None
-        return isinstance(body, dict) and body.get("type") in self._by_tag
-
     def _claimable(self, entry: EffectEntry, now: int) -> bool:
         if entry.id in self._inflight:
             return False
         held = self._held_back.get(entry.id)
         if held is not None and asyncio.get_running_loop().time() < held[1]:
             return False
-        if not self.fail_unhandled and not self._handles(entry):
+        if not self.fail_unhandled and entry.tag not in self._by_tag:
             return False  # another process's executors will take it
         if entry.status is EffectStatus.PENDING:
             return True
@@ -181,18 +189,18 @@ class ExecutorLoop:
     # -- running -----------------------------------------------------------------------------
 
     def dispatch(self) -> int:
-        """Start an attempt for every claimable effect (up to the concurrency limit)."""
+        """Start an attempt for claimable effects, as many as there are free slots."""
         if self._stopping:
             return 0
         now = self.clock.now_ms()
         started = 0
         for entry in list(self._entries.values()):
-            if self._slots.locked():
+            if len(self._inflight) >= self.concurrency:
                 break
             if self._claimable(entry, now):
                 # Claim at the version judged claimable now: `refresh` updates entries in
-                # place while the attempt waits for a slot, and a claim expecting a later
-                # version would take over another loop's live lease (or an acked effect).
+                # place before the attempt starts, and a claim expecting a later version
+                # would take over another loop's live lease (or an acked effect).
                 self._inflight[entry.id] = asyncio.create_task(
                     self._attempt(msgspec.structs.replace(entry)), name=f"pulse-effect-{entry.id}"
                 )
@@ -205,7 +213,7 @@ class ExecutorLoop:
         A read the store fails is reported to `on_error` and tried again after READ_BACKOFF;
         attempts in flight carry on meanwhile. Only a closed store ends the loop.
         """
-        signal = self.store.subscribe()
+        signal = self._wake = self.store.subscribe()
         failures = 0
         try:
             while not self._stopping:
@@ -213,7 +221,6 @@ class ExecutorLoop:
                 try:
                     await self.refresh()
                     self.dispatch()
-                    self._index.checkpoint()
                 except StoreClosed:
                     raise
                 except Exception as exc:
@@ -222,71 +229,94 @@ class ExecutorLoop:
                     await asyncio.sleep(READ_BACKOFF.delay_ms(failures) / 1000)
                     continue
                 failures = 0
+                await self._checkpoint(force=False)
                 await wait_signal(signal, self._next_due(self.clock.now_ms()))
         finally:
+            self._wake = None
             self.store.unsubscribe(signal)
+
+    async def _checkpoint(self, *, force: bool) -> None:
+        """Save the index when due (`force`: now, at drain); a save that fails is reported
+        once until one succeeds again: the checkpoint is a cache, claims go on without it."""
+        try:
+            if force:  # drained: nothing folds into the index now, a thread may encode it
+                await asyncio.to_thread(self._index.checkpoint, True)
+            else:
+                self._index.checkpoint()
+        except Exception as exc:
+            if not self._checkpoint_failed:
+                self.on_error("executor-loop: checkpoint not saved; the index is rebuilt from "
+                              "the log at the next start", exc)
+            self._checkpoint_failed = True
+        else:
+            self._checkpoint_failed = False
 
     async def run_until_idle(self) -> None:
         """Run everything claimable now, and what those runs make claimable, then return."""
+        await self.refresh()
         while True:
-            await self.refresh()
-            self.dispatch()
+            self.dispatch()  # a freed slot takes the next effect the index knows of
             if not self._inflight:
                 return
-            await asyncio.wait(list(self._inflight.values()))
+            await asyncio.wait(list(self._inflight.values()),
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not self._inflight:  # what those runs recorded may make more claimable
+                await self.refresh()
+
+    def stop_claiming(self) -> None:
+        """Claim nothing more; attempts already claimed run on."""
+        self._stopping = True
 
     async def _attempt(self, entry: EffectEntry) -> EffectOutcome:
-        async with self._slots:
-            try:
-                current = self._entries.get(entry.id)
-                if current is None or current.version != entry.version:
-                    return EffectOutcome.LOST_CLAIM  # moved on while this waited for a slot
-                return await self._claim_and_run(entry)
-            except Exception as exc:
-                # The claim could not be written: nothing ran and nothing is lost; the effect
-                # is tried again once READ_BACKOFF has passed (or its lease, if it was).
-                failures = self._held_back.get(entry.id, (0, 0.0))[0] + 1
-                delay = READ_BACKOFF.delay_ms(failures) / 1000
-                self._held_back[entry.id] = (failures, asyncio.get_running_loop().time() + delay)
-                self.on_error(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
-                              exc)
-                return EffectOutcome.LOST_CLAIM
-            finally:
-                self._inflight.pop(entry.id, None)
+        try:
+            current = self._entries.get(entry.id)
+            if current is None or current.version != entry.version:
+                return EffectOutcome.LOST_CLAIM  # moved on since it was dispatched
+            return await self._claim_and_run(entry)
+        except Exception as exc:
+            # The claim could not be written: nothing ran and nothing is lost; the effect
+            # is tried again once READ_BACKOFF has passed (or its lease, if it was).
+            failures = self._held_back.get(entry.id, (0, 0.0))[0] + 1
+            delay = READ_BACKOFF.delay_ms(failures) / 1000
+            self._held_back[entry.id] = (failures, asyncio.get_running_loop().time() + delay)
+            self.on_error(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
+                          exc)
+            return EffectOutcome.LOST_CLAIM
+        finally:
+            self._inflight.pop(entry.id, None)
+            if self._wake is not None:
+                self._wake.set()  # a slot is free: claim what waits for one
 
     async def _claim_and_run(self, entry: EffectEntry) -> EffectOutcome:
-        attempt = entry.attempt + 1
-        tag = entry.data.get("effect", {}).get("type") if isinstance(entry.data, dict) else None
-        executor = self._by_tag.get(tag) if isinstance(tag, str) else None
-        if executor is None and not self.fail_unhandled:
+        executor = self._by_tag.get(entry.tag)
+        if self._stopping or (executor is None and not self.fail_unhandled):
             return EffectOutcome.LOST_CLAIM
-        timeout_ms = int((executor.timeout if executor else 0) * 1000)
-        lease_until = self.clock.now_ms() + timeout_ms + self.lease_grace_ms
-        claim = EventDraft(
+        lease_until = (self.clock.now_ms() + int((executor.timeout if executor else 0) * 1000)
+                       + self.lease_grace_ms)
+        draft = EventDraft(
             "effect-executing", entry.id,
-            {"attempt": attempt, "lease_until": lease_until,
+            {"attempt": entry.attempt + 1, "lease_until": lease_until,
              "owner": self.owner, "pid": self._pid, "started": self._started},
             origin=f"executor:{executor.name if executor else 'loop'}", cause=entry.seq,
         )
         try:
-            claimed = await self.store.append([claim], expect={entry.id: entry.version})
+            claimed = await self.store.append([draft], expect={entry.id: entry.version})
         except VersionConflict:
             return EffectOutcome.LOST_CLAIM
         self._held_back.pop(entry.id, None)
-        lease = _Lease(claimed.events[0].version, lease_until)
-        origin = claim.origin
+        claim = _Claim(entry, claimed.events[0].version, lease_until, entry.attempt + 1,
+                       draft.origin, executor)
         if executor is None:
             known = ", ".join(sorted(self._by_tag)) or "none"
-            error = f"no executor handles effect {tag!r} (handled here: {known})"
-            return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
-                                      acked=None, error=error, final=True)
+            return await self._finish(claim, error=f"no executor handles effect {entry.tag!r} "
+                                                   f"(handled here: {known})")
         try:
             effect = decode_effect(entry.data)
         except (UnknownEffect, msgspec.ValidationError) as exc:
-            return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
-                                      acked=None, error=str(exc), final=True)
-        ctx = ExecutionContext(entry.id, attempt, entry.seq, origin, self.clock, self.store,
-                               self.vitals, self.side)
+            return await self._finish(claim, error=str(exc))
+        ctx = ExecutionContext(entry.id, claim.attempt, entry.seq, claim.origin, self.clock,
+                               self.store, self.vitals, self.side)
+        last = claim.attempt >= executor.max_attempts
         started = time.perf_counter()
         try:
             async with asyncio.timeout(executor.timeout):
@@ -294,73 +324,61 @@ class ExecutorLoop:
             encode_data(result, f"result of {executor.name}")
         except TimeoutError:
             error = f"{executor.name} timed out after {executor.timeout:g} s"
-            final = attempt >= executor.max_attempts
-            await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
-                               acked=None, error=error, final=final, executor=executor)
+            await self._finish(claim, error=error, final=last)
             return EffectOutcome.TIMED_OUT
         except asyncio.CancelledError:
-            await asyncio.shield(self._finish(
-                entry, lease=lease, attempt=attempt, origin=origin, acked=None,
-                error="interrupted by engine shutdown", final=False, interrupted=True))
+            await asyncio.shield(self._finish(claim, error="interrupted by engine shutdown",
+                                              final=False, interrupted=True))
             raise
         except Exception as exc:
             error = "".join(traceback.format_exception_only(exc)).strip()
-            final = attempt >= executor.max_attempts
-            return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
-                                      acked=None, error=error, final=final, executor=executor)
+            return await self._finish(claim, error=error, final=last)
         duration = int((time.perf_counter() - started) * 1000)
-        return await self._finish(entry, lease=lease, attempt=attempt, origin=origin,
-                                  acked={"result": result, "duration_ms": duration}, error=None,
-                                  final=True)
+        return await self._finish(claim, acked={"result": result, "duration_ms": duration})
 
-    async def _finish(
-        self,
-        entry: EffectEntry,
-        *,
-        lease: _Lease,
-        attempt: int,
-        origin: str,
-        acked: dict[str, Any] | None,
-        error: str | None,
-        final: bool,
-        interrupted: bool = False,
-        executor: Executor | None = None,
-    ) -> EffectOutcome:
+    async def _finish(self, claim: _Claim, *, acked: dict[str, Any] | None = None,
+                      error: str = "", final: bool = True, interrupted: bool = False
+                      ) -> EffectOutcome:
+        """Record how `claim`'s attempt ended: `acked` with its result, else failed with
+        `error` (URLs cut to scheme and host), for good when `final`."""
+        entry, attempt, executor = claim.entry, claim.attempt, claim.executor
         if acked is not None:
             draft = EventDraft("effect-acked", entry.id, {"attempt": attempt, **acked},
-                               origin=origin, cause=entry.seq)
+                               origin=claim.origin, cause=entry.seq)
             outcome = EffectOutcome.ACKED
         else:
-            data: dict[str, Any] = {"attempt": attempt, "error": error, "final": final}
+            data: dict[str, Any] = {"attempt": attempt, "error": redact_urls(error),
+                                    "final": final}
             if not final:
                 delay = 0 if interrupted or executor is None else executor.backoff.delay_ms(attempt)
                 data["retry_at"] = self.clock.now_ms() + delay
             if interrupted:
                 data["interrupted"] = True
-            draft = EventDraft("effect-failed", entry.id, data, origin=origin, cause=entry.seq)
+            draft = EventDraft("effect-failed", entry.id, data, origin=claim.origin,
+                               cause=entry.seq)
             outcome = (EffectOutcome.INTERRUPTED if interrupted
                        else EffectOutcome.FAILED if final else EffectOutcome.RETRY)
-        return outcome if await self._record(entry, draft, lease) else EffectOutcome.LOST_CLAIM
+        return outcome if await self._record(claim, draft) else EffectOutcome.LOST_CLAIM
 
-    async def _record(self, entry: EffectEntry, draft: EventDraft, lease: _Lease) -> bool:
+    async def _record(self, claim: _Claim, draft: EventDraft) -> bool:
         """Append an attempt's outcome, expecting its claim's version; True once written.
 
         StoreUnavailable is retried with WRITE_BACKOFF while the lease holds. False (after
         telling `on_error`, unless another loop simply took over) leaves the effect to be
         claimed again when the lease expires.
         """
-        where = f"executor-loop: recording {draft.kind} of effect {entry.id}"
+        where = f"executor-loop: recording {draft.kind} of effect {claim.entry.id}"
         failures = 0
         while True:
             try:
-                await self.store.append([draft], expect={entry.id: lease.version})
+                await self.store.append([draft], expect={claim.entry.id: claim.version})
                 return True
             except AppendRejected:
                 return False  # our lease expired and another loop reclaimed the effect
             except StoreUnavailable as exc:
                 failures += 1
                 delay = WRITE_BACKOFF.delay_ms(failures)
-                if self.clock.now_ms() + delay >= lease.until:
+                if self.clock.now_ms() + delay >= claim.until:
                     self.on_error(f"{where}: gave up as its lease ends; it will be claimed "
                                   "again", exc)
                     return False
@@ -378,7 +396,7 @@ class ExecutorLoop:
         """Stop claiming; wait up to `deadline` seconds for attempts in flight, then interrupt
         the rest (recorded as retryable failures, so they stay claimable). Returns how many
         were interrupted."""
-        self._stopping = True
+        self.stop_claiming()
         running = list(self._inflight.values())
         if running:
             _, pending = await asyncio.wait(running, timeout=deadline)
@@ -389,5 +407,5 @@ class ExecutorLoop:
             interrupted = len(pending)
         else:
             interrupted = 0
-        await asyncio.to_thread(self._index.checkpoint, True)
+        await self._checkpoint(force=True)
         return interrupted

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pulse_core._clock import Clock
-from pulse_core._effects import Effect, Executor
-from pulse_core._errors import LayerError, SurvivalLocked
-from pulse_core._rules import Rule
+from pulse_core._effects import Effect, Executor, Mark, executors_by_tag
+from pulse_core._errors import LayerError, PulseError, SurvivalLocked, UnhandledEffect
+from pulse_core._rules import Rule, declared_effects, rule_name
 from pulse_core._snapshot import Projection
 from pulse_core._watch import Watcher
 
@@ -155,3 +155,35 @@ def survival_layer(settings: Any, context: LayerContext) -> Layer:
     if layer.services:
         raise LayerError("the survival layer may not run services")
     return layer
+
+
+def check_layers(layers: Sequence[Layer]) -> None:
+    """Refuse, when an engine is built, what could not run: repeated layer, watcher or
+    service names, two executors for one effect type, a watcher without a positive interval
+    and timeout, and an effect a layer declares that no executor handles."""
+    for what, names in (
+        ("layer", [la.name for la in layers]),
+        ("watcher", [w.name for la in layers for w in la.watchers]),
+        ("service", [rule_name(s) for la in layers for s in la.services]),
+    ):
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise PulseError(f"{what} names must be unique in an engine; repeated: "
+                             f"{', '.join(repeated)} — give each its own `name`")
+    executors = [e for la in layers for e in la.executors]
+    executors_by_tag(executors)  # the executor loop's own check, at build time
+    for watcher in (w for la in layers for w in la.watchers):
+        if not watcher.interval > 0 or not watcher.timeout > 0:
+            raise PulseError(
+                f"watcher {watcher.name!r} has interval={watcher.interval!r} and "
+                f"timeout={watcher.timeout!r}; both must be seconds > 0")
+    handled = {t.tag() for e in executors for t in e.handles}
+    for layer in layers:
+        declared = [(rule_name(r), t) for r in layer.rules for t in declared_effects(r)]
+        declared += [(f"layer {layer.name}", t) for t in layer.emits]
+        for who, effect in declared:
+            if not issubclass(effect, Mark) and effect.tag() not in handled:
+                raise UnhandledEffect(
+                    f"{who} (layer {layer.name!r}) emits {effect.tag()!r} "
+                    f"({effect.__name__}) but no executor handles it (handled: "
+                    f"{', '.join(sorted(handled)) or 'none'}) — add an executor for it")

@@ -2,8 +2,9 @@
 
 A loop that raises is reported (an `error` event, through the engine's reporter) and started
 again after the shared Backoff; a loop that returns is finished. No task the engine starts
-can fail unobserved: one-shot background tasks go through `spawn`, whose failures are
-reported the same way.
+can fail unobserved: one-shot background tasks go through `spawn`, whose failures are logged
+(they are most often the reports themselves, failing with the store), at most one line per
+BACKGROUND_LOG_EVERY_S.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -18,9 +20,11 @@ import msgspec
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effects import Backoff
+from pulse_core._redact import redact_urls
 from pulse_core._waits import wait_signal
 
-__all__ = ["LOOP_BACKOFF", "STABLE_S", "LoopState", "LoopStatus", "Supervisor", "wait_signal"]
+__all__ = ["BACKGROUND_LOG_EVERY_S", "LOOP_BACKOFF", "STABLE_S", "LoopState", "LoopStatus",
+           "Supervisor", "wait_signal"]
 
 log = logging.getLogger("pulse")
 
@@ -31,6 +35,10 @@ LOOP_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=30_000, jitter=0.1)
 
 STABLE_S = 60.0
 """A loop that ran this long before failing starts its backoff over."""
+
+BACKGROUND_LOG_EVERY_S = 60.0
+"""Background tasks that fail within this many seconds of a logged one are counted, not
+logged: a full disk fails every report, and would otherwise fill the log with the same line."""
 
 
 class LoopState(enum.Enum):
@@ -63,6 +71,8 @@ class Supervisor:
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._status: dict[str, LoopStatus] = {}
         self._spawned: set[asyncio.Task[Any]] = set()
+        self._unlogged = 0  # background failures since the last line logged
+        self._log_after = 0.0  # (time.monotonic) when the next one may be logged
 
     def start(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
         """Run `body()` as the loop `name`, restarting it after each exception."""
@@ -93,7 +103,7 @@ class Supervisor:
                     return
                 failures = 1 if loop.time() - began >= STABLE_S else failures + 1
                 status.state = LoopState.BACKOFF
-                status.last_error = f"{type(failure).__name__}: {failure}"
+                status.last_error = redact_urls(f"{type(failure).__name__}: {failure}")
                 status.restarts += 1
                 self._report(name, failure)
                 await asyncio.sleep(self.backoff.delay_ms(failures) / 1000)
@@ -102,7 +112,8 @@ class Supervisor:
             raise
 
     def spawn(self, name: str, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run one-shot `work` in the background; an exception in it is reported, not lost."""
+        """Run one-shot `work` in the background; an exception in it is logged (at most a line
+        per BACKGROUND_LOG_EVERY_S, the rest counted), never left unretrieved."""
         task = asyncio.create_task(work, name=f"pulse-{name}")
         self._spawned.add(task)
         task.add_done_callback(lambda t: self._settled(name, t))
@@ -113,18 +124,29 @@ class Supervisor:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
-            # Reporting may itself fail (the store is what failed): log, never recurse.
-            log.error("pulse: background %s failed: %s: %s", name, type(exc).__name__, exc)
+        if exc is None:
+            return
+        # Reporting may itself fail (the store is what failed): log, never recurse.
+        now = time.monotonic()
+        if now < self._log_after:
+            self._unlogged += 1
+            return
+        self._log_after = now + BACKGROUND_LOG_EVERY_S
+        count, self._unlogged = self._unlogged, 0
+        log.error("pulse: background %s failed: %s: %s%s", name, type(exc).__name__,
+                  redact_urls(str(exc)), f" ({count} more failed unlogged before it)" * bool(count))
 
     def status(self) -> list[LoopStatus]:
         """Every supervised loop, in start order."""
         return [msgspec.structs.replace(s) for s in self._status.values()]
 
     async def settle(self) -> None:
-        """Wait for every spawned one-shot task to finish."""
+        """Wait for every spawned one-shot task to finish (and log how many failed unlogged)."""
         while self._spawned:
             await asyncio.gather(*list(self._spawned), return_exceptions=True)
+        if self._unlogged:
+            log.error("pulse: %d more background tasks failed unlogged", self._unlogged)
+            self._unlogged = 0
 
     async def stop(self) -> None:
         """Cancel every loop and wait until each has ended; then settle spawned tasks."""

@@ -408,3 +408,141 @@ async def test_a_long_backlog_is_folded_off_the_loop_and_all_of_it_runs(
     await executors.run_until_idle()
     assert len(await store.read(kinds=["effect-acked"])) == INLINE_FOLD * 3
     assert executors.unfinished == 0 and len(worker.calls) == INLINE_FOLD * 3
+
+
+class Gated(Executor):
+    """Attempts wait at `gate` while `hold(attempt)`; then `outcome` decides: ack or raise."""
+
+    handles = (Job,)
+    timeout = 30.0
+    max_attempts = 5
+    backoff = Backoff(initial_ms=0, factor=1.0, max_ms=0, jitter=0.0)
+
+    def __init__(self, hold: Callable[[int], bool] = lambda attempt: True,
+                 outcome: str = "ack") -> None:
+        self.hold = hold
+        self.outcome = outcome
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+        self.runs: list[tuple[int, int]] = []
+
+    async def execute(self, effect: Job, ctx: ExecutionContext) -> object:
+        self.runs.append((effect.n, ctx.attempt))
+        self.entered.set()
+        if self.hold(ctx.attempt):
+            await self.gate.wait()
+        if self.outcome == "fail":
+            raise ConnectionError(f"attempt {ctx.attempt} failed")
+        return {"attempt": ctx.attempt}
+
+
+async def test_of_two_loops_that_judged_one_effect_claimable_only_one_claims(
+    store: SqliteEventStore,
+) -> None:
+    worker = Gated(hold=lambda attempt: False)
+    first, second = (ExecutorLoop(store, [worker], clock=ManualClock()) for _ in range(2))
+    (effect_id,) = [e.key for e in (await store.append(
+        [effect_draft(Job(n=1), origin="agent")])).events]
+    await first.refresh()
+    await second.refresh()  # both see the effect pending at version 1
+    assert first.dispatch() == 1 and second.dispatch() == 1
+    await asyncio.gather(first.run_until_idle(), second.run_until_idle())
+    assert worker.runs == [(1, 1)]  # the claim expecting version 1 commits once
+    kinds = [e.kind for e in await store.read(key=effect_id)]
+    assert kinds == ["effect", "effect-executing", "effect-acked"]
+
+
+async def test_a_claim_whose_owner_process_died_is_taken_over_before_its_lease_ends(
+    store: SqliteEventStore,
+) -> None:
+    import socket
+
+    import psutil
+
+    clock = ManualClock()
+    result = await store.append([effect_draft(Job(n=n), origin="agent") for n in (1, 2)])
+    dead_id, live_id = (e.key for e in result.events)
+    children = [await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; sys.stdin.read()", stdin=asyncio.subprocess.PIPE)
+        for _ in range(2)]
+    try:
+        for effect_id, child in zip((dead_id, live_id), children, strict=True):
+            await store.append([EventDraft(
+                "effect-executing", effect_id,
+                {"attempt": 1, "lease_until": clock.now_ms() + 3_600_000,
+                 "owner": f"{socket.gethostname()}:{child.pid}:abc", "pid": child.pid,
+                 "started": psutil.Process(child.pid).create_time()},
+                origin="executor:other")], expect={effect_id: 1})
+        children[0].kill()
+        await children[0].wait()  # reaped: its pid names no process now
+        worker = Gated(hold=lambda attempt: False)
+        await ExecutorLoop(store, [worker], clock=clock).run_until_idle()
+    finally:
+        for child in children:
+            if child.returncode is None:
+                child.kill()
+            await child.wait()
+    assert worker.runs == [(1, 2)]  # the live owner's claim is left alone
+    (acked,) = await store.read(kinds=["effect-acked"])
+    assert acked.key == dead_id and acked.data["attempt"] == 2
+
+
+async def test_every_event_of_an_effect_records_its_attempt_number(
+    store: SqliteEventStore,
+) -> None:
+    clock = ManualClock()
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], clock=clock)
+    (effect_id,) = await add(store, Task(n=1, fail_times=2))
+    for _ in range(3):
+        await loop.run_until_idle()
+        clock.advance(60_000)
+    events = (await store.read(key=effect_id))[1:]
+    assert [(e.kind, e.data["attempt"]) for e in events] == [
+        ("effect-executing", 1), ("effect-failed", 1), ("effect-executing", 2),
+        ("effect-failed", 2), ("effect-executing", 3), ("effect-acked", 3)]
+    assert [c[1] for c in worker.calls] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("outcome", ["ack", "fail"])
+async def test_a_late_attempt_whose_lease_was_taken_over_records_nothing(
+    store: SqliteEventStore, outcome: str
+) -> None:
+    clock = ManualClock()
+    worker = Gated(hold=lambda attempt: attempt == 1, outcome=outcome)
+    worker.max_attempts = 2  # attempt 2 is the last: it acks or fails for good
+    late, takeover = (ExecutorLoop(store, [worker], clock=clock) for _ in range(2))
+    (effect_id,) = [e.key for e in (await store.append(
+        [effect_draft(Job(n=1), origin="agent")])).events]
+    first = asyncio.create_task(late.run_until_idle())
+    await asyncio.wait_for(worker.entered.wait(), 5)
+    clock.advance(int(worker.timeout * 1000) + late.lease_grace_ms)  # attempt 1's lease ends
+    await takeover.run_until_idle()  # attempt 2 claims and finishes
+    worker.gate.set()  # now attempt 1 ends too, late
+    await asyncio.wait_for(first, 5)
+    events = await store.read(key=effect_id)
+    assert worker.runs == [(1, 1), (1, 2)]
+    assert [(e.kind, e.data.get("attempt")) for e in events][1:] == [
+        ("effect-executing", 1), ("effect-executing", 2), (f"effect-{outcome}ed", 2)]
+
+
+async def test_claims_never_outnumber_free_slots_and_stop_when_draining(
+    store: SqliteEventStore,
+) -> None:
+    worker = Gated()
+    loop = ExecutorLoop(store, [worker], concurrency=2, scan_interval=0.05)
+    await store.append([effect_draft(Job(n=n), origin="agent") for n in range(6)])
+    runner = asyncio.create_task(loop.run())
+    try:
+        await _until(store, lambda: _is(len(worker.runs) == 2))
+        assert len(await store.read(kinds=["effect-executing"])) == 2
+        asyncio.get_running_loop().call_soon(worker.gate.set)
+        assert await loop.drain(30) == 0  # drain stops claiming at once
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+    assert len(worker.runs) == 2
+    assert len(await store.read(kinds=["effect-executing"])) == 2
+    assert len(await store.read(kinds=["effect-acked"])) == 2
+    await loop.refresh()
+    assert loop.unfinished == 4  # left pending for the next engine, never claimed

@@ -109,6 +109,44 @@ async def test_the_chain_is_survival_then_builtins_then_layers_then_business(
     assert engine.rule_names[0] == "panic_rollback"
 
 
+def _entering(name: str, entered: list[str], *, bypass: bool = False) -> Any:
+    async def rule(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        entered.append(name)
+        return Decision([], 60_000) if bypass else await inner(prev, curr)
+
+    rule.name = name  # type: ignore[attr-defined]
+    return rule
+
+
+async def test_the_chain_that_runs_enters_builtins_then_layers_then_business(
+    tmp_path: Path,
+) -> None:
+    entered: list[str] = []
+    engine = Engine(tmp_path, layers=[Layer("extra", rules=[_entering("layer", entered)])],
+                    rules=[_entering("business", entered)],
+                    builtin_rules=[_entering("builtin", entered)], clock=ManualClock())
+    await engine.open()
+    await engine.tick()
+    await engine.close()
+    assert entered == ["builtin", "layer", "business"]
+
+
+async def test_a_builtin_rule_that_bypasses_cannot_silence_a_survival_rule(
+    tmp_path: Path,
+) -> None:
+    entered: list[str] = []
+    engine = Engine(tmp_path, layers=[Layer("extra", rules=[_entering("layer", entered)])],
+                    builtin_rules=[_entering("builtin", entered, bypass=True)],
+                    clock=ManualClock())
+    await engine.open()
+    await engine.tick()
+    await engine.close()
+    reached = {t.rule: t.reached for t in engine.trace}
+    survival = [name for tier, name in engine.chain.tiers if tier == "survival"]
+    assert survival and all(reached[name] for name in survival)  # outside the bypass
+    assert entered == ["builtin"] and not reached["layer"]
+
+
 async def test_the_trace_says_what_each_rule_did_in_the_last_tick(tmp_path: Path) -> None:
     async def broken(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         raise ValueError("bad rule")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from pulse_core import Backoff, Engine, LoopState, ManualClock, Supervisor
 from pulse_core._supervisor import wait_signal
 
@@ -68,6 +70,23 @@ async def test_a_failed_background_task_is_observed_not_lost() -> None:
     task = supervisor.spawn("report", boom())
     await supervisor.settle()
     assert task.done() and isinstance(task.exception(), RuntimeError)
+
+
+async def test_failed_background_tasks_log_one_line_and_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    supervisor = Supervisor(lambda where, exc: None)
+
+    async def report(n: int) -> None:
+        raise OSError(f"disk full at http://u:pw@hooks.example/T0KEN ({n})")
+
+    for n in range(50):
+        supervisor.spawn(f"report:{n}", report(n))
+    await supervisor.settle()
+    lines = [r.getMessage() for r in caplog.records if "background" in r.getMessage()]
+    assert lines == ["pulse: background report:0 failed: OSError: disk full at "
+                     "http://hooks.example (0)",
+                     "pulse: 49 more background tasks failed unlogged"]
 
 
 async def test_an_engine_loop_that_dies_becomes_an_error_event_and_runs_again(
