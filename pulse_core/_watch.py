@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
+import contextvars
+import functools
+import threading
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pulse_core._supervisor import wait_signal
 from pulse_core.store._vitals import Sample, VitalsStore
+
+T = TypeVar("T")
 
 
 class Watcher(abc.ABC):
@@ -18,6 +24,11 @@ class Watcher(abc.ABC):
     `interval` and `timeout` are seconds; `window` is how many seconds of recent samples
     `should_wake` sees. A collect that raises or outlives `timeout` is stored as a sample with
     an error; the watcher keeps running either way.
+
+    Blocking work (files, psutil, sockets without asyncio) goes through `in_thread`, never the
+    event loop's shared thread pool: a collect that times out while its thread is still
+    blocked leaves that one thread behind, and the watcher is skipped (a sample saying so)
+    until it ends, so a stuck read costs one thread, never every tick.
     """
 
     name: str = ""
@@ -50,19 +61,81 @@ class Watcher(abc.ABC):
             event = self.__dict__["_nudge_event"] = asyncio.Event()
         return event
 
+    async def in_thread(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """`fn(*args)` run in a daemon thread of this watcher's own, awaited.
+
+        Cancelling the wait (a timed-out collect) does not stop the thread: until it ends,
+        `busy_for` says how long it has been running and the watcher is not sampled again.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+        context = contextvars.copy_context()
+        threads = self._threads()
+
+        def run() -> None:
+            try:
+                result = context.run(fn, *args)
+            except Exception as exc:
+                settle: Callable[[], None] = functools.partial(_reject, done, exc)
+            else:
+                settle = functools.partial(_resolve, done, result)
+            finally:
+                threads.pop(thread, None)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle)
+
+        thread = threading.Thread(target=run, name=f"pulse-watcher-{self.name}", daemon=True)
+        threads[thread] = loop.time()
+        thread.start()
+        return await done
+
+    def busy_for(self) -> float | None:
+        """Seconds the oldest thread started by `in_thread` has been running; None if none is."""
+        starts = self._threads().copy().values()  # copied at once: threads remove themselves
+        if not starts:
+            return None
+        return asyncio.get_running_loop().time() - min(starts)
+
+    def _threads(self) -> dict[threading.Thread, float]:
+        threads: dict[threading.Thread, float] | None = self.__dict__.get("_thread_starts")
+        if threads is None:
+            threads = self.__dict__["_thread_starts"] = {}
+        return threads
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Release what the watcher holds (files, tasks); called when its engine closes."""
 
 
+def _resolve(done: asyncio.Future[T], result: T) -> None:
+    if not done.done():
+        done.set_result(result)
+
+
+def _reject(done: asyncio.Future[Any], error: Exception) -> None:
+    if not done.done():
+        done.set_exception(error)
+
+
 async def sample_once(watcher: Watcher, vitals: VitalsStore) -> Sample:
-    """Run one collect under its timeout and store the sample (data or error)."""
+    """Run one collect under its timeout and store the sample (data or error).
+
+    While a thread of the previous collect is still running, no collect starts: the sample
+    says the watcher was skipped and for how long that thread has been blocked.
+    """
+    busy = watcher.busy_for()
+    if busy is not None:
+        return await vitals.record(
+            watcher.key, error=f"{watcher.name}: skipped — a thread of an earlier collect has "
+                               f"been blocked for {busy:.1f} s; sampling resumes once it ends")
     try:
         async with asyncio.timeout(watcher.timeout):
             data = await watcher.collect()
     except TimeoutError:
+        stuck = "; its thread is still blocked, and the watcher is skipped until it ends" \
+            if watcher.busy_for() is not None else ""
         return await vitals.record(
-            watcher.key, error=f"{watcher.name}: collect timed out after {watcher.timeout:g} s"
-        )
+            watcher.key,
+            error=f"{watcher.name}: collect timed out after {watcher.timeout:g} s{stuck}")
     except Exception as exc:
         text = "".join(traceback.format_exception_only(exc)).strip()
         return await vitals.record(watcher.key, error=f"{watcher.name}: {text}")

@@ -18,9 +18,20 @@ from pulse_survival.config import (
     load_config,
 )
 from pulse_survival.effects import ArchiveSessions, Cleanup, Notify, RestartProcess, Rollback
-from pulse_survival.executors import EngineDirectory, NoEngineDirectory
+from pulse_survival.executors import (
+    EngineDirectory,
+    FolderRefused,
+    NoEngineDirectory,
+    WebhookFailed,
+)
 from pulse_survival.layer import RULE_ORDER, survival_config, survival_layer
-from pulse_survival.ledger import LlmRecord, ProcessRecord, SurvivalLedger, SurvivalLedgerData
+from pulse_survival.ledger import (
+    ErrorNotice,
+    LlmRecord,
+    ProcessRecord,
+    SurvivalLedger,
+    SurvivalLedgerData,
+)
 from pulse_survival.marks import (
     SURVIVAL_MARKS,
     ErrorsEscalated,
@@ -42,8 +53,10 @@ __all__ = [
     "Cleanup",
     "EngineDirectory",
     "ErrorLogPolicy",
+    "ErrorNotice",
     "ErrorsEscalated",
     "Essential",
+    "FolderRefused",
     "GaveUp",
     "LlmPolicy",
     "LlmRecord",
@@ -69,6 +82,7 @@ __all__ = [
     "SurvivalConfigError",
     "SurvivalLedger",
     "SurvivalLedgerData",
+    "WebhookFailed",
     "load_config",
     "survival_config",
     "survival_layer",

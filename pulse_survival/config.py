@@ -6,10 +6,12 @@ with an error naming the field, the value and the range allowed.
 
 from __future__ import annotations
 
+import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -123,12 +125,14 @@ class NetworkTargets(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ErrorLogPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """error_escalate: matches in followed logs -> notify and patrol faster for a while."""
+    """error_escalate: matches in followed logs -> notify (at most one digest every
+    `digest_every_s`) and patrol faster for a while. Every pattern must compile."""
 
     files: tuple[str, ...] = ()
     patterns: tuple[str, ...] = ("ERROR", "CRITICAL", "Traceback")
     patrol_tick_ms: int = 1_000
     patrol_for_s: int = 300
+    digest_every_s: int = 300
     max_line_bytes: int = 64 * 1024
     interval_s: float = 5.0
 
@@ -136,7 +140,15 @@ class ErrorLogPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         _bounded("error_log", "interval_s", self.interval_s, 0.5, 600)
         _bounded("error_log", "patrol_tick_ms", self.patrol_tick_ms, 200, 60_000)
         _bounded("error_log", "patrol_for_s", self.patrol_for_s, 10, 86_400)
+        _bounded("error_log", "digest_every_s", self.digest_every_s, 10, 86_400)
         _bounded("error_log", "max_line_bytes", self.max_line_bytes, 256, 16 * 1024 * 1024)
+        for n, pattern in enumerate(self.patterns):
+            try:
+                re.compile(pattern.encode())  # as the watcher compiles it: over bytes
+            except (re.error, UnicodeEncodeError) as exc:
+                raise SurvivalConfigError(
+                    f"survival.error_log.patterns[{n}] = {pattern!r} is not a valid regular "
+                    f"expression: {exc} — fix or remove the pattern") from None
 
 
 class RollbackPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -153,11 +165,33 @@ class RollbackPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class NotifySinks(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Where notifications go: always an event for the agent; optionally a log and a webhook."""
+    """Where notifications go: always an event for the agent; optionally a log and a webhook
+    (an http or https URL with a host)."""
 
     log_file: str | None = None
     webhook_url: str | None = None
     webhook_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        _bounded("notify", "webhook_timeout_s", self.webhook_timeout_s, 0.1, 60)
+        if self.webhook_url:  # empty: no webhook, as the executor reads it
+            _check_webhook(self.webhook_url)
+
+
+def _check_webhook(url: str) -> None:
+    """Refuse a webhook URL that is not http(s) with a host. The message never repeats the
+    URL, which may carry a token: only its scheme and host."""
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # .port raises on a port out of range
+    except ValueError:
+        raise SurvivalConfigError("survival.notify.webhook_url is not a valid URL — give "
+                                  "an http:// or https:// URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        shown = f"{parts.scheme}://{host or ''}" if parts.scheme else "a URL without a scheme"
+        raise SurvivalConfigError(
+            f"survival.notify.webhook_url must be an http:// or https:// URL with a host, "
+            f"not {shown} — the webhook is POSTed over HTTP")
 
 
 class SurvivalConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

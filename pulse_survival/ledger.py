@@ -62,6 +62,16 @@ class LlmRecord(msgspec.Struct, frozen=True):
     next_allowed_at: int = 0
 
 
+class ErrorNotice(msgspec.Struct, frozen=True):
+    """error_escalate's last digest: when (ms), and the error-log totals it counted up to
+    (`run` names the watcher that counted them)."""
+
+    at: int
+    run: str = ""
+    total: int = 0
+    by_pattern: dict[str, int] = {}
+
+
 class SurvivalLedgerData(msgspec.Struct, frozen=True):
     """Survival bookkeeping; see SurvivalLedger. `open` holds the survival effects not yet
     finished, as the one effect-lifecycle fold (`pulse_core.fold_effect`) leaves them."""
@@ -75,7 +85,7 @@ class SurvivalLedgerData(msgspec.Struct, frozen=True):
     promote_revision: str | None = None
     errors_since_promote: tuple[int, ...] = ()
     network_down: bool = False
-    last_escalation: int | None = None
+    error_notice: ErrorNotice | None = None
 
     def process(self, name: str) -> ProcessRecord:
         """The record of essential process `name` (empty if nothing happened to it yet)."""
@@ -102,10 +112,10 @@ def _with_process(state: SurvivalLedgerData, name: str, **changes: Any) -> Survi
 class SurvivalLedger(Projection[SurvivalLedgerData]):
     """Per essential process: restarts, failed starts, given up; streaks of the sample-counting
     rules; the LLM restart backoff; the survival effects' failure streak; the last promotion
-    and the errors since; whether a network outage is announced; the last error escalation."""
+    and the errors since; whether a network outage is announced; the last error digest."""
 
     name = "survival"
-    version = 2
+    version = 3
     kinds = frozenset({"effect", "effect-acked", "effect-failed", "promote", "rollback",
                        "error", "mark"})
 
@@ -189,5 +199,6 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
         if isinstance(mark, NetworkRecoveryAnnounced):
             return msgspec.structs.replace(state, network_down=False)
         if isinstance(mark, ErrorsEscalated):
-            return msgspec.structs.replace(state, last_escalation=mark.at)
+            notice = ErrorNotice(mark.at, mark.run, mark.total, dict(mark.by_pattern))
+            return msgspec.structs.replace(state, error_notice=notice)
         return state

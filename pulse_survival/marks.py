@@ -74,11 +74,18 @@ class NetworkRecoveryAnnounced(Mark, tag="network-recovery-announced"):
 
 
 class ErrorsEscalated(Mark, tag="errors-escalated"):
-    """error_escalate notified `matches` error lines at `at` (ms); it patrols faster for
-    `patrol_for_s` after that."""
+    """error_escalate notified `matches` error lines at `at` (ms), in one digest; it patrols
+    faster for `patrol_for_s` after that and sends no other digest for `digest_every_s`.
+
+    `run`, `total` and `by_pattern` are the error-log watcher's totals the digest counted up
+    to: the next digest counts the lines after them.
+    """
 
     at: int
     matches: int
+    run: str = ""
+    total: int = 0
+    by_pattern: dict[str, int] = {}  # noqa: RUF012 - msgspec copies mutable defaults
 
 
 SURVIVAL_MARKS: tuple[type[Mark], ...] = (

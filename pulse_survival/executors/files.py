@@ -1,47 +1,90 @@
-"""archive-sessions and cleanup: move old files aside (never delete), a bounded number a run."""
+"""archive-sessions and cleanup: move old files aside (never delete), a bounded number a run.
+
+They never leave their configured folders: a folder that is itself a symlink is refused, a
+symlinked subfolder is never entered, only regular files move, and each one's real path must
+lie inside its folder's real path (checked again just before it moves).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
+import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pulse_core import ExecutionContext, Executor, Retention
+from pulse_core import ExecutionContext, Executor, PulseError, Retention
 from pulse_survival.effects import ArchiveSessions, Cleanup
 
 
-def move_old_files(folders: Sequence[str], archive_to: Path, older_than_s: int,
-                   max_files: int, now: float | None = None) -> dict[str, Any]:
-    """Move files last modified more than `older_than_s` ago into `archive_to`/<folder name>/.
+class FolderRefused(PulseError):
+    """A folder given to archive-sessions or cleanup is a symlink (following it could move
+    files out of somewhere else entirely: the home, /etc), or is the home or the archive
+    itself. Nothing was moved."""
 
-    Oldest first, at most `max_files`; the archive itself is never scanned. Returns what moved
-    and how many bytes left each source folder.
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether `path`'s real location lies inside `root` (a real path)."""
+    return Path(os.path.realpath(path)).is_relative_to(root)
+
+
+def _refuse_unsafe(folders: Sequence[str], kept_out: dict[Path, str]) -> None:
+    where = "survival.resource (session_folders, temp_folders)"
+    for folder in folders:
+        if os.path.islink(folder):
+            raise FolderRefused(
+                f"{folder} is a symlink (to {os.path.realpath(folder)}): archive-sessions and "
+                f"cleanup never follow one — name the real folder in {where}")
+        what = kept_out.get(Path(os.path.realpath(folder)))
+        if what is not None:
+            raise FolderRefused(f"{folder} is {what}: its files are never moved — remove it "
+                                f"from {where}")
+
+
+def move_old_files(folders: Sequence[str], archive_to: Path, older_than_s: int,
+                   max_files: int, *, now: float | None = None,
+                   keep_out: Sequence[Path] = ()) -> dict[str, Any]:
+    """Move regular files last modified more than `older_than_s` ago into
+    `archive_to`/<folder name>/.
+
+    Oldest first, at most `max_files`; the archive and the folders in `keep_out` (the home)
+    are never scanned. Raises FolderRefused, moving nothing, if a folder is a symlink or one
+    of those.
+    Returns what moved and how many bytes left each source folder.
     """
-    cutoff = (time.time() if now is None else now) - older_than_s
-    candidates: list[tuple[float, Path, Path]] = []
     archive = archive_to.resolve()
+    skipped = {Path(os.path.realpath(p)): "the engine's home" for p in keep_out}
+    skipped[archive] = "the archive"
+    _refuse_unsafe(folders, skipped)
+    cutoff = (time.time() if now is None else now) - older_than_s
+    candidates: list[tuple[float, Path, Path, Path]] = []
     for folder in folders:
         root = Path(folder)
         if not root.is_dir():
             continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if Path(dirpath, d).resolve() != archive]
+        real_root = Path(os.path.realpath(root))
+        for dirpath, dirnames, filenames in os.walk(root):  # never into symlinked folders
+            dirnames[:] = [d for d in dirnames
+                           if Path(os.path.realpath(Path(dirpath, d))) not in skipped]
             for filename in filenames:
                 path = Path(dirpath, filename)
                 try:
-                    mtime = path.lstat().st_mtime
+                    info = path.lstat()
                 except OSError:
                     continue
-                if mtime < cutoff and path.is_file():
-                    candidates.append((mtime, root, path))
+                if info.st_mtime < cutoff and stat.S_ISREG(info.st_mode) \
+                        and _inside(path, real_root):
+                    candidates.append((info.st_mtime, root, real_root, path))
     candidates.sort()
     moved: list[str] = []
     freed = 0
-    for _, root, path in candidates[:max_files]:
+    for _, root, real_root, path in candidates[:max_files]:
+        if os.path.islink(root) or not _inside(path, real_root):
+            continue  # swapped for a symlink since the scan: it would leave the folder
         target = archive / root.name / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         size = path.stat().st_size
@@ -67,8 +110,9 @@ class FileArchiveExecutor(Executor):
         archive = Path(effect.archive_to)
         if not archive.is_absolute():
             archive = self.home / archive
-        report = await asyncio.to_thread(move_old_files, effect.folders, archive,
-                                         effect.older_than_s, effect.max_files)
+        report = await asyncio.to_thread(functools.partial(
+            move_old_files, effect.folders, archive, effect.older_than_s, effect.max_files,
+            keep_out=(self.home,)))
         if isinstance(effect, Cleanup) and effect.vitals_gc and ctx.vitals is not None:
             report["vitals_removed"] = await ctx.vitals.gc(Retention())
         return report

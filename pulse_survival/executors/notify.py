@@ -5,21 +5,36 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
 
-from pulse_core import EventDraft, ExecutionContext, Executor, register_kind
+from pulse_core import EventDraft, ExecutionContext, Executor, PulseError, register_kind
 from pulse_survival.config import NotifySinks
 from pulse_survival.effects import Notify
 
 register_kind("notification", "a notice for the agent to read; key: topic")
 
 
+class WebhookFailed(PulseError):
+    """The notify webhook did not take a notice: it answered an HTTP error or could not be
+    reached. The message names the webhook by scheme and host only, never its path, query
+    or credentials (they often carry a token, and failures are stored for good)."""
+
+
+def webhook_origin(url: str) -> str:
+    """`url`'s scheme and host (and port), all a stored message may say of a webhook."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}"
+
+
 class NotifyExecutor(Executor):
     """Delivers a Notify to every sink: the `notification` event (always), then the log file
-    and the webhook when configured. A failing sink fails the attempt with its error; a retry
-    does not repeat the event (it is idempotent per effect)."""
+    and the webhook when configured. A failing sink fails the attempt with its error (for the
+    webhook a WebhookFailed naming its scheme and host only); a retry does not repeat the
+    event (it is idempotent per effect)."""
 
     handles = (Notify,)
     timeout = 15.0
@@ -27,6 +42,7 @@ class NotifyExecutor(Executor):
 
     def __init__(self, sinks: NotifySinks) -> None:
         self.sinks = sinks
+        self.timeout = max(type(self).timeout, sinks.webhook_timeout_s + 10.0)
 
     async def execute(self, effect: Notify, ctx: ExecutionContext) -> dict[str, Any]:
         body = {"topic": effect.topic, "level": effect.level, "text": effect.text,
@@ -40,12 +56,25 @@ class NotifyExecutor(Executor):
             await asyncio.to_thread(_append, Path(self.sinks.log_file), line)
             delivered.append("log")
         if self.sinks.webhook_url:
-            async with httpx.AsyncClient(timeout=self.sinks.webhook_timeout_s) as client:
-                response = await client.post(self.sinks.webhook_url, json=body,
-                                             headers={"Idempotency-Key": ctx.idempotency_key})
-                response.raise_for_status()
+            await self._post(self.sinks.webhook_url, body, ctx.idempotency_key)
             delivered.append("webhook")
         return {"delivered": delivered}
+
+    async def _post(self, url: str, body: dict[str, Any], idempotency_key: str) -> None:
+        origin = webhook_origin(url)
+        try:
+            async with httpx.AsyncClient(timeout=self.sinks.webhook_timeout_s) as client:
+                response = await client.post(url, json=body,
+                                             headers={"Idempotency-Key": idempotency_key})
+        except httpx.HTTPError as exc:
+            # httpx's own messages may quote the URL: say only what kind of failure it was
+            raise WebhookFailed(f"notify webhook {origin} could not be reached "
+                                f"({type(exc).__name__}) — check that it is up and the URL "
+                                "in survival.notify.webhook_url") from None
+        if not response.is_success:
+            raise WebhookFailed(f"notify webhook {origin} answered HTTP "
+                                f"{response.status_code} {response.reason_phrase} — check "
+                                "survival.notify.webhook_url and the receiving service")
 
 
 def _append(path: Path, line: bytes) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pulse_core import Decision, Effect, Inner, Snapshot
 from pulse_survival.config import ErrorLogPolicy, NetworkTargets, ResourceThresholds
 from pulse_survival.effects import ArchiveSessions, Cleanup, Notify
+from pulse_survival.ledger import ErrorNotice
 from pulse_survival.marks import ErrorsEscalated, NetworkOutageAnnounced, NetworkRecoveryAnnounced
 from pulse_survival.rules.base import SurvivalRule, counted, latest, ledger, streak_marks
-from pulse_survival.watchers import network_outage, under_pressure
+from pulse_survival.watchers import ErrorTotals, error_totals, network_outage, under_pressure
+from pulse_survival.watchers.errorlog import LATEST
 
 
 class ResourceGuard(SurvivalRule):
@@ -91,10 +95,13 @@ class NetworkWatchdog(SurvivalRule):
 
 
 class ErrorEscalate(SurvivalRule):
-    """Error-log matches: notify, and patrol faster (`patrol_tick_ms`) for `patrol_for_s`.
+    """Error-log matches: one digest (counts per pattern, the newest lines) at once, then at
+    most one every `digest_every_s` while matches go on; patrol faster (`patrol_tick_ms`)
+    for `patrol_for_s` after each.
 
-    Every error-log sample since the last tick counts, so a match is notified even when a
-    quiet sample replaced it before the tick ran.
+    It counts from the error-log watcher's running totals, so a match is notified even when a
+    quiet sample replaced it before the tick ran, and the lines held back by the rate limit
+    are in the next digest.
     """
 
     name = "error_escalate"
@@ -105,17 +112,64 @@ class ErrorEscalate(SurvivalRule):
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        last = ledger(curr).last_escalation
-        if last is not None and curr.at - last < self.policy.patrol_for_s * 1000:
-            tick_ms = min(tick_ms, self.policy.patrol_tick_ms)
-        matching = [s for s in curr.since_last_tick("error-log")
-                    if s.ok and isinstance(s.data, dict) and int(s.data.get("matches", 0))]
-        if not matching:
+        p = self.policy
+        notice = ledger(curr).error_notice
+        if notice is not None and curr.at - notice.at < p.patrol_for_s * 1000:
+            tick_ms = min(tick_ms, p.patrol_tick_ms)
+        totals = _newest_totals(curr)
+        if totals is None:
             return Decision(effects, tick_ms)
-        matches = sum(int(s.data["matches"]) for s in matching)
-        examples = "; ".join([str(x) for s in matching for x in s.data.get("examples", [])][:3])
-        notice = Notify(topic="error-log", level="warning",
-                        text=f"{matches} error lines in the logs (at {matching[-1].ts}): "
-                             f"{examples}")
-        return Decision([*effects, notice, ErrorsEscalated(at=curr.at, matches=matches)],
-                        min(tick_ms, self.policy.patrol_tick_ms))
+        matches, by_pattern = _since(notice, totals)
+        if matches <= 0:
+            return Decision(effects, tick_ms)
+        if notice is not None and curr.at < notice.at + p.digest_every_s * 1000:
+            due = notice.at + p.digest_every_s * 1000 - curr.at
+            return Decision(effects, min(tick_ms, max(due, 100)))  # held for the next digest
+        newest = totals.latest[-min(matches, LATEST):]  # only lines after the last digest
+        digest = Notify(topic="error-log", level="warning",
+                        text=digest_text(matches, by_pattern, newest))
+        mark = ErrorsEscalated(at=curr.at, matches=matches, run=totals.run,
+                               total=totals.matches, by_pattern=dict(totals.by_pattern))
+        return Decision([*effects, digest, mark], min(tick_ms, p.patrol_tick_ms))
+
+
+def _newest_totals(curr: Snapshot) -> ErrorTotals | None:
+    """The error-log watcher's newest readable totals this engine sampled."""
+    recent = list(curr.since_last_tick("error-log"))
+    reading = curr.vital("error-log")
+    if reading is not None:
+        recent.insert(0, reading.sample)
+    for sample in reversed(recent):
+        totals = error_totals(sample.data) if sample.ok else None
+        if totals is not None:
+            return totals
+    return None
+
+
+def _since(notice: ErrorNotice | None, totals: ErrorTotals) -> tuple[int, dict[str, int]]:
+    """The matching lines counted after the last digest, overall and per pattern: all of
+    them when another watcher (before a restart or reload) counted up to that digest."""
+    if notice is None or notice.run != totals.run:
+        return totals.matches, {k: n for k, n in totals.by_pattern.items() if n > 0}
+    grown = {k: n - notice.by_pattern.get(k, 0) for k, n in totals.by_pattern.items()}
+    return totals.matches - notice.total, {k: n for k, n in grown.items() if n > 0}
+
+
+DIGEST_PATTERNS = 8
+DIGEST_LINE_CHARS = 200
+
+
+def digest_text(matches: int, by_pattern: dict[str, int], latest: Sequence[str]) -> str:
+    """One notice's text, bounded whatever the flood: the count, the busiest patterns
+    (`DIGEST_PATTERNS`, each cut to 40 characters) and the newest lines (each cut to
+    `DIGEST_LINE_CHARS`)."""
+    busiest = sorted(by_pattern.items(), key=lambda kv: (-kv[1], kv[0]))
+    counts = ", ".join(f"{_cut(k, 40)} {n}" for k, n in busiest[:DIGEST_PATTERNS])
+    if len(busiest) > DIGEST_PATTERNS:
+        counts += f", {len(busiest) - DIGEST_PATTERNS} more patterns"
+    lines = "; ".join(_cut(line, DIGEST_LINE_CHARS) for line in latest[-LATEST:])
+    return f"{matches} error lines in the logs ({counts}): {lines}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -2,30 +2,90 @@
 
 Each file is read from where the last sample stopped, in bounded chunks: never the whole
 file. Rotation (the path names a new file), truncation (the file shrank) and files that do
-not exist yet are all followed; watchfiles wakes a collect as soon as a file changes.
+not exist yet are all followed; watchfiles wakes a collect as soon as a file changes. Only
+regular files are read: a FIFO, socket, device or directory at a followed path is refused
+without ever being waited on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import re
+import secrets
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import watchfiles
 
 from pulse_core import Sample, Watcher
 
 CHUNK = 64 * 1024
 MAX_READ_PER_COLLECT = 8 * 1024 * 1024
+LATEST = 3
+"""How many of the newest matching lines a sample's totals carry."""
 
 _HANDOVER: dict[Path, tuple[int, int]] = {}
 """Where a closed watcher stopped reading each file (inode, offset), so the watcher a whole
 reload builds in the same process carries on there: lines written while the old engine drained
 and the new one opened are counted, not skipped as history."""
+
+
+class ErrorTotals(msgspec.Struct, frozen=True):
+    """What one watcher has counted since it started (`run` names that start): every
+    matching line, per pattern, and the newest `LATEST` of them. Counters only grow within a
+    run, so the lines between two readings are the difference of their totals."""
+
+    run: str
+    matches: int
+    by_pattern: dict[str, int]
+    latest: tuple[str, ...] = ()
+
+
+def error_totals(data: Any) -> ErrorTotals | None:
+    """The totals an error-log sample's data carries; None if it carries none readable."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        return msgspec.convert(data.get("totals"), ErrorTotals)
+    except msgspec.ValidationError:
+        return None
+
+
+class NotRegular(OSError):
+    """A followed path names something that is not a regular file (it is never opened for a
+    read that could block)."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISDIR, "a directory"))
+
+
+def _refuse_unless_regular(path: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    what = next((name for test, name in _KINDS if test(mode)), "not a file")
+    raise NotRegular(f"{path} is {what}, not a regular file — error_log.files must name "
+                     "regular log files")
+
+
+def _open_regular(path: Path) -> tuple[IO[bytes], os.stat_result]:
+    """`path` opened for reading without waiting (O_NONBLOCK), and checked once open: a
+    FIFO swapped in after the stat is refused too."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        opened = os.fstat(fd)
+        _refuse_unless_regular(path, opened.st_mode)
+        return os.fdopen(fd, "rb"), opened
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class _Followed:
@@ -66,6 +126,10 @@ class ErrorLogWatcher(Watcher):
         self.interval = interval
         self._watch_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._run = secrets.token_hex(8)
+        self._total = 0
+        self._total_by_pattern = {p: 0 for p, _ in self.patterns}
+        self._latest: collections.deque[str] = collections.deque(maxlen=LATEST)
 
     async def collect(self) -> dict[str, Any]:
         task = self._watch_task
@@ -78,7 +142,7 @@ class ErrorLogWatcher(Watcher):
                                    f"for changes failed: {task.exception()}")
         if self._watch_task is None and self.files:
             self._watch_task = asyncio.create_task(self._watch(), name="pulse-error-log-watch")
-        return await asyncio.to_thread(self._read_all)
+        return await self.in_thread(self._read_all)
 
     def _watch_targets(self) -> tuple[list[str], set[str]]:
         """The folders to watch and the file paths to look for in watchfiles' changes.
@@ -104,48 +168,61 @@ class ErrorLogWatcher(Watcher):
     def _read_all(self) -> dict[str, Any]:
         by_pattern = {p: 0 for p, _ in self.patterns}
         per_file: dict[str, int] = {}
+        refused: dict[str, str] = {}
         samples: list[str] = []
         total = 0
         for followed in self.files:
             count = 0
-            for line in self._new_lines(followed):
-                hits = [p for p, rx in self.patterns if rx.search(line)]
-                if hits:
-                    count += 1
-                    for p in hits:
-                        by_pattern[p] += 1
-                    if len(samples) < 5:
-                        samples.append(line[:300].decode("utf-8", "replace"))
+            try:
+                for line in self._new_lines(followed):
+                    hits = [p for p, rx in self.patterns if rx.search(line)]
+                    if hits:
+                        count += 1
+                        self._total += 1  # counted at once: a read that fails later keeps it
+                        for p in hits:
+                            by_pattern[p] += 1
+                            self._total_by_pattern[p] += 1
+                        text = line[:300].decode("utf-8", "replace")
+                        self._latest.append(text)
+                        if len(samples) < 5:
+                            samples.append(text)
+            except NotRegular as exc:
+                refused[str(followed.path)] = str(exc)
             per_file[str(followed.path)] = count
             total += count
+        totals = ErrorTotals(self._run, self._total, dict(self._total_by_pattern),
+                             tuple(self._latest))
         return {"matches": total, "by_pattern": by_pattern, "by_file": per_file,
-                "examples": samples}
+                "examples": samples, "refused": refused, "totals": msgspec.to_builtins(totals)}
 
     def _new_lines(self, f: _Followed) -> Iterator[bytes]:
         """Lines appended since the last collect, one at a time: memory stays one chunk."""
         try:
-            stat = os.stat(f.path)
+            found: os.stat_result | None = os.stat(f.path)
         except FileNotFoundError:
-            stat = None
-        if f.handle is not None and (stat is None or stat.st_ino != f.inode):
+            found = None
+        if f.handle is not None and (found is None or found.st_ino != f.inode):
             yield from self._drain(f, MAX_READ_PER_COLLECT)  # the rotated file's last lines
             if f.partial:
                 yield f.partial
             f.close()
-        if stat is None:
+        if found is None:
             f.started = True  # it does not exist yet: when it appears, all of it is new
             return
         if f.handle is None:
-            f.handle = open(f.path, "rb")  # noqa: SIM115 - kept open while followed
-            f.inode = stat.st_ino
+            if not stat.S_ISREG(found.st_mode):
+                f.started = True  # as if missing: a regular file that replaces it is all new
+                _refuse_unless_regular(f.path, found.st_mode)
+            f.handle, found = _open_regular(f.path)
+            f.inode = found.st_ino
             handed = _HANDOVER.pop(f.path, None)
-            if not f.started and handed is not None and handed[0] == stat.st_ino \
-                    and handed[1] <= stat.st_size:
+            if not f.started and handed is not None and handed[0] == found.st_ino \
+                    and handed[1] <= found.st_size:
                 f.handle.seek(handed[1])  # a previous watcher in this process read up to here
             elif not f.started:
                 f.handle.seek(0, os.SEEK_END)  # existing content is history
             f.started = True
-        elif stat.st_size < f.handle.tell():
+        elif found.st_size < f.handle.tell():
             f.handle.seek(0)  # truncated in place
             f.partial, f.skipping = b"", False
         yield from self._drain(f, MAX_READ_PER_COLLECT)
@@ -180,5 +257,7 @@ class ErrorLogWatcher(Watcher):
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watch_task
+        if self.busy_for() is not None:
+            return  # a read still blocked holds the files: closing them here would wait on it
         for f in self.files:
             f.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,7 +74,7 @@ class ProcessAliveWatcher(Watcher):
         return out
 
     async def collect(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self._read)
+        return await self.in_thread(self._read)
 
     def should_wake(self, window: Sequence[Sample]) -> bool:
         if not window or not window[-1].ok or not isinstance(window[-1].data, dict):

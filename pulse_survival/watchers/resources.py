@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ class SystemResourceWatcher(Watcher):
         }
 
     async def collect(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self._read)
+        return await self.in_thread(self._read)
 
     def should_wake(self, window: Sequence[Sample]) -> bool:
         if not window or not window[-1].ok:

@@ -312,12 +312,13 @@ async def error_notices(engine: Engine) -> list[dict[str, Any]]:
     return [b for b in bodies if b["type"] == "notify" and b["topic"] == "error-log"]
 
 
-def escalating_config(log: Path) -> SurvivalConfig:
+def escalating_config(log: Path, digest_every_s: int = 10) -> SurvivalConfig:
     return SurvivalConfig(error_log=ErrorLogPolicy(files=(str(log),), patrol_tick_ms=500,
-                                                   patrol_for_s=10))
+                                                   patrol_for_s=10,
+                                                   digest_every_s=digest_every_s))
 
 
-async def test_each_sample_with_matches_notifies_once_and_patrols_faster_for_a_while(
+async def test_matches_are_notified_at_once_then_in_one_digest_an_interval_with_patrols(
     tmp_path: Path, open_engine: Callable[..., Any]
 ) -> None:
     log = tmp_path / "app.log"
@@ -334,21 +335,24 @@ async def test_each_sample_with_matches_notifies_once_and_patrols_faster_for_a_w
     assert (await engine.step()).tick_ms == 500
     (notice,) = await error_notices(engine)
     assert notice["level"] == "warning"
-    assert notice["text"].startswith("2 error lines in the logs")
-    assert notice["text"].endswith("ERROR one; CRITICAL two")
+    assert notice["text"] == "2 error lines in the logs (CRITICAL 1, ERROR 1): ERROR one; " \
+                             "CRITICAL two"
 
     clock.advance(1_000)  # no new lines: no new notice, still patrolling
     assert (await engine.step()).tick_ms == 500
+    append(log, "Traceback three\n")
+    clock.advance(1_000)  # within digest_every_s of the notice: held for the next digest
+    assert (await engine.step()).tick_ms == 500
     assert len(await error_notices(engine)) == 1
 
-    append(log, "Traceback three\n")
-    clock.advance(1_000)
+    clock.advance(8_000)  # 10 s after the notice: the digest of what was held back
     assert (await engine.step()).tick_ms == 500
-    assert [n["text"].split(" ")[0] for n in await error_notices(engine)] == ["2", "1"]
+    assert [n["text"] for n in await error_notices(engine)][1] == \
+        "1 error lines in the logs (Traceback 1): Traceback three"
 
-    clock.advance(5_000)  # 10 s after the second notice's...
+    clock.advance(9_999)  # patrol_for_s after the digest...
     assert (await engine.step()).tick_ms == 500
-    clock.advance(5_001)  # ...patrol_for_s is over: the calm tick again
+    clock.advance(2)  # ...is over: the calm tick again
     assert (await engine.step()).tick_ms == calm
     assert len(await error_notices(engine)) == 2
     assert len([e for e in await engine.events.read(kinds=["notification"])
@@ -384,9 +388,13 @@ async def test_a_sample_already_escalated_is_not_escalated_again_after_a_restart
     await second.step()  # the new watcher starts at the end of the file: history
     clock.advance(1_000)
     append(log, "ERROR and another\n")
+    await second.step()  # counted by the new watcher, held until digest_every_s is over
+    assert len(await error_notices(second)) == 1
+    clock.advance(10_000)
     await second.step()
-    assert [n["text"].split(":")[-1].strip() for n in await error_notices(second)] == [
-        "ERROR before the restart", "ERROR and another"]
+    assert [n["text"] for n in await error_notices(second)] == [
+        "1 error lines in the logs (ERROR 1): ERROR before the restart",
+        "1 error lines in the logs (ERROR 1): ERROR and another"]
 
 
 def test_the_error_log_interval_and_patterns_come_from_the_config(tmp_path: Path) -> None:

@@ -275,7 +275,7 @@ async def test_a_webhook_answering_500_fails_the_effect_and_the_retry_does_not_r
     (effect,) = [e for e in await engine.events.read(kinds=["effect"])
                  if e.data["effect"]["type"] == "notify"]
     (failed,) = await engine.events.read(kinds=["effect-failed"], key=effect.key)
-    assert "500" in failed.data["error"] and "HTTPStatusError" in failed.data["error"]
+    assert "WebhookFailed" in failed.data["error"] and "answered HTTP 500" in failed.data["error"]
     assert failed.data["attempt"] == 1 and failed.data["final"] is False
     assert not await engine.events.read(kinds=["effect-acked"], key=effect.key)
     assert len(await notifications(engine, "network")) == 1  # the event sink ran first

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from pulse_core import Engine, ManualClock
-from pulse_survival import Essential, LlmPolicy, ProcessPolicy, SurvivalConfig
+from pulse_survival import Essential, LlmPolicy, ProcessPolicy, SurvivalConfig, SurvivalLedger
 
 SLEEPER = "import time; time.sleep(120)"
 
@@ -152,3 +152,43 @@ async def test_llm_watchdog_restarts_the_proxy_after_k_failed_probes(
     assert len(acked) == 2
     reaper.append(acked[1].data["result"]["pid"])
     await engine.close()
+
+
+async def test_a_good_run_resets_the_failed_starts_so_one_crash_after_it_is_restarted(
+    tmp_path: Path,
+) -> None:
+    """A restart seen up `startsecs` clears the failed starts (supervisord's RUNNING): with
+    startretries=2, a failed start, a good run and then one failed start again is one
+    failure in a row, not two, so the watchdog keeps restarting. The process-alive samples
+    are recorded by hand, and the restarts are decided but not run."""
+    clock = ManualClock()
+    spec = Essential(name="w", argv=(sys.executable, "-c", SLEEPER), match_name="no-such-w")
+    engine = Engine(tmp_path / "home", clock=clock, survival=SurvivalConfig(
+        processes=(spec,), process=ProcessPolicy(startsecs=1, startretries=2,
+                                                 budget_per_hour=50, backoff_initial_s=1)))
+    await engine.open()
+
+    async def seen(after_ms: int, alive: bool, uptime_s: float = 0.0) -> None:
+        clock.advance(after_ms)
+        await engine.vitals.record("process-alive", {"w": {
+            "alive": alive, "pid": 4242 if alive else None, "uptime_s": uptime_s,
+            "restarts_seen": 0}})
+        await engine.tick()
+
+    try:
+        await seen(0, False)            # dead: restart 1
+        await seen(100, False)          # restart 1 failed (1 in a row)
+        await seen(2_000, False)        # after the backoff: restart 2
+        await seen(100, True, 5.0)      # restart 2 held: back to 0 in a row
+        await seen(1_000, False)        # a crash after the good run: restart 3
+        await seen(100, False)          # restart 3 failed: 1 in a row, not 2
+        await seen(2_000, False)        # so, after the backoff: restart 4
+        tags = [e.data["mark"]["type"] if e.kind == "mark" else e.data["effect"]["type"]
+                for e in await engine.events.read(kinds=["mark", "effect"])]
+        ledger = (await engine.snapshot()).state(SurvivalLedger)
+    finally:
+        await engine.close()
+    assert "process-gave-up" not in tags
+    assert tags.count("restart-process") == 4
+    assert tags.count("process-start-held") == 1
+    assert ledger.process("w").failed_starts == 1
