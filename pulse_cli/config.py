@@ -1,9 +1,11 @@
 """HOME/config.json: one file for the CLI, the daemon, the survival layer and the configured
 layers, checked on load.
 
-Every error names the file, the field, what values are allowed and what was found::
+Every error names the file, the field, what values are allowed and what was found, or, for
+text that is not JSON, the line and column::
 
     config.json: daemon.drain_timeout_s must be a number > 0, got "soon"
+    config.json: not valid JSON at line 4, column 7: invalid character
 
 The shape of `layers` is checked here; each layer's own settings are checked by the layer's
 factory when the engine is built (pulse_cli.assembly), which names the layer.
@@ -12,7 +14,6 @@ factory when the engine is built (pulse_cli.assembly), which names the layer.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ import msgspec
 
 from pulse_cli.home import CliError, check_instance_name
 from pulse_core import PulseError, parse_store_url
+from pulse_core._homelock import write_private
 
 if TYPE_CHECKING:
     from pulse_survival import SurvivalConfig
@@ -83,6 +85,9 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "daemon": tuple(DaemonSettings.__struct_fields__),
 }
 _AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_BYTE = re.compile(r"^(?:JSON is malformed: )?(?P<what>.*?)(?: \(byte (?P<byte>\d+)\))?$")
+MAX_DEPTH = 32
+"""How deeply config.json may nest objects and arrays (settings need a few levels)."""
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
 
 
@@ -117,14 +122,51 @@ def _explain(exc: msgspec.ValidationError, raw: Any, name: str) -> ConfigError:
     return ConfigError(f"{name}: {path or 'the file'} must be {allowed}, got {got}")
 
 
+def _not_json(data: bytes, exc: msgspec.DecodeError, name: str) -> ConfigError:
+    """The error for bytes that are not JSON, at the line and column where reading stopped."""
+    match = _BYTE.match(str(exc))
+    what = match["what"] if match else str(exc)
+    at = int(match["byte"]) if match and match["byte"] else len(data)  # no byte: cut short
+    if what == "trailing characters":
+        at -= 1  # msgspec counts the first trailing character as read
+    at = max(min(at, len(data)), 0)
+    line = data.count(b"\n", 0, at) + 1
+    column = len(data[data.rfind(b"\n", 0, at) + 1:at].decode(errors="replace")) + 1
+    return ConfigError(f"{name}: not valid JSON at line {line}, column {column}: "
+                       f"{what[:1].lower()}{what[1:]} — fix it there")
+
+
+def _too_deep(raw: Any, name: str) -> ConfigError | None:
+    """The error for a document nesting objects or arrays deeper than MAX_DEPTH, naming
+    where (None when it does not)."""
+    stack: list[tuple[Any, str, int]] = [(raw, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if not isinstance(value, dict | list):
+            continue
+        if depth >= MAX_DEPTH:
+            return ConfigError(f"{name}: {path or 'the file'} nests objects or arrays more than "
+                               f"{MAX_DEPTH} levels deep — no setting needs that; flatten it")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in items)
+    return None
+
+
 def parse_config(data: bytes, name: str = "config.json") -> Config:
-    """A Config from the bytes of a config file; ConfigError names any bad field."""
+    """A Config from the bytes of a config file; ConfigError names any bad field, or the
+    line and column of text that is not JSON."""
     from pulse_survival import SurvivalConfigError, load_config  # its checks, its bounds
 
     try:
         raw = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
-        raise ConfigError(f"{name}: not valid JSON — {exc}") from None
+        raise _not_json(data, exc, name) from None
+    except RecursionError:
+        raise ConfigError(f"{name}: nests objects or arrays more than {MAX_DEPTH} levels deep "
+                          "— no setting needs that; flatten it") from None
+    deep = _too_deep(raw, name)
+    if deep is not None:
+        raise deep
     try:
         stored = msgspec.convert(raw, ConfigFile)
     except msgspec.ValidationError as exc:
@@ -188,7 +230,5 @@ def default_config_text(instance: str) -> str:
 
 
 def write_default(path: Path, instance: str) -> None:
-    """Write a default config.json for `instance` atomically."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(default_config_text(instance))
-    os.replace(tmp, path)
+    """Write a default config.json for `instance` atomically, readable by its owner only."""
+    write_private(path, default_config_text(instance).encode())

@@ -5,6 +5,10 @@
 written HOME/daemon.pid, which it does after its engine has opened the home. Signals are
 the whole interface: SIGTERM stops (after draining), SIGHUP reloads the whole engine
 (config.json and HOME/engine).
+
+`stop` and `status` need nothing from config.json (the pidfile and what the daemon reports in
+daemon.status.json suffice), so a broken config.json never locks the operator out; `restart`
+checks config.json before it stops anything and refuses, saying why, while it is broken.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import psutil
 from pulse_cli import config as config_file
 from pulse_cli.assembly import configured_layers
 from pulse_cli.home import EXIT_STATE, CliError, DaemonStateError, Home
+from pulse_cli.output import printable
 from pulse_core import SystemClock
+from pulse_core._homelock import open_private
 
 READY_TIMEOUT_S = 20.0
 
@@ -44,8 +50,7 @@ def start(home: Home, *, foreground: bool = False) -> int:
         raise DaemonStateError(
             f"the daemon of {home.root} is already running (pid {pid}) — "
             "`upulse daemon restart` to replace it")
-    cfg = config_file.load(home.config)
-    configured_layers(home.root, cfg, clock=SystemClock())  # a broken layer: refuse here
+    cfg = _startable(home)
     if foreground:
         from pulse_cli.daemon import run  # the engine and its code: only in the daemon
 
@@ -53,7 +58,7 @@ def start(home: Home, *, foreground: bool = False) -> int:
     with contextlib.suppress(OSError):
         if home.logfile.stat().st_size > cfg.daemon.log_max_bytes:
             os.replace(home.logfile, home.logfile.with_name("daemon.log.1"))
-    with open(home.logfile, "ab") as log:
+    with os.fdopen(open_private(home.logfile, os.O_WRONLY | os.O_APPEND), "ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "pulse_cli", "daemon", "run", "--home", str(home.root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -77,6 +82,26 @@ def start(home: Home, *, foreground: bool = False) -> int:
                    f"it was asked to stop. The end of {home.logfile}:\n{_log_tail(home)}")
 
 
+def _startable(home: Home) -> config_file.Config:
+    """config.json, checked as the daemon will use it; ConfigError (BrokenLayer for a layer
+    that is missing or refuses its settings) when the daemon could not start with it."""
+    cfg = config_file.load(home.config)
+    configured_layers(home.root, cfg, clock=SystemClock())
+    return cfg
+
+
+def _drain_timeout(home: Home, pid: int) -> float:
+    """How long daemon `pid` may drain: what it reports, else config.json's setting, else
+    the default (config.json may be broken while the daemon runs)."""
+    status = home.daemon_status()
+    if status is not None and status.pid == pid and status.drain_timeout_s is not None:
+        return status.drain_timeout_s
+    try:
+        return config_file.load(home.config).daemon.drain_timeout_s
+    except config_file.ConfigError:
+        return config_file.DaemonSettings().drain_timeout_s
+
+
 def _gone(pid: int) -> bool:
     """Whether `pid` has exited (a zombie waiting to be reaped counts as exited)."""
     try:
@@ -91,7 +116,7 @@ def stop(home: Home, *, timeout: float | None = None) -> int:
     if pid is None:
         raise DaemonStateError(f"the daemon of {home.root} is not running")
     if timeout is None:
-        timeout = config_file.load(home.config).daemon.drain_timeout_s + 10.0
+        timeout = _drain_timeout(home, pid) + 10.0
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -104,8 +129,15 @@ def stop(home: Home, *, timeout: float | None = None) -> int:
 
 
 def restart(home: Home) -> int:
-    """Stop the daemon if it runs, then start it."""
-    if home.running_pid() is not None:
+    """Stop the daemon if it runs, then start it; a config.json the new daemon could not
+    start with is refused first, and the running daemon is left running."""
+    pid = home.running_pid()
+    if pid is not None:
+        try:
+            _startable(home)
+        except config_file.ConfigError as exc:
+            raise CliError(f"restart refused, the daemon (pid {pid}) was left running: {exc}"
+                           ) from None
         stop(home)
     return start(home)
 
@@ -135,7 +167,7 @@ def logs(home: Home, lines: int, follow: bool) -> int:
     with contextlib.suppress(OSError):
         text = home.logfile.read_text(errors="replace").splitlines()
         for line in text[len(text) - max(lines, 0):]:
-            print(line)
+            print(printable(line))
     if not home.logfile.exists():
         print(f"no log yet at {home.logfile}")
     if not follow:
@@ -158,5 +190,5 @@ def logs(home: Home, lines: int, follow: bool) -> int:
                 log.seek(position)
                 chunk = log.read()
             position += len(chunk)
-            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.write(printable(chunk.decode(errors="replace"), newlines=True))
             sys.stdout.flush()

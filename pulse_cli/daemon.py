@@ -22,16 +22,21 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
-
 from pulse_cli import config as config_file
-from pulse_cli.assembly import NO_CODE, BrokenLayer, build_engine, load_code
+from pulse_cli.assembly import (
+    NO_CODE,
+    BrokenLayer,
+    build_engine,
+    load_code,
+    uncommitted_note,
+)
 from pulse_cli.enginedir import GitEngineDirectory
 from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
 from pulse_cli.loader import EngineCode
 from pulse_cli.output import now_ms
 from pulse_core import Engine, EventDraft, HomeLocked, wait_signal
 from pulse_core import error_draft as core_error_draft
+from pulse_core._homelock import open_private
 
 STATUS_EVERY_S = 1.0
 LOAD_KEY = "engine:load"
@@ -56,7 +61,7 @@ def _rotate_log(home: Home, max_bytes: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.replace(home.logfile, home.logfile.with_name("daemon.log.1"))
-    fd = os.open(home.logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_private(home.logfile, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -80,6 +85,7 @@ class Daemon:
         self.code = NO_CODE
         self.pid = os.getpid()
         self.status = DaemonStatus(self.pid, "starting", now_ms(), now_ms(), cfg.instance)
+        self._settings(cfg)
         self.directory = (GitEngineDirectory(home.root, store=cfg.store,
                                              on_rollback=self._rolled_back)
                           if home.engine.is_dir() else None)
@@ -87,6 +93,12 @@ class Daemon:
         self.engine = self._first_engine()
         self._wake = asyncio.Event()
         self._requests: dict[str, str] = {}
+
+    def _settings(self, cfg: config_file.Config) -> None:
+        """Report the settings `daemon stop` and `status` need even when config.json breaks."""
+        self.status.instance = cfg.instance
+        self.status.drain_timeout_s = cfg.daemon.drain_timeout_s
+        self.status.store = cfg.store or self.home.layout.store_url()
 
     def _build(self, cfg: config_file.Config, code: EngineCode) -> Engine:
         return build_engine(self.home.root, cfg, code, directory=self.directory)
@@ -99,6 +111,8 @@ class Daemon:
         """
         try:
             code = load_code(self.home.engine)
+            if code.uncommitted:
+                say(uncommitted_note(self.home.engine, code))
             engine = self._build(self.cfg, code)
         except BrokenLayer:
             raise
@@ -132,6 +146,8 @@ class Daemon:
         try:
             cfg = config_file.load(self.home.config)
             code = await asyncio.to_thread(load_code, self.home.engine)
+            if code.uncommitted:
+                say(uncommitted_note(self.home.engine, code))
             engine = build_engine(self.home.root, cfg, code, directory=self.directory)
         except Exception as exc:  # whatever is wrong with the new code, the old engine runs on
             say(f"{why}: reload failed, the previous engine keeps running: {exc}")
@@ -167,7 +183,7 @@ class Daemon:
             return
         self.cfg, self.code = cfg, code
         self.status.revision = code.revision
-        self.status.instance = cfg.instance
+        self._settings(cfg)
         say(f"{why}: reloaded, revision {self.status.revision or 'none'}, "
             f"{len(engine.rule_names)} rules")
 
@@ -182,9 +198,7 @@ class Daemon:
         status = self.status
         status.ticks, status.last_tick_at = self.engine.ticks, self.engine.last_tick_at
         status.tick_ms, status.updated_at = self.engine.last_tick_ms, now_ms()
-        tmp = self.home.statusfile.with_suffix(".json.tmp")
-        tmp.write_bytes(msgspec.json.encode(status))
-        os.replace(tmp, self.home.statusfile)
+        self.home.write_status(status)
 
     async def run(self) -> int:
         """Serve until SIGTERM or SIGINT; exit code 3 if another engine holds the home."""

@@ -15,6 +15,9 @@ logs and lock) are named by pulse_core._home.HomeLayout; the CLI adds its own::
 `--home DIR` names a home; `--instance NAME` is `BASE/instances/NAME`; without either the
 home is BASE itself, where BASE is $UPULSE_HOME or ~/.upulse. Two instances are two homes, so
 they never share a database, a lock or a pidfile.
+
+What pulse creates in a home is its owner's only (folders 0700, files 0600; see
+pulse_core._homelock), whatever the umask.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import msgspec
 import psutil
 
 from pulse_core import HomeLayout, PulseError
+from pulse_core._homelock import write_private
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -92,7 +96,9 @@ def resolve_home(home: Path | None, instance: str | None) -> Path:
 
 
 class DaemonStatus(msgspec.Struct):
-    """HOME/daemon.status.json: what `upulse daemon status` shows besides the log."""
+    """HOME/daemon.status.json: what `upulse daemon status` shows besides the log, and what
+    `daemon stop` and `status` need of the running daemon's settings (its drain timeout, the
+    store URL of its log) when config.json cannot be read."""
 
     pid: int
     state: str
@@ -106,6 +112,8 @@ class DaemonStatus(msgspec.Struct):
     reloads: int = 0
     last_reload_at: int | None = None
     stopped_at: int | None = None
+    drain_timeout_s: float | None = None
+    store: str | None = None
 
 
 class Home:
@@ -171,9 +179,11 @@ class Home:
 
     def write_pidfile(self, pid: int) -> None:
         """Write the pidfile atomically (a reader never sees it half written)."""
-        tmp = self.pidfile.with_suffix(".pid.tmp")
-        tmp.write_text(f"{pid}\n")
-        os.replace(tmp, self.pidfile)
+        write_private(self.pidfile, f"{pid}\n".encode())
+
+    def write_status(self, status: DaemonStatus) -> None:
+        """Write daemon.status.json atomically."""
+        write_private(self.statusfile, msgspec.json.encode(status))
 
     def remove_pidfile(self, pid: int) -> None:
         """Remove the pidfile if it still names `pid` (never another daemon's)."""

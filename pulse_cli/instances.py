@@ -9,10 +9,11 @@ import msgspec
 
 from pulse_cli import config as config_file
 from pulse_cli.home import DaemonStateError, DaemonStatus, Home, list_homes
-from pulse_cli.output import ago, clip, now_ms, print_json, print_table, span
+from pulse_cli.output import ago, clip, now_ms, print_json, print_table, printable, span
 from pulse_cli.queries import read_effects
-from pulse_cli.stores import log_file, opened
+from pulse_cli.stores import log_file
 from pulse_core import Event, EventStore, open_home
+from pulse_core._homelock import private_folder
 
 ERRORS_SHOWN = 3
 ERROR_LOOKBACK = 100_000  # events searched back from the head for the last errors
@@ -23,14 +24,14 @@ async def initialise(home: Home, instance: str) -> int:
     from pulse_cli.enginedir import init_engine_dir  # git and the template: only for init
 
     created: list[str] = []
-    home.root.mkdir(parents=True, exist_ok=True)
+    private_folder(home.root)
     if not home.config.exists():
         config_file.write_default(home.config, instance)
         created.append(home.config.name)
     cfg = config_file.load(home.config)
     layout = home.layout
     stores = {log_file(home, cfg): "", layout.vitals_db: "", layout.side_db: "",
-              layout.objects: "/"}
+              layout.objects: "/", layout.checkpoints: "/", layout.logs: "/"}
     missing = [f"{path.name}{slash}" for path, slash in stores.items() if not path.exists()]
     if missing:  # open_home creates what is missing and leaves what exists as it is
         await (await open_home(home.root, store=cfg.store)).close()
@@ -38,9 +39,9 @@ async def initialise(home: Home, instance: str) -> int:
     if await asyncio.to_thread(init_engine_dir, home.root):
         created.append("engine/ (git, branch main) and staging/ (worktree, branch staging)")
     if created:
-        print(f"initialised {home.root}: created {', '.join(created)}")
+        print(printable(f"initialised {home.root}: created {', '.join(created)}"))
     else:
-        print(f"{home.root} already exists; nothing changed")
+        print(printable(f"{home.root} already exists; nothing changed"))
     return 0
 
 
@@ -78,24 +79,45 @@ def _tick_rate(status: DaemonStatus, now: int) -> float:
     return status.ticks / minutes
 
 
+async def _from_log(home: Home, store: str | None) -> tuple[int, list[Event]]:
+    """How many effects are unfinished, and the last errors, in the log at `store`."""
+    stores = await open_home(home.root, store=store, read_only=True)
+    try:
+        pending = [e for e in (await read_effects(stores.events)).values() if not e.finished]
+        return len(pending), await _last_errors(stores.events)
+    finally:
+        await stores.close()
+
+
 async def status(home: Home, *, as_json: bool) -> int:
     """Show the daemon's pid, uptime, revision, ticks, pending effects and last errors.
 
+    Works whatever config.json says: when it cannot be read, the report says why, and the
+    log is read at the store the daemon reported (skipped when there is none).
     Exits 3 (with what is known of the last run) when the daemon is not running.
     """
     home.require()
-    cfg = config_file.load(home.config)
     pid = home.running_pid()
     last = home.daemon_status()
-    async with opened(home, read_only=True) as stores:
-        pending = [e for e in (await read_effects(stores.events)).values() if not e.finished]
-        errors = await _last_errors(stores.events)
+    cfg: config_file.Config | None = None
+    problem: str | None = None
+    try:
+        cfg = config_file.load(home.config)
+    except config_file.ConfigError as exc:
+        problem = str(exc)
+    pending: int | None = None
+    errors: list[Event] = []
+    store = cfg.store if cfg is not None else (last.store if last is not None else None)
+    if cfg is not None or store is not None:
+        pending, errors = await _from_log(home, store)
+    instance = cfg.instance if cfg is not None else (
+        last.instance if last is not None else home.root.name)
     now = now_ms()
     report: dict[str, Any] = {
-        "instance": cfg.instance, "home": str(home.root), "running": pid is not None,
+        "instance": instance, "home": str(home.root), "running": pid is not None,
         "pid": pid, "status": None if last is None else msgspec.to_builtins(last),
-        "uptime_s": None, "tick_rate_per_min": None,
-        "pending_effects": len(pending), "last_errors": [msgspec.to_builtins(e) for e in errors],
+        "uptime_s": None, "tick_rate_per_min": None, "config_error": problem,
+        "pending_effects": pending, "last_errors": [msgspec.to_builtins(e) for e in errors],
     }
     if pid is not None and last is not None and last.pid == pid:
         report["uptime_s"] = (now - last.started_at) / 1000
@@ -125,13 +147,19 @@ def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -
                                f"{last.tick_ms if last.tick_ms is not None else '-'} ms"))
         if last.reloads:
             lines.append(("reloads", f"{last.reloads}, last {ago(last.last_reload_at, now)}"))
-    lines.append(("pending", f"{report['pending_effects']} effects"))
+    if report["config_error"] is not None:
+        lines.append(("config", f"cannot be read: {report['config_error']}"))
+    unknown = report["pending_effects"] is None
+    lines.append(("pending", "unknown (no log to read)" if unknown else
+                  f"{report['pending_effects']} effects"))
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
-        print(f"{key.ljust(width)}  {value}")
+        print(printable(f"{key.ljust(width)}  {value}"))
     errors = report["last_errors"]
-    print(f"{'errors'.ljust(width)}  {'none' if not errors else ''}".rstrip())
+    none = "unknown" if unknown else "none"
+    print(f"{'errors'.ljust(width)}  {none if not errors else ''}".rstrip())
     for error in errors:
         data = error["data"] if isinstance(error["data"], dict) else {}
         message = f"{data.get('type', '')}: {data.get('message', '')}"
-        print(f"  #{error['seq']}  {ago(error['ts'], now)}  {error['key']}  {clip(message, 80)}")
+        print(printable(f"  #{error['seq']}  {ago(error['ts'], now)}  {error['key']}  "
+                        f"{clip(message, 80)}"))

@@ -18,8 +18,10 @@ from pulse_cli.home import (
     is_instance_name,
     resolve_home,
 )
+from pulse_cli.output import printable
 from pulse_cli.queries import parse_duration, parse_since
 from pulse_core import PulseError
+from pulse_core._homelock import denied, loose_home
 
 DESCRIPTION = """\
 Run, inspect and evolve a pulse engine. Every command acts on one home: --home DIR, or
@@ -222,6 +224,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say_error(command: str, error: Exception) -> None:
+    """An error on stderr as `upulse COMMAND: [Type: ]what was wrong — what to do`."""
+    kind = "" if isinstance(error, CliError) else f"{type(error).__name__}: "
+    print(f"upulse {command}: {kind}{printable(str(error), newlines=True)}", file=sys.stderr)
+
+
+def _warn_if_open_to_others(home: Home, args: argparse.Namespace) -> None:
+    """Warn on stderr when others may enter the home; a daemon's engine logs it itself."""
+    engine_here = args.target == "daemon.run" or getattr(args, "foreground", False)
+    warning = None if engine_here else loose_home(home.root)
+    if warning is not None:
+        print(f"upulse: warning: {printable(warning)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `upulse` command; returns its exit code (see EXIT_CODES)."""
     parser = build_parser()
@@ -232,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = getattr(args, "action", None) or args.command
     try:
         home = Home(resolve_home(args.home, args.instance))
+        _warn_if_open_to_others(home, args)
         module, _, function = str(args.target).partition(".")
         run = getattr(importlib.import_module(f"pulse_cli.{module}"), function)
         outcome = run(home, **args.arguments(args, home))
@@ -239,10 +256,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcome = asyncio.run(outcome)
         return int(outcome)
     except CliError as exc:
-        print(f"upulse {args.command}: {exc}", file=sys.stderr)
+        _say_error(args.command, exc)
         return exc.exit_code
     except PulseError as exc:
-        print(f"upulse {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _say_error(args.command, exc)
+        return EXIT_ERROR
+    except PermissionError as exc:  # one that no typed error names yet (git, say)
+        _say_error(args.command, denied(Path(exc.filename or "?"), "read or write"))
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 0 if name in INTERRUPT_IS_EXIT else 130

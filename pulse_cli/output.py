@@ -1,4 +1,9 @@
-"""How commands print: aligned tables and relative times for people, JSON for machines."""
+"""How commands print: aligned tables and relative times for people, JSON for machines.
+
+Everything printed for people goes through `printable` (tables and `clip` do it for their
+cells), so text from the log, a config file or a daemon's log never reaches the terminal as
+a control sequence.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,17 @@ def _enc_hook(obj: Any) -> Any:
 
 
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+# C0 controls, DEL and C1 controls (ESC and CSI among them) -> a visible \xNN escape.
+_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPES_BUT_NEWLINES = {code: text for code, text in _ESCAPES.items() if code != 0x0A}
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """`text` safe for a terminal: each control character (C0, DEL, C1; ESC among them)
+    written as a visible `\\xNN`, every other character as it is; with `newlines`, line
+    breaks stay."""
+    return text.translate(_ESCAPES_BUT_NEWLINES if newlines else _ESCAPES)
 
 
 def to_json(value: Any) -> str:
@@ -70,14 +86,14 @@ def ago(ts_ms: int | None, now: int | None = None) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    """`text` on one line, cut to `width` characters with an ellipsis."""
-    flat = " ".join(text.split())
+    """`text` on one line and `printable`, cut to `width` characters with an ellipsis."""
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: max(width - 1, 0)] + "…"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """An aligned plain-text table; the last column is not padded."""
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    """An aligned plain-text table of `printable` cells; the last column is not padded."""
+    cells = [[printable(str(c)) for c in row] for row in (headers, *rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:

@@ -23,6 +23,7 @@ from pulse_cli.output import (
     print_json,
     print_json_line,
     print_table,
+    printable,
     to_json,
 )
 from pulse_cli.stores import opened
@@ -134,7 +135,7 @@ async def events(home: Home, *, kinds: list[str] | None, key: str | None, since:
             if as_json:
                 print_json_line(msgspec.to_builtins(event))
             else:
-                print("  ".join(_event_row(event, now_ms())), flush=True)
+                print(printable("  ".join(_event_row(event, now_ms()))), flush=True)
     return 0
 
 
@@ -233,7 +234,8 @@ async def task_command(home: Home, action: str, task_id: str, *, as_json: bool,
     if as_json:
         print_json(event)
     else:
-        print(f"task {task_id}: {event.kind} (event #{event.seq}, version {event.version})")
+        print(printable(f"task {task_id}: {event.kind} (event #{event.seq}, version "
+                        f"{event.version})"))
     return 0
 
 

@@ -4,6 +4,7 @@ reading them without writing, and the writer thread that owns a file's write con
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import sqlite3
 import threading
@@ -20,8 +21,10 @@ from pulse_core._errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
+from pulse_core._homelock import create_private
 
 T = TypeVar("T")
+log = logging.getLogger("pulse")
 
 # 'puls' in ASCII: marks a file as pulse's, so a stray database is never mistaken for ours.
 APPLICATION_ID = 0x70756C73
@@ -81,13 +84,18 @@ def check_identity(conn: sqlite3.Connection, path: Path, *, schema_version: int,
 
 
 class ReadOnlyConnection:
-    """Reads one pulse database without writing or creating anything, beside a live writer.
+    """Reads one pulse database without writing or creating anything, beside a live writer,
+    after a crashed one, and in a folder this user may only read.
 
     While no writer has the file open (no -wal file beside it), SQLite is told the file is
     immutable, so it needs no -wal or -shm of its own; a read that sees the file change under
     it (a writer came and went, or is here now) is read again on a new connection. Once a
-    writer's -wal exists, reads go through SQLite's ordinary read-only mode, which uses the
-    writer's sidecar files. `ready` is False for a file without tables (created empty).
+    -wal exists, reads go through SQLite's read-only mode with the -shm opened read-only
+    (`readonly_shm`), so neither file is ever written (a crashed writer's -shm is not
+    recovered in place: SQLite rebuilds its index in memory). When that -shm cannot be
+    opened (absent, or not readable by this user), the file is read as immutable without its
+    -wal, and a warning (logger "pulse", once per file) says commits after its last
+    checkpoint are not shown. `ready` is False for a file without tables (created empty).
     """
 
     def __init__(self, path: Path, *, schema_version: int, purpose: str,
@@ -98,6 +106,7 @@ class ReadOnlyConnection:
         self._timeout = timeout
         self._conn: sqlite3.Connection | None = None
         self._stamp: tuple[bool, int, int, int] | None = None
+        self._immutable = False
         self.ready = False
         self.read(lambda conn: None)
 
@@ -113,20 +122,31 @@ class ReadOnlyConnection:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        mode = "ro" if stamp[0] else "ro&immutable=1"
-        with sqlite_errors(self.path):
-            conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode={mode}", uri=True,
-                                   timeout=self._timeout, isolation_level=None,
-                                   check_same_thread=False)
+        if stamp[0]:
+            try:
+                return self._open(stamp, "ro&readonly_shm=1", immutable=False)
+            except sqlite3.OperationalError as exc:
+                if not exc.sqlite_errorname.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY")):
+                    raise classify(exc, self.path) from exc
+                _warn_without_wal(self.path)
+        return self._open(stamp, "ro&immutable=1", immutable=True)
+
+    def _open(self, stamp: tuple[bool, int, int, int], mode: str, *, immutable: bool
+              ) -> sqlite3.Connection:
+        """A connection in `mode`, checked to be pulse's; SQLite's own errors are raised as
+        they are, so the caller can tell a -shm it cannot open from a foreign file."""
+        conn = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode={mode}", uri=True,
+                               timeout=self._timeout, isolation_level=None,
+                               check_same_thread=False)
         try:
-            with sqlite_errors(self.path):
-                conn.execute("PRAGMA query_only=ON")
+            conn.execute("PRAGMA query_only=ON")
+            conn.execute("PRAGMA application_id").fetchone()  # opens the -wal and -shm
             self.ready = check_identity(conn, self.path, schema_version=self._schema_version,
                                         purpose=self._purpose)
         except BaseException:
             conn.close()
             raise
-        self._conn, self._stamp = conn, stamp
+        self._conn, self._stamp, self._immutable = conn, stamp, immutable
         return conn
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -134,10 +154,11 @@ class ReadOnlyConnection:
         while True:
             stamp = self._now()
             conn = self._conn
-            if conn is None or (self._stamp is not None and stamp != self._stamp
-                                and not self._stamp[0]):
-                conn = self._connect(stamp)
-            immutable = self._stamp is not None and not self._stamp[0]
+            if conn is None or self._stamp is None or stamp[0] != self._stamp[0] or (
+                    self._immutable and stamp != self._stamp):
+                with sqlite_errors(self.path):
+                    conn = self._connect(stamp)
+            immutable = self._immutable
             try:
                 result = fn(conn)
             except sqlite3.Error as exc:
@@ -154,6 +175,20 @@ class ReadOnlyConnection:
             self._conn = None
 
 
+_WARNED_WITHOUT_WAL: set[Path] = set()
+
+
+def _warn_without_wal(path: Path) -> None:
+    """Say once per file that `path` is read without its -wal (its -shm cannot be opened)."""
+    if path in _WARNED_WITHOUT_WAL:
+        return
+    _WARNED_WITHOUT_WAL.add(path)
+    log.warning(f"{path}: read without {path.name}-wal, whose {path.name}-shm this user "
+                "cannot open here (absent, or not readable), so what was committed since the "
+                "last checkpoint is not shown — to see it, read the home with its -shm files, "
+                "as a user who may read them")
+
+
 def open_database(
     path: Path,
     *,
@@ -163,13 +198,19 @@ def open_database(
     purpose: str,
     timeout: float = 10.0,
 ) -> sqlite3.Connection:
-    """A connection to `path`, created with `schema` if new, checked to be pulse's if not.
+    """A connection to `path`, created (0600) with `schema` if new, checked to be pulse's if
+    not.
 
     Raises NotAPulseDatabase for a foreign or corrupted file and SchemaTooNew for a file
     written by a newer pulse. The connection is in autocommit mode; callers BEGIN themselves.
     """
     if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+    try:
+        create_private(path)  # 0600: SQLite gives its -wal and -shm the mode of the file
+    except FileNotFoundError:
+        raise StoreUnavailable(f"{path}: its folder does not exist — create the folder, or "
+                               "fix the path") from None
     with sqlite_errors(path):
         conn = sqlite3.connect(
             path, timeout=timeout, isolation_level=None, check_same_thread=False

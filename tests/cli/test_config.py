@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pulse_cli.config import ConfigError, default_config_text, load, parse_config
+from pulse_cli.config import MAX_DEPTH, ConfigError, default_config_text, load, parse_config
 from pulse_cli.home import UsageError, resolve_home
 from pulse_survival import SurvivalConfig
 from tests.cli.runner import Upulse
@@ -90,6 +90,39 @@ def test_a_bad_instance_name_and_broken_json_are_refused() -> None:
     assert "instance must be an instance name" in refused({"instance": "../etc"})
     with pytest.raises(ConfigError, match="not valid JSON"):
         parse_config(b"{ nope")
+
+
+def not_json(text: bytes) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    return str(caught.value)
+
+
+def test_text_that_is_not_json_is_refused_at_its_line_and_column() -> None:
+    assert not_json(b'{\n  "daemon": {\n    "drain_timeout_s": 3,\n  }\n}\n') == (
+        "config.json: not valid JSON at line 4, column 3: trailing comma in object — fix it "
+        "there")
+    assert not_json('{"instance": "é",\n "x": 1} y'.encode()).startswith(
+        "config.json: not valid JSON at line 2, column 10: trailing characters")
+    assert not_json(b'{"daemon": {') == (
+        "config.json: not valid JSON at line 1, column 13: input data was truncated — fix it "
+        "there")
+
+
+def test_a_config_nested_too_deeply_is_refused_naming_where() -> None:
+    deep: object = 1
+    for _ in range(MAX_DEPTH):
+        deep = {"x": deep}
+    assert refused({"layers": {"web": deep}}).startswith(
+        "config.json: layers.web.x.x.")
+    assert refused({"layers": {"web": deep}}).endswith(
+        f"nests objects or arrays more than {MAX_DEPTH} levels deep — no setting needs that; "
+        "flatten it")
+    assert not_json(b"[" * 100_000) == (
+        f"config.json: nests objects or arrays more than {MAX_DEPTH} levels deep — no setting "
+        "needs that; flatten it")
+    shallow = parse_config(json.dumps({"layers": {"web": {"a": {"b": [1, [2]]}}}}).encode())
+    assert shallow.layers["web"] == {"a": {"b": [1, [2]]}}
 
 
 def test_a_missing_config_says_to_run_init(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from tests.cli.support import (
     RULE,
     configure,
     edit,
+    git,
     install_probe_layer,
     stage_new_text,
 )
@@ -127,6 +128,7 @@ def test_sighup_reloads_the_rules_and_code_that_fails_to_load_keeps_the_old_rule
     entry = home / "engine" / "engine.py"
     good = entry.read_text()
     entry.write_text(good + "\ndef broken(:\n")
+    git(home / "engine", "commit", "-qam", "broken")  # production runs commits only
     os.kill(pid, signal.SIGHUP)
     wait_until(lambda: status_of(upulse, home)["status"]["reloads"] == 1,  # type: ignore[index]
                10, "the daemon to report a reload")
@@ -139,15 +141,19 @@ def test_sighup_reloads_the_rules_and_code_that_fails_to_load_keeps_the_old_rule
     assert [e["key"] for e in last_errors] == ["engine:reload"]  # type: ignore[attr-defined]
 
     entry.write_text(good)
+    git(home / "engine", "commit", "-qam", "fixed")
     upulse("daemon", "restart", "--home", home)
     assert daemon_pid(home) not in (None, pid)
-    assert status_of(upulse, home)["status"]["revision"] == head  # type: ignore[index]
+    fixed = head_of(home / "engine")
+    assert fixed != head
+    assert status_of(upulse, home)["status"]["revision"] == fixed  # type: ignore[index]
 
 
 def test_a_daemon_whose_engine_code_does_not_load_still_runs_the_survival_layer(
         upulse: Upulse, tmp_path: Path) -> None:
     home = upulse.init(tmp_path / "home")
     (home / "engine" / "engine.py").write_text("def broken(:\n")
+    git(home / "engine", "commit", "-qam", "broken")  # production runs commits only
     upulse("daemon", "start", "--home", home)
     report = status_of(upulse, home)
     assert report["running"] is True

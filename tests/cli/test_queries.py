@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from pulse_cli.output import printable
 from pulse_core import EventDraft, ManualClock, SqliteEventStore, VitalsStore
 from pulse_core._effects import effect_draft
 from pulse_survival import Notify
@@ -31,6 +32,13 @@ async def append(home: Path, drafts: list[EventDraft], clock: ManualClock | None
 
 def notice(text: str) -> EventDraft:
     return EventDraft("notification", "cli-test", {"text": text}, origin="human")
+
+
+def test_printable_escapes_every_control_character_and_keeps_other_text() -> None:
+    assert printable("\x1b]0;title\x07 \x1b[2J \x9b2J \x7f \x00\r") == (
+        "\\x1b]0;title\\x07 \\x1b[2J \\x9b2J \\x7f \\x00\\x0d")
+    assert printable("café 中文 → ok\tend\n") == "café 中文 → ok\\x09end\\x0a"
+    assert printable("one\ntwo\x1b", newlines=True) == "one\ntwo\\x1b"
 
 
 async def test_events_json_lists_the_log_with_every_field(upulse: Upulse, tmp_path: Path
