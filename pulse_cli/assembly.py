@@ -31,12 +31,26 @@ class BrokenLayer(ConfigError):
     """A layer config.json names is not installed, fails to import, or refuses its settings."""
 
 
-def load_code(code_dir: Path) -> EngineCode:
-    """The business code in `code_dir` (HOME/engine or HOME/staging); none without the folder.
+def load_code(code_dir: Path, *, staged: bool = False) -> EngineCode:
+    """The business code in `code_dir`; none without the folder.
 
-    Raises EngineCodeError when the code does not load. Blocking (it imports the code).
+    Production (HOME/engine) runs commits: in a git work tree the code is HEAD's, and edits
+    not committed there do not run (EngineCode.uncommitted names them). `staged` loads the
+    files as they are on disk instead: HOME/staging under the gate, `upulse dev` and
+    `upulse tick --staging`. Raises EngineCodeError when the code does not load. Blocking
+    (it imports the code).
     """
-    return load_engine_code(code_dir) if code_dir.is_dir() else NO_CODE
+    if not code_dir.is_dir():
+        return NO_CODE
+    return load_engine_code(code_dir, committed=not staged)
+
+
+def uncommitted_note(code_dir: Path, code: EngineCode) -> str:
+    """The line that says which edits in `code_dir` do not run (see EngineCode.uncommitted)."""
+    shown = ", ".join(code.uncommitted[:5]) + (", …" if len(code.uncommitted) > 5 else "")
+    return (f"{code_dir} has {len(code.uncommitted)} uncommitted change(s) that do not run "
+            f"({shown}); revision {code.revision} runs — edit in staging and promote, or "
+            f"`git -C {code_dir} stash` them")
 
 
 def configured_layers(root: Path, cfg: Config, *, clock: Clock,

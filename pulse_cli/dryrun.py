@@ -1,15 +1,18 @@
 """`upulse tick`: one tick of the engine the daemon would build, on a scratch copy of the home.
 
-The copy is pulse_cli.gate's: SQLite's backup API through read-only connections, consistent
-even while the daemon writes; the live files are never written to. The engine is built by
-pulse_cli.assembly.build_engine, as the daemon's is, and ticks once through its own rule chain
-(the business time box included); its trace says what each rule did.
+The copy (which the promote gate's dry run makes too) goes through SQLite's backup API over
+read-only connections, consistent even while the daemon writes; no file of the live home is
+written, not even a -shm. The engine is built by pulse_cli.assembly.build_engine, as the
+daemon's is, and ticks once through its own rule chain (the business time box included); its
+trace says what each rule did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,11 +20,62 @@ from typing import Any
 import msgspec
 
 from pulse_cli import config as config_file
-from pulse_cli.assembly import build_engine, load_code
-from pulse_cli.gate import copy_live_home
+from pulse_cli.assembly import build_engine, load_code, uncommitted_note
 from pulse_cli.home import Home
 from pulse_cli.output import print_json, print_table, to_json
+from pulse_cli.stores import log_file
 from pulse_core import Decision, HomeLayout, RuleTrace, open_home
+
+
+def _backup(source: Path, target: Path) -> None:
+    """A consistent copy of SQLite database `source` in `target`; nothing else is written.
+
+    Without a -wal file the database file alone holds everything: it is read as immutable
+    (no lock, no -wal or -shm created). With a -wal and its -shm (an engine has it open, or
+    one crashed), the WAL's commits are read with the -shm mapped read-only, so it is never
+    rewritten. A -wal without its -shm cannot be open anywhere: the two files are copied to
+    `target` and the WAL is checkpointed there.
+    """
+    if not source.exists():
+        return
+    wal, shm = (source.with_name(source.name + suffix) for suffix in ("-wal", "-shm"))
+    if wal.exists() and not shm.exists():
+        shutil.copyfile(source, target)
+        shutil.copyfile(wal, target.with_name(target.name + "-wal"))
+        copy = sqlite3.connect(target)
+        try:
+            copy.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            copy.close()
+        return
+    mode = "readonly_shm=1" if wal.exists() else "immutable=1"
+    src = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro&{mode}", uri=True)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
+def copy_live_home(live: Home, scratch: HomeLayout) -> None:
+    """Copy what an engine reads (checkpoints, the event log, vitals, the side store) from the
+    home `live` into the scratch home `scratch`, together with config.json.
+
+    Checkpoints are copied first, so none is ahead of the copied log. The event log is read
+    where config.json's store URL puts it and copied to the scratch home's own log.
+    """
+    cfg = config_file.load_or_default(live.config)
+    scratch.root.mkdir(parents=True, exist_ok=True)
+    if live.layout.checkpoints.is_dir():
+        shutil.copytree(live.layout.checkpoints, scratch.checkpoints)
+    _backup(log_file(live, cfg), scratch.events_db)
+    _backup(live.layout.vitals_db, scratch.vitals_db)
+    _backup(live.layout.side_db, scratch.side_db)
+    if live.config.is_file():
+        shutil.copyfile(live.config, Home(scratch.root).config)
 
 
 async def copy_home(home: Home, target: Path) -> int:
@@ -64,10 +118,11 @@ def _returned(trace: RuleTrace) -> str:
 async def dry_tick(home: Home, *, verbose: bool, as_json: bool,
                    code_dir: Path | None = None) -> int:
     """Tick once, on a scratch copy of `home`, the engine its daemon would build (with the
-    code in `code_dir`, default HOME/engine), after one reading of every watcher; print what
-    it decided. Nothing is written to `home`."""
+    files in `code_dir`, default HOME/engine's committed code), after one reading of every
+    watcher; print what it decided. Nothing is written to `home`."""
     cfg = scratch_config(home)
-    code = await asyncio.to_thread(load_code, code_dir or home.engine)
+    code = await asyncio.to_thread(load_code, code_dir or home.engine,
+                                   staged=code_dir is not None)
     with tempfile.TemporaryDirectory(prefix="upulse-tick-") as tmp:
         scratch = Path(tmp)
         seen = await copy_home(home, scratch)
@@ -80,14 +135,16 @@ async def dry_tick(home: Home, *, verbose: bool, as_json: bool,
             trace = engine.trace
         finally:
             await engine.close()
-    report = {"seq": seen, "revision": code.revision, "decision": _decision(decision),
-              "rules": [msgspec.to_builtins(t) for t in trace]}
+    report = {"seq": seen, "revision": code.revision, "uncommitted": list(code.uncommitted),
+              "decision": _decision(decision), "rules": [msgspec.to_builtins(t) for t in trace]}
     if as_json:
         print_json(report)
         return 0
     print(f"one tick on a scratch copy of {home.root} up to event #{seen}, {len(curr.vitals)} "
           f"vitals keys, {len(curr.pending_effects)} pending effects (nothing was written to "
           "the home)")
+    if code.uncommitted:
+        print(uncommitted_note(code_dir or home.engine, code))
     if verbose:
         rows = [[t.rule, t.tier, _returned(t), t.error or ""] for t in trace]
         print_table(("RULE (outermost first)", "LAYER", "RETURNED", "ERROR"), rows, "")

@@ -8,14 +8,22 @@ and records a `promote` event; `rollback` adds a commit that brings main's files
 earlier revision (history is never rewritten) and records a `rollback` event. Neither makes
 a running daemon reload: the CLI signals it (SIGHUP), and a daemon passes `on_rollback` to
 GitEngineDirectory for rollbacks the survival layer makes.
+
+Two lock files in the home order them across processes: HOME/promote.lock is held by a
+promote from its first look at main to its event, so promotes run one after another;
+HOME/engine-dir.lock is held by whatever changes git (a promote's merge, a rollback), so a
+rollback never waits for a gate. Neither writes the event log until it has something to
+record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
+import hashlib
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -23,14 +31,23 @@ from pathlib import Path
 import msgspec
 
 import engine_template
-from pulse_cli.gate import GateStep, run_gate
-from pulse_cli.git import GitError, git, head, run_git
-from pulse_core import EventDraft, EventStore, PulseError, open_home
+from pulse_cli.gate import (
+    OPEN_TIMEOUT_S,
+    STEP_TIMEOUT_S,
+    GateStep,
+    exclusive_lock,
+    run_gate,
+)
+from pulse_cli.git import GitError, changed_paths, git, head, run_git, run_git_bytes
+from pulse_core import Event, EventDraft, EventStore, PulseError, open_home
 
 TEMPLATE = Path(engine_template.__file__).resolve().parent
 EVENT_KEY = "engine-directory"
 LOCK_NAME = "engine-dir.lock"
 LOCK_TIMEOUT_S = 60.0
+PROMOTE_LOCK_NAME = "promote.lock"
+PROMOTE_WAIT_S = 2 * STEP_TIMEOUT_S + OPEN_TIMEOUT_S + 2 * LOCK_TIMEOUT_S
+"""How long a promote waits for one already running: that one's gate and merge at most."""
 _NOT_COPIED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache",
                                      "py.typed")
 
@@ -42,7 +59,8 @@ class EngineDirError(PulseError):
 class PromoteResult(msgspec.Struct, frozen=True):
     """What `promote` did. `ok` false: `failed_step` names the step (compile, mypy, tests,
     dry-run, merge), `output` says why, and nothing was changed. `revision` is main's
-    commit afterwards; `previous` the one before."""
+    commit afterwards; `previous` the one before. The two are equal only when nothing was
+    promoted (then nothing was merged or recorded either)."""
 
     ok: bool
     revision: str | None
@@ -66,28 +84,11 @@ def _require(home: Path) -> tuple[Path, Path]:
     return engine, staging
 
 
-@contextlib.asynccontextmanager
-async def _exclusive(engine: Path) -> AsyncIterator[None]:
-    """Hold HOME/engine-dir.lock (beside `engine`): one promote or rollback changes git at a
-    time, across processes."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + LOCK_TIMEOUT_S
-    lock = engine.parent / LOCK_NAME
-    handle = await asyncio.to_thread(lock.open, "a")
-    try:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if loop.time() > deadline:
-                    raise EngineDirError(
-                        f"{lock} was held by another promote or rollback for "
-                        f"{LOCK_TIMEOUT_S:g} s — let it finish, then try again") from None
-                await asyncio.sleep(0.05)
-        yield
-    finally:
-        handle.close()
+def _exclusive(engine: Path) -> contextlib.AbstractAsyncContextManager[None]:
+    """HOME/engine-dir.lock (beside `engine`): one promote or rollback changes git at a time,
+    across processes (LockBusy after LOCK_TIMEOUT_S)."""
+    return exclusive_lock(engine.parent / LOCK_NAME, LOCK_TIMEOUT_S,
+                          "another promote or rollback")
 
 
 # -- init ------------------------------------------------------------------------------------
@@ -131,13 +132,36 @@ def revision(home: Path) -> str | None:
 # -- promote -----------------------------------------------------------------------------------
 
 
-async def _work_tree_state(staging: Path) -> str:
-    """The tree object of staging's files as they are on disk (tracked and new, not ignored),
-    computed in a scratch index so neither the branch nor the real index moves."""
-    with tempfile.TemporaryDirectory(prefix="upulse-index-") as tmp:
-        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        await git(staging, "add", "-A", env=index)
-        return await git(staging, "write-tree", env=index)
+def _work_tree_state(staging: Path) -> str:
+    """A digest of what a promote takes from staging: its HEAD, and every file git would
+    commit there (tracked and new, not ignored) by path, mode and contents. Reads only: no
+    object and no index is written."""
+    digest = hashlib.sha256(run_git(staging, "rev-parse", "HEAD").encode())
+    listing = run_git_bytes(staging, "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard")
+    for name in sorted(set(filter(None, listing.split(b"\0")))):
+        digest.update(name + b"\0" + _file_state(staging / os.fsdecode(name)) + b"\0")
+    return digest.hexdigest()
+
+
+def _file_state(path: Path) -> bytes:
+    try:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            content = os.fsencode(os.readlink(path))
+        else:
+            content = path.read_bytes() if stat.S_ISREG(info.st_mode) else b""
+    except FileNotFoundError:
+        return b"missing"
+    except OSError as exc:
+        return f"unreadable {exc.errno}".encode()
+    return f"{info.st_mode:o} ".encode() + hashlib.sha256(content).digest()
+
+
+async def _nothing_staged(engine: Path, staging: Path) -> bool:
+    """Whether staging has nothing main lacks: no commit of its own, no uncommitted change."""
+    ahead = await git(engine, "rev-list", "--count", "HEAD..staging")
+    return ahead == "0" and not await asyncio.to_thread(changed_paths, staging)
 
 
 async def _tree(repo: Path, rev: str) -> str:
@@ -150,56 +174,96 @@ def _refused(step: str, output: str, previous: str,
                          failed_step=step, output=output)
 
 
-async def promote(home: Path, *, events: EventStore,
-                  dry_run_timeout_s: float = 5.0) -> PromoteResult:
-    """Gate staging, then merge it into main and append a `promote` event to `events`.
+def _nothing(main: str, why: str, steps: tuple[GateStep, ...] = ()) -> PromoteResult:
+    return PromoteResult(ok=True, revision=main, previous=main, steps=steps,
+                         output=f"nothing to promote: {why} ({main})")
+
+
+@contextlib.asynccontextmanager
+async def _log(root: Path, events: EventStore | None, store: str | None, *,
+               read_only: bool) -> AsyncIterator[EventStore]:
+    """`events`; without it the log of the home `root` at the store URL `store`, opened for
+    this use only (`read_only`: nothing is written)."""
+    if events is not None:
+        yield events
+        return
+    stores = await open_home(root, store=store, read_only=read_only)
+    try:
+        yield stores.events
+    finally:
+        await stores.close()
+
+
+async def promote(home: Path, *, events: EventStore | None = None, store: str | None = None,
+                  dry_run_timeout_s: float = 5.0,
+                  waiting: Callable[[str], None] | None = None) -> PromoteResult:
+    """Gate staging, then merge it into main and record a `promote` event.
 
     The gate (compile, mypy, tests, dry-run; see pulse_cli.gate) runs on staging's files as
     they are; only when every step passes are they committed on `staging` ("promote: staged
-    changes") and merged into `main` (fast-forward when possible, else a merge commit). A
-    refusal changes nothing: main, staging's branch and the log are as they were. The
-    running daemon is not told: send it SIGHUP to load the new revision.
+    changes") and merged into `main` (fast-forward when possible, else a merge commit), and
+    {revision, previous} is appended to `events` (None: the home's log at the store URL
+    `store`, opened for that append only). A refusal, and a promote with nothing to merge,
+    write nothing in the home but promote.lock and the gate's mypy cache: main, staging and
+    the log stay as they were. Promotes of one home run one at a time: `waiting` hears once
+    when this one waits for another, which lasts up to PROMOTE_WAIT_S (then LockBusy).
+    The running daemon is not told: send it SIGHUP to load the new revision.
     """
     engine, staging = await asyncio.to_thread(_require, home)
-    previous = await git(engine, "rev-parse", "HEAD")
-    if await git(engine, "status", "--porcelain"):
-        return _refused("merge", f"{engine} has uncommitted changes; production changes "
-                        "only through staging — move them to staging, or `git -C "
-                        f"{engine} stash` them", previous)
-    before = await _work_tree_state(staging)
-    ahead = await git(engine, "rev-list", "--count", "HEAD..staging")
-    if before == await _tree(engine, "HEAD") and ahead == "0":
-        return PromoteResult(ok=True, revision=previous, previous=previous,
-                             output=f"nothing to promote: staging matches main ({previous})")
-    steps = await run_gate(staging, home, dry_run_timeout_s=dry_run_timeout_s)
-    if not steps[-1].ok:
-        return _refused(steps[-1].name, steps[-1].output, previous, steps)
-    async with _exclusive(engine):
-        if await _work_tree_state(staging) != before:
-            return _refused("merge", "staging changed while the gate ran; run promote "
-                            "again to gate what is there now", previous, steps)
-        await git(staging, "add", "-A")
-        if await git(staging, "status", "--porcelain"):
-            await git(staging, "commit", "-q", "-m", "promote: staged changes")
+    async with exclusive_lock(engine.parent / PROMOTE_LOCK_NAME, PROMOTE_WAIT_S,
+                              "another promote", waiting):
         previous = await git(engine, "rev-parse", "HEAD")
-        try:
-            await git(engine, "merge", "--no-edit", "-m", "promote: merge staging", "staging")
-        except GitError as exc:
-            await git(engine, "merge", "--abort", check=False)
-            return _refused("merge", f"{exc} — merge main into staging, resolve, and "
-                            "promote again", previous, steps)
-        now = await git(engine, "rev-parse", "HEAD")
-        await events.append([EventDraft("promote", EVENT_KEY,
-                                        {"revision": now, "previous": previous},
-                                        origin="cli")])
+        if await asyncio.to_thread(changed_paths, engine):
+            return _refused("merge", f"{engine} has uncommitted changes; production changes "
+                            "only through staging — move them to staging, or `git -C "
+                            f"{engine} stash` them", previous)
+        if await _nothing_staged(engine, staging):
+            return _nothing(previous, "staging has nothing main lacks")
+        before = await asyncio.to_thread(_work_tree_state, staging)
+        steps = await run_gate(staging, home, dry_run_timeout_s=dry_run_timeout_s)
+        if not steps[-1].ok:
+            return _refused(steps[-1].name, steps[-1].output, previous, steps)
+        async with _exclusive(engine):
+            return await _merge(engine, staging, previous, before, steps, events=events,
+                                store=store)
+
+
+async def _merge(engine: Path, staging: Path, previous: str, before: str,
+                 steps: tuple[GateStep, ...], *, events: EventStore | None,
+                 store: str | None) -> PromoteResult:
+    """Commit and merge staging as the gate saw it into main as it was, and record that."""
+    main = await git(engine, "rev-parse", "HEAD")
+    if main != previous:
+        return _refused("merge", f"main moved from {previous} to {main} while the gate ran "
+                        "(a rollback?); run promote again to gate staging against it", main,
+                        steps)
+    if await asyncio.to_thread(_work_tree_state, staging) != before:
+        return _refused("merge", "staging changed while the gate ran; run promote again to "
+                        "gate what is there now", previous, steps)
+    await git(staging, "add", "-A")
+    if await git(staging, "status", "--porcelain"):
+        await git(staging, "commit", "-q", "-m", "promote: staged changes")
+    try:
+        await git(engine, "merge", "--no-edit", "-m", "promote: merge staging", "staging")
+    except GitError as exc:
+        await git(engine, "merge", "--abort", check=False)
+        return _refused("merge", f"{exc} — merge main into staging, resolve, and promote "
+                        "again", previous, steps)
+    now = await git(engine, "rev-parse", "HEAD")
+    if now == previous:  # a promote that moved nothing is no promote: nothing to undo
+        return _nothing(previous, "main already has everything staging has", steps)
+    async with _log(engine.parent, events, store, read_only=False) as log:
+        await log.append([EventDraft("promote", EVENT_KEY,
+                                     {"revision": now, "previous": previous}, origin="cli")])
     return PromoteResult(ok=True, revision=now, previous=previous, steps=steps)
 
 
 # -- rollback ----------------------------------------------------------------------------------
 
 
-async def _default_target(engine: Path, events: EventStore) -> str:
-    promotes = await events.read(kinds=["promote"])
+async def _default_target(engine: Path, events: EventStore | None, store: str | None) -> str:
+    async with _log(engine.parent, events, store, read_only=True) as log:
+        promotes: list[Event] = await log.read(kinds=["promote"])
     if promotes and isinstance(promotes[-1].data, dict) and promotes[-1].data.get("previous"):
         return str(promotes[-1].data["previous"])
     parent = await git(engine, "rev-parse", "--verify", "--quiet", "HEAD~1", check=False)
@@ -220,7 +284,8 @@ async def _sync_staging(staging: Path) -> str:
     return "synced"
 
 
-async def rollback(home: Path, revision: str | None, *, events: EventStore, reason: str,
+async def rollback(home: Path, revision: str | None, *, reason: str,
+                   events: EventStore | None = None, store: str | None = None,
                    origin: str = "cli") -> str:
     """Bring main's files back to `revision` with a new commit, and return that commit.
 
@@ -229,11 +294,13 @@ async def rollback(home: Path, revision: str | None, *, events: EventStore, reas
     whose files are those of `revision`, made with `git commit-tree` and fast-forwarded, so
     promotions that arrived as merges are undone exactly. Main already matching `revision`
     adds no commit. Staging is then merged with main, and a `rollback` event records
-    {revision, to, reason, staging}. The running daemon is not told (see module docstring).
+    {revision, to, reason, staging} in `events` (None: the home's log at the store URL
+    `store`, read and written only for this rollback; a refused rollback writes nothing).
+    The running daemon is not told (see module docstring).
     """
     engine, staging = await asyncio.to_thread(_require, home)
     async with _exclusive(engine):
-        target = revision or await _default_target(engine, events)
+        target = revision or await _default_target(engine, events, store)
         try:
             target = await git(engine, "rev-parse", "--verify", f"{target}^{{commit}}")
         except GitError as exc:
@@ -253,10 +320,11 @@ async def rollback(home: Path, revision: str | None, *, events: EventStore, reas
             await git(engine, "merge", "-q", "--ff-only", commit)
             now = commit
         synced = await _sync_staging(staging)
-        await events.append([EventDraft(
-            "rollback", EVENT_KEY,
-            {"revision": now, "to": target, "reason": reason, "staging": synced},
-            origin=origin)])
+        async with _log(engine.parent, events, store, read_only=False) as log:
+            await log.append([EventDraft(
+                "rollback", EVENT_KEY,
+                {"revision": now, "to": target, "reason": reason, "staging": synced},
+                origin=origin)])
     return now
 
 
@@ -284,16 +352,8 @@ class GitEngineDirectory:
 
     async def rollback(self, revision: str | None, reason: str) -> str:
         """Roll main back (see `rollback`), as the survival layer; return the new revision."""
-        if self.events is not None:
-            now = await rollback(self.home, revision, events=self.events, reason=reason,
-                                 origin="survival")
-        else:
-            stores = await open_home(self.home, store=self.store)
-            try:
-                now = await rollback(self.home, revision, events=stores.events, reason=reason,
-                                     origin="survival")
-            finally:
-                await stores.close()
+        now = await rollback(self.home, revision, reason=reason, events=self.events,
+                             store=self.store, origin="survival")
         if self.on_rollback is not None:
             await self.on_rollback(now)
         return now

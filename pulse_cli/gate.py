@@ -13,7 +13,9 @@ Four steps, in order, stopping at the first failure:
 
 The dry run happens in a child process (`python -m pulse_cli.gate dry-run ...`): a rule that
 blocks the event loop is killed at the deadline instead of hanging the promote, and the
-staged modules never enter the caller's process. The live home is only read.
+staged modules never enter the caller's process. The live home is only read: none of its
+files (not even a -shm) is written. Gates that share a mypy cache run their mypy steps one at
+a time (mypy's cache is not safe for two writers).
 """
 
 from __future__ import annotations
@@ -21,17 +23,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import importlib.util
 import json
 import os
-import shutil
 import signal
-import sqlite3
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,9 @@ import msgspec
 
 import pulse_core
 from pulse_cli import config as config_file
+from pulse_cli.dryrun import copy_live_home
 from pulse_cli.home import Home
-from pulse_cli.stores import log_file
-from pulse_core import HomeLayout, Mark
+from pulse_core import HomeLayout, Mark, PulseError
 from pulse_core._rules import rule_name
 
 GATE_STEPS = ("compile", "mypy", "tests", "dry-run")
@@ -50,6 +51,42 @@ STEP_TIMEOUT_S = 300.0
 OPEN_TIMEOUT_S = 120.0
 _MARK = "@pulse-gate "
 _DEADLINE_GRACE_S = 2.0
+MYPY_LOCK_NAME = ".pulse-gate.lock"
+
+
+class LockBusy(PulseError):
+    """A lock file stayed held by another process for longer than the caller would wait."""
+
+
+@contextlib.asynccontextmanager
+async def exclusive_lock(lock: Path, timeout_s: float, holder: str,
+                         waiting: Callable[[str], None] | None = None) -> AsyncIterator[None]:
+    """Hold an exclusive lock on the file `lock` (created 0600 when missing), across processes.
+
+    While another process holds it, `waiting` is called once with a line saying so, and the
+    wait goes on for up to `timeout_s` seconds; then LockBusy names the lock and `holder`
+    (what holds such a lock: "another promote", say).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    fd = await asyncio.to_thread(os.open, lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if loop.time() > deadline:
+                    raise LockBusy(f"{lock} was held by {holder} for {timeout_s:g} s — let it "
+                                   "finish, then try again") from None
+                if waiting is not None and not told:
+                    waiting(f"waiting for {holder} to finish ({lock} is held)")
+                    told = True
+                await asyncio.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
 
 
 class GateStep(msgspec.Struct, frozen=True):
@@ -134,10 +171,17 @@ async def _mypy(staging: Path, home: Path, limit_s: float) -> tuple[bool, str]:
     missing = _missing("mypy")
     if missing:
         return False, missing
-    cache = os.environ.get("MYPY_CACHE_DIR") or str(home / "cache" / "mypy")
-    code, out = await _run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache, staging.name],
-        staging.parent, _source_paths(), limit_s)
+    cache = Path(os.environ.get("MYPY_CACHE_DIR") or home / "cache" / "mypy")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    await asyncio.to_thread(cache.mkdir, parents=True, exist_ok=True)
+    try:
+        async with exclusive_lock(cache / MYPY_LOCK_NAME, limit_s, "another gate's mypy"):
+            code, out = await _run(
+                [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache),
+                 staging.name], staging.parent, _source_paths(), deadline - loop.time())
+    except LockBusy as exc:
+        return False, str(exc)
     if code is None:
         return False, f"mypy did not finish within {limit_s:g} s"
     return code == 0, out
@@ -158,44 +202,6 @@ async def _tests(staging: Path, limit_s: float) -> tuple[bool, str]:
 
 
 # -- the dry run -------------------------------------------------------------------------------
-
-
-def _backup(source: Path, target: Path) -> None:
-    """A consistent copy of SQLite database `source`, through a read-only connection.
-
-    With a -wal file present (an engine has it open) the reader joins the WAL; without one
-    it opens the file as immutable, so reading never creates -wal or -shm files in the home.
-    """
-    if not source.exists():
-        return
-    mode = "ro" if source.with_name(source.name + "-wal").exists() else "ro&immutable=1"
-    src = sqlite3.connect(f"{source.absolute().as_uri()}?mode={mode}", uri=True)
-    try:
-        dst = sqlite3.connect(target)
-        try:
-            src.backup(dst)
-        finally:
-            dst.close()
-    finally:
-        src.close()
-
-
-def copy_live_home(live: Home, scratch: HomeLayout) -> None:
-    """Copy what an engine reads (checkpoints, the event log, vitals, the side store) from the
-    home `live` into the scratch home `scratch`, together with config.json.
-
-    Checkpoints are copied first, so none is ahead of the copied log. The event log is read
-    where config.json's store URL puts it and copied to the scratch home's own log.
-    """
-    cfg = config_file.load_or_default(live.config)
-    scratch.root.mkdir(parents=True, exist_ok=True)
-    if live.layout.checkpoints.is_dir():
-        shutil.copytree(live.layout.checkpoints, scratch.checkpoints)
-    _backup(log_file(live, cfg), scratch.events_db)
-    _backup(live.layout.vitals_db, scratch.vitals_db)
-    _backup(live.layout.side_db, scratch.side_db)
-    if live.config.is_file():
-        shutil.copyfile(live.config, Home(scratch.root).config)
 
 
 async def _read_marked(stream: asyncio.StreamReader, chatter: list[str]) -> dict[str, Any]:
@@ -276,7 +282,7 @@ async def run_gate(staging: Path, home: Path, *, dry_run_timeout_s: float = 5.0,
 
     Returns the steps that ran: all four when the code passes, else up to the one that
     failed (the last). Writes nothing to `home` but the mypy cache (HOME/cache/mypy, or
-    $MYPY_CACHE_DIR).
+    $MYPY_CACHE_DIR), which one gate's mypy uses at a time.
     """
     steps: list[Callable[[], Awaitable[tuple[bool, str]]]] = [
         lambda: asyncio.to_thread(_compile_all, staging),
@@ -305,7 +311,7 @@ async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str
     from pulse_cli.assembly import build_engine, load_code  # the child's
 
     cfg = dataclasses.replace(config_file.load_or_default(Home(scratch).config), store=None)
-    code = load_code(engine_dir)
+    code = load_code(engine_dir, staged=True)
     names = {rule_name(r) for r in code.layer.rules} | {"business-rules"}
     engine = build_engine(scratch, cfg, code, rule_timeout=tick_s, drain_timeout=0.5)
     handled = {t.tag() for executor in engine.executors for t in executor.handles}

@@ -2,7 +2,8 @@
 
 Commits are made as `pulse <pulse@localhost>` and unsigned, so an engine directory works on a
 fresh machine without any git configuration. GIT_* variables of the caller (a hook's GIT_DIR,
-say) are dropped, so every command acts on the folder it names and nothing else.
+say) are dropped, so every command acts on the folder it names and nothing else; optional
+locks are off, so a command that only reads (status, diff, ls-files) never rewrites an index.
 """
 
 from __future__ import annotations
@@ -28,15 +29,15 @@ class GitError(PulseError):
 
 def _environment(extra: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
     env.update(extra)
     return env
 
 
-def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S, check: bool = True,
-            env: Mapping[str, str] | None = None) -> str:
-    """`git args...` in `cwd`, with `env` added to a clean environment; its stdout without
-    the final newline.
+def run_git_bytes(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S, check: bool = True,
+                  env: Mapping[str, str] | None = None, stdin: bytes = b"") -> bytes:
+    """`git args...` in `cwd`, with `env` added to a clean environment and `stdin` as its
+    input; its stdout as bytes.
 
     Raises GitError naming the command and git's own message when it fails (unless
     `check` is false), runs past `timeout` seconds, or git cannot be started.
@@ -44,8 +45,8 @@ def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S, check: bool =
     command = ["git", *IDENTITY, *args]
     shown = " ".join(["git", *args])
     try:
-        done = subprocess.run(command, cwd=cwd, env=_environment(env or {}),
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(command, cwd=cwd, env=_environment(env or {}), input=stdin,
+                              capture_output=True, timeout=timeout, check=False)
     except FileNotFoundError as exc:
         raise GitError(f"`{shown}` in {cwd}: cannot run git ({exc}) — install git and make "
                        "sure it is on PATH") from None
@@ -53,9 +54,17 @@ def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S, check: bool =
         raise GitError(f"`{shown}` in {cwd} did not finish within {timeout:g} s — is another "
                        "git command holding the repository's lock?") from None
     if check and done.returncode != 0:
-        message = (done.stderr.strip() or done.stdout.strip())[-2000:]
+        message = (done.stderr.decode(errors="replace").strip()
+                   or done.stdout.decode(errors="replace").strip())[-2000:]
         raise GitError(f"`{shown}` in {cwd} failed (exit {done.returncode}): {message}")
-    return done.stdout.rstrip("\n")
+    return done.stdout
+
+
+def run_git(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S, check: bool = True,
+            env: Mapping[str, str] | None = None) -> str:
+    """`run_git_bytes` decoded: git's stdout as text, without the final newline."""
+    out = run_git_bytes(cwd, *args, timeout=timeout, check=check, env=env)
+    return out.decode(errors="surrogateescape").rstrip("\n")
 
 
 async def git(cwd: Path, *args: str, limit_s: float = GIT_TIMEOUT_S, check: bool = True,
@@ -75,3 +84,45 @@ def head(repo: Path) -> str | None:
     if len(lines) != 2 or not _SHA.fullmatch(lines[1]):
         return None
     return lines[1] if Path(lines[0]).resolve() == repo.resolve() else None
+
+
+def committed_files(repo: Path, commit: str) -> dict[str, bytes]:
+    """The regular files of `commit` in the repository of `repo`, by path relative to the top
+    of the tree, with their contents; read from git's objects, never from the work tree."""
+    listing = run_git_bytes(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+    blobs: list[tuple[str, str]] = []
+    for entry in filter(None, listing.split(b"\0")):
+        meta, _, name = entry.partition(b"\t")
+        mode, kind, sha = meta.decode().split()
+        if kind == "blob" and mode in ("100644", "100755"):
+            blobs.append((name.decode(errors="surrogateescape"), sha))
+    if not blobs:
+        return {}
+    out = run_git_bytes(repo, "cat-file", "--batch",
+                        stdin="".join(f"{sha}\n" for _, sha in blobs).encode())
+    files: dict[str, bytes] = {}
+    at = 0
+    for path, sha in blobs:
+        header_end = out.index(b"\n", at)
+        found, _, size = out[at:header_end].decode().split()
+        if found != sha:
+            raise GitError(f"`git cat-file --batch` in {repo} answered {found} for {sha}")
+        start = header_end + 1
+        files[path] = out[start:start + int(size)]
+        at = start + int(size) + 1
+    return files
+
+
+def changed_paths(repo: Path) -> tuple[str, ...]:
+    """The paths in the work tree `repo` that differ from its HEAD: modified, added, deleted
+    and untracked files (not ignored ones). Writes nothing, not even the index."""
+    out = run_git_bytes(repo, "status", "--porcelain", "-z", "--untracked-files=all")
+    entries = iter(out.split(b"\0"))
+    paths: list[str] = []
+    for entry in entries:
+        if not entry:
+            continue
+        paths.append(entry[3:].decode(errors="surrogateescape"))
+        if entry[:1] in (b"R", b"C"):
+            next(entries, None)  # a rename or copy names its origin next
+    return tuple(paths)

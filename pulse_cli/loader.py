@@ -5,6 +5,10 @@ compiled from source, so a reload sees every edit and two loads never share a mo
 Modules of an engine directory import each other relatively (`from ..types import X`); the
 directory is never put on sys.path, so an absolute import of a sibling fails loudly instead
 of silently reusing a module from an earlier load.
+
+A committed load (what production runs) takes the modules and config.json of the directory's
+HEAD commit from git's objects, never from the work tree: an edit made in HOME/engine without
+a promote does not run, and EngineCode.uncommitted names it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import importlib.machinery
 import importlib.util
 import itertools
 import json
+import linecache
 import secrets
 import sys
 import traceback
@@ -24,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pulse_cli.git import head
+from pulse_cli.git import changed_paths, committed_files, head
 from pulse_core import Effect, Executor, Layer, Projection, PulseError, Watcher
 
 OLD_LISTS = ("RULES", "WATCHERS", "EXECUTORS", "PROJECTIONS")
@@ -50,12 +55,15 @@ class EngineCodeError(PulseError):
 @dataclass(frozen=True)
 class EngineCode:
     """What one load of an engine directory found: engine.py's LAYER, the git revision of
-    the directory (None outside git), and config.json's settings."""
+    the directory (None outside git), and config.json's settings. `uncommitted` (a
+    committed load only) names the work tree's files that differ from `revision`: they do
+    not run."""
 
     layer: Layer
     revision: str | None
     settings: Mapping[str, Any] = field(default_factory=dict)
     package: str = ""
+    uncommitted: tuple[str, ...] = ()
 
 
 class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -82,6 +90,55 @@ class _EngineFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _CommittedLoader(importlib.abc.SourceLoader):
+    """Compiles one module from its committed source (the file at `path` may differ)."""
+
+    def __init__(self, path: str, source: bytes) -> None:
+        self.path = path
+        self.source = source
+
+    def get_filename(self, fullname: str) -> str:
+        return self.path
+
+    def get_data(self, path: str) -> bytes:
+        if path != self.path:
+            raise OSError(f"{path} is not part of the committed engine code")
+        # Tracebacks show the committed line, not the work tree's.
+        lines = self.source.decode(errors="replace").splitlines(keepends=True)
+        linecache.cache[path] = (len(self.source), None, lines, path)
+        return self.source
+
+
+class _CommittedFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules of one load's package among the files of a commit, and only there;
+    it stays installed, so a module the code imports later comes from the commit too."""
+
+    def __init__(self, package: str, folder: Path, files: Mapping[str, bytes],
+                 revision: str) -> None:
+        self.package, self.folder, self.files, self.revision = package, folder, files, revision
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.package and not fullname.startswith(self.package + "."):
+            return None
+        relative = fullname[len(self.package) + 1:].replace(".", "/")
+        where = self.folder / relative
+        for name, is_package in ((f"{relative}/__init__.py".lstrip("/"), True),
+                                 (f"{relative}.py", False)):
+            if name in self.files:
+                origin = str(self.folder / name)
+                return importlib.util.spec_from_file_location(
+                    fullname, origin, loader=_CommittedLoader(origin, self.files[name]),
+                    submodule_search_locations=[str(where)] if is_package else None)
+        if not relative or any(name.startswith(relative + "/") for name in self.files):
+            spec = importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+            spec.submodule_search_locations = [str(where)]
+            return spec
+        raise ModuleNotFoundError(f"No module named {fullname!r}: no {relative}.py in the "
+                                  f"files {self.folder} has committed at {self.revision}",
+                                  name=fullname)
+
+
 def _import_engine(package: str, folder: Path) -> ModuleType:
     init = folder / "__init__.py"
     if init.is_file():
@@ -105,9 +162,17 @@ def _import_engine(package: str, folder: Path) -> ModuleType:
         sys.meta_path.remove(finder)
 
 
+def _import_committed(package: str, folder: Path, files: Mapping[str, bytes],
+                      revision: str) -> ModuleType:
+    sys.meta_path.insert(0, _CommittedFinder(package, folder, files, revision))
+    return importlib.import_module(f"{package}.engine")
+
+
 def _forget(package: str) -> None:
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
+    sys.meta_path[:] = [f for f in sys.meta_path
+                        if not (isinstance(f, _CommittedFinder) and f.package == package)]
 
 
 def _where(exc: BaseException, folder: Path, entry: Path) -> tuple[Path, int | None]:
@@ -157,11 +222,13 @@ def _exported_layer(module: ModuleType, entry: Path) -> Layer:
     return layer
 
 
-def _settings(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def _settings(path: Path, committed: bytes | None = None) -> dict[str, Any]:
+    """config.json's settings: the file at `path`, or its `committed` contents."""
+    if committed is None and not path.is_file():
         return {}
     try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
+        text = committed.decode() if committed is not None else path.read_text(encoding="utf-8")
+        settings = json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EngineCodeError(f"{path} cannot be read as JSON: {exc} — fix or delete it",
                               file=path, error_type=type(exc).__name__) from exc
@@ -175,23 +242,31 @@ def _settings(path: Path) -> dict[str, Any]:
     return settings
 
 
-def load_engine_code(engine_dir: Path) -> EngineCode:
+def load_engine_code(engine_dir: Path, *, committed: bool = False) -> EngineCode:
     """Import `engine_dir`/engine.py under a fresh package name and return its LAYER.
 
+    `committed`: when `engine_dir` is the top of a git work tree with a commit, its modules
+    and config.json are those of HEAD, read from git (edits in the work tree do not run;
+    EngineCode.uncommitted lists them); elsewhere, and by default, the files on disk.
     Raises EngineCodeError naming the file (and line) and the original error when the code
     fails to import, or when LAYER or config.json is malformed. Blocking: call it in a
     worker thread from async code.
     """
     folder = engine_dir.expanduser().resolve()
     entry = folder / "engine.py"
-    if not entry.is_file():
+    revision = head(folder)
+    files = committed_files(folder, revision) if committed and revision else None
+    if not (entry.is_file() if files is None else "engine.py" in files):
+        at = f" in the commit {revision}" if files is not None else ""
         raise EngineCodeError(
-            f"{entry} does not exist — an engine directory has an engine.py exporting one "
+            f"{entry} does not exist{at} — an engine directory has an engine.py exporting one "
             "pulse_core.Layer named LAYER; `upulse init` creates one", file=entry)
-    settings = _settings(folder / "config.json")
+    settings = _settings(folder / "config.json",
+                         None if files is None else files.get("config.json", b"{}"))
     package = f"pulse_engine_{next(_loads)}_{secrets.token_hex(4)}"
     try:
-        module = _import_engine(package, folder)
+        module = (_import_engine(package, folder) if files is None
+                  else _import_committed(package, folder, files, str(revision)))
     except (Exception, SystemExit) as exc:
         _forget(package)
         file, line = _where(exc, folder, entry)
@@ -200,8 +275,9 @@ def load_engine_code(engine_dir: Path) -> EngineCode:
                               f"{type(exc).__name__}: {exc}", file=file, line=line,
                               error_type=type(exc).__name__) from exc
     try:
-        return EngineCode(layer=_exported_layer(module, entry), revision=head(folder),
-                          settings=settings, package=package)
+        return EngineCode(layer=_exported_layer(module, entry), revision=revision,
+                          settings=settings, package=package,
+                          uncommitted=changed_paths(folder) if files is not None else ())
     except EngineCodeError:
         _forget(package)
         raise

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,8 +26,7 @@ from pulse_cli.enginedir import PromoteResult
 from pulse_cli.enginedir import promote as gate_and_merge
 from pulse_cli.enginedir import rollback as revert
 from pulse_cli.home import EXIT_REFUSED, CliError, Home
-from pulse_cli.output import clip, print_json, to_json
-from pulse_cli.stores import opened
+from pulse_cli.output import clip, print_json, printable, to_json
 from pulse_core import Engine, PulseError, wait_signal
 from pulse_survival import NotifySinks
 
@@ -50,10 +50,14 @@ def _reloaded(home: Home) -> str:
     return f"the daemon (pid {pid}) was asked to reload"
 
 
+def _waiting(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 async def _promote(home: Home, as_json: bool) -> PromoteResult:
     _require_engine_dir(home)
-    async with opened(home, read_only=False) as stores:
-        result = await gate_and_merge(home.root, events=stores.events)
+    cfg = config_file.load(home.config)
+    result = await gate_and_merge(home.root, store=cfg.store, waiting=_waiting)
     if as_json:
         print_json(msgspec.to_builtins(result))
         return result
@@ -61,14 +65,17 @@ async def _promote(home: Home, as_json: bool) -> PromoteResult:
         print(f"  {step}")
     if not result.ok:
         print(f"promote refused: the {result.failed_step} step failed; main and the daemon "
-              f"are untouched\n{result.output}")
+              f"are untouched\n{printable(result.output, newlines=True)}")
     elif result.output:
-        print(result.output)
+        print(printable(result.output, newlines=True))
     return result
 
 
 async def promote(home: Home, *, as_json: bool) -> int:
-    """Run the gate on staging; on success merge, record it and make the daemon reload."""
+    """Run the gate on staging; on success merge, record it and make the daemon reload.
+
+    The home's log is opened only to record a promote that merged something: a refusal,
+    or nothing to promote, leaves every store of the home as it was."""
     result = await _promote(home, as_json)
     if not result.ok:
         return EXIT_REFUSED
@@ -83,8 +90,8 @@ async def promote(home: Home, *, as_json: bool) -> int:
 async def rollback(home: Home, revision: str | None, *, reason: str) -> int:
     """Revert main to `revision` (default: before the last promote), record it, reload."""
     _require_engine_dir(home)
-    async with opened(home, read_only=False) as stores:
-        now = await revert(home.root, revision, events=stores.events, reason=reason)
+    cfg = config_file.load(home.config)
+    now = await revert(home.root, revision, store=cfg.store, reason=reason)
     print(f"rolled back: main is at {now}; {_reloaded(home)}")
     return 0
 
@@ -157,7 +164,7 @@ class _DevEngine:
     async def build(self) -> Engine:
         """The engine of the staging code and config.json; PulseError when it cannot be built."""
         cfg = _dev_config(self.home)
-        code = await asyncio.to_thread(load_code, self.home.staging)
+        code = await asyncio.to_thread(load_code, self.home.staging, staged=True)
         return build_engine(self.scratch, cfg, code)
 
     async def run(self, engine: Engine) -> None:
@@ -171,7 +178,8 @@ class _DevEngine:
     async def _show(self, engine: Engine) -> None:
         async for event in engine.events.changes(self.seen, poll_interval=0.5):
             self.seen = event.seq
-            print(f"#{event.seq} {event.kind} {event.key} {clip(to_json(event.data), 100)}",
+            print(printable(f"#{event.seq} {event.kind} {event.key} ")
+                  + clip(to_json(event.data), 100),
                   flush=True)
 
     async def reload(self) -> None:

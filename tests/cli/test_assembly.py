@@ -46,13 +46,13 @@ def test_a_home_without_an_engine_directory_runs_an_empty_business_layer(
 def test_a_rule_that_declares_an_effect_no_executor_handles_is_refused_at_build(
         tmp_path: Path) -> None:
     assert init_engine_dir(tmp_path / "home")
-    engine_dir = tmp_path / "home" / "engine"
-    edit(engine_dir / "engine.py", 'executors=[NoteExecutor(HOME / "notes.md")],',
+    staging = tmp_path / "home" / "staging"
+    edit(staging / "engine.py", 'executors=[NoteExecutor(HOME / "notes.md")],',
          "executors=[],")
     with pytest.raises(UnhandledEffect, match=r"inbox_note \(layer 'engine'\) emits 'note'"):
-        build_engine(tmp_path / "home", parse_config(b"{}"), load_code(engine_dir))
-    edit(engine_dir / RULE, "@emits(Note)\n", "")  # undeclared: only the dry run can tell
-    build_engine(tmp_path / "home", parse_config(b"{}"), load_code(engine_dir))
+        build_engine(tmp_path / "home", parse_config(b"{}"), load_code(staging, staged=True))
+    edit(staging / RULE, "@emits(Note)\n", "")  # undeclared: only the dry run can tell
+    build_engine(tmp_path / "home", parse_config(b"{}"), load_code(staging, staged=True))
 
 
 def test_a_configured_layer_that_is_missing_or_refuses_its_settings_names_field_and_layer(

@@ -59,6 +59,19 @@ async def test_two_loads_never_share_modules_and_a_reload_sees_an_edit_a_pyc_hid
     assert await note_of(engine_dir) == "3 message(s) waiting in the INBOX"
 
 
+def test_a_committed_load_runs_head_and_names_what_the_work_tree_changed(
+        engine_dir: Path) -> None:
+    main = git(engine_dir, "rev-parse", "HEAD")
+    (engine_dir / "config.json").write_text('{"default_tick_ms": 1}')
+    (engine_dir / RULE).unlink()
+    code = load_engine_code(engine_dir, committed=True)
+    assert code.revision == main
+    assert code.settings == {"default_tick_ms": 5000}
+    assert [rule_name(r) for r in code.layer.rules] == ["inbox_note"]
+    assert code.layer.rules[0].__code__.co_filename == str(engine_dir / RULE)
+    assert code.uncommitted == ("config.json", "rules/inbox.py")
+
+
 def test_code_that_fails_to_import_names_the_file_line_and_error(engine_dir: Path) -> None:
     modules = set(sys.modules)
     (engine_dir / RULE).write_text("import msgspec\n\nraise LookupError('no inbox here')\n")
