@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -32,9 +33,11 @@ from pulse_core import (
     EffectStatus,
     Event,
     EventStore,
+    EventUnreadable,
     InvalidTransition,
     TaskBoard,
     TaskState,
+    UnreadableEvent,
     fold_effect,
 )
 from pulse_core._effects import EFFECT_KINDS
@@ -76,67 +79,96 @@ async def _after_time(store: EventStore, cutoff_ms: int) -> int:
     low, high = 0, await store.last_seq()
     while low < high:
         mid = (low + high) // 2
-        event = (await store.read(mid, limit=1))[0]
-        if event.ts >= cutoff_ms:
+        row = (await store.read_rows(mid, limit=1))[0]
+        if row.ts >= cutoff_ms:
             high = mid
         else:
             low = mid + 1
     return low
 
 
+Row = Event | UnreadableEvent
+"""A listed row: an event, or a stored row whose data cannot be decoded."""
+
+
 async def _events_after(store: EventStore, since: Since | None, kinds: list[str] | None,
-                        key: str | None, limit: int) -> list[Event]:
+                        key: str | None, limit: int) -> list[Row]:
     if since is None:
         top = await store.last_seq()
         # A tail: without filters the last `limit` seqs are the last `limit` events.
         after = max(top - limit, 0) if limit and kinds is None and key is None else 0
-        events = await store.read(after, kinds=kinds, key=key)
-        return events[-limit:] if limit else events
+        rows = await store.read_rows(after, kinds=kinds, key=key)
+        return rows[-limit:] if limit else rows
     if since.seq is not None:
         after = since.seq
     else:
         assert since.seconds is not None
         after = await _after_time(store, now_ms() - int(since.seconds * 1000))
-    return await store.read(after, kinds=kinds, key=key, limit=limit or None)
+    return await store.read_rows(after, kinds=kinds, key=key, limit=limit or None)
 
 
-def _event_row(event: Event, now: int) -> list[str]:
-    data = "" if event.data is None else to_json(event.data)
-    return [str(event.seq), ago(event.ts, now), event.kind, clip(event.key, 40), event.origin,
-            clip(data, 70)]
+def _event_row(row: Row, now: int) -> list[str]:
+    if isinstance(row, UnreadableEvent):
+        data = f"UNREADABLE ({row.reason}): {UNREADABLE_HINT}"
+    else:
+        data = "" if row.data is None else to_json(row.data)
+    return [str(row.seq), ago(row.ts, now), row.kind, clip(row.key, 40), row.origin,
+            clip(data, 70 if isinstance(row, Event) else 200)]
 
 
+def _row_json(row: Row) -> Any:
+    if isinstance(row, UnreadableEvent):
+        return {**msgspec.to_builtins(row), "unreadable": True}
+    return msgspec.to_builtins(row)
+
+
+UNREADABLE_HINT = "an engine opening this home quarantines it (docs/events.md)"
 _EVENT_HEADERS = ("SEQ", "WHEN", "KIND", "KEY", "ORIGIN", "DATA")
 
 
 async def events(home: Home, *, kinds: list[str] | None, key: str | None, since: Since | None,
                  follow: bool, as_json: bool, limit: int) -> int:
-    """Print events: the last `limit` (or, with `since`, the first `limit` after it)."""
+    """Print events: the last `limit` (or, with `since`, the first `limit` after it); a row
+    whose data cannot be decoded is listed as unreadable, never an error."""
     async with opened(home, read_only=True) as stores:
         store = stores.events
         listed = await _events_after(store, since, kinds, key, limit)
         now = now_ms()
         if as_json and not follow:
-            print_json([msgspec.to_builtins(e) for e in listed])
+            print_json([_row_json(row) for row in listed])
             return 0
         if as_json:
-            for event in listed:
-                print_json_line(msgspec.to_builtins(event))
+            for row in listed:
+                print_json_line(_row_json(row))
         else:
-            print_table(_EVENT_HEADERS, [_event_row(e, now) for e in listed],
+            print_table(_EVENT_HEADERS, [_event_row(row, now) for row in listed],
                         "" if follow else "no events")
         if not follow:
             return 0
         cursor = listed[-1].seq if listed else (
             since.seq if since is not None and since.seq is not None else await store.last_seq())
-        async for event in store.changes(cursor, kinds=kinds, poll_interval=0.25):
-            if key is not None and event.key != key:
+        async for row in _follow(store, cursor, kinds):
+            if key is not None and row.key != key:
                 continue
             if as_json:
-                print_json_line(msgspec.to_builtins(event))
+                print_json_line(_row_json(row))
             else:
-                print(printable("  ".join(_event_row(event, now_ms()))), flush=True)
+                print(printable("  ".join(_event_row(row, now_ms()))), flush=True)
     return 0
+
+
+async def _follow(store: EventStore, cursor: int, kinds: list[str] | None
+                  ) -> AsyncIterator[Row]:
+    """Rows after `cursor` as they commit; an unreadable one comes as an UnreadableEvent."""
+    while True:
+        try:
+            async for event in store.changes(cursor, kinds=kinds, poll_interval=0.25):
+                cursor = event.seq
+                yield event
+        except EventUnreadable as exc:
+            for row in await store.read_rows(exc.seq - 1, limit=1):
+                yield row
+            cursor = exc.seq
 
 
 # -- effects -------------------------------------------------------------------------------

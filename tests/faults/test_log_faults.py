@@ -40,6 +40,8 @@ from pulse_core import (
 )
 from pulse_core._effects import effect_draft
 from pulse_core._events import MAX_DATA_DEPTH
+from pulse_survival import Notify
+from tests.cli.runner import Upulse
 
 register_kind("fault-note", "a note written by the log fault tests; data: n")
 
@@ -533,5 +535,42 @@ async def test_an_object_digest_with_a_trailing_newline_is_refused(tmp_path: Pat
         with pytest.raises(ValueError):
             await purge_payload(store, objects, f"{digest}\n", reason="test")
         assert await store.last_seq() == 0 and objects.get_sync(digest) == b"payload"
+    finally:
+        await store.close()
+
+
+def test_upulse_lists_a_corrupt_row_and_a_daemon_quarantines_it_and_runs(
+    tmp_path: Path,
+) -> None:
+    """Fault 4 (the CLI's share): `upulse events` and `daemon start` failed with a bare
+    msgspec.DecodeError; now the listing shows the row as unreadable, and a daemon starts,
+    quarantines it (its executor loop folds every effect) and runs."""
+    upulse = Upulse(tmp_path)
+    home = upulse.init(tmp_path / "home")
+    effect = effect_draft(Notify(topic="t", level="info", text="row-2"), origin="agent")
+    asyncio.run(_append_notes(home, [note(1), effect, note(3)]))
+    corrupt_data_of(home / "events.db", "row-2")
+    try:
+        listing = upulse("events", "--home", home)
+        [row] = [line for line in listing.stdout.splitlines() if "UNREADABLE" in line]
+        assert row.split()[0] == "2" and row.split()[3] == "effect", listing.stdout
+        rows = upulse.json("events", "--home", home)
+        assert isinstance(rows, list)
+        assert [r["seq"] for r in rows if r.get("unreadable")] == [2]
+
+        upulse("daemon", "start", "--home", home)
+        quarantined = upulse.json("events", "--home", home, "--kind", "event-quarantined")
+        assert isinstance(quarantined, list)
+        assert [q["data"]["seq"] for q in quarantined] == [2]
+        status = upulse("daemon", "status", "--home", home)
+        assert "running" in status.stdout, status.stdout
+    finally:
+        upulse.stop_all()
+
+
+async def _append_notes(home: Path, drafts: list[EventDraft]) -> None:
+    store = await SqliteEventStore.open(home / "events.db")
+    try:
+        await store.append(drafts)
     finally:
         await store.close()
