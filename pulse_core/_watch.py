@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pulse_core._redact import redact_urls
 from pulse_core._supervisor import wait_signal
 from pulse_core.store._vitals import Sample, VitalsStore
 
@@ -138,11 +139,11 @@ async def sample_once(watcher: Watcher, vitals: VitalsStore) -> Sample:
             error=f"{watcher.name}: collect timed out after {watcher.timeout:g} s{stuck}")
     except Exception as exc:
         text = "".join(traceback.format_exception_only(exc)).strip()
-        return await vitals.record(watcher.key, error=f"{watcher.name}: {text}")
+        return await vitals.record(watcher.key, error=f"{watcher.name}: {redact_urls(text)}")
     try:
         return await vitals.record(watcher.key, data)
     except Exception as exc:
-        return await vitals.record(watcher.key, error=f"{watcher.name}: {exc}")
+        return await vitals.record(watcher.key, error=f"{watcher.name}: {redact_urls(str(exc))}")
 
 
 async def wants_wake(watcher: Watcher, vitals: VitalsStore) -> bool:

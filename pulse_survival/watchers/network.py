@@ -12,7 +12,7 @@ import dns.exception
 import dns.resolver
 import httpx
 
-from pulse_core import Sample, Watcher
+from pulse_core import Sample, Watcher, redact_urls
 from pulse_survival.config import NetworkTargets
 
 
@@ -68,7 +68,7 @@ class NetworkWatcher(Watcher):
             response = await client.get(url)
         except httpx.HTTPError as exc:
             return {"ok": False, "latency_ms": _ms(started),
-                    "error": f"{type(exc).__name__}: {exc}"[:300]}
+                    "error": redact_urls(f"{type(exc).__name__}: {exc}")[:300]}
         ok = response.status_code < 500
         out: dict[str, Any] = {"ok": ok, "latency_ms": _ms(started),
                                "status": response.status_code}

@@ -29,12 +29,15 @@ from pulse_core import (
     LoopState,
     Snapshot,
     SqliteEventStore,
+    SqliteVitalsStore,
+    Watcher,
     _effect_index,
     redact_urls,
 )
 from pulse_core._effects import effect_draft
 from pulse_core._events import Event
 from pulse_core._supervisor import wait_signal
+from pulse_core._watch import sample_once
 from tests.loopback import LoopbackServer, read_request
 
 
@@ -186,6 +189,7 @@ async def test_the_executor_loop_survives_effect_rows_that_do_not_decode(
 
 
 SECRETS = ("hookuser", "hunter2pass", "T0KEN-path", "K3Y-query", "FR4G-fragment")
+SECRET_URL = "http://hookuser:hunter2pass@127.0.0.1:9/T0KEN-path?key=K3Y-query#FR4G-fragment"
 
 
 class Hook(Effect, tag="fault-hook"):
@@ -286,8 +290,30 @@ def test_redact_urls_keeps_scheme_and_host_only(text: str, kept: str) -> None:
     assert redact_urls(text) == kept
 
 
-def _stored_bytes(home: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in home.glob("events.db*"))
+async def test_a_watcher_error_keeps_a_url_s_scheme_and_host_only(tmp_path: Path) -> None:
+    """Fault 6 (the watchers' share): a collect that fails with a URL in its message stored
+    the URL whole in vitals.db (httpx errors name the URL they fetched)."""
+    class Fetching(Watcher):
+        name = "fetching"
+        interval = 1.0
+
+        async def collect(self) -> None:
+            raise ConnectionError(f"GET {SECRET_URL} failed")
+
+    vitals = await SqliteVitalsStore.open(tmp_path / "vitals.db")
+    try:
+        sample = await sample_once(Fetching(), vitals)
+    finally:
+        await vitals.close()
+    assert sample.error is not None and "http://127.0.0.1" in sample.error
+    stored = _stored_bytes(tmp_path, "vitals.db")
+    for secret in SECRETS:
+        assert secret not in sample.error and secret.encode() not in stored
+
+
+def _stored_bytes(home: Path, db: str = "events.db") -> bytes:
+    """Everything in `db` and its -wal and -shm, as bytes on disk."""
+    return b"".join(p.read_bytes() for p in home.glob(f"{db}*"))
 
 
 async def test_close_claims_nothing_new_and_returns_when_running_attempts_end(
