@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -78,6 +79,6 @@ class NotifyExecutor(Executor):
 
 
 def _append(path: Path, line: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as out:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
         out.write(line)

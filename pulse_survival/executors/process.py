@@ -41,8 +41,9 @@ class RestartProcessExecutor(Executor):
         if not effect.argv:
             raise ValueError(f"process {effect.name!r} has no argv to restart it with")
         log = Path(effect.log) if effect.log else self.log_dir / f"{effect.name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
+        log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # A new log is the owner's only (0600): a process's output may hold its secrets.
+        with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
             child = subprocess.Popen(
                 list(effect.argv), cwd=effect.cwd, env={**os.environ, **effect.env},
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

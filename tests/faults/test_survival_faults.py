@@ -7,6 +7,8 @@ import asyncio
 import errno
 import os
 import socket
+import stat
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -15,17 +17,28 @@ from pathlib import Path
 
 import pytest
 
-from pulse_core import Engine, ManualClock, Sample, VitalsStore, Watcher
+from pulse_core import (
+    Engine,
+    ExecutionContext,
+    ManualClock,
+    Sample,
+    SqliteEventStore,
+    SystemClock,
+    VitalsStore,
+    Watcher,
+)
 from pulse_core._effects import effect_draft
 from pulse_survival import (
     ErrorLogPolicy,
     Notify,
     NotifySinks,
     ResourceThresholds,
+    RestartProcess,
     SurvivalConfig,
     SurvivalConfigError,
     load_config,
 )
+from pulse_survival.executors import NotifyExecutor, RestartProcessExecutor
 from pulse_survival.watchers import ErrorLogWatcher
 from tests.loopback import LOOPBACK, LoopbackServer
 
@@ -461,3 +474,26 @@ def unused_port() -> int:
     with socket.socket() as probe:
         probe.bind((LOOPBACK, 0))
         return int(probe.getsockname()[1])
+
+
+async def test_the_logs_and_notice_files_the_survival_layer_creates_are_private(
+    tmp_path: Path,
+) -> None:
+    """Fault 8 (the survival layer's share): a restarted process's log and the notify log
+    file were created with the umask (0644), though they hold process output and notices."""
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    ctx = ExecutionContext(effect_id="e-1", attempt=1, seq=1, origin="survival",
+                           clock=SystemClock(), events=store)
+    previous = os.umask(0o022)
+    try:
+        await RestartProcessExecutor(tmp_path / "logs").execute(
+            RestartProcess(name="brief", argv=(sys.executable, "-c", "print('up')")), ctx)
+        sinks = NotifySinks(log_file=str(tmp_path / "notices" / "notices.log"))
+        await NotifyExecutor(sinks).execute(Notify(topic="t", level="info", text="x"), ctx)
+    finally:
+        os.umask(previous)
+        await store.close()
+    for made in (tmp_path / "logs" / "brief.log", tmp_path / "notices" / "notices.log"):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o600, made
+    for folder in (tmp_path / "logs", tmp_path / "notices"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
