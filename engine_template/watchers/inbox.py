@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +23,7 @@ class InboxWatcher(Watcher):
         self.folder = folder
 
     async def collect(self) -> InboxReading:
-        return InboxReading(count=await asyncio.to_thread(self._count))
+        return InboxReading(count=await self.in_thread(self._count))
 
     def _count(self) -> int:
         if not self.folder.is_dir():
