@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import msgspec
 
 from pulse_core._effects import EFFECT_KINDS, EffectEntry, EffectStatus, advance
-from pulse_core._events import Event
+from pulse_core._events import QUARANTINED, Event
 from pulse_core._projector import (
     INLINE_FOLD,
     discard_checkpoints,
+    foreign_checkpoints,
+    id_at,
     load_checkpoint,
     save_checkpoint,
 )
@@ -21,6 +24,8 @@ _CHECKPOINT = "executor-loop"
 _CHECKPOINT_VERSION = 1
 PAGE = 5_000
 CHECKPOINT_EVERY = 10_000
+FOLDED = EFFECT_KINDS | {QUARANTINED}
+"""An effect's own events, and a quarantine of one (it moves the effect's version on)."""
 
 
 class EffectIndex:
@@ -37,34 +42,37 @@ class EffectIndex:
         self.cursor = 0
         self._saved_cursor = 0
         self._lock = asyncio.Lock()
+        self._unverified: tuple[int, str] | None = None  # a loaded checkpoint, not yet checked
         if checkpoints is not None:
             loaded = load_checkpoint(checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION,
                                      dict[str, EffectEntry])
             if loaded is not None:
-                self.cursor = self._saved_cursor = loaded[0]
-                self.entries = loaded[1]
+                self.cursor = self._saved_cursor = loaded.seq
+                self.entries = loaded.state
+                self._unverified = (loaded.seq, loaded.at)
 
     async def refresh(self) -> None:
         """Fold every effect event committed since the last refresh.
 
-        A cursor past the log's newest seq (a checkpoint of more log than there is) is
-        discarded and the index rebuilt from the start of the log.
+        At the first refresh, a checkpoint this log does not bear out (it ends before the
+        checkpoint's seq, or holds another event there) is discarded and the index rebuilt
+        from the start of the log.
         """
         async with self._lock:
-            head = await self._fold_new()
-            if head < self.cursor:
-                ahead = self.cursor
-                self.entries.clear()  # in place: the executor loop holds this dict
-                self.cursor = self._saved_cursor = 0
-                await discard_checkpoints(self.store, self.checkpoints, {_CHECKPOINT: ahead},
-                                          head)
-                await self._fold_new()
+            if self._unverified is not None:
+                foreign = await foreign_checkpoints(self.store, {_CHECKPOINT: self._unverified})
+                self._unverified = None
+                if foreign:
+                    self.entries.clear()  # in place: the executor loop holds this dict
+                    self.cursor = self._saved_cursor = 0
+                    await discard_checkpoints(self.store, self.checkpoints, foreign)
+            await self._fold_new()
 
     async def _fold_new(self) -> int:
         """Fold the effect events after `cursor`; the log's newest seq as the last read saw
         it."""
         head = 0
-        async for page in self.store.pages(self.cursor, kinds=EFFECT_KINDS, limit=PAGE):
+        async for page in self.store.pages(self.cursor, kinds=FOLDED, limit=PAGE):
             if len(page.events) > INLINE_FOLD:
                 changes = await asyncio.to_thread(self._fold_apart, page.events)
             else:
@@ -108,11 +116,22 @@ class EffectIndex:
                 if e.status is EffectStatus.EXECUTING]
         return min((d for d in due if d > now), default=None)
 
-    def checkpoint(self, force: bool = False) -> None:
-        """Save the index (blocking) when due, or now with `force`."""
+    async def checkpoint(self, force: bool = False) -> None:
+        """Save the index when due, or now with `force` (then in a thread: nothing folds into
+        the index while the loop drains)."""
         if self.checkpoints is None:
             return
-        if force or self.cursor - self._saved_cursor >= CHECKPOINT_EVERY:
-            save_checkpoint(self.checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION, self.cursor,
-                            self.entries)
-            self._saved_cursor = self.cursor
+        if not force and self.cursor - self._saved_cursor < CHECKPOINT_EVERY:
+            return
+        cursor = self.cursor
+        at = await id_at(self.store, cursor)
+        if self.cursor != cursor:  # folded on meanwhile: saved at a later call
+            return
+        if force:
+            await asyncio.to_thread(functools.partial(
+                save_checkpoint, self.checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION, cursor,
+                self.entries, at=at))
+        else:  # on the loop: a thread could see the index change under it
+            save_checkpoint(self.checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION, cursor,
+                            self.entries, at=at)
+        self._saved_cursor = cursor

@@ -24,7 +24,7 @@ import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._errors import PulseError, UnknownEffect
-from pulse_core._events import Event, EventDraft, uuid7
+from pulse_core._events import QUARANTINED, Event, EventDraft, uuid7
 from pulse_core.store._base import EventStore
 from pulse_core.store._side import SideStore
 from pulse_core.store._vitals import VitalsStore
@@ -301,6 +301,19 @@ def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
     if entry is None:
         return None
     data = event.data if isinstance(event.data, dict) else {}
+    if event.kind == QUARANTINED:
+        # One of the effect's rows is unreadable. If it was the newest and a claim, that
+        # attempt may have run: count it, and let the next claim come at once (its lease is
+        # lost with it), as after a crash.
+        lost_claim = (data.get("kind") == "effect-executing"
+                      and _number(data.get("version"), 0) > entry.version)
+        entry.version = event.version
+        entry.updated_at = event.ts
+        if lost_claim:
+            entry.status = EffectStatus.EXECUTING
+            entry.attempt += 1
+            entry.lease_until, entry.owner, entry.owner_pid = 0, "", 0
+        return entry
     entry.version = event.version
     entry.updated_at = event.ts
     if event.kind == "effect-executing":

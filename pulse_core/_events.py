@@ -315,15 +315,23 @@ _register_builtin(
 )
 
 
+QUARANTINED = "event-quarantined"
+"""The kind that marks a stored row unreadable (see Quarantined)."""
+
+
 class Quarantined(msgspec.Struct, frozen=True):
-    """The data of an `event-quarantined` event: the row `seq` (its `kind` and `key`) cannot
-    be read and every read leaves it out."""
+    """The data of an `event-quarantined` event: the row `seq` (its `kind`, `key` and
+    `version`) cannot be read and every read leaves it out.
+
+    The event is stored under the row's own key, so the key's version moves past the row: a
+    fold that reads this kind beside its own keeps the version writers must expect."""
 
     seq: int
     kind: str
     key: str
     reason: str
+    version: int = 0
 
 
-register_kind("event-quarantined", "a stored row cannot be read and every read leaves it "
-                                    "out; key: event:<seq>", Quarantined)
+register_kind(QUARANTINED, "a stored row cannot be read and every read leaves it out; key: "
+                           "the row's key; data: seq, kind, key, version, reason", Quarantined)

@@ -239,10 +239,7 @@ class ExecutorLoop:
         """Save the index when due (`force`: now, at drain); a save that fails is reported
         once until one succeeds again: the checkpoint is a cache, claims go on without it."""
         try:
-            if force:  # drained: nothing folds into the index now, a thread may encode it
-                await asyncio.to_thread(self._index.checkpoint, True)
-            else:
-                self._index.checkpoint()
+            await self._index.checkpoint(force)
         except Exception as exc:
             if not self._checkpoint_failed:
                 self.on_error("executor-loop: checkpoint not saved; the index is rebuilt from "
@@ -260,8 +257,7 @@ class ExecutorLoop:
                 return
             await asyncio.wait(list(self._inflight.values()),
                                return_when=asyncio.FIRST_COMPLETED)
-            if not self._inflight:  # what those runs recorded may make more claimable
-                await self.refresh()
+            await self.refresh()  # what finished is no longer claimable; it may free others
 
     def stop_claiming(self) -> None:
         """Claim nothing more; attempts already claimed run on."""
@@ -276,9 +272,7 @@ class ExecutorLoop:
         except Exception as exc:
             # The claim could not be written: nothing ran and nothing is lost; the effect
             # is tried again once READ_BACKOFF has passed (or its lease, if it was).
-            failures = self._held_back.get(entry.id, (0, 0.0))[0] + 1
-            delay = READ_BACKOFF.delay_ms(failures) / 1000
-            self._held_back[entry.id] = (failures, asyncio.get_running_loop().time() + delay)
+            self._hold_back(entry.id)
             self.on_error(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
                           exc)
             return EffectOutcome.LOST_CLAIM
@@ -286,6 +280,12 @@ class ExecutorLoop:
             self._inflight.pop(entry.id, None)
             if self._wake is not None:
                 self._wake.set()  # a slot is free: claim what waits for one
+
+    def _hold_back(self, effect_id: str) -> None:
+        """Claim `effect_id` again only after READ_BACKOFF (longer after each failure)."""
+        failures = self._held_back.get(effect_id, (0, 0.0))[0] + 1
+        delay = READ_BACKOFF.delay_ms(failures) / 1000
+        self._held_back[effect_id] = (failures, asyncio.get_running_loop().time() + delay)
 
     async def _claim_and_run(self, entry: EffectEntry) -> EffectOutcome:
         executor = self._by_tag.get(entry.tag)
@@ -301,7 +301,8 @@ class ExecutorLoop:
         )
         try:
             claimed = await self.store.append([draft], expect={entry.id: entry.version})
-        except VersionConflict:
+        except VersionConflict:  # another claim won; never retried at once (no busy loop)
+            self._hold_back(entry.id)
             return EffectOutcome.LOST_CLAIM
         self._held_back.pop(entry.id, None)
         claim = _Claim(entry, claimed.events[0].version, lease_until, entry.attempt + 1,

@@ -11,7 +11,7 @@ import time
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -30,6 +30,16 @@ class _Checkpoint(msgspec.Struct):
     version: int
     seq: int
     state: msgspec.Raw
+    at: str = ""  # the id of the event at `seq`: a log with another event there is another log
+
+
+class Loaded(NamedTuple):
+    """A checkpoint read back: the seq it reflects, the state, and the id of the event at
+    that seq when it was written."""
+
+    seq: int
+    state: Any
+    at: str
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -46,11 +56,13 @@ def _dec_hook(type_: Any, obj: Any) -> Any:
     raise NotImplementedError(f"cannot restore a {type_!r} from a checkpoint")
 
 
-def save_checkpoint(folder: Path, name: str, version: int, seq: int, state: Any) -> None:
-    """Write a state and the seq it reflects, atomically, to `folder/name.ckpt`."""
+def save_checkpoint(folder: Path, name: str, version: int, seq: int, state: Any, *,
+                    at: str = "") -> None:
+    """Write a state, the seq it reflects and the id of the event at that seq (`at`),
+    atomically, to `folder/name.ckpt`."""
     private_folder(folder)
     raw = msgspec.msgpack.encode(state, enc_hook=_enc_hook)
-    body = msgspec.msgpack.encode(_Checkpoint(name, version, seq, msgspec.Raw(raw)))
+    body = msgspec.msgpack.encode(_Checkpoint(name, version, seq, msgspec.Raw(raw), at))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}-")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -64,8 +76,8 @@ def save_checkpoint(folder: Path, name: str, version: int, seq: int, state: Any)
         raise
 
 
-def load_checkpoint(folder: Path, name: str, version: int, type: Any) -> tuple[int, Any] | None:
-    """(seq, state) from `folder/name.ckpt`, or None when absent, stale or unreadable.
+def load_checkpoint(folder: Path, name: str, version: int, type: Any) -> Loaded | None:
+    """The checkpoint in `folder/name.ckpt`, or None when absent, stale or unreadable.
 
     A checkpoint is only a cache of the log: anything wrong with it means rebuild, not fail.
     """
@@ -74,7 +86,8 @@ def load_checkpoint(folder: Path, name: str, version: int, type: Any) -> tuple[i
         ckpt = msgspec.msgpack.decode(body, type=_Checkpoint)
         if ckpt.name != name or ckpt.version != version:
             return None
-        return ckpt.seq, msgspec.msgpack.decode(ckpt.state, type=type, dec_hook=_dec_hook)
+        state = msgspec.msgpack.decode(ckpt.state, type=type, dec_hook=_dec_hook)
+        return Loaded(ckpt.seq, state, ckpt.at)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
 
@@ -105,14 +118,41 @@ async def refuse_lost_log(events: EventStore, folder: Path) -> None:
             f"backup, or delete {folder} to start a new log deliberately")
 
 
-async def discard_checkpoints(store: EventStore, folder: Path | None, ahead: Mapping[str, int],
-                              last_seq: int) -> None:
-    """Delete the checkpoints `ahead` (name: the seq each reflects), which reflect more of the
-    log than it holds (it ends at `last_seq`: restored from a backup, or it lost its -wal), and
-    record a `checkpoint-discarded` event for each (logged when the store cannot take it)."""
-    for name, seq in ahead.items():
-        log.warning("pulse: checkpoint %r reflects the log up to #%d but the log ends at #%d: "
-                    "discarded, the fold is rebuilt from the log", name, seq, last_seq)
+async def id_at(store: EventStore, seq: int) -> str:
+    """The id of the stored row `seq` ("" for seq 0 or a row the log does not hold)."""
+    if seq <= 0:
+        return ""
+    rows = await store.read_rows(seq - 1, limit=1)
+    return rows[0].id if rows and rows[0].seq == seq else ""
+
+
+async def foreign_checkpoints(store: EventStore, marks: Mapping[str, tuple[int, str]]
+                              ) -> dict[str, int]:
+    """Of `marks` (name: the seq a checkpoint reflects and the id of the event there), those
+    this log does not bear out: it ends before that seq, or holds another event there (a log
+    restored from a backup, then written again). A checkpoint of an empty fold always holds."""
+    ids: dict[int, str] = {}
+    foreign: dict[str, int] = {}
+    for name, (seq, at) in marks.items():
+        if seq <= 0:
+            continue
+        if seq not in ids:
+            ids[seq] = await id_at(store, seq)
+        if not at or ids[seq] != at:
+            foreign[name] = seq
+    return foreign
+
+
+async def discard_checkpoints(store: EventStore, folder: Path | None,
+                              foreign: Mapping[str, int]) -> None:
+    """Delete the checkpoints `foreign` (name: the seq each reflects), which this log does not
+    bear out, and record a `checkpoint-discarded` event for each (logged when the store
+    cannot take it)."""
+    last_seq = await store.last_seq()
+    for name, seq in foreign.items():
+        log.warning("pulse: checkpoint %r reflects a log whose event #%d this one does not "
+                    "hold (it ends at #%d, or holds another event there): discarded, the fold "
+                    "is rebuilt from the log", name, seq, last_seq)
         if folder is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(folder / f"{name}.ckpt")
@@ -122,7 +162,7 @@ async def discard_checkpoints(store: EventStore, folder: Path | None, ahead: Map
         await store.append([EventDraft("checkpoint-discarded", f"checkpoint:{name}",
                                        {"name": name, "seq": seq, "last_seq": last_seq},
                                        origin="engine")
-                            for name, seq in ahead.items()])
+                            for name, seq in foreign.items()])
 
 
 INLINE_FOLD = 256
@@ -166,13 +206,16 @@ class Projector:
         for proj in self.projections:
             kinds = None if proj.kinds is None or kinds is None else kinds | proj.kinds
         self._kinds = None if kinds is None else sorted(kinds)
+        self._unverified: dict[str, tuple[int, str]] = {}  # loaded, not yet checked
         for proj in self.projections:
             loaded = None
             if checkpoints is not None:
                 loaded = load_checkpoint(checkpoints, proj.name, proj.version, proj.state_type())
-            seq, state = loaded if loaded is not None else (0, proj.initial())
-            self.states[proj.name] = state
-            self.seqs[proj.name] = self._saved_seq[proj.name] = seq
+            if loaded is None:
+                loaded = Loaded(0, proj.initial(), "")
+            self.states[proj.name] = loaded.state
+            self.seqs[proj.name] = self._saved_seq[proj.name] = loaded.seq
+            self._unverified[proj.name] = (loaded.seq, loaded.at)
 
     @property
     def seq(self) -> int:
@@ -186,16 +229,17 @@ class Projector:
         open of a long log) is folded in a worker thread, so the event loop never stalls.
         """
         async with self._lock:
+            if self._unverified:  # first: checkpoints of another log are rebuilt
+                foreign = await foreign_checkpoints(self.store, self._unverified)
+                self._unverified = {}
+                for proj in self.projections:
+                    if proj.name in foreign:
+                        self.states[proj.name] = proj.initial()
+                        self.seqs[proj.name] = self._saved_seq[proj.name] = 0
+                if foreign:
+                    await discard_checkpoints(self.store, self.checkpoints, foreign)
             if self.projections:
                 head = await self._fold_new()
-                ahead = {name: seq for name, seq in self.seqs.items() if seq > head}
-                if ahead:  # checkpoints of more log than there is: rebuild those folds
-                    for proj in self.projections:
-                        if proj.name in ahead:
-                            self.states[proj.name] = proj.initial()
-                            self.seqs[proj.name] = self._saved_seq[proj.name] = 0
-                    await discard_checkpoints(self.store, self.checkpoints, ahead, head)
-                    head = await self._fold_new()
                 # That last read saw every event up to its last_seq: none left for anyone.
                 for name in self.seqs:
                     self.seqs[name] = max(self.seqs[name], head)
@@ -207,7 +251,7 @@ class Projector:
         """Checkpoint; a disk that refuses is logged once (until a save works again) and
         retried at the next interval, never raised: a checkpoint is only a cache."""
         try:
-            await asyncio.to_thread(self._save)
+            await self._save_now()
         except OSError as exc:
             self._saved_at = time.monotonic()
             if not self._save_failing:
@@ -246,13 +290,20 @@ class Projector:
         due = time.monotonic() - self._saved_at >= self.checkpoint_interval
         return force or behind >= self.checkpoint_every or (due and behind > 0)
 
-    def _save(self) -> None:
+    async def _save_now(self) -> None:
+        """Write every projection that moved, each with the id of the event at its seq (the
+        caller holds the lock, so nothing folds meanwhile)."""
+        moved = {n: seq for n, seq in self.seqs.items() if seq != self._saved_seq[n]}
+        ats = {seq: await id_at(self.store, seq) for seq in set(moved.values())}
+        await asyncio.to_thread(self._save, {n: ats[seq] for n, seq in moved.items()})
+
+    def _save(self, ats: Mapping[str, str]) -> None:
         assert self.checkpoints is not None
         for proj in self.projections:
             name = proj.name
-            if self.seqs[name] != self._saved_seq[name]:
+            if name in ats:
                 save_checkpoint(self.checkpoints, name, proj.version, self.seqs[name],
-                                self.states[name])
+                                self.states[name], at=ats[name])
                 self._saved_seq[name] = self.seqs[name]
         self._saved_at = time.monotonic()
 
@@ -260,4 +311,4 @@ class Projector:
         """Write every projection that moved since its last checkpoint."""
         async with self._lock:
             if self._checkpoint_due(force=True):
-                await asyncio.to_thread(self._save)
+                await self._save_now()

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import re
 
-# A scheme and '://', the authority up to the first '/', '?' or '#', then the path, query
-# and fragment; either ends at white space or a character no URL holds unencoded.
-_URL = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*)://"
-    r"(?P<authority>[^\s/?#\"<>\\`{}|^]*)"
-    r"(?P<rest>[/?#][^\s\"<>\\`{}|^]*)?"
-)
+# A scheme and '://', then everything up to white space or a character no URL holds
+# unencoded (a backslash is kept in: some write paths with it).
+_URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*)://(?P<body>[^\s\"<>`{}|^]*)")
+_QUERY = re.compile(r"[?#]")
+_HOST_END = re.compile(r"[/?#\\]")
 # Closes a quoted or parenthesised URL, or ends the sentence it stands in.
 _CLOSING = "').,;:]!"
 
 
 def _keep_origin(match: re.Match[str]) -> str:
-    whole = match["authority"] + (match["rest"] or "")
-    closing = whole[len(whole.rstrip(_CLOSING)):]
-    host = match["authority"].rpartition("@")[2].rstrip(_CLOSING)  # userinfo ends at the last @
+    body = match["body"]
+    kept = body.rstrip(_CLOSING)
+    closing = body[len(kept):]
+    # User info ends at the last '@' before the query: a password holding '/' is cut too.
+    userinfo_end = _QUERY.split(kept, maxsplit=1)[0].rfind("@")
+    host = _HOST_END.split(kept[userinfo_end + 1:], maxsplit=1)[0]
     return f"{match['scheme']}://{host}{closing}"
 
 
 def redact_urls(text: str) -> str:
     """`text` with every URL cut to its scheme and host (with its port): user names,
     passwords, paths, queries and fragments, where webhook tokens and API keys live, are
-    dropped."""
+    dropped. Nothing before a URL's last '@' (ahead of its query) is ever kept, so a URL
+    whose path holds an '@' shows what follows it as its host."""
     return _URL.sub(_keep_origin, text)

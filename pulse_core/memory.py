@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_core._events import Event, EventDraft, register_kind, uuid7
+from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind, uuid7
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import EventStore
@@ -301,7 +301,7 @@ class Memory(Projection[PersistentMap[str, IdentityMemory]]):
     """Every identity's current memory, by identity id."""
 
     name = "memory"
-    kinds = MEMORY_KINDS
+    kinds = MEMORY_KINDS | {QUARANTINED}  # a quarantine moves an identity's version on
 
     def initial(self) -> PersistentMap[str, IdentityMemory]:
         return PersistentMap()

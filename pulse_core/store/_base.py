@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pulse_core._errors import EventUnreadable, IdempotencyConflict, InvalidEvent, StoreReadOnly
-from pulse_core._events import Event, EventDraft, check_draft, check_text, uuid7
+from pulse_core._events import (
+    QUARANTINED,
+    Event,
+    EventDraft,
+    check_draft,
+    check_text,
+    uuid7,
+)
 from pulse_core._waits import wait_signal
 from pulse_core.store._recorder import (
     AppendResult,
@@ -26,7 +33,6 @@ __all__ = ["AppendResult", "EventStore", "Page", "UnreadableEvent"]
 
 log = logging.getLogger("pulse.events")
 
-QUARANTINED = "event-quarantined"
 
 
 class EventStore:
@@ -214,25 +220,27 @@ class EventStore:
             raise InvalidEvent(f"there is no event #{seq} (the log ends at #{page.last_seq})")
         return await self._quarantine(row, reason, origin)
 
-    async def _quarantine_of(self, seq: int) -> Event | UnreadableEvent | None:
-        """The `event-quarantined` event naming row `seq`, if any."""
-        page = await self.recorder.select(0, kinds=[QUARANTINED], key=f"event:{seq}", limit=1)
-        if page.events:
-            return page.events[0]
-        return page.unreadable[0] if page.unreadable else None
+    async def _quarantine_of(self, row: UnreadableEvent) -> Event | UnreadableEvent | None:
+        """The `event-quarantined` event naming `row`, if any (stored under the row's key)."""
+        page = await self.recorder.select(0, kinds=[QUARANTINED], key=row.key)
+        for event in page.events:
+            if isinstance(event.data, dict) and event.data.get("seq") == row.seq:
+                return event
+        # An unreadable quarantine record of this key may be the one: count it as such.
+        return next((other for other in page.unreadable if other.seq != row.seq), None)
 
     async def _quarantine(self, row: UnreadableEvent, reason: str, origin: str
                           ) -> Event | UnreadableEvent:
-        found = await self._quarantine_of(row.seq)
+        found = await self._quarantine_of(row)
         if found is None:
-            draft = EventDraft(QUARANTINED, f"event:{row.seq}",
+            draft = EventDraft(QUARANTINED, row.key,
                                {"seq": row.seq, "kind": row.kind, "key": row.key,
-                                "reason": reason},
+                                "version": row.version, "reason": reason},
                                origin=origin, idem=f"{QUARANTINED}:{row.seq}")
             try:
                 result = await self.append([draft])
             except IdempotencyConflict:  # quarantined meanwhile, for another reason
-                found = await self._quarantine_of(row.seq)
+                found = await self._quarantine_of(row)
                 if found is None:  # the idempotency key names some other event
                     raise
             else:
@@ -249,7 +257,7 @@ class EventStore:
         now; otherwise EventUnreadable."""
         if row.seq in self._quarantined:
             return
-        if await self._quarantine_of(row.seq) is not None:
+        if await self._quarantine_of(row) is not None:
             self._quarantined.add(row.seq)
             return
         if self.read_only:

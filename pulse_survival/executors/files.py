@@ -2,7 +2,10 @@
 
 They never leave their configured folders: a folder that is itself a symlink is refused, a
 symlinked subfolder is never entered, only regular files move, and each one's real path must
-lie inside its folder's real path (checked again just before it moves).
+lie inside its folder's real path (checked again just before it moves). pulse's own data is
+never touched: the home itself, and its objects/, checkpoints/, engine/ and staging/, are
+refused as folders, skipped inside one, and refused as the archive; so is an archive that is
+a symlink.
 """
 
 from __future__ import annotations
@@ -23,8 +26,14 @@ from pulse_survival.effects import ArchiveSessions, Cleanup
 
 class FolderRefused(PulseError):
     """A folder given to archive-sessions or cleanup is a symlink (following it could move
-    files out of somewhere else entirely: the home, /etc), or is the home or the archive
-    itself. Nothing was moved."""
+    files out of somewhere else entirely: the home, /etc), is the home, lies in pulse's own
+    data, or is the archive; or the archive is a symlink or lies in pulse's own data.
+    Nothing was moved."""
+
+
+_HOME = "the engine's home"
+PULSE_DATA = ("objects", "checkpoints", "engine", "staging")
+"""The folders of a home whose files archive-sessions and cleanup never move."""
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -32,34 +41,60 @@ def _inside(path: Path, root: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(root)
 
 
-def _refuse_unsafe(folders: Sequence[str], kept_out: dict[Path, str]) -> None:
+def _refuse_unsafe(folders: Sequence[str], archive_to: Path, home: Path | None
+                   ) -> dict[Path, str]:
+    """The real folders a walk must not enter, by what they are; FolderRefused when a folder
+    or the archive is unsafe."""
     where = "survival.resource (session_folders, temp_folders)"
+    kept: dict[Path, str] = {}
+    if home is not None:
+        real_home = Path(os.path.realpath(home))
+        kept[real_home] = _HOME
+        kept.update({real_home / name: f"the home's {name}/" for name in PULSE_DATA})
+    if os.path.islink(archive_to):
+        raise FolderRefused(f"the archive {archive_to} is a symlink (to "
+                            f"{os.path.realpath(archive_to)}): files are never moved through "
+                            "one — name the real folder in survival.resource.archive_to")
+    archive = Path(os.path.realpath(archive_to))
+    inside = _kept_around(archive, kept)
+    if inside is not None and inside != _HOME:  # the home's own archive/ is the default
+        raise FolderRefused(f"the archive {archive_to} lies in {inside}: files are never moved "
+                            "there — name another survival.resource.archive_to")
+    kept[archive] = "the archive"
     for folder in folders:
         if os.path.islink(folder):
             raise FolderRefused(
                 f"{folder} is a symlink (to {os.path.realpath(folder)}): archive-sessions and "
                 f"cleanup never follow one — name the real folder in {where}")
-        what = kept_out.get(Path(os.path.realpath(folder)))
-        if what is not None:
-            raise FolderRefused(f"{folder} is {what}: its files are never moved — remove it "
-                                f"from {where}")
+        real = Path(os.path.realpath(folder))
+        what = _kept_around(real, kept)
+        if what is not None and (real in kept or what != _HOME):  # HOME/logs may be cleaned
+            raise FolderRefused(f"{folder} is in {what}: its files are never moved — remove "
+                                f"it from {where}")
+    return kept
+
+
+def _kept_around(path: Path, kept: dict[Path, str]) -> str | None:
+    """What of `kept` holds `path` (itself or a folder above it), the nearest first."""
+    for folder in (path, *path.parents):
+        if folder in kept:
+            return kept[folder]
+    return None
 
 
 def move_old_files(folders: Sequence[str], archive_to: Path, older_than_s: int,
                    max_files: int, *, now: float | None = None,
-                   keep_out: Sequence[Path] = ()) -> dict[str, Any]:
+                   home: Path | None = None) -> dict[str, Any]:
     """Move regular files last modified more than `older_than_s` ago into
     `archive_to`/<folder name>/.
 
-    Oldest first, at most `max_files`; the archive and the folders in `keep_out` (the home)
-    are never scanned. Raises FolderRefused, moving nothing, if a folder is a symlink or one
-    of those.
+    Oldest first, at most `max_files`; the archive, the `home` and pulse's data in it are
+    never scanned. Raises FolderRefused, moving nothing, if a folder is a symlink, the home,
+    in pulse's data or the archive, or the archive is a symlink or in pulse's data.
     Returns what moved and how many bytes left each source folder.
     """
-    archive = archive_to.resolve()
-    skipped = {Path(os.path.realpath(p)): "the engine's home" for p in keep_out}
-    skipped[archive] = "the archive"
-    _refuse_unsafe(folders, skipped)
+    skipped = _refuse_unsafe(folders, archive_to, home)
+    archive = Path(os.path.realpath(archive_to))
     cutoff = (time.time() if now is None else now) - older_than_s
     candidates: list[tuple[float, Path, Path, Path]] = []
     for folder in folders:
@@ -112,7 +147,7 @@ class FileArchiveExecutor(Executor):
             archive = self.home / archive
         report = await asyncio.to_thread(functools.partial(
             move_old_files, effect.folders, archive, effect.older_than_s, effect.max_files,
-            keep_out=(self.home,)))
+            home=self.home))
         if isinstance(effect, Cleanup) and effect.vitals_gc and ctx.vitals is not None:
             report["vitals_removed"] = await ctx.vitals.gc(Retention())
         return report

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import msgspec
 
-from pulse_core import EventDraft, ExecutionContext, Executor, PulseError, register_kind
+from pulse_core import (
+    EventDraft,
+    ExecutionContext,
+    Executor,
+    PulseError,
+    redact_urls,
+    register_kind,
+)
 from pulse_survival.config import NotifySinks
 from pulse_survival.effects import Notify
 
@@ -22,13 +29,6 @@ class WebhookFailed(PulseError):
     """The notify webhook did not take a notice: it answered an HTTP error or could not be
     reached. The message names the webhook by scheme and host only, never its path, query
     or credentials (they often carry a token, and failures are stored for good)."""
-
-
-def webhook_origin(url: str) -> str:
-    """`url`'s scheme and host (and port), all a stored message may say of a webhook."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port is not None else ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}"
 
 
 class NotifyExecutor(Executor):
@@ -62,7 +62,7 @@ class NotifyExecutor(Executor):
         return {"delivered": delivered}
 
     async def _post(self, url: str, body: dict[str, Any], idempotency_key: str) -> None:
-        origin = webhook_origin(url)
+        origin = redact_urls(url)  # all a stored message may say of a webhook
         try:
             async with httpx.AsyncClient(timeout=self.sinks.webhook_timeout_s) as client:
                 response = await client.post(url, json=body,
@@ -78,7 +78,25 @@ class NotifyExecutor(Executor):
                                 "survival.notify.webhook_url and the receiving service")
 
 
+class NotifyLogRefused(PulseError):
+    """The notify log file is not a regular file this user can append to."""
+
+
 def _append(path: Path, line: bytes) -> None:
+    """Append `line` to the notify log file, created 0600; anything but a regular file (a
+    FIFO would block the thread for good) is refused without waiting."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
-        out.write(line)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:  # ENXIO: a FIFO nobody reads
+        raise NotifyLogRefused(f"notify log file {path} cannot be opened for appending "
+                               f"({exc.strerror}) — point survival.notify.log_file at a "
+                               "regular file") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotifyLogRefused(f"notify log file {path} is not a regular file — point "
+                                   "survival.notify.log_file at a regular file")
+        os.write(fd, line)
+    finally:
+        os.close(fd)

@@ -151,6 +151,51 @@ async def test_checkpoints_past_the_end_of_a_restored_log_are_discarded_and_rebu
         await engine.close()
 
 
+async def test_checkpoints_of_a_restored_log_that_has_grown_past_them_are_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """Fault 1 (a variant the first fix missed): a log restored from a backup and written
+    again until it is longer than the checkpoints' seq looked like the same log; the folds
+    showed events it no longer holds and skipped new ones. A checkpoint now names the event at
+    its seq, and another event there means another log."""
+    home = tmp_path / "home"
+    engine = engine_at(home)
+    await engine.open()
+    await engine.append([note(1), note(2)])
+    await engine.close()
+    backup = tmp_path / "events.db.backup"
+    shutil.copyfile(home / "events.db", backup)
+
+    engine = engine_at(home)
+    await engine.open()
+    await engine.append([note(n) for n in range(3, 20)])
+    await engine.executor_loop.refresh()
+    assert len(await notes_of(engine)) == 19  # folded: the checkpoints at close reflect it
+    await engine.close()
+    cursor_before = await _last_seq(home)
+    shutil.copyfile(backup, home / "events.db")
+    without_sidecars(home / "events.db")
+    store = await SqliteEventStore.open(home / "events.db")  # written again before the engine
+    try:
+        await store.append([effect_draft(Job(n=5), origin="agent")])
+        await store.append([note(n) for n in range(100, 130)])
+        assert await store.last_seq() > cursor_before
+    finally:
+        await store.close()
+
+    jobs = Jobs()
+    engine = engine_at(home, jobs)
+    await engine.open()
+    try:
+        assert await notes_of(engine) == (1, 2, *range(100, 130))
+        await engine.executor_loop.run_until_idle()
+        assert jobs.ran == [5]
+        discarded = await engine.events.read(kinds=["checkpoint-discarded"])
+        assert {"fault-notes", "executor-loop"} <= {e.data["name"] for e in discarded}
+    finally:
+        await engine.close()
+
+
 async def _last_seq(home: Path) -> int:
     store = await SqliteEventStore.open(home / "events.db", read_only=True)
     try:
@@ -337,7 +382,7 @@ async def test_a_writable_store_quarantines_a_corrupt_event_and_every_read_skips
                  async for page in store.pages(kinds=["fault-note"], limit=2)]
         assert pages == [[1, 3], [4, 5], [6, 7], []]
         (quarantine,) = await store.read(kinds=["event-quarantined"])
-        assert quarantine.key == "event:2"
+        assert quarantine.key == "note-2"  # the row's own key: its version moves past it
         assert quarantine.data["seq"] == 2 and quarantine.data["kind"] == "fault-note"
         assert [e.seq for e in await store.read(limit=3)] == [1, 3, 4]
         seen: list[int] = []
@@ -422,7 +467,7 @@ async def test_quarantine_by_hand_names_only_an_unreadable_row(tmp_path: Path) -
     try:
         assert [e.seq for e in await store.read()] == [1]  # and quarantines #3 by #4
         (record,) = await store.read(1)
-        assert (record.seq, record.key) == (4, "event:3")
+        assert (record.seq, record.key, record.data["seq"]) == (4, "note-2", 3)
         assert isinstance(await store.quarantine(2, "again"), UnreadableEvent)
     finally:
         await store.close()

@@ -21,6 +21,7 @@ from pulse_core import (
     Engine,
     ExecutionContext,
     ManualClock,
+    PulseError,
     Sample,
     SqliteEventStore,
     SystemClock,
@@ -38,7 +39,12 @@ from pulse_survival import (
     SurvivalConfigError,
     load_config,
 )
-from pulse_survival.executors import NotifyExecutor, RestartProcessExecutor
+from pulse_survival.executors import (
+    FolderRefused,
+    NotifyExecutor,
+    RestartProcessExecutor,
+    move_old_files,
+)
 from pulse_survival.watchers import ErrorLogWatcher
 from tests.loopback import LOOPBACK, LoopbackServer
 
@@ -243,20 +249,27 @@ async def pressure_once(engine: Engine) -> None:
     await engine.executor_loop.run_until_idle()
 
 
-@pytest.mark.parametrize("folder", ["symlink-to-home", "the-home-itself"])
+@pytest.mark.parametrize(("folder", "reason"), [
+    ("symlink-to-home", "is a symlink"),
+    ("the-home-itself", "is in the engine's home"),
+    ("objects", "is in the home's objects/"),
+    ("objects-through-a-link", "is in the home's objects/"),
+])
 async def test_a_session_folder_that_leads_to_the_home_moves_nothing(
-    tmp_path: Path, folder: str
+    tmp_path: Path, folder: str, reason: str
 ) -> None:
     """Fault 5: with a session folder that was a symlink to the home, month-old payloads
-    were moved out of objects/. Now such a folder (or the home named directly) is refused:
-    the effect fails saying why, and nothing moves."""
+    were moved out of objects/. Now such a folder, the home named directly, or pulse's data
+    in it (however it is reached) is refused: the effect fails saying why, nothing moves."""
     home = tmp_path / "home"
     payload = old(home / "objects" / "ab" / ("cd" * 31))
-    sessions = tmp_path / "sessions"
+    sessions = {"symlink-to-home": tmp_path / "sessions", "the-home-itself": home,
+                "objects": home / "objects",
+                "objects-through-a-link": tmp_path / "link" / "objects"}[folder]
     if folder == "symlink-to-home":
         sessions.symlink_to(home, target_is_directory=True)
-    else:
-        sessions = home
+    elif folder == "objects-through-a-link":
+        (tmp_path / "link").symlink_to(home, target_is_directory=True)
     engine = Engine(home, survival=SurvivalConfig(resource=ResourceThresholds(
         memory_pct=90, samples=1, session_folders=(str(sessions),), older_than_s=86_400)))
     await engine.open()
@@ -271,8 +284,41 @@ async def test_a_session_folder_that_leads_to_the_home_moves_nothing(
     assert not (home / "archive").exists() or not any((home / "archive").rglob("*.*"))
     errors = [e.data["error"] for e in failed if effects[e.key] == "archive-sessions"]
     assert errors and all("FolderRefused" in text for text in errors)
-    reason = "is a symlink" if folder == "symlink-to-home" else "is the engine's home"
     assert reason in errors[0]
+
+
+@pytest.mark.parametrize(("archive", "reason"), [
+    ("a-symlink", "is a symlink"),
+    ("in-objects", "lies in the home's objects/"),
+])
+def test_an_archive_that_is_a_symlink_or_in_pulse_data_moves_nothing(
+    tmp_path: Path, archive: str, reason: str
+) -> None:
+    """Fault 5 (the archive's share): an archive_to that was a symlink, or inside the home's
+    objects/, received the moved files."""
+    home, temp = tmp_path / "home", tmp_path / "temp"
+    stale = old(temp / "stale.tmp")
+    target = home / "objects" / "archive"
+    if archive == "a-symlink":
+        (tmp_path / "elsewhere").mkdir()
+        target = tmp_path / "archive"
+        target.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(FolderRefused, match=reason):
+        move_old_files([str(temp)], target, 86_400, 10, home=home)
+    assert stale.exists()
+
+
+def test_the_homes_logs_and_folders_around_the_home_may_be_cleaned(tmp_path: Path) -> None:
+    """What stays allowed: HOME/logs (restarted processes' output), and a folder holding the
+    home, whose walk skips the home."""
+    home = tmp_path / "home"
+    log = old(home / "logs" / "worker.log")
+    payload = old(home / "objects" / "ab" / ("cd" * 31))
+    stray = old(tmp_path / "stray.tmp")
+    report = move_old_files([str(home / "logs"), str(tmp_path)], home / "archive", 86_400, 10,
+                            home=home)
+    assert report["moved"] == 2 and not log.exists() and not stray.exists()
+    assert payload.exists()
 
 
 async def test_a_symlinked_subfolder_or_file_inside_a_temp_folder_is_never_followed_out(
@@ -497,3 +543,22 @@ async def test_the_logs_and_notice_files_the_survival_layer_creates_are_private(
         assert stat.S_IMODE(made.stat().st_mode) == 0o600, made
     for folder in (tmp_path / "logs", tmp_path / "notices"):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+
+
+async def test_a_fifo_as_the_notify_log_file_is_refused_without_blocking(
+    tmp_path: Path,
+) -> None:
+    """Fault 3 (the notify executor's share): a FIFO named as the notify log file blocked a
+    thread of the shared pool for good (and the process could not exit)."""
+    fifo = tmp_path / "notices.log"
+    os.mkfifo(fifo)
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    ctx = ExecutionContext(effect_id="e-1", attempt=1, seq=1, origin="survival",
+                           clock=SystemClock(), events=store)
+    try:
+        with pytest.raises(PulseError, match=r"is not a regular file|cannot be opened"):
+            async with asyncio.timeout(5):
+                await NotifyExecutor(NotifySinks(log_file=str(fifo))).execute(
+                    Notify(topic="t", level="info", text="x"), ctx)
+    finally:
+        await store.close()
