@@ -110,9 +110,10 @@ def _explain(exc: msgspec.ValidationError, raw: Any, name: str) -> ConfigError:
     path = match.group("path") if match else ""
     unknown = _UNKNOWN.match(text)
     if unknown:
-        field = f"{path}.{unknown.group('name')}" if path else unknown.group("name")
-        allowed = ", ".join(_FIELDS.get(path, ()))
-        return ConfigError(f"{name}: {field} is not a setting; allowed here: {allowed}")
+        from pulse_survival.config import unknown_field  # one wording for every config
+
+        where = f"{name}: {path}" if path else name
+        return ConfigError(unknown_field(unknown.group("name"), _FIELDS.get(path, ()), where))
     if path == "layers[...]":  # msgspec does not name the key: find the layer it means
         layers = raw.get("layers") if isinstance(raw, dict) else None
         bad = [k for k, v in (layers or {}).items() if not isinstance(v, dict | None)]
@@ -179,9 +180,7 @@ def parse_config(data: bytes, name: str = "config.json") -> Config:
     try:
         survival = load_config(stored.survival)
     except SurvivalConfigError as exc:
-        message = re.sub(r"survival config: (.*) - at `\$\.?([^`]*)`",
-                         r"survival.\2: \1", str(exc))
-        raise ConfigError(f"{name}: {message}") from None
+        raise ConfigError(f"{name}: {exc}") from None
     _check_store(stored.store, name)
     _check_layers(stored.layers, name)
     return Config(stored.instance, stored.default_tick_ms, stored.daemon, survival,

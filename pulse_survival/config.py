@@ -6,9 +6,10 @@ with an error naming the field, the value and the range allowed.
 
 from __future__ import annotations
 
+import difflib
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,7 +49,8 @@ class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if not (self.pidfile or self.match_name or self.match_cmdline):
             raise SurvivalConfigError(
-                f"survival.processes[{self.name!r}] needs pidfile, match_name or match_cmdline"
+                f"survival.processes[{self.name!r}] has no way to find the process — give "
+                "pidfile, match_name or match_cmdline"
             )
 
 
@@ -224,18 +226,23 @@ def _settings_in(annotation: Any) -> type[msgspec.Struct] | None:
     return None
 
 
+def unknown_field(key: str, allowed: Sequence[str], where: str) -> str:
+    """The message for `key`, which is not one of the `allowed` fields at `where`: the closest
+    allowed name when one is close, then every allowed name in declared order."""
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{where}: unknown field {key!r}{hint} — allowed: {', '.join(allowed)}"
+
+
 def _check_names(data: Any, cls: type[msgspec.Struct], where: str) -> None:
-    """Refuse a key `cls` does not have, naming it and the keys allowed there."""
+    """Refuse a key `cls` does not have, naming where it is and the keys allowed there."""
     if not isinstance(data, Mapping):
         return  # not an object: msgspec names the type it expected
     fields = {f.encode_name: f for f in msgspec.structs.fields(cls)}
     for key, value in data.items():
         field = fields.get(key)
         if field is None:
-            raise SurvivalConfigError(
-                f"{where}.{key} is not a survival setting — allowed in {where}: "
-                f"{', '.join(sorted(fields))}"
-            )
+            raise SurvivalConfigError(unknown_field(str(key), tuple(fields), where))
         inner = _settings_in(field.type)
         if inner is None:
             continue
@@ -265,5 +272,9 @@ def load_config(data: Mapping[str, Any] | None = None, *,
     try:
         return msgspec.convert(dict(data), SurvivalConfig)
     except msgspec.ValidationError as exc:
-        raise SurvivalConfigError(f"survival config: {str(exc).replace('`$', '`survival')}"
+        problem, _, at = str(exc).rpartition(" - at `$")
+        where = f"survival{at.rstrip('`')}" if problem else "survival"
+        problem = problem or str(exc)
+        todo = "add it" if problem.startswith("Object missing") else "fix the value"
+        raise SurvivalConfigError(f"{where}: {problem[:1].lower()}{problem[1:]} — {todo}"
                                   ) from None

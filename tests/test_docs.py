@@ -2,12 +2,15 @@
 
 Each block runs as its own pytest case, in a subprocess, in a fresh temporary directory with
 HOME and UPULSE_HOME pointed inside it, so an example can never touch the reader's real home.
-Shell commands and output belong in ```bash or ```text fences, config files in ```ini; none
-of those is run.
+It runs as a reader's copy would, from the installed packages: the checkout is not on its
+path, and no block may import the test suite.
+Shell commands and output belong in ```bash or ```text fences, config files in ```ini or
+```json (each ```json block must parse); none of those is run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -20,11 +23,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = "python"
-NOT_RUN = {"bash", "text", "ini"}
+NOT_RUN = {"bash", "text", "ini", "json"}
 TIMEOUT_S = 30  # every block takes about a second; a hang should fail soon
 TEST_TIME_LIMIT_S = TIMEOUT_S * 2 + 30  # conftest's hard limit: above any timeout here
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
+_IMPORTS_TESTS = re.compile(r"^\s*(?:from\s+tests(?:\.|\s)|import\s+(?:.*,\s*)?tests\b)",
+                            re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,19 @@ PYTHON_BLOCKS = [block for block in ALL_BLOCKS if block.lang == RUNNABLE]
 def test_every_fence_names_a_known_language() -> None:
     """An unlabelled or misspelt fence (```py) would silently escape being run."""
     wrong = [f"{b.id} ```{b.lang}" for b in ALL_BLOCKS if b.lang not in {RUNNABLE, *NOT_RUN}]
-    assert not wrong, f"use ```python (runs), ```bash, ```text or ```ini (not run): {wrong}"
+    assert not wrong, (f"use ```python (runs), ```bash, ```text, ```ini or ```json (not run): "
+                       f"{wrong}")
+
+
+def test_every_json_block_is_json() -> None:
+    """A config snippet a reader pastes into config.json must at least be JSON."""
+    wrong = []
+    for block in (b for b in ALL_BLOCKS if b.lang == "json"):
+        try:
+            json.loads(block.source)
+        except ValueError as exc:
+            wrong.append(f"{block.id}: {exc}")
+    assert not wrong, f"```json blocks that are not JSON: {wrong}"
 
 
 def test_every_docs_page_has_a_runnable_example() -> None:
@@ -101,6 +118,28 @@ def test_python_blocks_type_check(tmp_path: Path) -> None:
     assert done.returncode == 0, f"mypy --strict on the examples:\n{report}{done.stderr}"
 
 
+def imports_the_test_suite(source: str) -> bool:
+    """Whether `source` imports the `tests` package, which ships only in the checkout."""
+    return _IMPORTS_TESTS.search(source) is not None
+
+
+def test_no_example_imports_the_test_suite() -> None:
+    """A reader has the installed packages, not pulse's tests: stand-ins an example needs
+    ship in the package (e.g. pulse_adapters.llm.stand_in)."""
+    assert imports_the_test_suite("from tests.adapters.chat_server import ChatServer\n")
+    assert imports_the_test_suite("import os, tests\n")
+    assert not imports_the_test_suite("from pulse_adapters.llm.stand_in import ChatServer\n")
+    wrong = [b.id for b in PYTHON_BLOCKS if imports_the_test_suite(b.source)]
+    assert not wrong, f"examples importing `tests`, which a reader does not have: {wrong}"
+
+
+def installed_only_path() -> str:
+    """PYTHONPATH without the checkout: an example finds pulse as an installed package."""
+    keep = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if entry and Path(entry).resolve() != ROOT]
+    return os.pathsep.join(keep)
+
+
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
 def test_python_block_runs(block: Block, tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -111,7 +150,7 @@ def test_python_block_runs(block: Block, tmp_path: Path) -> None:
         **os.environ,
         "HOME": str(home),
         "UPULSE_HOME": str(home / ".upulse"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": installed_only_path(),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     try:

@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.awareness import AwarenessConfig, Reviewer
+from pulse_adapters.llm.stand_in import ChatServer, Stream
 from pulse_core import Engine, ManualClock
-from tests.adapters.chat_server import ChatServer, Stream
 
 MINUTE = 60_000
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.adapters.chat_server import ChatServer
+from pulse_adapters.llm.stand_in import ChatServer
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import pytest
 
 from pulse_adapters.awareness import AwarenessConfig, QuietHold, Reviewer, build_reviewer
 from pulse_adapters.llm import RouteHealth
+from pulse_adapters.llm.stand_in import ChatServer, Drop, Hang, Status, Stream
 from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
-from tests.adapters.chat_server import ChatServer, Drop, Hang, Status, Stream
 
 
 @dataclass

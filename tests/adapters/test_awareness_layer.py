@@ -28,6 +28,7 @@ from pulse_adapters.awareness import (
     layer,
 )
 from pulse_adapters.awareness.quiet import NAMESPACE, WHERE
+from pulse_adapters.llm.stand_in import ChatServer, Stream
 from pulse_core import (
     Engine,
     Event,
@@ -44,7 +45,6 @@ from pulse_core import (
     load_layers,
 )
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
-from tests.adapters.chat_server import ChatServer, Stream
 
 KEY_VARIABLE = "PULSE_TEST_AWARENESS_KEY"
 

@@ -29,11 +29,7 @@ from pulse_adapters.llm import (
     Usage,
     json_schema_format,
 )
-from pulse_adapters.llm.stream import StreamReader
-from pulse_core import Engine, ManualClock, PulseError, VitalsStore
-from pulse_core._watch import sample_once
-from pulse_survival.effects import Notify
-from tests.adapters.chat_server import (
+from pulse_adapters.llm.stand_in import (
     ChatServer,
     Drop,
     Hang,
@@ -42,6 +38,10 @@ from tests.adapters.chat_server import (
     Status,
     Stream,
 )
+from pulse_adapters.llm.stream import StreamReader
+from pulse_core import Engine, ManualClock, PulseError, VitalsStore
+from pulse_core._watch import sample_once
+from pulse_survival.effects import Notify
 
 TEST_TIME_LIMIT_S = 5
 ASK = [{"role": "user", "content": "How are you?"}]

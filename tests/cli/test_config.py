@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from pulse_cli.assembly import configured_layers
 from pulse_cli.config import MAX_DEPTH, ConfigError, default_config_text, load, parse_config
 from pulse_cli.home import UsageError, resolve_home
+from pulse_core import ManualClock
 from pulse_survival import SurvivalConfig
 from tests.cli.runner import Upulse
 
@@ -44,10 +46,35 @@ def test_a_number_out_of_range_is_refused_with_the_range() -> None:
 
 def test_an_unknown_field_is_refused_with_the_fields_allowed_there() -> None:
     assert refused({"daemon": {"drain": 3}}) == (
-        "config.json: daemon.drain is not a setting; allowed here: drain_timeout_s, "
-        "log_max_bytes")
-    assert refused({"tick": 3}).startswith("config.json: tick is not a setting; allowed here: "
-                                           "instance, default_tick_ms, daemon, survival")
+        "config.json: daemon: unknown field 'drain' — allowed: drain_timeout_s, log_max_bytes")
+    assert refused({"tick": 3}) == (
+        "config.json: unknown field 'tick' — allowed: instance, default_tick_ms, daemon, "
+        "survival, store, layers")
+    assert refused({"daemon": {"log_max_byte": 3}}).startswith(
+        "config.json: daemon: unknown field 'log_max_byte' (did you mean 'log_max_bytes'?)")
+
+
+def test_an_unknown_survival_field_names_the_entry_and_the_fields_allowed_there() -> None:
+    watched = {"name": "bot", "pidfile": "/run/bot.pid", "essential": True}
+    assert refused({"survival": {"processes": [watched]}}) == (
+        "config.json: survival.processes[0]: unknown field 'essential' — allowed: name, argv, "
+        "pidfile, match_name, match_cmdline, cwd, env, log")
+    assert refused({"survival": {"process": {"startsecs": "soon"}}}) == (
+        "config.json: survival.process.startsecs: expected `float`, got `str` — fix the value")
+
+
+def test_an_unknown_layer_setting_names_the_layer_and_the_fields_allowed_there(
+        tmp_path: Path) -> None:
+    review = {"intervl_s": 120}
+    cfg = parse_config(json.dumps({"layers": {"awareness": {
+        "base_url": "http://127.0.0.1:8080/v1", "model": "m", "review": review}}}).encode())
+    with pytest.raises(ConfigError) as caught:
+        configured_layers(tmp_path, cfg, clock=ManualClock())
+    message = str(caught.value)
+    assert "layers: layer 'awareness'" in message
+    assert ("setting `review`: unknown field `intervl_s` (did you mean `interval_s`?) — "
+            "allowed: interval_s, fallback_interval_s, initial_delay_s,") in message
+    assert message.endswith(", calls_per_day, max_tokens")
 
 
 def test_survival_settings_are_checked_against_the_survival_layers_hard_bounds() -> None:

@@ -2,7 +2,7 @@
 (and so counts against the daily budget and the backoff), and nothing escapes the executor.
 
 A real engine runs the `awareness` layer; the model is the scripted chat-completions server on
-127.0.0.1 (tests/adapters/chat_server.py).
+127.0.0.1 (pulse_adapters/llm/stand_in.py).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 from pulse_adapters.awareness import AwarenessConfig, AwarenessLedger, Reviewer, build_reviewer
 from pulse_adapters.awareness.contract import REPLY_CHARS, VALUE_BYTES, VALUE_DEPTH
 from pulse_adapters.llm import ChatClient, Completion
+from pulse_adapters.llm.stand_in import ChatServer, InvalidLine, Stream
 from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
-from tests.adapters.chat_server import ChatServer, InvalidLine, Stream
 
 DEEP = 1_000
 

@@ -1,6 +1,7 @@
-"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for tests and examples.
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for examples and tests.
 
-It speaks HTTP/1.1 for real (keep-alive, chunked SSE streams) on an ephemeral port of
+It stands in for llama.cpp's `llama-server`, vLLM or a hosted API where a real model is not
+wanted: it speaks HTTP/1.1 for real (keep-alive, chunked SSE streams) on an ephemeral port of
 127.0.0.1 only. Each POST to /v1/chat/completions takes the next reply from a script::
 
     server.script(Stream(("Hel", "lo")), Status(500), Hang())
@@ -16,17 +17,39 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from tests.loopback import LOOPBACK, LoopbackServer, RecordedRequest, read_request
-
+LOOPBACK = "127.0.0.1"
 API = "/v1"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received; header names lower-cased."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that hang up mid-answer are expected here, not errors worth printing."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @dataclass(frozen=True)
@@ -90,12 +113,14 @@ class ChatServer:
     _script: deque[Reply] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: threading.Event = field(default_factory=threading.Event)
-    _http: LoopbackServer = field(default_factory=LoopbackServer)
+    _http: _QuietServer | None = None
+    _thread: threading.Thread | None = None
+    _port: int = 0
 
     @property
     def port(self) -> int:
-        """The port the server listens on (0 before the first start)."""
-        return self._http.port
+        """The port the server listens on (0 before the first start; kept across restarts)."""
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -118,13 +143,26 @@ class ChatServer:
             return sum(1 for r in self.requests if r.method == "GET")
 
     def start(self) -> ChatServer:
+        """Listen on 127.0.0.1 (the port of the previous start, if any) in a daemon thread."""
         self._stopping = threading.Event()
-        self._http.serve(_handler(self))
+        self._http = _QuietServer((LOOPBACK, self._port), _handler(self))
+        self._port = self._http.server_address[1]
+        self._thread = threading.Thread(target=self._http.serve_forever,
+                                        kwargs={"poll_interval": 0.02},
+                                        name=f"ChatServer-{self._port}", daemon=True)
+        self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Release every hanging or streaming handler and close the port."""
         self._stopping.set()
-        self._http.shutdown()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
 
     def __enter__(self) -> ChatServer:
         return self.start()
@@ -172,7 +210,10 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
             self._serve(request)
 
         def _recorded(self) -> RecordedRequest:
-            request = read_request(self)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            request = RecordedRequest(self.command, self.path,
+                                      {k.lower(): v for k, v in self.headers.items()}, body)
             owner._record(request)
             return request
 
