@@ -92,7 +92,7 @@ async def copy_home(home: Home, target: Path) -> int:
 
 def scratch_config(home: Home) -> config_file.Config:
     """`home`'s config, with the scratch home's own event log."""
-    return dataclasses.replace(config_file.load(home.require().config), store=None)
+    return dataclasses.replace(config_file.load_or_default(home.readable().config), store=None)
 
 
 def _decision(decision: Decision) -> dict[str, Any]:

@@ -3,9 +3,11 @@
     HOME/engine    a git repository; its branch `main` is production (the daemon loads it)
     HOME/staging   a git worktree of it on branch `staging`, where the agent edits
 
-`promote` runs the gate (pulse_cli.gate) on staging and only then merges staging into main
-and records a `promote` event; `rollback` adds a commit that brings main's files back to an
-earlier revision (history is never rewritten) and records a `rollback` event. Neither makes
+`promote` runs the gate (pulse_cli.gate) on staging and only then records a `promote` event
+and fast-forwards main to staging (the event first: main never moves unrecorded);
+`rollback` keeps main's code on a branch rolled-back/..., adds a commit that brings main's
+files back to an earlier revision (history is never rewritten) and records a `rollback`
+event. Neither makes
 a running daemon reload: the CLI signals it (SIGHUP), and a daemon passes `on_rollback` to
 GitEngineDirectory for rollbacks the survival layer makes.
 
@@ -20,11 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import os
 import shutil
-import stat
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -36,9 +36,10 @@ from pulse_cli.gate import (
     STEP_TIMEOUT_S,
     GateStep,
     exclusive_lock,
+    require_tools,
     run_gate,
 )
-from pulse_cli.git import GitError, changed_paths, git, head, run_git, run_git_bytes
+from pulse_cli.git import GitError, changed_paths, git, head, is_ancestor, run_git, work_tree_state
 from pulse_core import Event, EventDraft, EventStore, PulseError, open_home
 
 TEMPLATE = Path(engine_template.__file__).resolve().parent
@@ -54,6 +55,14 @@ _NOT_COPIED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".py
 
 class EngineDirError(PulseError):
     """The engine directory is missing, half made, or not in a state the operation needs."""
+
+
+class RollbackTargetError(EngineDirError):
+    """The revision named for a rollback does not exist or is not an earlier commit of main."""
+
+
+class PromoteNotRecorded(PulseError):
+    """The gate passed but the event log refused the `promote` event: main did not move."""
 
 
 class PromoteResult(msgspec.Struct, frozen=True):
@@ -132,32 +141,6 @@ def revision(home: Path) -> str | None:
 # -- promote -----------------------------------------------------------------------------------
 
 
-def _work_tree_state(staging: Path) -> str:
-    """A digest of what a promote takes from staging: its HEAD, and every file git would
-    commit there (tracked and new, not ignored) by path, mode and contents. Reads only: no
-    object and no index is written."""
-    digest = hashlib.sha256(run_git(staging, "rev-parse", "HEAD").encode())
-    listing = run_git_bytes(staging, "ls-files", "-z", "--cached", "--others",
-                            "--exclude-standard")
-    for name in sorted(set(filter(None, listing.split(b"\0")))):
-        digest.update(name + b"\0" + _file_state(staging / os.fsdecode(name)) + b"\0")
-    return digest.hexdigest()
-
-
-def _file_state(path: Path) -> bytes:
-    try:
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            content = os.fsencode(os.readlink(path))
-        else:
-            content = path.read_bytes() if stat.S_ISREG(info.st_mode) else b""
-    except FileNotFoundError:
-        return b"missing"
-    except OSError as exc:
-        return f"unreadable {exc.errno}".encode()
-    return f"{info.st_mode:o} ".encode() + hashlib.sha256(content).digest()
-
-
 async def _nothing_staged(engine: Path, staging: Path) -> bool:
     """Whether staging has nothing main lacks: no commit of its own, no uncommitted change."""
     ahead = await git(engine, "rev-list", "--count", "HEAD..staging")
@@ -196,19 +179,24 @@ async def _log(root: Path, events: EventStore | None, store: str | None, *,
 
 async def promote(home: Path, *, events: EventStore | None = None, store: str | None = None,
                   dry_run_timeout_s: float = 5.0,
-                  waiting: Callable[[str], None] | None = None) -> PromoteResult:
-    """Gate staging, then merge it into main and record a `promote` event.
+                  waiting: Callable[[str], None] | None = None,
+                  progress: Callable[[str], None] | None = None) -> PromoteResult:
+    """Gate staging, then record a `promote` event and move main to it.
 
+    MissingTools is raised first when git, mypy or pytest is missing (naming all of them).
     The gate (compile, mypy, tests, dry-run; see pulse_cli.gate) runs on staging's files as
-    they are; only when every step passes are they committed on `staging` ("promote: staged
-    changes") and merged into `main` (fast-forward when possible, else a merge commit), and
-    {revision, previous} is appended to `events` (None: the home's log at the store URL
-    `store`, opened for that append only). A refusal, and a promote with nothing to merge,
-    write nothing in the home but promote.lock and the gate's mypy cache: main, staging and
-    the log stay as they were. Promotes of one home run one at a time: `waiting` hears once
-    when this one waits for another, which lasts up to PROMOTE_WAIT_S (then LockBusy).
-    The running daemon is not told: send it SIGHUP to load the new revision.
+    they are, and `progress` hears each step as it starts and ends. Only when every step
+    passes are they committed on `staging` ("promote: staged changes"), main merged into
+    staging when staging lacks some of it, and {revision, previous} appended to `events`
+    (None: the home's log at the store URL `store`, opened for that append only); then main
+    is fast-forwarded to that revision. The event comes first, so the log never misses a
+    promote: when it cannot be written, main does not move. A refusal, and a promote with
+    nothing to merge, write nothing in the home but promote.lock and the gate's mypy cache:
+    main, staging and the log stay as they were. Promotes of one home run one at a time:
+    `waiting` hears once when this one waits for another, which lasts up to PROMOTE_WAIT_S
+    (then LockBusy). The running daemon is not told: send it SIGHUP to load the new revision.
     """
+    await asyncio.to_thread(require_tools)
     engine, staging = await asyncio.to_thread(_require, home)
     async with exclusive_lock(engine.parent / PROMOTE_LOCK_NAME, PROMOTE_WAIT_S,
                               "another promote", waiting):
@@ -219,8 +207,9 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
                             f"{engine} stash` them", previous)
         if await _nothing_staged(engine, staging):
             return _nothing(previous, "staging has nothing main lacks")
-        before = await asyncio.to_thread(_work_tree_state, staging)
-        steps = await run_gate(staging, home, dry_run_timeout_s=dry_run_timeout_s)
+        before = await asyncio.to_thread(work_tree_state, staging)
+        steps = await run_gate(staging, home, dry_run_timeout_s=dry_run_timeout_s,
+                               progress=progress)
         if not steps[-1].ok:
             return _refused(steps[-1].name, steps[-1].output, previous, steps)
         async with _exclusive(engine):
@@ -231,34 +220,70 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
 async def _merge(engine: Path, staging: Path, previous: str, before: str,
                  steps: tuple[GateStep, ...], *, events: EventStore | None,
                  store: str | None) -> PromoteResult:
-    """Commit and merge staging as the gate saw it into main as it was, and record that."""
+    """Commit staging as the gate saw it, bring main's commits into it, record the promote,
+    then fast-forward main to it."""
     main = await git(engine, "rev-parse", "HEAD")
     if main != previous:
         return _refused("merge", f"main moved from {previous} to {main} while the gate ran "
                         "(a rollback?); run promote again to gate staging against it", main,
                         steps)
-    if await asyncio.to_thread(_work_tree_state, staging) != before:
+    if await asyncio.to_thread(work_tree_state, staging) != before:
         return _refused("merge", "staging changed while the gate ran; run promote again to "
                         "gate what is there now", previous, steps)
     await git(staging, "add", "-A")
     if await git(staging, "status", "--porcelain"):
         await git(staging, "commit", "-q", "-m", "promote: staged changes")
-    try:
-        await git(engine, "merge", "--no-edit", "-m", "promote: merge staging", "staging")
-    except GitError as exc:
-        await git(engine, "merge", "--abort", check=False)
-        return _refused("merge", f"{exc} — merge main into staging, resolve, and promote "
-                        "again", previous, steps)
-    now = await git(engine, "rev-parse", "HEAD")
+    if not await is_ancestor(staging, previous):
+        try:
+            await git(staging, "merge", "--no-edit", "-m", "promote: merge main", previous)
+        except GitError as exc:
+            await git(staging, "merge", "--abort", check=False)
+            return _refused("merge", f"{exc} — merge main into staging, resolve, and promote "
+                            "again", previous, steps)
+    now = await git(staging, "rev-parse", "HEAD")
     if now == previous:  # a promote that moved nothing is no promote: nothing to undo
         return _nothing(previous, "main already has everything staging has", steps)
-    async with _log(engine.parent, events, store, read_only=False) as log:
-        await log.append([EventDraft("promote", EVENT_KEY,
-                                     {"revision": now, "previous": previous}, origin="cli")])
+    try:
+        async with _log(engine.parent, events, store, read_only=False) as log:
+            await log.append([EventDraft("promote", EVENT_KEY,
+                                         {"revision": now, "previous": previous},
+                                         origin="cli")])
+    except PulseError as exc:
+        raise PromoteNotRecorded(
+            f"the promote of {now} could not be recorded in the event log, so main was not "
+            f"moved (it stays at {previous}): {exc} — fix what the log says, then promote "
+            "again") from exc
+    try:
+        await git(engine, "merge", "-q", "--ff-only", now)
+    except GitError as exc:  # recorded but not moved: record that main stays where it was
+        with contextlib.suppress(PulseError):
+            async with _log(engine.parent, events, store, read_only=False) as log:
+                await log.append([EventDraft(
+                    "rollback", EVENT_KEY,
+                    {"revision": previous, "to": previous, "kept": None,
+                     "staging": "untouched", "reason": f"the promote of {now} was recorded "
+                     f"but main could not move: {exc}"}, origin="cli")])
+        raise
     return PromoteResult(ok=True, revision=now, previous=previous, steps=steps)
 
 
 # -- rollback ----------------------------------------------------------------------------------
+
+
+class RolledBack(msgspec.Struct, frozen=True):
+    """What a rollback did: main is at `revision`, whose files are those of `to`; `kept`
+    names the branch holding the code it took out of main (None: main already matched
+    `to`); `staging` says whether staging was merged with main ("synced") or why not."""
+
+    revision: str
+    to: str
+    kept: str | None
+    staging: str
+
+    def __str__(self) -> str:
+        kept = (f"; the rolled-back code is kept on branch {self.kept}" if self.kept
+                else "")
+        return f"rollback to {self.to[:12]} (main at {self.revision[:12]}){kept}"
 
 
 async def _default_target(engine: Path, events: EventStore | None, store: str | None) -> str:
@@ -271,6 +296,30 @@ async def _default_target(engine: Path, events: EventStore | None, store: str | 
         raise EngineDirError(f"nothing to roll back: {engine} has no promote on record and "
                              "main has a single commit")
     return parent
+
+
+async def _target(engine: Path, revision: str) -> str:
+    """The full sha of `revision`, an earlier commit of main; RollbackTargetError otherwise."""
+    listing = f"`git -C {engine} log --oneline main` lists main's revisions"
+    found = await git(engine, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}",
+                      check=False)
+    if not found:
+        raise RollbackTargetError(
+            f"cannot roll back to {revision!r}: {engine} has no such revision — name one of "
+            f"main's revisions ({listing}), or leave it out to undo the last promote")
+    if not await is_ancestor(engine, found):
+        raise RollbackTargetError(
+            f"cannot roll back to {revision!r}: it is not an earlier revision of main — pick "
+            f"one of main's revisions ({listing})")
+    return found
+
+
+async def _keep(engine: Path, now: str) -> str:
+    """A new branch rolled-back/<UTC time>-<short sha> at `now`; its name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name = f"rolled-back/{stamp}-{now[:12]}"
+    await git(engine, "branch", "--no-track", name, now)
+    return name
 
 
 async def _sync_staging(staging: Path) -> str:
@@ -286,65 +335,58 @@ async def _sync_staging(staging: Path) -> str:
 
 async def rollback(home: Path, revision: str | None, *, reason: str,
                    events: EventStore | None = None, store: str | None = None,
-                   origin: str = "cli") -> str:
-    """Bring main's files back to `revision` with a new commit, and return that commit.
+                   origin: str = "cli") -> RolledBack:
+    """Bring main's files back to `revision` with a new commit, and say what was done.
 
     `revision` None means the revision before the last promote (the `previous` of the latest
-    `promote` event, else HEAD~1). History is kept: one commit "Revert to <rev>: <reason>"
-    whose files are those of `revision`, made with `git commit-tree` and fast-forwarded, so
+    `promote` event, else HEAD~1); one that is not an earlier commit of main raises
+    RollbackTargetError. History is kept: the code taken out stays on a new branch
+    rolled-back/<UTC time>-<short sha>, and one commit "Revert to <rev>: <reason>" whose
+    files are those of `revision` is made with `git commit-tree` and fast-forwarded, so
     promotions that arrived as merges are undone exactly. Main already matching `revision`
-    adds no commit. Staging is then merged with main, and a `rollback` event records
-    {revision, to, reason, staging} in `events` (None: the home's log at the store URL
-    `store`, read and written only for this rollback; a refused rollback writes nothing).
-    The running daemon is not told (see module docstring).
+    adds no commit and no branch. Staging is then merged with main, and a `rollback` event
+    records {revision, to, reason, kept, staging} in `events` (None: the home's log at the
+    store URL `store`, read and written only for this rollback; a refused rollback writes
+    nothing). The running daemon is not told (see module docstring).
     """
     engine, staging = await asyncio.to_thread(_require, home)
     async with _exclusive(engine):
-        target = revision or await _default_target(engine, events, store)
-        try:
-            target = await git(engine, "rev-parse", "--verify", f"{target}^{{commit}}")
-        except GitError as exc:
-            raise EngineDirError(f"cannot roll back to {target!r}: no such revision in {engine} "
-                                 f"({exc})") from None
-        if not await _is_ancestor(engine, target):
-            raise EngineDirError(f"cannot roll back to {target}: it is not an earlier revision "
-                                 "of main — pick one from `git -C engine log main`")
+        target = await _target(engine, revision or await _default_target(engine, events,
+                                                                           store))
         now = await git(engine, "rev-parse", "HEAD")
+        kept = None
         if await _tree(engine, target) != await _tree(engine, now):
+            kept = await _keep(engine, now)
             undone = await git(engine, "log", "--first-parent", "--format=%h %s",
                                f"{target}..{now}")
             message = (f"Revert to {target[:12]}: {reason}\n\nUndoes, on main:\n{undone}\n\n"
-                       "(pulse rollback: a new commit with the files of that revision)")
+                       f"(pulse rollback: a new commit with the files of that revision; the "
+                       f"code it takes out is kept on branch {kept})")
             commit = await git(engine, "commit-tree", f"{target}^{{tree}}", "-p", now,
                                "-m", message)
             await git(engine, "merge", "-q", "--ff-only", commit)
             now = commit
-        synced = await _sync_staging(staging)
+        done = RolledBack(now, target, kept, await _sync_staging(staging))
         async with _log(engine.parent, events, store, read_only=False) as log:
             await log.append([EventDraft(
                 "rollback", EVENT_KEY,
-                {"revision": now, "to": target, "reason": reason, "staging": synced},
-                origin=origin)])
-    return now
-
-
-async def _is_ancestor(repo: Path, rev: str) -> bool:
-    """Whether `rev` is HEAD or one of its ancestors."""
-    base = await git(repo, "merge-base", rev, "HEAD", check=False)
-    return base == rev
+                {"revision": now, "to": target, "reason": reason, "kept": kept,
+                 "staging": done.staging}, origin=origin)])
+    return done
 
 
 class GitEngineDirectory:
     """The survival layer's EngineDirectory over HOME/engine: `rollback` is git's.
 
     Without `events` each rollback opens the home's event log (at `store`, a store URL; None:
-    the home's own) for its event. `on_rollback` is awaited with the new revision after each
-    rollback: a daemon asks for a reload there.
+    the home's own) for its event. `on_rollback` is awaited with what each rollback did
+    (its str is a log line naming the branch that keeps the rolled-back code): a daemon
+    asks for a reload there.
     """
 
     def __init__(self, home: Path, events: EventStore | None = None, *,
                  store: str | None = None,
-                 on_rollback: Callable[[str], Awaitable[None]] | None = None) -> None:
+                 on_rollback: Callable[[RolledBack], Awaitable[None]] | None = None) -> None:
         self.home = home
         self.events = events
         self.store = store
@@ -352,8 +394,8 @@ class GitEngineDirectory:
 
     async def rollback(self, revision: str | None, reason: str) -> str:
         """Roll main back (see `rollback`), as the survival layer; return the new revision."""
-        now = await rollback(self.home, revision, reason=reason, events=self.events,
-                             store=self.store, origin="survival")
+        done = await rollback(self.home, revision, reason=reason, events=self.events,
+                              store=self.store, origin="survival")
         if self.on_rollback is not None:
-            await self.on_rollback(now)
-        return now
+            await self.on_rollback(done)
+        return done.revision

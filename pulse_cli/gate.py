@@ -4,7 +4,8 @@ Four steps, in order, stopping at the first failure:
 
     compile   every .py byte-compiles
     mypy      `mypy --strict` accepts the engine package
-    tests     the engine's own tests pass (`python -m pytest` in the directory)
+    tests     the engine's own tests pass (pytest in the directory, the engine imported as
+              a package: see below)
     dry-run   the engine the daemon would build (pulse_cli.assembly.build_engine: config.json's
               layers and the staged LAYER) can be built, so every effect type a rule
               declares has an executor; one tick of it, on a scratch copy of the live home,
@@ -13,7 +14,10 @@ Four steps, in order, stopping at the first failure:
 
 The dry run happens in a child process (`python -m pulse_cli.gate dry-run ...`): a rule that
 blocks the event loop is killed at the deadline instead of hanging the promote, and the
-staged modules never enter the caller's process. The live home is only read: none of its
+staged modules never enter the caller's process. Every child Python runs with -P (no script
+or working directory on sys.path) and pytest with --import-mode=importlib, so the engine
+directory is only ever imported as a package: its types.py is `<package>.types`, and no file
+in it can stand in for a standard-library module. The live home is only read: none of its
 files (not even a -shm) is written. Gates that share a mypy cache run their mypy steps one at
 a time (mypy's cache is not safe for two writers).
 """
@@ -27,6 +31,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -129,7 +134,7 @@ async def _run(argv: list[str], cwd: Path, env: Mapping[str, str],
                limit_s: float) -> tuple[int | None, str]:
     """Run a child in its own session; (exit code or None on timeout, stdout and stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
+        *argv, cwd=cwd, env={**os.environ, **SAFE_PATH, **env}, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         start_new_session=True)
     try:
@@ -147,11 +152,37 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
-def _missing(module: str) -> str | None:
-    if importlib.util.find_spec(module) is None:
-        return (f"{module} is not installed for {sys.executable} — `{sys.executable} -m pip "
-                f"install {module}`")
-    return None
+class MissingTools(PulseError):
+    """Tools the promote gate runs (git, mypy, pytest) are not installed; lists every one."""
+
+
+GATE_MODULES = ("mypy", "pytest")
+PYTHON = (sys.executable, "-P")
+"""How the gate starts Python: this interpreter, with nothing of its working directory on
+sys.path."""
+SAFE_PATH = {"PYTHONSAFEPATH": "1"}
+"""The same (-P) for every Python the gate's children start in turn."""
+
+
+def tool_problems() -> dict[str, str]:
+    """What the gate needs and cannot find, by tool name: git on PATH, and mypy and pytest
+    importable by this interpreter (the gate runs `python -m mypy` and `python -m pytest`)."""
+    problems: dict[str, str] = {}
+    if shutil.which("git") is None:
+        problems["git"] = "git is not on PATH — install git from your system's packages"
+    for module in GATE_MODULES:
+        if importlib.util.find_spec(module) is None:
+            problems[module] = (f"{module} is not installed for {sys.executable} — "
+                                f"`{sys.executable} -m pip install {module}`")
+    return problems
+
+
+def require_tools() -> None:
+    """Raise MissingTools naming every tool the gate needs and cannot find."""
+    problems = tool_problems()
+    if problems:
+        raise MissingTools("the promote gate cannot run: " + "; ".join(problems.values())
+                           + " (`upulse doctor` checks everything promote and the daemon need)")
 
 
 def _source_paths() -> dict[str, str]:
@@ -168,9 +199,6 @@ def _source_paths() -> dict[str, str]:
 
 
 async def _mypy(staging: Path, home: Path, limit_s: float) -> tuple[bool, str]:
-    missing = _missing("mypy")
-    if missing:
-        return False, missing
     cache = Path(os.environ.get("MYPY_CACHE_DIR") or home / "cache" / "mypy")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
@@ -178,7 +206,7 @@ async def _mypy(staging: Path, home: Path, limit_s: float) -> tuple[bool, str]:
     try:
         async with exclusive_lock(cache / MYPY_LOCK_NAME, limit_s, "another gate's mypy"):
             code, out = await _run(
-                [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache),
+                [*PYTHON, "-m", "mypy", "--strict", "--cache-dir", str(cache),
                  staging.name], staging.parent, _source_paths(), deadline - loop.time())
     except LockBusy as exc:
         return False, str(exc)
@@ -188,10 +216,8 @@ async def _mypy(staging: Path, home: Path, limit_s: float) -> tuple[bool, str]:
 
 
 async def _tests(staging: Path, limit_s: float) -> tuple[bool, str]:
-    missing = _missing("pytest")
-    if missing:
-        return False, missing
-    code, out = await _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    code, out = await _run([*PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "--import-mode=importlib", "--rootdir", str(staging)],
                            staging, {**_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"},
                            limit_s)
     if code is None:
@@ -225,9 +251,9 @@ async def _dry_run(staging: Path, home: Path, tick_s: float,
         scratch.mkdir()
         await asyncio.to_thread(copy_live_home, Home(home), HomeLayout(scratch))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "pulse_cli.gate", "dry-run", str(staging), str(scratch),
+            *PYTHON, "-m", "pulse_cli.gate", "dry-run", str(staging), str(scratch),
             str(tick_s), cwd=tmp,
-            env={**os.environ, **_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"},
+            env={**os.environ, **SAFE_PATH, **_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"},
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         assert proc.stdout is not None
@@ -277,12 +303,14 @@ def _verdict(message: Mapping[str, Any], chatter: list[str]) -> tuple[bool, str]
 
 async def run_gate(staging: Path, home: Path, *, dry_run_timeout_s: float = 5.0,
                    step_timeout_s: float = STEP_TIMEOUT_S,
-                   open_timeout_s: float = OPEN_TIMEOUT_S) -> tuple[GateStep, ...]:
+                   open_timeout_s: float = OPEN_TIMEOUT_S,
+                   progress: Callable[[str], None] | None = None) -> tuple[GateStep, ...]:
     """Run the gate on the engine directory `staging`, dry-running against `home`.
 
     Returns the steps that ran: all four when the code passes, else up to the one that
-    failed (the last). Writes nothing to `home` but the mypy cache (HOME/cache/mypy, or
-    $MYPY_CACHE_DIR), which one gate's mypy uses at a time.
+    failed (the last). `progress` hears a line as each step starts and one as it ends.
+    Writes nothing to `home` but the mypy cache (HOME/cache/mypy, or $MYPY_CACHE_DIR),
+    which one gate's mypy uses at a time.
     """
     steps: list[Callable[[], Awaitable[tuple[bool, str]]]] = [
         lambda: asyncio.to_thread(_compile_all, staging),
@@ -292,9 +320,13 @@ async def run_gate(staging: Path, home: Path, *, dry_run_timeout_s: float = 5.0,
     ]
     done: list[GateStep] = []
     for name, step in zip(GATE_STEPS, steps, strict=True):
+        if progress is not None:
+            progress(f"running {name} …")
         started = time.monotonic()
         ok, output = await step()
         done.append(GateStep(name, ok, round(time.monotonic() - started, 3), bounded(output)))
+        if progress is not None:
+            progress(str(done[-1]))
         if not ok:
             break
     return tuple(done)
@@ -312,8 +344,8 @@ async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str
 
     cfg = dataclasses.replace(config_file.load_or_default(Home(scratch).config), store=None)
     code = load_code(engine_dir, staged=True)
-    names = {rule_name(r) for r in code.layer.rules} | {"business-rules"}
     engine = build_engine(scratch, cfg, code, rule_timeout=tick_s, drain_timeout=0.5)
+    names = {rule_name(r) for r in engine.business.rules} | {"business-rules"}
     handled = {t.tag() for executor in engine.executors for t in executor.handles}
     await engine.open()
     try:

@@ -9,8 +9,10 @@ locks are off, so a command that only reads (status, diff, ls-files) never rewri
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
+import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -126,3 +128,35 @@ def changed_paths(repo: Path) -> tuple[str, ...]:
         if entry[:1] in (b"R", b"C"):
             next(entries, None)  # a rename or copy names its origin next
     return tuple(paths)
+
+
+def work_tree_state(staging: Path) -> str:
+    """A digest of what a promote takes from staging: its HEAD, and every file git would
+    commit there (tracked and new, not ignored) by path, mode and contents. Reads only: no
+    object and no index is written."""
+    digest = hashlib.sha256(run_git(staging, "rev-parse", "HEAD").encode())
+    listing = run_git_bytes(staging, "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard")
+    for name in sorted(set(filter(None, listing.split(b"\0")))):
+        digest.update(name + b"\0" + _file_state(staging / os.fsdecode(name)) + b"\0")
+    return digest.hexdigest()
+
+
+def _file_state(path: Path) -> bytes:
+    try:
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            content = os.fsencode(os.readlink(path))
+        else:
+            content = path.read_bytes() if stat.S_ISREG(info.st_mode) else b""
+    except FileNotFoundError:
+        return b"missing"
+    except OSError as exc:
+        return f"unreadable {exc.errno}".encode()
+    return f"{info.st_mode:o} ".encode() + hashlib.sha256(content).digest()
+
+
+async def is_ancestor(repo: Path, commit: str, of: str = "HEAD") -> bool:
+    """Whether `commit` (a full sha) is `of` or one of its ancestors, in the repository of
+    `repo`."""
+    return await git(repo, "merge-base", commit, of, check=False) == commit

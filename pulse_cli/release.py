@@ -26,7 +26,7 @@ from pulse_cli.enginedir import PromoteResult
 from pulse_cli.enginedir import promote as gate_and_merge
 from pulse_cli.enginedir import rollback as revert
 from pulse_cli.home import EXIT_REFUSED, CliError, Home
-from pulse_cli.output import clip, print_json, printable, to_json
+from pulse_cli.output import clip, print_json, print_json_line, printable, to_json
 from pulse_core import Engine, PulseError, wait_signal
 from pulse_survival import NotifySinks
 
@@ -54,15 +54,18 @@ def _waiting(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _progress(line: str) -> None:
+    print(f"  {line}", flush=True)
+
+
 async def _promote(home: Home, as_json: bool) -> PromoteResult:
+    """The gate and the merge; without `as_json`, each gate step is printed as it runs."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
-    result = await gate_and_merge(home.root, store=cfg.store, waiting=_waiting)
+    result = await gate_and_merge(home.root, store=cfg.store, waiting=_waiting,
+                                  progress=None if as_json else _progress)
     if as_json:
-        print_json(msgspec.to_builtins(result))
         return result
-    for step in result.steps:
-        print(f"  {step}")
     if not result.ok:
         print(f"promote refused: the {result.failed_step} step failed; main and the daemon "
               f"are untouched\n{printable(result.output, newlines=True)}")
@@ -72,43 +75,59 @@ async def _promote(home: Home, as_json: bool) -> PromoteResult:
 
 
 async def promote(home: Home, *, as_json: bool) -> int:
-    """Run the gate on staging; on success merge, record it and make the daemon reload.
+    """Run the gate on staging; on success record it, merge and make the daemon reload.
 
     The home's log is opened only to record a promote that merged something: a refusal,
     or nothing to promote, leaves every store of the home as it was."""
     result = await _promote(home, as_json)
-    if not result.ok:
-        return EXIT_REFUSED
-    if result.revision == result.previous:
-        return 0  # nothing to promote: the daemon already runs main
-    reload = _reloaded(home)
-    if not as_json:
+    promoted = result.ok and result.revision != result.previous
+    reload = _reloaded(home) if promoted else None
+    if as_json:
+        print_json({**msgspec.to_builtins(result), "reload": reload})
+    elif reload is not None:
         print(f"promoted: main is at {result.revision}; {reload}")
-    return 0
+    return 0 if result.ok else EXIT_REFUSED
 
 
-async def rollback(home: Home, revision: str | None, *, reason: str) -> int:
+async def rollback(home: Home, revision: str | None, *, reason: str,
+                   as_json: bool = False) -> int:
     """Revert main to `revision` (default: before the last promote), record it, reload."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
-    now = await revert(home.root, revision, store=cfg.store, reason=reason)
-    print(f"rolled back: main is at {now}; {_reloaded(home)}")
+    done = await revert(home.root, revision, store=cfg.store, reason=reason)
+    reload = _reloaded(home)
+    if as_json:
+        print_json({**msgspec.to_builtins(done), "reload": reload})
+        return 0
+    print(f"rolled back: main is at {done.revision}; {reload}")
+    if done.kept is not None:
+        print(f"the rolled-back code is kept on branch {done.kept}: `git -C {home.engine} "
+              f"diff main {done.kept}` shows it, `git -C {home.staging} restore --source "
+              f"{done.kept} -- .` puts it back in staging")
+    if done.staging != "synced":
+        print(f"staging {done.staging}")
     return 0
 
 
-async def deploy(home: Home, *, wait_s: float) -> int:
+async def deploy(home: Home, *, wait_s: float, as_json: bool = False) -> int:
     """Promote, then confirm the daemon runs the new revision (starting it if stopped)."""
-    result = await _promote(home, as_json=False)
+    result = await _promote(home, as_json)
     if not result.ok:
+        if as_json:
+            print_json({**msgspec.to_builtins(result), "deployed": None})
         return EXIT_REFUSED
     if home.running_pid() is None:
-        await asyncio.to_thread(start, home)
+        with contextlib.redirect_stdout(sys.stderr if as_json else sys.stdout):
+            await asyncio.to_thread(start, home)
     else:
         signal_reload(home)
     if not await asyncio.to_thread(wait_for_revision, home, result.revision, wait_s):
         raise CliError(f"promoted revision {result.revision}, but the daemon did not report "
                        f"running it within {wait_s:g} s — see `upulse daemon logs`")
-    print(f"deployed: the daemon runs revision {result.revision}")
+    if as_json:
+        print_json({**msgspec.to_builtins(result), "deployed": result.revision})
+    else:
+        print(f"deployed: the daemon runs revision {result.revision}")
     return 0
 
 
@@ -156,8 +175,8 @@ class _DevEngine:
     """The scratch engine `upulse dev` runs, rebuilt whole when staging or config.json change,
     and the printer of every event it writes."""
 
-    def __init__(self, home: Home, scratch: Path, since: int) -> None:
-        self.home, self.scratch, self.seen = home, scratch, since
+    def __init__(self, home: Home, scratch: Path, since: int, *, as_json: bool) -> None:
+        self.home, self.scratch, self.seen, self.as_json = home, scratch, since, as_json
         self.engine: Engine | None = None
         self._printer: asyncio.Task[None] | None = None
 
@@ -178,20 +197,30 @@ class _DevEngine:
     async def _show(self, engine: Engine) -> None:
         async for event in engine.events.changes(self.seen, poll_interval=0.5):
             self.seen = event.seq
-            print(printable(f"#{event.seq} {event.kind} {event.key} ")
-                  + clip(to_json(event.data), 100),
-                  flush=True)
+            if self.as_json:
+                print_json_line({"type": "event", **msgspec.to_builtins(event)})
+            else:
+                print(printable(f"#{event.seq} {event.kind} {event.key} ")
+                      + clip(to_json(event.data), 100), flush=True)
+
+    def say(self, what: str, message: str) -> None:
+        """Print a message of `upulse dev` (`what`: started, not-runnable, reloaded,
+        reload-failed, stopped); with --json as a line {"type": what, "message": ...}."""
+        if self.as_json:
+            print_json_line({"type": what, "message": message})
+        else:
+            print(f"dev: {message}", flush=True)
 
     async def reload(self) -> None:
         """Build the engine again; if that fails, the running one carries on."""
         try:
             engine = await self.build()
         except PulseError as exc:
-            print(f"dev: reload failed, the previous engine keeps running: {exc}", flush=True)
+            self.say("reload-failed", f"reload failed, the previous engine keeps running: {exc}")
             return
         await self.run(engine)
-        print("dev: reloaded (layers, rules, watchers, executors, projections, settings)",
-              flush=True)
+        self.say("reloaded", "reloaded (layers, rules, watchers, executors, projections, "
+                 "settings)")
 
     async def close(self) -> None:
         """Stop printing and close the running engine."""
@@ -204,12 +233,15 @@ class _DevEngine:
             await engine.close()
 
 
-async def dev(home: Home, *, seconds: float | None) -> int:
+async def dev(home: Home, *, seconds: float | None, as_json: bool = False) -> int:
     """Run the staging code on a scratch copy of the home, rebuilding the whole engine when a
     file under staging or config.json changes.
 
     Every event the scratch engine writes is printed; the live home's files are never
     written, and the survival settings that act outside the home are off (see `contained`).
+    With `as_json` every event and message is one JSON object per line ({"type": "event",
+    ...the event} or {"type": started|not-runnable|reloaded|reload-failed|stopped,
+    "message"}).
     """
     _require_engine_dir(home)
     _dev_config(home)  # a broken config.json stops dev before anything starts
@@ -219,20 +251,21 @@ async def dev(home: Home, *, seconds: float | None) -> int:
         loop.add_signal_handler(signum, stop.set)
     with tempfile.TemporaryDirectory(prefix="upulse-dev-") as tmp:
         scratch = Path(tmp)
-        session = _DevEngine(home, scratch, await copy_home(home, scratch))
+        session = _DevEngine(home, scratch, await copy_home(home, scratch), as_json=as_json)
         seen = await asyncio.to_thread(_dev_fingerprint, home)
         try:
             first = await session.build()
         except config_file.ConfigError:
             raise
         except PulseError as exc:
-            print(f"dev: the staging code cannot run yet (fix it and save): {exc}")
+            session.say("not-runnable", f"the staging code cannot run yet (fix it and save): "
+                        f"{exc}")
             first = build_engine(scratch, _dev_config(home), NO_CODE)
         try:
             await session.run(first)
-            print(f"dev: staging code on a scratch copy in {scratch}; saving a file under "
-                  f"{home.staging} or {home.config} reloads the engine; Ctrl-C stops",
-                  flush=True)
+            session.say("started", f"staging code on a scratch copy in {scratch}; saving a "
+                        f"file under {home.staging} or {home.config} reloads the engine; "
+                        "Ctrl-C stops")
 
             async def reload_on_change() -> None:
                 # The file watch may start after a save: every second, and on each change it
@@ -253,5 +286,5 @@ async def dev(home: Home, *, seconds: float | None) -> int:
             await asyncio.gather(watcher, return_exceptions=True)
         finally:
             await session.close()
-    print("dev: stopped; the scratch copy is gone")
+    session.say("stopped", "stopped; the scratch copy is gone")
     return 0

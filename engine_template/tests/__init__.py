@@ -1,1 +1,1 @@
-"""This engine's own tests: `python -m pytest` in the engine directory; promote runs them."""
+"""This engine's own tests: `pytest` in the engine directory; promote runs them."""

@@ -15,13 +15,16 @@ import pytest
 from pulse_cli.enginedir import (
     EngineDirError,
     GitEngineDirectory,
+    PromoteNotRecorded,
     PromoteResult,
+    RollbackTargetError,
+    RolledBack,
     init_engine_dir,
     promote,
     revision,
     rollback,
 )
-from pulse_core import Engine, Event, SqliteEventStore
+from pulse_core import Engine, Event, SqliteEventStore, open_home
 from pulse_core._effects import effect_draft
 from pulse_survival import Rollback
 from tests.cli.support import (
@@ -87,9 +90,13 @@ async def _read_all(home: Path) -> list[Event]:
         await events.close()
 
 
+PROGRESS: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def promoted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PromoteResult, str]:
-    """A home whose staged NEW_TEXT edit went through promote; and main's revision before."""
+    """A home whose staged NEW_TEXT edit went through promote; and main's revision before.
+    PROGRESS holds what the promote reported as it went."""
     home = tmp_path_factory.mktemp("promoted") / "home"
 
     async def run() -> tuple[Path, PromoteResult, str]:
@@ -99,11 +106,43 @@ def promoted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, PromoteRes
             stage_new_text(home / "staging")
             events = await SqliteEventStore.open(home / "events.db")
             try:
-                return home, await promote(home, events=events), before
+                return home, await promote(home, events=events,
+                                           progress=PROGRESS.append), before
             finally:
                 await events.close()
 
     return asyncio.run(run())
+
+
+def test_promote_reports_each_gate_step_as_it_starts_and_ends(
+        promoted: tuple[Path, PromoteResult, str]) -> None:
+    _, result, _ = promoted
+    expected = [line for step in result.steps
+                for line in (f"running {step.name} …", str(step))]
+    assert expected == PROGRESS
+    assert PROGRESS[1].startswith("passed  compile")
+
+
+async def test_a_promote_the_log_refuses_to_record_leaves_main_where_it_was(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    main = revision(home)
+    stage_new_text(home / "staging")
+    refusing = await open_home(home, read_only=True)  # a real log that refuses the append
+    try:
+        with pytest.raises(PromoteNotRecorded,
+                           match=f"main was not moved \\(it stays at {main}\\)"):
+            await promote(home, events=refusing.events)
+    finally:
+        await refusing.close()
+    assert revision(home) == main
+    assert git(home / "engine", "status", "--porcelain") == ""
+    assert [e for e in await _read_all(home) if e.kind == "promote"] == []
+
+    result = await promote(home)  # the log works again: the same staged code goes through
+    assert result.ok and revision(home) == result.revision != main
+    assert [e.data for e in await _read_all(home) if e.kind == "promote"] == [
+        {"revision": result.revision, "previous": main}]
 
 
 async def test_promote_of_a_good_edit_merges_records_a_promote_event_and_loads_the_new_rule(
@@ -112,7 +151,7 @@ async def test_promote_of_a_good_edit_merges_records_a_promote_event_and_loads_t
     assert result.ok, result
     assert [s.name for s in result.steps] == ["compile", "mypy", "tests", "dry-run"]
     assert all(s.ok for s in result.steps)
-    assert "['note']" in result.steps[-1].output  # the dry run saw the live inbox vital
+    assert result.steps[-1].output.startswith("decision: ")
     main = git(home / "engine", "rev-parse", "HEAD")
     assert (result.revision, result.previous) == (main, before)
     assert git(home / "engine", "log", "-1", "--format=%s") == "promote: staged changes"
@@ -220,7 +259,8 @@ async def test_rollback_reverts_with_a_new_commit_records_it_and_loads_the_old_r
         promoted = await promote_without_gate(home, events)
         assert await note_of(home / "engine") == f"3 {NEW_TEXT}"
 
-        now = await rollback(home, None, events=events, reason="errors after the promote")
+        done = await rollback(home, None, events=events, reason="errors after the promote")
+        now = done.revision
 
         rollbacks = await events.read(kinds=["rollback"])
     finally:
@@ -232,8 +272,15 @@ async def test_rollback_reverts_with_a_new_commit_records_it_and_loads_the_old_r
         f"Revert to {first[:12]}: errors after the promote")
     assert git(engine, "rev-parse", f"{now}^{{tree}}") == git(engine, "rev-parse",
                                                                f"{first}^{{tree}}")
+    kept = done.kept
+    assert kept is not None and kept.startswith("rolled-back/") and kept.endswith(
+        "-" + promoted[:12])
+    assert git(engine, "rev-parse", kept) == promoted  # the rolled-back edit, on a branch
+    assert done == RolledBack(now, first, kept, "synced")
+    assert f"kept on branch {kept}" in str(done)
+    assert kept in git(engine, "log", "-1", "--format=%b")
     assert [(e.data, e.origin) for e in rollbacks] == [(
-        {"revision": now, "to": first, "reason": "errors after the promote",
+        {"revision": now, "to": first, "reason": "errors after the promote", "kept": kept,
          "staging": "synced"}, "cli")]
     assert await note_of(engine) == f"3 {OLD_TEXT}"
     assert git(home / "staging", "rev-parse", "HEAD") == now
@@ -250,11 +297,11 @@ async def test_rollback_undoes_a_promote_that_arrived_as_a_merge_exactly(tmp_pat
         (staging / "rules" / "extra.py").write_text('"""Staged, not yet promoted."""\n')
         git(staging, "add", "-A")
         git(staging, "commit", "-q", "-m", "unpromoted work")
-        reverted = await rollback(home, None, events=events, reason="first")
+        reverted = (await rollback(home, None, events=events, reason="first")).revision
         assert "merge main" in git(staging, "log", "-1", "--format=%s")  # staging merged main
         await promote_without_gate(home, events)  # main now holds a merge commit
 
-        again = await rollback(home, None, events=events, reason="second")
+        again = (await rollback(home, None, events=events, reason="second")).revision
     finally:
         await events.close()
     assert git(engine, "rev-parse", f"{again}^{{tree}}") == git(engine, "rev-parse",
@@ -272,10 +319,14 @@ async def test_rollback_to_a_revision_that_is_not_on_main_is_refused(tmp_path: P
     main = revision(home)
     events = await SqliteEventStore.open(home / "events.db")
     try:
-        with pytest.raises(EngineDirError, match="not an earlier revision of main"):
+        with pytest.raises(RollbackTargetError, match="not an earlier revision of main — "):
             await rollback(home, side, events=events, reason="wrong")
-        with pytest.raises(EngineDirError, match="no such revision"):
+        with pytest.raises(RollbackTargetError) as unknown:
             await rollback(home, "no-such-branch", events=events, reason="wrong")
+        assert str(unknown.value) == (
+            f"cannot roll back to 'no-such-branch': {home / 'engine'} has no such revision — "
+            f"name one of main's revisions (`git -C {home / 'engine'} log --oneline main` "
+            "lists main's revisions), or leave it out to undo the last promote")
         with pytest.raises(EngineDirError, match="nothing to roll back"):
             await rollback(home, None, events=events, reason="nothing promoted")
         assert await events.read(kinds=["rollback"]) == []
@@ -293,10 +344,10 @@ async def test_git_engine_directory_serves_the_survival_rollback_executor(
         promoted = await promote_without_gate(home, events)
     finally:
         await events.close()
-    reloaded: list[str] = []
+    reloaded: list[RolledBack] = []
 
-    async def on_rollback(now: str) -> None:
-        reloaded.append(now)
+    async def on_rollback(done: RolledBack) -> None:
+        reloaded.append(done)
 
     engine = Engine(home, engine_directory=GitEngineDirectory(home, on_rollback=on_rollback))
     await engine.open()
@@ -313,5 +364,8 @@ async def test_git_engine_directory_serves_the_survival_rollback_executor(
     assert git(home / "engine", "rev-parse", "HEAD^") == promoted
     assert git(home / "engine", "log", "-1", "--format=%s").startswith("Revert to ")
     assert [(e.data["reason"], e.origin) for e in rollbacks] == [("test", "survival")]
-    assert reloaded == [now]
+    assert [r.revision for r in reloaded] == [now]
+    assert rollbacks[0].data["kept"] == reloaded[0].kept
+    assert git(home / "engine", "rev-parse", f"{reloaded[0].kept}") == promoted
+    assert f"kept on branch {reloaded[0].kept}" in str(reloaded[0])  # the daemon's log line
     assert await note_of(home / "engine") == f"3 {OLD_TEXT}"
