@@ -55,7 +55,12 @@ class UsageError(CliError):
 
 
 class NotInitialised(CliError):
-    """The home has no config.json: `upulse init` was never run there."""
+    """The home has no config.json: `upulse init` was never run there, and the command needs
+    what init adds (the settings, the engine directory)."""
+
+
+class NotAHome(CliError):
+    """The folder holds no event log and no config.json: no engine ever wrote there."""
 
 
 class DaemonStateError(CliError):
@@ -137,12 +142,35 @@ class Home:
         """Whether `upulse init` laid this home out (its config.json names the event log)."""
         return self.config.is_file()
 
+    def readable(self) -> Home:
+        """This home if an engine keeps its log here (config.json or events.db): the daemon's,
+        an embedded `Engine`'s or the demo's alike; else NotAHome. What the read-only
+        commands need, and the task commands."""
+        if not (self.initialised or self.layout.events_db.is_file()):
+            raise NotAHome(
+                f"{self.root} is not a pulse home: it has no events.db (and no config.json) — "
+                "give --home the folder an engine writes to, or --instance NAME "
+                "(`upulse instances` lists them)"
+            )
+        return self
+
     def require(self) -> Home:
-        """This home, or NotInitialised telling how to make it."""
+        """This home if `upulse init` laid it out (config.json), else NotInitialised saying
+        what init adds and keeps: what the daemon and the commands that move code need."""
         if not self.initialised:
+            adds = ["config.json"]
+            if not self.layout.events_db.is_file():
+                adds.append("the stores (events.db, vitals.db, state.db, objects/)")
+            adds += [f"{name} ({what})" for name, what, path in (
+                ("engine/", "the engine directory, git, branch main", self.engine),
+                ("staging/", "its worktree, where code is edited", self.staging))
+                if not path.exists()]
+            keeps = ("; it keeps events.db and everything else there as it is"
+                     if self.layout.events_db.is_file() else "")
+            listed = ", ".join(adds[:-1]) + f" and {adds[-1]}" if len(adds) > 1 else adds[0]
             raise NotInitialised(
-                f"{self.root} is not a pulse home (no config.json) — run "
-                f"`upulse init --home {self.root}` first"
+                f"{self.root} has no config.json, which this command needs — "
+                f"`upulse init --home {self.root}` adds {listed}{keeps}"
             )
         return self
 

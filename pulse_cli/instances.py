@@ -19,8 +19,9 @@ ERRORS_SHOWN = 3
 ERROR_LOOKBACK = 100_000  # events searched back from the head for the last errors
 
 
-async def initialise(home: Home, instance: str) -> int:
-    """Lay out `home` (config, stores, objects/, engine directory); what exists is kept as is."""
+async def initialise(home: Home, instance: str, *, as_json: bool = False) -> int:
+    """Lay out `home` (config, stores, objects/, engine directory); what exists is kept as is.
+    Prints what was created (with `as_json`: the home, the instance and the created names)."""
     from pulse_cli.enginedir import init_engine_dir  # git and the template: only for init
 
     created: list[str] = []
@@ -36,10 +37,15 @@ async def initialise(home: Home, instance: str) -> int:
     if missing:  # open_home creates what is missing and leaves what exists as it is
         await (await open_home(home.root, store=cfg.store)).close()
         created += missing
-    if await asyncio.to_thread(init_engine_dir, home.root):
-        created.append("engine/ (git, branch main) and staging/ (worktree, branch staging)")
-    if created:
-        print(printable(f"initialised {home.root}: created {', '.join(created)}"))
+    engine_dir = await asyncio.to_thread(init_engine_dir, home.root)
+    if engine_dir:
+        created += ["engine/", "staging/"]
+    if as_json:
+        print_json({"home": str(home.root), "instance": cfg.instance, "created": created})
+    elif created:
+        shown = [*created[:-2], "engine/ (git, branch main) and staging/ (worktree, branch "
+                 "staging)"] if engine_dir else created
+        print(printable(f"initialised {home.root}: created {', '.join(shown)}"))
     else:
         print(printable(f"{home.root} already exists; nothing changed"))
     return 0
@@ -92,17 +98,18 @@ async def _from_log(home: Home, store: str | None) -> tuple[int, list[Event]]:
 async def status(home: Home, *, as_json: bool) -> int:
     """Show the daemon's pid, uptime, revision, ticks, pending effects and last errors.
 
-    Works whatever config.json says: when it cannot be read, the report says why, and the
-    log is read at the store the daemon reported (skipped when there is none).
+    Works on any home with an event log (without config.json: an embedded engine's), and
+    whatever config.json says: when it cannot be read, the report says why, and the log is
+    read at the store the daemon reported (skipped when there is none).
     Exits 3 (with what is known of the last run) when the daemon is not running.
     """
-    home.require()
+    home.readable()
     pid = home.running_pid()
     last = home.daemon_status()
     cfg: config_file.Config | None = None
     problem: str | None = None
     try:
-        cfg = config_file.load(home.config)
+        cfg = config_file.load_or_default(home.config)
     except config_file.ConfigError as exc:
         problem = str(exc)
     pending: int | None = None
@@ -110,7 +117,7 @@ async def status(home: Home, *, as_json: bool) -> int:
     store = cfg.store if cfg is not None else (last.store if last is not None else None)
     if cfg is not None or store is not None:
         pending, errors = await _from_log(home, store)
-    instance = cfg.instance if cfg is not None else (
+    instance = cfg.instance if home.initialised and cfg is not None else (
         last.instance if last is not None else home.root.name)
     now = now_ms()
     report: dict[str, Any] = {

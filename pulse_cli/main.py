@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,11 +16,18 @@ from pulse_cli.home import (
     EXIT_USAGE,
     CliError,
     Home,
+    UsageError,
     is_instance_name,
     resolve_home,
 )
-from pulse_cli.output import printable
-from pulse_cli.queries import parse_duration, parse_since
+from pulse_cli.output import did_you_mean, nearest, printable
+from pulse_cli.queries import (
+    TASK_STATUSES,
+    parse_count,
+    parse_duration,
+    parse_seconds,
+    parse_since,
+)
 from pulse_core import PulseError
 from pulse_core._homelock import denied, loose_home
 
@@ -38,6 +46,36 @@ exit codes:
 
 Arguments = Callable[[argparse.Namespace, Home], dict[str, Any]]
 INTERRUPT_IS_EXIT = frozenset({"events", "logs", "dev", "start", "run"})
+DISTRIBUTION = "pulse-engine"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose unknown choices (a command, a status, a shell) name the
+    nearest known one."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            known = [str(choice) for choice in action.choices]
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r}{did_you_mean(str(value), known)} "
+                        f"(choose from {', '.join(known)})")
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                         nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        try:
+            version = importlib.metadata.version(DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError:
+            version = f"unknown ({DISTRIBUTION} is not installed; run from a source tree)"
+        print(f"upulse {version}")
+        parser.exit()
 
 
 def _home_options(parser: argparse.ArgumentParser, default: Any) -> None:
@@ -59,8 +97,12 @@ def _command(sub: Any, name: str, target: str, help: str, arguments: Arguments =
     listed = {"help": help} if help else {}  # without help, a command is not listed
     parser: argparse.ArgumentParser = sub.add_parser(name, description=help, **listed)
     _home_options(parser, argparse.SUPPRESS)  # after the command too; never overrides
-    parser.set_defaults(target=target, arguments=arguments)
+    parser.set_defaults(target=target, arguments=arguments, parser=parser)
     return parser
+
+
+def _json(parser: argparse.ArgumentParser, help: str = "one JSON document") -> None:
+    parser.add_argument("--json", action="store_true", help=help)
 
 
 def _daemon_commands(sub: Any) -> None:
@@ -76,15 +118,16 @@ def _daemon_commands(sub: Any) -> None:
     stop = _command(actions, "stop", "control.stop",
                     "SIGTERM the daemon and wait while it drains its effects",
                     lambda a, h: {"timeout": a.timeout})
-    stop.add_argument("--timeout", type=float, default=None,
+    stop.add_argument("--timeout", type=parse_seconds, default=None, metavar="S",
                       help="seconds to wait (default: daemon.drain_timeout_s + 10)")
     status = _command(actions, "status", "instances.status",
                       "pid, uptime, revision, tick rate, pending effects, last errors",
                       lambda a, h: {"as_json": a.json})
-    status.add_argument("--json", action="store_true", help="one JSON document")
+    _json(status)
     logs = _command(actions, "logs", "control.logs", "print the end of daemon.log",
                     lambda a, h: {"lines": a.n, "follow": a.follow})
-    logs.add_argument("-n", type=int, default=50, help="how many lines (default 50)")
+    logs.add_argument("-n", type=parse_count, default=50, metavar="N",
+                      help="how many lines (default 50)")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
     _command(actions, "restart", "control.restart", "stop (if running), then start")
     _command(actions, "run", "daemon.run", "")  # what `start` spawns; not listed
@@ -103,7 +146,8 @@ def _query_commands(sub: Any) -> None:
     events.add_argument("--follow", "-f", action="store_true", help="then print new events")
     events.add_argument("--json", action="store_true",
                         help="a JSON array (JSON lines with --follow)")
-    events.add_argument("--limit", type=int, default=100, help="at most N events (0: all)")
+    events.add_argument("--limit", type=parse_count, default=100, metavar="N",
+                        help="at most N events (0: all)")
     effects = _command(sub, "effects", "queries.effects",
                        "list effects with their status (pending, executing, retrying, acked, "
                        "failed)",
@@ -112,29 +156,32 @@ def _query_commands(sub: Any) -> None:
     which = effects.add_mutually_exclusive_group()
     which.add_argument("--pending", action="store_true", help="only unfinished effects")
     which.add_argument("--failed", action="store_true", help="only finally failed effects")
-    effects.add_argument("--json", action="store_true", help="one JSON document")
-    effects.add_argument("--limit", type=int, default=100, help="the newest N (0: all)")
+    _json(effects)
+    effects.add_argument("--limit", type=parse_count, default=100, metavar="N",
+                         help="the newest N (0: all)")
     tasks = _command(sub, "tasks", "queries.tasks", "list tasks with their status",
                      lambda a, h: {"as_json": a.json, "status": a.status})
-    tasks.add_argument("--status", help="only tasks in this status (pending, assigned, "
-                       "executing, acked, closed, given-up)")
-    tasks.add_argument("--json", action="store_true", help="one JSON document")
+    tasks.add_argument("--status", choices=TASK_STATUSES, metavar="S",
+                       help=f"only tasks in this status ({', '.join(TASK_STATUSES)})")
+    _json(tasks)
     vitals = _command(sub, "vitals", "queries.vitals",
                       "the latest reading of every vitals key, or recent samples of KEY",
                       lambda a, h: {"key": a.key, "since_s": a.since, "as_json": a.json,
                                     "limit": a.limit})
-    vitals.add_argument("key", nargs="?", metavar="KEY")
+    vitals.add_argument("key", nargs="?", metavar="KEY",
+                        help="a vitals key (`upulse vitals` lists them)")
     vitals.add_argument("--since", type=parse_duration, default=3600.0, metavar="DURATION",
                         help="with KEY: how far back (default 1h)")
-    vitals.add_argument("--limit", type=int, default=20, help="with KEY: the newest N")
-    vitals.add_argument("--json", action="store_true", help="one JSON document")
+    vitals.add_argument("--limit", type=parse_count, default=20, metavar="N",
+                        help="with KEY: the newest N (default 20; 0: all)")
+    _json(vitals)
     tick = _command(sub, "tick", "dryrun.dry_tick",
                     "one tick against the live snapshot on a scratch copy; writes nothing",
                     lambda a, h: {"verbose": a.verbose, "as_json": a.json,
                                   "code_dir": h.staging if a.staging else None})
     tick.add_argument("--verbose", "-v", action="store_true", help="each rule's decision")
     tick.add_argument("--staging", action="store_true", help="run the staging code")
-    tick.add_argument("--json", action="store_true", help="one JSON document")
+    _json(tick)
 
 
 _TASK_FIELDS = ("title", "project", "prompt", "priority", "agent", "result", "reason")
@@ -153,21 +200,24 @@ def _task_commands(sub: Any) -> None:
 
     def task(action: str, help: str) -> argparse.ArgumentParser:
         command = _command(actions, action, "queries.task_command", help, _task_arguments)
-        command.add_argument("id", metavar="ID")
-        command.add_argument("--json", action="store_true", help="print the stored event")
+        command.add_argument("id", metavar="ID", help="the task's id (its events' key)")
+        _json(command, "print the stored event")
         return command
 
     create = task("create", "create a pending task")
-    create.add_argument("--title", required=True)
-    create.add_argument("--project", default="default")
-    create.add_argument("--prompt", default="")
-    create.add_argument("--priority", type=int, default=0, help="higher is sooner")
-    task("assign", "give a pending task to an agent").add_argument("agent", metavar="AGENT")
+    create.add_argument("--title", required=True, help="what the task is, in a line")
+    create.add_argument("--project", default="default",
+                        help="the project it belongs to (default: default)")
+    create.add_argument("--prompt", default="", help="the instructions the agent gets")
+    create.add_argument("--priority", type=int, default=0, help="higher is sooner (default 0)")
+    task("assign", "give a pending task to an agent").add_argument(
+        "agent", metavar="AGENT", help="the agent that will run it")
     task("start", "the assigned agent started it")
     task("ack", "the agent reports a result").add_argument(
         "--result", metavar="JSON", help="the result, as JSON")
     task("close", "mark an acked task done")
-    task("give-up", "abandon an unfinished task").add_argument("--reason", required=True)
+    task("give-up", "abandon an unfinished task").add_argument(
+        "--reason", required=True, help="why it was abandoned")
 
 
 def _release_commands(sub: Any) -> None:
@@ -175,21 +225,30 @@ def _release_commands(sub: Any) -> None:
                        "gate the staging code (compile, mypy, tests, dry-run tick), merge it "
                        "into main and make the daemon reload; exit 4 if refused",
                        lambda a, h: {"as_json": a.json})
-    promote.add_argument("--json", action="store_true", help="one JSON document")
+    _json(promote)
     rollback = _command(sub, "rollback", "release.rollback",
                         "revert main to REV (default: the revision before the last promote) "
                         "with a new commit, and make the daemon reload",
-                        lambda a, h: {"revision": a.revision, "reason": a.reason})
-    rollback.add_argument("revision", nargs="?", metavar="REV")
-    rollback.add_argument("--reason", default="rolled back from the command line")
+                        lambda a, h: {"revision": a.revision, "reason": a.reason,
+                                      "as_json": a.json})
+    rollback.add_argument("revision", nargs="?", metavar="REV",
+                          help="a commit of main, as git names it (default: before the last "
+                               "promote)")
+    rollback.add_argument("--reason", default="rolled back from the command line",
+                          help="why, recorded in the rollback event")
+    _json(rollback)
     deploy = _command(sub, "deploy", "release.deploy",
                       "promote, then confirm the daemon runs the new revision (starting it "
-                      "if stopped)", lambda a, h: {"wait_s": a.timeout})
-    deploy.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+                      "if stopped)", lambda a, h: {"wait_s": a.timeout, "as_json": a.json})
+    deploy.add_argument("--timeout", type=parse_seconds, default=30.0, metavar="S",
+                        help="seconds to wait for the daemon (default 30)")
+    _json(deploy)
     dev = _command(sub, "dev", "release.dev",
                    "run the staging code on a scratch copy of the home with hot reload",
-                   lambda a, h: {"seconds": a.seconds})
-    dev.add_argument("--seconds", type=float, default=None, help="stop after this long")
+                   lambda a, h: {"seconds": a.seconds, "as_json": a.json})
+    dev.add_argument("--seconds", type=parse_seconds, default=None, metavar="S",
+                     help="stop after this long (default: at Ctrl-C)")
+    _json(dev, "each event the scratch engine writes as a line of JSON")
 
 
 def _instance_name(args: argparse.Namespace, home: Home) -> str:
@@ -203,31 +262,53 @@ def _instance_name(args: argparse.Namespace, home: Home) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `upulse` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="upulse", description=DESCRIPTION, epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version,
+                        help=f"print the installed {DISTRIBUTION} version and exit")
     _home_options(parser, None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     init = _command(sub, "init", "instances.initialise",
                     "lay out a home: config.json, its stores (events, vitals, side, objects), "
-                    "engine/, staging/; on an existing home, change nothing and say so",
-                    lambda a, h: {"instance": _instance_name(a, h)})
+                    "engine/, staging/; what exists (an embedded engine's log) is kept",
+                    lambda a, h: {"instance": _instance_name(a, h), "as_json": a.json})
     init.epilog = "Re-running init on an existing home changes nothing and says so."
+    _json(init, "print the home, the instance and what was created as one JSON document")
     listing = _command(sub, "instances", "instances.instances",
                        "list the base home and every named instance with its status",
                        lambda a, h: {"as_json": a.json})
-    listing.add_argument("--json", action="store_true", help="one JSON document")
+    _json(listing)
     _daemon_commands(sub)
     _query_commands(sub)
     _task_commands(sub)
     _release_commands(sub)
+    doctor = _command(sub, "doctor", "doctor.doctor",
+                      "check that this machine has what promote and the daemon need",
+                      lambda a, h: {"as_json": a.json})
+    _json(doctor)
+    completion = _command(sub, "completion", "completion.print_script",
+                          "print a shell completion script (eval \"$(upulse completion "
+                          "bash)\" in ~/.bashrc)", lambda a, h: {"shell": a.shell})
+    completion.add_argument("shell", choices=("bash", "zsh"), help="the shell: bash or zsh")
     return parser
 
 
 def _say_error(command: str, error: Exception) -> None:
-    """An error on stderr as `upulse COMMAND: [Type: ]what was wrong — what to do`."""
-    kind = "" if isinstance(error, CliError) else f"{type(error).__name__}: "
-    print(f"upulse {command}: {kind}{printable(str(error), newlines=True)}", file=sys.stderr)
+    """An error on stderr as `upulse COMMAND: what was wrong — what to do`."""
+    print(f"{command}: {printable(str(error), newlines=True)}", file=sys.stderr)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed command line; SystemExit for --help, --version and usage errors, which
+    print the usage of the command they are in."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command: argparse.ArgumentParser = getattr(args, "parser", parser)
+        close = nearest(extras[0].partition("=")[0], command._option_string_actions)
+        hint = f" — did you mean {close}?" if close and extras[0].startswith("-") else ""
+        command.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+    return args
 
 
 def _warn_if_open_to_others(home: Home, args: argparse.Namespace) -> None:
@@ -242,10 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one `upulse` command; returns its exit code (see EXIT_CODES)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
+        args = _parse(parser, argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     name = getattr(args, "action", None) or args.command
+    command: argparse.ArgumentParser = args.parser
     try:
         home = Home(resolve_home(args.home, args.instance))
         _warn_if_open_to_others(home, args)
@@ -255,14 +337,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(outcome, int):
             outcome = asyncio.run(outcome)
         return int(outcome)
+    except UsageError as exc:
+        command.print_usage(sys.stderr)
+        _say_error(command.prog, exc)
+        return exc.exit_code
     except CliError as exc:
-        _say_error(args.command, exc)
+        _say_error(command.prog, exc)
         return exc.exit_code
     except PulseError as exc:
-        _say_error(args.command, exc)
+        _say_error(command.prog, exc)
         return EXIT_ERROR
     except PermissionError as exc:  # one that no typed error names yet (git, say)
-        _say_error(args.command, denied(Path(exc.filename or "?"), "read or write"))
+        _say_error(command.prog, denied(Path(exc.filename or "?"), "read or write"))
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 0 if name in INTERRUPT_IS_EXIT else 130

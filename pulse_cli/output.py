@@ -7,9 +7,10 @@ a control sequence.
 
 from __future__ import annotations
 
+import difflib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -37,6 +38,18 @@ def printable(text: str, *, newlines: bool = False) -> str:
     written as a visible `\\xNN`, every other character as it is; with `newlines`, line
     breaks stay."""
     return text.translate(_ESCAPES_BUT_NEWLINES if newlines else _ESCAPES)
+
+
+def nearest(value: str, known: Iterable[str]) -> str | None:
+    """The one of `known` closest to `value` when one is close enough to be a typo of it."""
+    close = difflib.get_close_matches(value, sorted(known), n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(value: str, known: Iterable[str]) -> str:
+    """` — did you mean 'x'?` naming the nearest of `known` to `value`, else an empty string."""
+    close = nearest(value, known)
+    return "" if close is None else f" — did you mean {close!r}?"
 
 
 def to_json(value: Any) -> str:

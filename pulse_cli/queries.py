@@ -12,14 +12,16 @@ import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
+from importlib.metadata import entry_points
 from typing import Any
 
 import msgspec
 
-from pulse_cli.home import Home, UsageError
+from pulse_cli.home import CliError, Home, UsageError
 from pulse_cli.output import (
     ago,
     clip,
+    did_you_mean,
     now_ms,
     print_json,
     print_json_line,
@@ -38,13 +40,17 @@ from pulse_core import (
     TaskBoard,
     TaskState,
     UnreadableEvent,
+    VersionConflict,
     fold_effect,
+    known_kinds,
 )
 from pulse_core._effects import EFFECT_KINDS
 from pulse_core._tasks import TASK_KINDS, next_task_state
 
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+TASK_STATUSES = ("pending", "assigned", "executing", "acked", "closed", "given-up")
+KINDS_SUGGESTED_FROM = 10_000  # the newest events whose kinds a typo is compared with
 
 
 class Since(msgspec.Struct, frozen=True):
@@ -68,9 +74,27 @@ def parse_since(text: str) -> Since:
 def parse_duration(text: str) -> float:
     """A duration such as `90s`, `10m`, `2h` or `1d`, in seconds (an argparse type)."""
     since = parse_since(text)
-    if since.seconds is None:
+    if not since.seconds:
         raise argparse.ArgumentTypeError(f"{text!r}: give a duration like 90s, 10m, 2h or 1d")
     return since.seconds
+
+
+def parse_count(text: str) -> int:
+    """A count of 0 or more (an argparse type)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 0 or more")
+    return int(text)
+
+
+def parse_seconds(text: str) -> float:
+    """A number of seconds above 0 (an argparse type)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return seconds
 
 
 async def _after_time(store: EventStore, cutoff_ms: int) -> int:
@@ -126,12 +150,41 @@ UNREADABLE_HINT = "an engine opening this home quarantines it (docs/events.md)"
 _EVENT_HEADERS = ("SEQ", "WHEN", "KIND", "KEY", "ORIGIN", "DATA")
 
 
+def catalogued_kinds() -> set[str]:
+    """Every kind in the catalogue of an engine built here: pulse_core's, and those of the
+    survival layer and each installed layer (importing a layer registers its kinds)."""
+    for group in ("pulse.survival", "pulse.layers"):
+        for entry in entry_points(group=group):
+            with contextlib.suppress(Exception):  # a broken layer is the daemon's to report
+                entry.load()
+    return set(known_kinds())
+
+
+async def _check_kinds(store: EventStore, kinds: list[str]) -> None:
+    """UsageError naming the nearest known kind for a kind neither the catalogue nor the log
+    knows (a kind only an engine's own code registers is known by its events)."""
+    unknown = [k for k in kinds if k not in known_kinds()]
+    if unknown:
+        catalogue = catalogued_kinds()
+        unknown = [k for k in unknown if k not in catalogue
+                   and not await store.read_rows(0, kinds=[k], limit=1)]
+    if unknown:
+        after = max(await store.last_seq() - KINDS_SUGGESTED_FROM, 0)
+        logged = {row.kind for row in await store.read_rows(after)}
+        raise UsageError(f"no event kind {unknown[0]!r} in the catalogue or the log"
+                         f"{did_you_mean(unknown[0], catalogue | logged)} (docs/events.md "
+                         "lists the kinds)")
+
+
 async def events(home: Home, *, kinds: list[str] | None, key: str | None, since: Since | None,
                  follow: bool, as_json: bool, limit: int) -> int:
     """Print events: the last `limit` (or, with `since`, the first `limit` after it); a row
-    whose data cannot be decoded is listed as unreadable, never an error."""
+    whose data cannot be decoded is listed as unreadable, never an error. A kind neither the
+    catalogue nor the log knows is a UsageError."""
     async with opened(home, read_only=True) as stores:
         store = stores.events
+        if kinds:
+            await _check_kinds(store, kinds)
         listed = await _events_after(store, since, kinds, key, limit)
         now = now_ms()
         if as_json and not follow:
@@ -250,19 +303,27 @@ async def task_command(home: Home, action: str, task_id: str, *, as_json: bool,
             raise UsageError(f"--result must be JSON (like '{{\"ok\": true}}'): {exc}") from None
     async with opened(home, read_only=False) as stores:
         board = TaskBoard(stores.events, origin="cli")
-        if action == "create":
-            event = await board.create(task_id, title, project=project, prompt=prompt,
-                                       priority=priority)
-        elif action == "assign":
-            event = await board.assign(task_id, agent)
-        elif action == "start":
-            event = await board.start(task_id)
-        elif action == "ack":
-            event = await board.ack(task_id, parsed)
-        elif action == "close":
-            event = await board.close(task_id)
-        else:
-            event = await board.give_up(task_id, reason)
+        try:
+            if action == "create":
+                event = await board.create(task_id, title, project=project, prompt=prompt,
+                                           priority=priority)
+            elif action == "assign":
+                event = await board.assign(task_id, agent)
+            elif action == "start":
+                event = await board.start(task_id)
+            elif action == "ack":
+                event = await board.ack(task_id, parsed)
+            elif action == "close":
+                event = await board.close(task_id)
+            else:
+                event = await board.give_up(task_id, reason)
+        except VersionConflict:
+            if action != "create":
+                raise
+            raise _exists(task_id, await board.state(task_id)) from None
+        except InvalidTransition as exc:
+            raise CliError(f"{exc} — {_LIFECYCLE}; `upulse tasks` shows each task's status"
+                           ) from None
     if as_json:
         print_json(event)
     else:
@@ -271,15 +332,34 @@ async def task_command(home: Home, action: str, task_id: str, *, as_json: bool,
     return 0
 
 
+_LIFECYCLE = ("a task moves pending → assigned → executing → acked → closed, and can be "
+              "given up until it is closed")
+
+
+def _exists(task_id: str, task: TaskState | None) -> CliError:
+    if task is None:
+        return CliError(f"the key {task_id} already has events that are not a task's — pick "
+                        "another id")
+    return CliError(f"task {task_id} exists (status {task.status}) — use `upulse task "
+                    f"assign|start|ack|close|give-up {task_id}` to move it, or pick another id")
+
+
 # -- vitals --------------------------------------------------------------------------------
 
 
 async def vitals(home: Home, key: str | None, *, since_s: float, as_json: bool,
                  limit: int) -> int:
-    """Print the latest reading of every vitals key, or the recent samples of one key."""
+    """Print the latest reading of every vitals key, or the recent samples of one key
+    (UsageError naming the nearest key when the home has no such key)."""
     async with opened(home, read_only=True) as stores:
+        latest = await stores.vitals.latest()
         if key is None:
-            samples = sorted((await stores.vitals.latest()).values(), key=lambda s: s.key)
+            samples = sorted(latest.values(), key=lambda s: s.key)
+        elif key not in latest:
+            hint = did_you_mean(key, latest) or (
+                " — `upulse vitals` lists the keys" if latest else
+                " (no watcher has reported yet — is the daemon running?)")
+            raise UsageError(f"no vitals key {key!r} in this home{hint}")
         else:
             samples = await stores.vitals.window(key, now_ms() - int(since_s * 1000))
             samples = samples[-limit:] if limit else samples

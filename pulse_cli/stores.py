@@ -1,5 +1,6 @@
 """A home's stores as the CLI opens them: through pulse_core._home.open_home, at the store URL
-config.json names, read-only for every query and writable only for commands that append."""
+config.json names (the home's own events.db without one), read-only for every query and
+writable only for commands that append."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from pulse_core import HomeStores, open_home, parse_store_url
 
 @contextlib.asynccontextmanager
 async def opened(home: Home, *, read_only: bool) -> AsyncIterator[HomeStores]:
-    """The stores of `home` (NotInitialised without config.json), closed on exit.
+    """The stores of `home`, closed on exit: any home with an event log, whether `upulse
+    init` laid it out or an embedded engine wrote it (NotAHome for a folder with neither
+    config.json nor events.db).
 
     `read_only` opens nothing for writing: no writer thread, no schema change, no lock, so a
     query never waits for a running daemon or changes a file.
     """
-    cfg = config_file.load(home.require().config)
+    cfg = config_file.load_or_default(home.readable().config)
     stores = await open_home(home.root, store=cfg.store, read_only=read_only)
     try:
         yield stores

@@ -90,7 +90,8 @@ async def note_of(engine_dir: Path) -> str:
         return Snapshot(seq=1, at=0, number=1, vitals={"inbox": VitalReading(sample, 0)},
                         projections={})
 
-    effects, _ = await code.layer.rules[0](seen(0), seen(3), inside)
+    rule = __import__(f"{code.package}.rules.inbox", fromlist=["inbox_note"]).inbox_note
+    effects, _ = await rule(seen(0), seen(3), inside)
     text = getattr(effects[0], "text", None)
     assert isinstance(text, str)
     return text

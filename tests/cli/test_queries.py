@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import sqlite3
@@ -16,7 +17,7 @@ from pulse_core import EventDraft, ManualClock, SqliteEventStore, VitalsStore
 from pulse_core._effects import effect_draft
 from pulse_survival import Notify
 from tests.cli.runner import Upulse, wait_until
-from tests.cli.support import configure, install_probe_layer
+from tests.cli.support import configure, git, install_probe_layer
 
 HOUR_MS = 3_600_000
 
@@ -107,7 +108,7 @@ def test_a_task_moves_through_its_lifecycle_from_the_command_line(
     upulse("task", "create", "t-2", "--title", "never mind", "--home", home)
     upulse("task", "give-up", "t-2", "--reason", "superseded", "--home", home)
     again = upulse("task", "create", "t-1", "--title", "twice", "--home", home, ok=False)
-    assert again.returncode == 1 and "version" in again.stderr
+    assert again.returncode == 1 and "task t-1 exists (status closed)" in again.stderr
     tasks = upulse.json("tasks", "--home", home)
     assert isinstance(tasks, list)
     by_id = {t["id"]: t for t in tasks}
@@ -182,9 +183,15 @@ async def test_tick_runs_the_engine_the_daemon_would_build_with_what_its_watcher
     upulse.env["PYTHONPATH"] = os.pathsep.join([str(site), upulse.env["PYTHONPATH"]])
     home = upulse.init(tmp_path / "home")
     configure(home, layers={"probe": {"tag": "t"}})
-    (home / "inbox").mkdir()
+    # The tick runs on a scratch copy of the home's stores; an inbox outside the home is
+    # what its watcher sees now, wherever the engine runs.
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
     for name in ("a.txt", "b.txt"):
-        (home / "inbox" / name).write_text("hello")
+        (inbox / name).write_text("hello")
+    settings = home / "engine" / "config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "inbox": str(inbox)}))
+    git(home / "engine", "commit", "-qam", "inbox outside")
     report = upulse.json("tick", "--home", home)
     assert isinstance(report, dict)
     assert report["decision"]["effects"] == [
