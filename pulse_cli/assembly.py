@@ -1,8 +1,14 @@
 """The one place an engine is assembled from a home: config.json's layers and settings, and an
-engine directory's LAYER.
+engine directory's layer, built for the home the engine runs on.
 
 The daemon, `upulse tick`, `upulse dev` and the promote gate's dry run all build their engine
-with `build_engine`, so what the gate accepts is what the daemon will run.
+with `build_engine`, so what the gate accepts is what the daemon will run. Engine code gets
+its home from the engine it is built for (LayerContext.home), never from where its files lie:
+under `upulse dev`, `upulse tick` and the gate's dry run that is a scratch copy.
+
+Two config.json files may set `default_tick_ms`: the engine directory's, when it sets it,
+wins (it is staged, gated and rolled back with the rules that rely on it); otherwise the
+home's applies.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pulse_core import (
     load_layers,
 )
 
-NO_CODE = EngineCode(layer=Layer("engine"), revision=None)
+NO_CODE = EngineCode(exported=Layer("engine"), revision=None)
 """What an engine runs when it has no engine directory code: an empty business layer."""
 
 
@@ -66,15 +72,31 @@ def configured_layers(root: Path, cfg: Config, *, clock: Clock,
         raise BrokenLayer(f"{root / 'config.json'}: layers: {exc}") from exc
 
 
+def default_tick_ms(cfg: Config, code: EngineCode) -> int:
+    """The engine's default tick: the engine directory's config.json's, else the home's."""
+    tick = code.settings.get("default_tick_ms", cfg.default_tick_ms)
+    assert isinstance(tick, int)  # the loader checked it
+    return tick
+
+
+def tick_source(code: EngineCode, home: Path) -> Path:
+    """Which config.json the default tick comes from, for the daemon's log."""
+    if "default_tick_ms" in code.settings:
+        return code.entry.parent / "config.json"
+    return home / "config.json"
+
+
 def build_engine(root: Path, cfg: Config, code: EngineCode, *,
                  directory: EngineDirectory | None = None, clock: Clock | None = None,
                  rule_timeout: float | None = None,
                  drain_timeout: float | None = None) -> Engine:
     """An engine on the home `root`: the survival layer with `cfg.survival`, the layers of
-    `cfg.layers`, and `code`'s layer as the business layer, over `cfg.store`.
+    `cfg.layers`, and `code`'s layer, built for `root`, as the business layer, over
+    `cfg.store`; its default tick is `code`'s default_tick_ms if set, else `cfg`'s.
 
-    Raises BrokenLayer for a configured layer, and the Engine's own errors (UnhandledEffect,
-    SurvivalLocked, RuleChainError, LayerError for the survival layer) for the rest.
+    Raises BrokenLayer for a configured layer, EngineCodeError when `code`'s layer cannot be
+    built, and the Engine's own errors (UnhandledEffect, SurvivalLocked, RuleChainError,
+    LayerError for the survival layer) for the rest.
     `rule_timeout` and `drain_timeout` override the engine's and config's defaults (the
     promote gate bounds its dry run with them).
     """
@@ -82,15 +104,16 @@ def build_engine(root: Path, cfg: Config, code: EngineCode, *,
     options: dict[str, Any] = {}
     if rule_timeout is not None:
         options["rule_timeout"] = rule_timeout
+    layers = configured_layers(root, cfg, clock=clock, directory=directory)
     return Engine(
         root,
-        layers=configured_layers(root, cfg, clock=clock, directory=directory),
-        business=code.layer,
+        layers=layers,
+        business=code.build(LayerContext(root, clock, directory)),
         store=cfg.store,
         clock=clock,
         survival=cfg.survival,
         engine_directory=directory,
-        default_tick_ms=cfg.default_tick_ms,
+        default_tick_ms=default_tick_ms(cfg, code),
         drain_timeout=cfg.daemon.drain_timeout_s if drain_timeout is None else drain_timeout,
         **options,
     )

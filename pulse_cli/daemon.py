@@ -28,9 +28,10 @@ from pulse_cli.assembly import (
     BrokenLayer,
     build_engine,
     load_code,
+    tick_source,
     uncommitted_note,
 )
-from pulse_cli.enginedir import GitEngineDirectory
+from pulse_cli.enginedir import GitEngineDirectory, RolledBack
 from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
 from pulse_cli.loader import EngineCode
 from pulse_cli.output import now_ms
@@ -133,16 +134,17 @@ class Daemon:
         self._requests.setdefault(what, why or what)
         self._wake.set()
 
-    async def _rolled_back(self, revision: str) -> None:
+    async def _rolled_back(self, done: RolledBack) -> None:
         # Called from inside the engine's rollback executor: the engine cannot close itself
         # there (it would wait for this very effect), so the main loop reloads it.
-        self.request("reload", f"rollback to {revision}")
+        self.request("reload", str(done))
 
     async def reload(self, why: str) -> None:
         """Build a new engine from config.json and HOME/engine and switch to it; if it cannot
         be built, the running engine carries on and an `error` event says why."""
         self.status.reloads += 1
         self.status.last_reload_at = now_ms()
+        code: EngineCode | None = None
         try:
             cfg = config_file.load(self.home.config)
             code = await asyncio.to_thread(load_code, self.home.engine)
@@ -150,6 +152,8 @@ class Daemon:
                 say(uncommitted_note(self.home.engine, code))
             engine = build_engine(self.home.root, cfg, code, directory=self.directory)
         except Exception as exc:  # whatever is wrong with the new code, the old engine runs on
+            if code is not None:
+                code.forget()
             say(f"{why}: reload failed, the previous engine keeps running: {exc}")
             file = self.home.config if isinstance(exc, config_file.ConfigError) else \
                 self.home.engine / "engine.py"
@@ -174,6 +178,7 @@ class Daemon:
             # start: the settings that ran until now run again, and the log says why.
             say(f"{why}: the new engine did not start ({exc}); reopening the previous one")
             await engine.close()
+            code.forget()
             self.engine = self._build(self.cfg, self.code)
             await self.engine.open()
             await self.engine.append([error_draft(RELOAD_KEY, exc, self.home.config)])
@@ -181,11 +186,13 @@ class Daemon:
             say(f"{why}: kept the previous engine, revision {self.status.revision or 'none'}, "
                 f"{len(self.engine.rule_names)} rules")
             return
-        self.cfg, self.code = cfg, code
+        previous, self.cfg, self.code = self.code, cfg, code
+        previous.forget()  # its engine is closed: its modules go
         self.status.revision = code.revision
         self._settings(cfg)
         say(f"{why}: reloaded, revision {self.status.revision or 'none'}, "
-            f"{len(engine.rule_names)} rules")
+            f"{len(engine.rule_names)} rules, default tick {engine.default_tick_ms} ms (from "
+            f"{tick_source(code, self.home.root)})")
 
     async def _started(self) -> None:
         if self.directory is not None:
@@ -227,7 +234,9 @@ class Daemon:
         await self._started()
         self.home.write_pidfile(self.pid)
         say(f"ready: home {self.home.root}, revision {self.status.revision or 'none'}, "
-            f"{len(self.engine.rule_names)} rules")
+            f"{len(self.engine.rule_names)} rules, default tick {self.engine.default_tick_ms} "
+            f"ms (from {tick_source(self.code, self.home.root)}); SIGTERM or Ctrl-C stops "
+            "after draining")
         while "stop" not in self._requests:
             await wait_signal(self._wake, STATUS_EVERY_S)
             self._wake.clear()

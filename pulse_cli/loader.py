@@ -1,4 +1,5 @@
-"""Loading an engine directory's code: the one Layer its engine.py exports as LAYER.
+"""Loading an engine directory's code: the layer its engine.py exports, as a factory
+`layer(settings, context)` (built for the home the engine runs on) or as one Layer, LAYER.
 
 Every load imports the directory as a new package with a unique name (`pulse_engine_7_…`),
 compiled from source, so a reload sees every edit and two loads never share a module object.
@@ -30,15 +31,28 @@ from types import ModuleType
 from typing import Any
 
 from pulse_cli.git import changed_paths, committed_files, head
-from pulse_core import Effect, Executor, Layer, Projection, PulseError, Watcher
+from pulse_core import (
+    Effect,
+    Executor,
+    Layer,
+    LayerContext,
+    LayerFactory,
+    Projection,
+    PulseError,
+    Watcher,
+)
 
 OLD_LISTS = ("RULES", "WATCHERS", "EXECUTORS", "PROJECTIONS")
+
+MIN_TICK_MS, MAX_TICK_MS = 100, 600_000
+"""The range of default_tick_ms, the same as in the home's config.json."""
 
 _loads = itertools.count(1)
 
 
 class EngineCodeError(PulseError):
-    """An engine directory's code failed to import, or engine.py's LAYER is malformed.
+    """An engine directory's code failed to import, or the layer engine.py exports is
+    malformed (or its factory raised).
 
     `file` and `line` say where (the deepest frame inside the engine directory), and
     `error_type` names the original exception (SyntaxError, ImportError...).
@@ -54,16 +68,41 @@ class EngineCodeError(PulseError):
 
 @dataclass(frozen=True)
 class EngineCode:
-    """What one load of an engine directory found: engine.py's LAYER, the git revision of
-    the directory (None outside git), and config.json's settings. `uncommitted` (a
-    committed load only) names the work tree's files that differ from `revision`: they do
-    not run."""
+    """What one load of an engine directory found: what engine.py exports (its factory
+    `layer`, or its LAYER), the git revision of the directory (None outside git), and
+    config.json's settings. `uncommitted` (a committed load only) names the work tree's
+    files that differ from `revision`: they do not run."""
 
-    layer: Layer
+    exported: Layer | LayerFactory
     revision: str | None
     settings: Mapping[str, Any] = field(default_factory=dict)
     package: str = ""
     uncommitted: tuple[str, ...] = ()
+    entry: Path = Path("engine.py")
+
+    def forget(self) -> None:
+        """Drop this load's modules (and the finder of a committed load) once no engine built
+        from it runs: a daemon reloads for months, and each load is a package of its own."""
+        if self.package:
+            _forget(self.package)
+
+    def build(self, context: LayerContext) -> Layer:
+        """The business layer for the home `context` names: LAYER as exported, or what
+        `layer(settings, context)` returns, checked part by part. Raises EngineCodeError
+        naming the file (and line) when the factory raises or returns something malformed."""
+        if isinstance(self.exported, Layer):
+            return self.exported
+        folder = self.entry.parent
+        try:
+            layer = self.exported(dict(self.settings), context)
+        except Exception as exc:
+            file, line = _where(exc, folder, self.entry)
+            at = f"{file}:{line}" if line else str(file)
+            raise EngineCodeError(
+                f"{self.entry}: layer(settings, context) raised at {at}: "
+                f"{type(exc).__name__}: {exc} — fix the code or {folder / 'config.json'}",
+                file=file, line=line, error_type=type(exc).__name__) from exc
+        return _checked(layer, self.entry, "layer(settings, context)")
 
 
 class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -195,29 +234,47 @@ _PARTS: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
 )
 
 
-def _exported_layer(module: ModuleType, entry: Path) -> Layer:
-    """engine.py's LAYER, checked part by part; EngineCodeError names what is wrong."""
+def _exported(module: ModuleType, entry: Path) -> Layer | LayerFactory:
+    """engine.py's factory `layer`, or its LAYER checked part by part; EngineCodeError
+    names what is wrong."""
+    factory = getattr(module, "layer", None)
+    if factory is not None and hasattr(module, "LAYER"):
+        raise EngineCodeError(f"{entry} defines both layer and LAYER — keep one: the factory "
+                              "layer(settings, context), or one Layer named LAYER", file=entry)
+    if factory is not None:
+        if not callable(factory):
+            raise EngineCodeError(f"{entry}: layer is a {type(factory).__name__}; it must be "
+                                  "a function layer(settings, context) -> pulse_core.Layer",
+                                  file=entry)
+        return factory  # type: ignore[no-any-return]
     if not hasattr(module, "LAYER"):
         old = [name for name in OLD_LISTS if hasattr(module, name)]
         moved = (f" It defines {', '.join(old)}: the four lists became one layer, "
                  'LAYER = Layer("engine", rules=RULES, watchers=WATCHERS, executors=EXECUTORS, '
                  "projections=PROJECTIONS) (`from pulse_core import Layer`)." if old else "")
         raise EngineCodeError(
-            f"{entry} defines no LAYER — an engine directory exports one pulse_core.Layer "
-            f'named LAYER, like LAYER = Layer("engine", rules=[...], watchers=[...], '
-            f"executors=[...], projections=[...]).{moved}", file=entry)
-    layer = module.LAYER
+            f"{entry} defines no layer — an engine directory exports a factory "
+            "layer(settings, context) -> pulse_core.Layer (context.home is the home the "
+            'engine runs on), or one Layer named LAYER, like LAYER = Layer("engine", '
+            f"rules=[...], watchers=[...], executors=[...], projections=[...]).{moved}",
+            file=entry)
+    return _checked(module.LAYER, entry, "LAYER")
+
+
+def _checked(layer: Any, entry: Path, name: str) -> Layer:
+    """`layer` (what `name` gave), once it is a Layer whose parts have the right types;
+    else EngineCodeError."""
     if not isinstance(layer, Layer):
-        raise EngineCodeError(f"{entry}: LAYER is a {type(layer).__name__}; it must be a "
+        raise EngineCodeError(f"{entry}: {name} is a {type(layer).__name__}; it must be a "
                               "pulse_core.Layer", file=entry)
     for part, what, accepts in _PARTS:
         value = getattr(layer, part)
         if not isinstance(value, list | tuple):
-            raise EngineCodeError(f"{entry}: LAYER.{part} is a {type(value).__name__}; it "
+            raise EngineCodeError(f"{entry}: {name}.{part} is a {type(value).__name__}; it "
                                   f"must be a list of {what}", file=entry)
         for index, item in enumerate(value):
             if not accepts(item):
-                raise EngineCodeError(f"{entry}: LAYER.{part}[{index}] is {item!r}, not {what}",
+                raise EngineCodeError(f"{entry}: {name}.{part}[{index}] is {item!r}, not {what}",
                                       file=entry)
     return layer
 
@@ -235,15 +292,18 @@ def _settings(path: Path, committed: bytes | None = None) -> dict[str, Any]:
     if not isinstance(settings, dict):
         raise EngineCodeError(f"{path} holds a {type(settings).__name__}; it must be a JSON "
                               'object like {"default_tick_ms": 5000}', file=path)
-    tick = settings.get("default_tick_ms", 0)
-    if not isinstance(tick, int) or isinstance(tick, bool) or tick < 0:
+    tick = settings.get("default_tick_ms", MIN_TICK_MS)
+    if not isinstance(tick, int) or isinstance(tick, bool) or not \
+            MIN_TICK_MS <= tick <= MAX_TICK_MS:
         raise EngineCodeError(f"{path}: default_tick_ms is {tick!r}; it must be an integer "
-                              ">= 0 (milliseconds)", file=path)
+                              f"from {MIN_TICK_MS} to {MAX_TICK_MS} (milliseconds; it "
+                              "overrides the home's config.json), or absent", file=path)
     return settings
 
 
 def load_engine_code(engine_dir: Path, *, committed: bool = False) -> EngineCode:
-    """Import `engine_dir`/engine.py under a fresh package name and return its LAYER.
+    """Import `engine_dir`/engine.py under a fresh package name and return what it exports
+    (EngineCode.build makes the layer for a home).
 
     `committed`: when `engine_dir` is the top of a git work tree with a commit, its modules
     and config.json are those of HEAD, read from git (edits in the work tree do not run;
@@ -259,8 +319,9 @@ def load_engine_code(engine_dir: Path, *, committed: bool = False) -> EngineCode
     if not (entry.is_file() if files is None else "engine.py" in files):
         at = f" in the commit {revision}" if files is not None else ""
         raise EngineCodeError(
-            f"{entry} does not exist{at} — an engine directory has an engine.py exporting one "
-            "pulse_core.Layer named LAYER; `upulse init` creates one", file=entry)
+            f"{entry} does not exist{at} — an engine directory has an engine.py exporting "
+            "its layer (a factory layer(settings, context), or LAYER); `upulse init` creates "
+            "one", file=entry)
     settings = _settings(folder / "config.json",
                          None if files is None else files.get("config.json", b"{}"))
     package = f"pulse_engine_{next(_loads)}_{secrets.token_hex(4)}"
@@ -275,9 +336,10 @@ def load_engine_code(engine_dir: Path, *, committed: bool = False) -> EngineCode
                               f"{type(exc).__name__}: {exc}", file=file, line=line,
                               error_type=type(exc).__name__) from exc
     try:
-        return EngineCode(layer=_exported_layer(module, entry), revision=revision,
+        return EngineCode(exported=_exported(module, entry), revision=revision,
                           settings=settings, package=package,
-                          uncommitted=changed_paths(folder) if files is not None else ())
+                          uncommitted=changed_paths(folder) if files is not None else (),
+                          entry=entry)
     except EngineCodeError:
         _forget(package)
         raise

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +39,7 @@ from pulse_core._rules import (
     error_backoff,
     rule_name,
 )
+from pulse_core._run import stop_signals
 from pulse_core._snapshot import Projection, Snapshot
 from pulse_core._supervisor import LoopStatus, Supervisor, wait_signal
 from pulse_core._tasks import AgentCapabilityStats, PendingTasks, Tasks
@@ -58,7 +60,7 @@ MEMO_EVERY_S = 10.0
 def _observe_close(closing: asyncio.Future[None]) -> None:
     """Retrieve a close's failure even when every caller awaiting it was cancelled."""
     if not closing.cancelled() and closing.exception() is not None:
-        log.debug("pulse: engine close failed: %s", closing.exception())
+        log.warning("pulse: engine close failed: %s", closing.exception())
 
 
 def default_builtin_rules() -> list[Rule]:
@@ -299,6 +301,18 @@ class Engine:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    async def run_forever(self) -> signal.Signals:
+        """Open and start the engine, run it until SIGTERM or SIGINT (Ctrl-C), then close it
+        as `close()` does (effects in flight drain up to `drain_timeout`, an engine-stopped
+        event is recorded); return the signal that stopped it.
+
+        The way to run an engine as a program of its own: `asyncio.run(engine.run_forever())`
+        exits 0 on either signal, without a traceback. Runs in the main thread; raises what
+        `open()` raises (HomeLocked when another engine holds the home).
+        """
+        async with stop_signals() as received, self:
+            return await received
 
     async def close(self) -> None:
         """Stop every loop and service, drain effects in flight up to `drain_timeout`, persist

@@ -1,7 +1,10 @@
-"""`python -m pulse_core.demo`: an engine on the default home with one example of each part.
+"""`python -m pulse_core.demo`: an example engine, on a home of its own, with one example of
+each part.
 
 A watcher samples the load average, a rule turns every fifth tick (or a load spike) into a
-`heartbeat` effect, an executor prints it. Everything lands in events.db under the home.
+`heartbeat` effect, an executor prints it. Everything lands in events.db under the demo's
+home, the instance `demo` ($UPULSE_HOME/instances/demo, else ~/.upulse/instances/demo):
+never the default home, whose log is the daemon's.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from pulse_core import (
     ExecutionContext,
     Executor,
     Inner,
+    PulseError,
     Snapshot,
     Watcher,
 )
@@ -60,50 +63,58 @@ async def heartbeat_rule(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decisi
 
 
 class PrintHeartbeat(Executor):
-    """Prints heartbeats to stdout."""
+    """Prints heartbeats to stdout and counts them."""
 
     handles = (Heartbeat,)
     timeout = 5.0
+
+    def __init__(self) -> None:
+        self.printed = 0
 
     async def execute(self, effect: Heartbeat, ctx: ExecutionContext) -> dict[str, str]:
         line = (f"heartbeat: tick {effect.tick}, load/core {effect.load}, "
                 f"{effect.events} events in the log (effect {ctx.effect_id[-8:]})")
         print(line, flush=True)
+        self.printed += 1
         return {"printed": line}
 
 
 def default_home() -> Path:
-    """$UPULSE_HOME, else ~/.upulse."""
-    return Path(os.environ.get("UPULSE_HOME") or Path.home() / ".upulse")
+    """The demo's own instance: $UPULSE_HOME/instances/demo, else ~/.upulse/instances/demo."""
+    base = Path(os.environ.get("UPULSE_HOME") or Path.home() / ".upulse")
+    return base / "instances" / "demo"
 
 
 async def run(home: Path, seconds: float | None) -> int:
-    """Run the demo engine until `seconds` pass (or forever); returns how many heartbeats."""
+    """Run the demo engine until SIGTERM or Ctrl-C (or `seconds`), draining its effects;
+    returns how many heartbeats it printed."""
+    printer = PrintHeartbeat()
     engine = Engine(home, watchers=[LoadWatcher()], rules=[heartbeat_rule],
-                    executors=[PrintHeartbeat()], default_tick_ms=1_000)
-    print(f"pulse engine on {home} — Ctrl-C to stop", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)  # drain effects, then stop cleanly
-    async with engine:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await stop.wait()
-        acked = await engine.events.read(kinds=["effect-acked"])
-    print(f"stopped; {len(acked)} effects acked in this home so far", flush=True)
-    return len(acked)
+                    executors=[printer], default_tick_ms=1_000)
+    print(f"pulse demo engine on {home} — Ctrl-C to stop", flush=True)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await engine.run_forever()
+    print(f"stopped after {printer.printed} heartbeat(s); `upulse events --home {home}` "
+          "lists what it recorded", flush=True)
+    return printer.printed
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry."""
+    """Command-line entry: 0 once stopped, 1 (with one line on stderr) when the demo cannot
+    run on its home (another engine holds it, say)."""
     parser = argparse.ArgumentParser(prog="python -m pulse_core.demo", description=__doc__)
     parser.add_argument("--home", type=Path, default=default_home(),
-                        help="home folder (default: $UPULSE_HOME or ~/.upulse)")
+                        help="home folder (default: the instance `demo`, "
+                             "$UPULSE_HOME/instances/demo or ~/.upulse/instances/demo)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="stop after this many seconds (default: run until Ctrl-C)")
     args = parser.parse_args(argv)
-    asyncio.run(run(args.home.expanduser(), args.seconds))
+    try:
+        asyncio.run(run(args.home.expanduser(), args.seconds))
+    except PulseError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

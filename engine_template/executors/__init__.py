@@ -1,1 +1,1 @@
-"""Effects and the executors that carry them out, listed in engine.LAYER's executors."""
+"""Effects and the executors that carry them out, listed in engine.layer's executors."""

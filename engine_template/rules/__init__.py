@@ -1,1 +1,1 @@
-"""Business rules: onion middleware `(prev, curr, inner) -> Decision`, in engine.LAYER."""
+"""Business rules: onion middleware `(prev, curr, inner) -> Decision`, in engine.layer's rules."""

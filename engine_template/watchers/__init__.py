@@ -1,1 +1,1 @@
-"""Watchers: what this engine senses, listed in engine.LAYER's watchers."""
+"""Watchers: what this engine senses, listed in engine.layer's watchers."""

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pulse_cli.assembly import NO_CODE, BrokenLayer, build_engine, configured_layers, load_code
+from pulse_cli.assembly import (
+    NO_CODE,
+    BrokenLayer,
+    build_engine,
+    configured_layers,
+    load_code,
+    tick_source,
+)
 from pulse_cli.config import parse_config
 from pulse_cli.enginedir import init_engine_dir
 from pulse_core import SystemClock, UnhandledEffect
@@ -47,7 +54,7 @@ def test_a_rule_that_declares_an_effect_no_executor_handles_is_refused_at_build(
         tmp_path: Path) -> None:
     assert init_engine_dir(tmp_path / "home")
     staging = tmp_path / "home" / "staging"
-    edit(staging / "engine.py", 'executors=[NoteExecutor(HOME / "notes.md")],',
+    edit(staging / "engine.py", 'executors=[NoteExecutor(context.home / paths.notes)],',
          "executors=[],")
     with pytest.raises(UnhandledEffect, match=r"inbox_note \(layer 'engine'\) emits 'note'"):
         build_engine(tmp_path / "home", parse_config(b"{}"), load_code(staging, staged=True))
@@ -74,3 +81,41 @@ def test_a_configured_layer_that_is_missing_or_refuses_its_settings_names_field_
         tmp_path, parse_config(json.dumps({"layers": {"probe": {"tag": "t"}}}).encode()),
         clock=clock)
     assert probe.name == "probe" and [w.name for w in probe.watchers] == ["probe"]
+
+
+async def test_engine_code_reads_and_writes_the_home_it_is_built_for_not_where_its_files_lie(
+        tmp_path: Path) -> None:
+    """Item 12: the template built (as `upulse dev`, `tick` and the gate build it) for a
+    scratch home counts that home's inbox and writes that home's notes.md; the home the
+    engine directory lives in is not touched."""
+    live, scratch = tmp_path / "live", tmp_path / "scratch"
+    assert init_engine_dir(live)
+    for home, messages in ((live, 5), (scratch, 2)):
+        (home / "inbox").mkdir(parents=True)
+        for n in range(messages):
+            (home / "inbox" / f"m{n}.txt").write_text("hello")
+    engine = build_engine(scratch, parse_config(b"{}"), load_code(live / "staging", staged=True))
+    await engine.open()
+    try:
+        await engine.step()
+    finally:
+        await engine.close()
+    assert (scratch / "notes.md").read_text().endswith(" 2 message(s) waiting in the inbox\n")
+    assert not (live / "notes.md").exists()
+
+
+def test_the_engine_directorys_default_tick_wins_over_the_homes_when_it_sets_one(
+        tmp_path: Path) -> None:
+    """Item 13: engine/config.json's default_tick_ms, when set, is the engine's default
+    tick; without it, the home config.json's applies."""
+    assert init_engine_dir(tmp_path / "home")
+    engine_dir = tmp_path / "home" / "staging"
+    home_cfg = parse_config(b'{"default_tick_ms": 700}')
+    code = load_code(engine_dir, staged=True)
+    assert build_engine(tmp_path / "run", home_cfg, code).default_tick_ms == 700
+    assert tick_source(code, tmp_path / "home") == tmp_path / "home" / "config.json"
+    (engine_dir / "config.json").write_text('{"default_tick_ms": 300}')
+    code = load_code(engine_dir, staged=True)
+    engine = build_engine(tmp_path / "run", home_cfg, code)
+    assert engine.default_tick_ms == 300 and engine.last_tick_ms == 300
+    assert tick_source(code, tmp_path / "home") == engine_dir / "config.json"

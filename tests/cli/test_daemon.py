@@ -13,6 +13,7 @@ from tests.cli.runner import Upulse, daemon_pid, wait_until
 from tests.cli.support import (
     NEW_TEXT,
     OLD_TEXT,
+    ROOT,
     RULE,
     configure,
     edit,
@@ -351,8 +352,8 @@ def test_a_promote_that_adds_a_rule_and_its_executor_reloads_both_and_the_effect
          "from .rules.inbox import inbox_note\nfrom .rules.ping import PingExecutor, "
          "ping_on_mail\n")
     edit(staging / "engine.py", "rules=[inbox_note],", "rules=[inbox_note, ping_on_mail],")
-    edit(staging / "engine.py", 'executors=[NoteExecutor(HOME / "notes.md")],',
-         'executors=[NoteExecutor(HOME / "notes.md"), PingExecutor()],')
+    edit(staging / "engine.py", 'executors=[NoteExecutor(context.home / paths.notes)],',
+         'executors=[NoteExecutor(context.home / paths.notes), PingExecutor()],')
     upulse("deploy", "--home", home, "--timeout", "30", timeout=120)
     (home / "inbox").mkdir(exist_ok=True)
     (home / "inbox" / "first.txt").write_text("hello")
@@ -368,3 +369,92 @@ def test_a_promote_that_adds_a_rule_and_its_executor_reloads_both_and_the_effect
     (acked,) = [e for e in read_events(home / "events.db", {"effect-acked"})
                 if e.data["result"] == {"pong": 1}]
     assert acked.data["attempt"] == 1
+
+
+# -- the ./dev script: the README's set-up commands ------------------------------------------
+
+STUB_PYTHON = """#!/bin/sh
+# The venv's python, except that `-m pip` only records what it was asked to install.
+if [ "$1" = -m ] && [ "$2" = pip ]; then echo "$*" >> "$(dirname "$0")/../pip.log"; exit 0; fi
+exec {python} "$@"
+"""
+
+
+def stub_venv(venv: Path, *, installed: str | None) -> Path:
+    """A PULSE_VENV for ./dev whose python and upulse are this checkout's (pip does nothing,
+    ruff and mypy only say they ran); `installed` names the stamp of a finished install."""
+    bin_dir = venv / "bin"
+    bin_dir.mkdir(parents=True)
+    real = Path(sys.executable)
+    scripts = {"python": STUB_PYTHON.format(python=real),
+               "upulse": f'#!/bin/sh\nexec {real} -m pulse_cli "$@"\n',
+               "ruff": "#!/bin/sh\necho RUFF-RAN\n", "mypy": "#!/bin/sh\necho MYPY-RAN\n"}
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    if installed is not None:
+        (venv / f".installed-{installed}").touch()
+    return venv
+
+
+def dev(upulse: Upulse, venv: Path, *args: str) -> subprocess.Popen[str]:
+    """`./dev ARGS` with the stub venv; stdout and stderr together, in order."""
+    return subprocess.Popen([str(ROOT / "dev"), *args], env={**upulse.env, "PULSE_VENV": str(venv)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+def test_dev_test_says_that_it_installs_then_names_each_phase_as_it_starts(
+        upulse: Upulse, tmp_path: Path) -> None:
+    """Item 9: the first `./dev test` says it is installing; each phase is announced."""
+    venv = stub_venv(tmp_path / "venv", installed=None)
+    first, _ = dev(upulse, venv, "test", "--version").communicate(timeout=60)
+    lines = [line for line in first.splitlines() if line.strip()]
+    said = [n for n, line in enumerate(lines) if line.startswith("./dev: ")]
+    assert [lines[n].split("…")[0] for n in said] == [
+        f"./dev: installing pulse and its dependencies into {venv} (once; up to a minute)",
+        "./dev: installed", "./dev: ruff check", "./dev: mypy --strict", "./dev: pytest"]
+    assert lines.index("RUFF-RAN") == said[2] + 1 and lines.index("MYPY-RAN") == said[3] + 1
+    assert lines[said[4] + 1].startswith("pytest "), first
+    assert "-e .[test]" in (venv / "pip.log").read_text()
+    again, _ = dev(upulse, venv, "test", "--version").communicate(timeout=60)
+    assert "installing" not in again and "./dev: pytest…" in again
+
+
+def test_dev_demo_runs_on_its_own_instance_never_the_daemons_default_home(
+        upulse: Upulse, tmp_path: Path) -> None:
+    """Items 8 and 9: `./dev demo` says it is installing the first time, then runs on
+    $UPULSE_HOME/instances/demo and leaves the default home alone."""
+    venv = stub_venv(tmp_path / "venv", installed=None)
+    out, _ = dev(upulse, venv, "demo", "--seconds", "1").communicate(timeout=60)
+    assert "./dev: installing pulse" in out, out
+    demo = upulse.base / "instances" / "demo"
+    assert f"pulse demo engine on {demo}" in out and "Traceback" not in out
+    assert {e.kind for e in read_events(demo / "events.db", {"engine-started",
+                                                             "engine-stopped"})} == {
+        "engine-started", "engine-stopped"}
+    assert not (upulse.base / "events.db").exists()
+
+
+def test_dev_run_initialises_the_default_home_and_runs_its_daemon_until_ctrl_c(
+        upulse: Upulse, tmp_path: Path) -> None:
+    """Item 15: `./dev run` lays out the default home when it is new and runs its daemon in
+    the foreground (survival layer, the template engine); Ctrl-C drains and exits 0."""
+    venv = stub_venv(tmp_path / "venv", installed="run")
+    upulse.homes.append(upulse.base)
+    child = dev(upulse, venv, "run")
+    try:
+        wait_until(lambda: daemon_pid(upulse.base) == child.pid, 30, "the daemon of ./dev run")
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, out
+    assert f"initialised {upulse.base}" in out and "Traceback" not in out
+    assert f"ready: home {upulse.base}" in out and "stopped" in out
+    assert f"default tick 5000 ms (from {upulse.base / 'config.json'})" in out
+    assert (upulse.base / "engine" / "engine.py").is_file()
+    stopped = read_events(upulse.base / "events.db", {"engine-stopped"})
+    assert [e.data["pid"] for e in stopped] == [child.pid]

@@ -72,8 +72,8 @@ def test_sigterm_during_an_effect_leaves_it_claimable_and_a_restart_finishes_it(
                         "from .rules.inbox import inbox_note\n"
                         "from .rules.slow import SlowExecutor, emit_slow\n")
     text = text.replace("rules=[inbox_note],", "rules=[inbox_note, emit_slow],")
-    text = text.replace('executors=[NoteExecutor(HOME / "notes.md")],',
-                        'executors=[NoteExecutor(HOME / "notes.md"), SlowExecutor()],')
+    text = text.replace('executors=[NoteExecutor(context.home / paths.notes)],',
+                        'executors=[NoteExecutor(context.home / paths.notes), SlowExecutor()],')
     assert "emit_slow]" in text and "SlowExecutor()]" in text
     (engine / "engine.py").write_text(text)
     commit(engine, "a slow effect (test setup)")
