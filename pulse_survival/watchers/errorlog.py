@@ -157,7 +157,7 @@ class ErrorLogWatcher(Watcher):
         return folders, names
 
     async def _watch(self) -> None:
-        folders, names = await self.in_thread(self._watch_targets)
+        folders, names = await asyncio.to_thread(self._watch_targets)
         if not folders:
             return
         async for changes in watchfiles.awatch(*folders, stop_event=self._stop,
