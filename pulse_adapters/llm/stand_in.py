@@ -44,8 +44,17 @@ class RecordedRequest:
         return json.loads(self.body)
 
 
-class _QuietServer(ThreadingHTTPServer):
-    """Clients that hang up mid-answer are expected here, not errors worth printing."""
+def read_request(handler: BaseHTTPRequestHandler) -> RecordedRequest:
+    """The request `handler` is serving, body read, header names lower-cased."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    body = handler.rfile.read(length) if length else b""
+    return RecordedRequest(handler.command, handler.path,
+                           {k.lower(): v for k, v in handler.headers.items()}, body)
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A threaded HTTP server for loopback stand-ins: clients that hang up mid-answer are
+    expected there, not errors worth printing."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
@@ -113,7 +122,7 @@ class ChatServer:
     _script: deque[Reply] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopping: threading.Event = field(default_factory=threading.Event)
-    _http: _QuietServer | None = None
+    _http: QuietHTTPServer | None = None
     _thread: threading.Thread | None = None
     _port: int = 0
 
@@ -145,7 +154,7 @@ class ChatServer:
     def start(self) -> ChatServer:
         """Listen on 127.0.0.1 (the port of the previous start, if any) in a daemon thread."""
         self._stopping = threading.Event()
-        self._http = _QuietServer((LOOPBACK, self._port), _handler(self))
+        self._http = QuietHTTPServer((LOOPBACK, self._port), _handler(self))
         self._port = self._http.server_address[1]
         self._thread = threading.Thread(target=self._http.serve_forever,
                                         kwargs={"poll_interval": 0.02},
@@ -210,10 +219,7 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
             self._serve(request)
 
         def _recorded(self) -> RecordedRequest:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            request = RecordedRequest(self.command, self.path,
-                                      {k.lower(): v for k, v in self.headers.items()}, body)
+            request = read_request(self)
             owner._record(request)
             return request
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from pulse_cli.enginedir import init_engine_dir
-from pulse_cli.loader import load_engine_code
+from pulse_cli.loader import EngineCode, load_engine_code
 from pulse_core import (
     Decision,
     EventDraft,
@@ -80,8 +80,11 @@ async def promote_without_gate(home: Path, events: SqliteEventStore) -> str:
 
 async def note_of(engine_dir: Path) -> str:
     """The note the engine directory's first rule writes when the inbox grows from 0 to 3."""
-    code = load_engine_code(engine_dir)
+    return await first_note(load_engine_code(engine_dir))
 
+
+async def first_note(code: EngineCode) -> str:
+    """The note `code`'s first rule writes when the inbox grows from 0 to 3."""
     async def inside(prev: Snapshot, curr: Snapshot) -> Decision:
         return Decision([], 1_000)
 

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import math
 import shutil
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,92 +16,29 @@ import msgspec
 import pytest
 
 from pulse_core import (
-    Effect,
-    Engine,
-    Event,
     EventDraft,
     EventLogLost,
-    EventUnreadable,
-    ExecutionContext,
-    Executor,
     InvalidEvent,
-    LoopState,
     ObjectStore,
     PayloadNotEncodable,
-    Projection,
     Projector,
     SqliteEventStore,
-    StoreReadOnly,
-    UnreadableEvent,
     open_home,
     purge_payload,
-    register_kind,
 )
 from pulse_core._effects import effect_draft
 from pulse_core._events import MAX_DATA_DEPTH
-from pulse_survival import Notify
-from tests.cli.runner import Upulse
-
-register_kind("fault-note", "a note written by the log fault tests; data: n")
-
-
-class Job(Effect, tag="log-fault-job"):
-    n: int
-
-
-class Jobs(Executor):
-    handles = (Job,)
-    timeout = 5.0
-
-    def __init__(self) -> None:
-        self.ran: list[int] = []
-
-    async def execute(self, effect: Job, ctx: ExecutionContext) -> int:
-        self.ran.append(effect.n)
-        return effect.n
-
-
-class Notes(Projection[tuple[int, ...]]):
-    """The `n` of every fault-note, in log order."""
-
-    name = "fault-notes"
-    kinds = frozenset({"fault-note"})
-
-    def initial(self) -> tuple[int, ...]:
-        return ()
-
-    def apply(self, state: tuple[int, ...], event: Event) -> tuple[int, ...]:
-        return (*state, event.data["n"])
-
-
-def note(n: int, **data: Any) -> EventDraft:
-    return EventDraft("fault-note", f"note-{n}", {"n": n, **data})
-
-
-def engine_at(home: Path, jobs: Jobs | None = None) -> Engine:
-    return Engine(home, executors=[jobs or Jobs()], projections=[Notes()])
-
-
-async def notes_of(engine: Engine) -> tuple[int, ...]:
-    snapshot = await engine.snapshot()
-    return snapshot.state(Notes)
-
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def without_sidecars(db: Path) -> bool:
-    """Delete db's -wal and -shm; whether there was a -wal."""
-    had_wal = Path(f"{db}-wal").exists()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    return had_wal
-
-
-def truncate(path: Path) -> None:
-    with open(path, "r+b") as file:
-        file.truncate(0)
-
+from tests.faults.log_support import (
+    ROOT,
+    Job,
+    Jobs,
+    Notes,
+    engine_at,
+    note,
+    notes_of,
+    truncate,
+    without_sidecars,
+)
 
 # -- Fault 1: checkpoints ahead of the log --------------------------------------------------
 
@@ -114,23 +50,7 @@ async def test_checkpoints_past_the_end_of_a_restored_log_are_discarded_and_rebu
     than the checkpoints; they are discarded and rebuilt, so new events are folded and new
     effects run even where their seq is at or below the old checkpoints' cursor."""
     home = tmp_path / "home"
-    engine = engine_at(home)
-    await engine.open()
-    await engine.append([note(1), note(2)])
-    await engine.close()
-    backup = tmp_path / "events.db.backup"
-    shutil.copyfile(home / "events.db", backup)
-
-    engine = engine_at(home)
-    await engine.open()
-    await engine.append([note(n) for n in range(3, 30)])
-    await engine.append([effect_draft(Job(n=0), origin="agent")])
-    await engine.executor_loop.run_until_idle()
-    assert len(await notes_of(engine)) == 29  # folded: the checkpoints at close reflect it
-    await engine.close()
-    cursor_before = await _last_seq(home)
-    shutil.copyfile(backup, home / "events.db")
-    without_sidecars(home / "events.db")
+    cursor_before = await _restore_an_older_backup(home, later=30)
     assert await _last_seq(home) < cursor_before
 
     jobs = Jobs()
@@ -159,22 +79,7 @@ async def test_checkpoints_of_a_restored_log_that_has_grown_past_them_are_rebuil
     showed events it no longer holds and skipped new ones. A checkpoint now names the event at
     its seq, and another event there means another log."""
     home = tmp_path / "home"
-    engine = engine_at(home)
-    await engine.open()
-    await engine.append([note(1), note(2)])
-    await engine.close()
-    backup = tmp_path / "events.db.backup"
-    shutil.copyfile(home / "events.db", backup)
-
-    engine = engine_at(home)
-    await engine.open()
-    await engine.append([note(n) for n in range(3, 20)])
-    await engine.executor_loop.refresh()
-    assert len(await notes_of(engine)) == 19  # folded: the checkpoints at close reflect it
-    await engine.close()
-    cursor_before = await _last_seq(home)
-    shutil.copyfile(backup, home / "events.db")
-    without_sidecars(home / "events.db")
+    cursor_before = await _restore_an_older_backup(home, later=20)
     store = await SqliteEventStore.open(home / "events.db")  # written again before the engine
     try:
         await store.append([effect_draft(Job(n=5), origin="agent")])
@@ -194,6 +99,29 @@ async def test_checkpoints_of_a_restored_log_that_has_grown_past_them_are_rebuil
         assert {"fault-notes", "executor-loop"} <= {e.data["name"] for e in discarded}
     finally:
         await engine.close()
+
+
+async def _restore_an_older_backup(home: Path, later: int) -> int:
+    """Notes 1 and 2, a backup of the log, notes 3..later-1 and an effect run and folded (so
+    the checkpoints at close reflect them), then the backup put back as a lost -wal would leave
+    it; the seq the checkpoints reflect."""
+    engine = engine_at(home)
+    await engine.open()
+    await engine.append([note(1), note(2)])
+    await engine.close()
+    backup = home.parent / "events.db.backup"
+    shutil.copyfile(home / "events.db", backup)
+    engine = engine_at(home)
+    await engine.open()
+    await engine.append([note(n) for n in range(3, later)])
+    await engine.append([effect_draft(Job(n=0), origin="agent")])
+    await engine.executor_loop.run_until_idle()
+    assert len(await notes_of(engine)) == later - 1
+    await engine.close()
+    cursor = await _last_seq(home)
+    shutil.copyfile(backup, home / "events.db")
+    without_sidecars(home / "events.db")
+    return cursor
 
 
 async def _last_seq(home: Path) -> int:
@@ -240,7 +168,7 @@ CRASH_AFTER_CHECKPOINT = textwrap.dedent(
     import asyncio, os, sys
     from pathlib import Path
     from pulse_core import EventDraft, Projector, open_home, register_kind
-    from tests.faults.test_log_faults import Notes
+    from tests.faults.log_support import Notes
 
     async def main(home):
         stores = await open_home(home)
@@ -311,164 +239,6 @@ async def test_a_disk_that_refuses_checkpoints_costs_no_tick(
                 states = await projector.catch_up()
         assert states["fault-notes"] == (0, 1, 2)
         assert caplog.text.count("cannot write the projections' checkpoints") == 1
-    finally:
-        await store.close()
-
-
-# -- Fault 4: one corrupt byte in one event's JSON ------------------------------------------
-
-
-def corrupt_data_of(db: Path, marker: str) -> None:
-    """Overwrite the closing brace of the one event whose data holds `marker`, in the file
-    itself (as a bad disk or a stray write would), and check SQLite still finds the file
-    intact."""
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    without_sidecars(db)
-    raw = bytearray(db.read_bytes())
-    needle = f'"{marker}"}}'.encode()
-    assert raw.count(needle) == 1
-    raw[raw.index(needle) + len(needle) - 1] = ord("#")
-    db.write_bytes(bytes(raw))
-    conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    conn.close()
-
-
-async def test_a_corrupt_event_is_a_typed_error_naming_its_seq_and_a_listed_row(
-    tmp_path: Path,
-) -> None:
-    """Fault 4: a reader that may not write gets EventUnreadable naming the row's seq (never
-    a bare msgspec.DecodeError), and read_rows lists the row as unreadable in its place."""
-    db = tmp_path / "events.db"
-    store = await SqliteEventStore.open(db)
-    await store.append([note(n, text=f"row-{n}") for n in range(1, 6)])
-    await store.close()
-    corrupt_data_of(db, "row-3")
-
-    reader = await SqliteEventStore.open(db, read_only=True)
-    try:
-        with pytest.raises(EventUnreadable) as info:
-            await reader.read()
-        assert info.value.seq == 3 and "#3" in str(info.value)
-        assert [e.seq for e in await reader.read(3)] == [4, 5]
-        rows = await reader.read_rows()
-        assert [r.seq for r in rows] == [1, 2, 3, 4, 5]
-        bad = rows[2]
-        assert isinstance(bad, UnreadableEvent)
-        assert (bad.kind, bad.key) == ("fault-note", "note-3") and "data" in bad.reason
-        newest = await reader.read_rows(newest_first=True, limit=3)
-        assert [r.seq for r in newest] == [5, 4, 3]
-    finally:
-        await reader.close()
-
-
-async def test_a_writable_store_quarantines_a_corrupt_event_and_every_read_skips_it(
-    tmp_path: Path,
-) -> None:
-    """Fault 4: the first read of a writable store that meets the row appends one
-    event-quarantined naming it; from then on every read, page and change cursor (of any
-    process, read-only ones included) leaves it out and pages still fill up to their limit."""
-    db = tmp_path / "events.db"
-    store = await SqliteEventStore.open(db)
-    await store.append([note(n, text=f"row-{n}") for n in range(1, 8)])
-    await store.close()
-    corrupt_data_of(db, "row-2")
-
-    store = await SqliteEventStore.open(db)
-    try:
-        pages = [[e.seq for e in page.events]
-                 async for page in store.pages(kinds=["fault-note"], limit=2)]
-        assert pages == [[1, 3], [4, 5], [6, 7], []]
-        (quarantine,) = await store.read(kinds=["event-quarantined"])
-        assert quarantine.key == "note-2"  # the row's own key: its version moves past it
-        assert quarantine.data["seq"] == 2 and quarantine.data["kind"] == "fault-note"
-        assert [e.seq for e in await store.read(limit=3)] == [1, 3, 4]
-        seen: list[int] = []
-        async for event in store.changes(kinds=["fault-note"], batch=2):
-            seen.append(event.seq)
-            if event.seq == 7:
-                break
-        assert seen == [1, 3, 4, 5, 6, 7]
-        assert len(await store.read(kinds=["event-quarantined"])) == 1
-    finally:
-        await store.close()
-    reader = await SqliteEventStore.open(db, read_only=True)
-    try:
-        assert [e.seq for e in await reader.read(kinds=["fault-note"])] == [1, 3, 4, 5, 6, 7]
-    finally:
-        await reader.close()
-
-
-async def test_an_engine_opens_ticks_and_runs_survival_beside_a_corrupt_event(
-    tmp_path: Path,
-) -> None:
-    """Fault 4: Engine.open() no longer dies on the row: the fold quarantines it, ticks run
-    with every survival rule reached, effects still run, and the loops keep running."""
-    engine = engine_at(tmp_path)
-    await engine.open()
-    await engine.append([note(1, text="keep"), note(2, text="spoil"), note(3, text="keep-too")])
-    await engine.close()
-    shutil.rmtree(tmp_path / "checkpoints")  # the fold must read the row again
-    corrupt_data_of(tmp_path / "events.db", "spoil")
-
-    jobs = Jobs()
-    engine = engine_at(tmp_path, jobs)
-    await engine.open()
-    try:
-        assert await notes_of(engine) == (1, 3)
-        (quarantine,) = await engine.events.read(kinds=["event-quarantined"])
-        assert quarantine.data["key"] == "note-2"
-        await engine.append([effect_draft(Job(n=5), origin="agent")])
-        await engine.step()
-        assert jobs.ran == [5]
-        survival = [t for t in engine.trace if t.tier == "survival"]
-        assert survival and all(t.reached and t.error is None for t in survival)
-        await engine.start()
-        await asyncio.sleep(0.2)
-        assert all(s.state is LoopState.RUNNING and s.restarts == 0 for s in engine.loops())
-        assert not await engine.events.read(kinds=["error"])
-    finally:
-        await engine.close()
-
-
-async def test_quarantine_by_hand_names_only_an_unreadable_row(tmp_path: Path) -> None:
-    """Fault 4: EventStore.quarantine marks an unreadable row once (again returns the same
-    event) and refuses a readable row, a row that does not exist, and a read-only store."""
-    db = tmp_path / "events.db"
-    store = await SqliteEventStore.open(db)
-    await store.append([note(1, text="fine"), note(2, text="spoil")])
-    await store.close()
-    corrupt_data_of(db, "spoil")
-
-    reader = await SqliteEventStore.open(db, read_only=True)
-    with pytest.raises(StoreReadOnly):
-        await reader.quarantine(2, "bad disk")
-    await reader.close()
-    store = await SqliteEventStore.open(db)
-    try:
-        with pytest.raises(InvalidEvent, match="can be read"):
-            await store.quarantine(1, "no reason")
-        with pytest.raises(InvalidEvent, match="no event #9"):
-            await store.quarantine(9, "no reason")
-        first = await store.quarantine(2, "bad disk")
-        assert isinstance(first, Event)
-        assert (first.kind, first.data["reason"], first.origin) == (
-            "event-quarantined", "bad disk", "human")
-        again = await store.quarantine(2, "another reason")
-        assert again.seq == first.seq
-        assert [e.seq for e in await store.read(kinds=["fault-note"])] == [1]
-    finally:
-        await store.close()
-
-    corrupt_data_of(db, "bad disk")  # now the quarantine record itself cannot be read
-    store = await SqliteEventStore.open(db)
-    try:
-        assert [e.seq for e in await store.read()] == [1]  # and quarantines #3 by #4
-        (record,) = await store.read(1)
-        assert (record.seq, record.key, record.data["seq"]) == (4, "note-2", 3)
-        assert isinstance(await store.quarantine(2, "again"), UnreadableEvent)
     finally:
         await store.close()
 
@@ -580,42 +350,5 @@ async def test_an_object_digest_with_a_trailing_newline_is_refused(tmp_path: Pat
         with pytest.raises(ValueError):
             await purge_payload(store, objects, f"{digest}\n", reason="test")
         assert await store.last_seq() == 0 and objects.get_sync(digest) == b"payload"
-    finally:
-        await store.close()
-
-
-def test_upulse_lists_a_corrupt_row_and_a_daemon_quarantines_it_and_runs(
-    tmp_path: Path,
-) -> None:
-    """Fault 4 (the CLI's share): `upulse events` and `daemon start` failed with a bare
-    msgspec.DecodeError; now the listing shows the row as unreadable, and a daemon starts,
-    quarantines it (its executor loop folds every effect) and runs."""
-    upulse = Upulse(tmp_path)
-    home = upulse.init(tmp_path / "home")
-    effect = effect_draft(Notify(topic="t", level="info", text="row-2"), origin="agent")
-    asyncio.run(_append_notes(home, [note(1), effect, note(3)]))
-    corrupt_data_of(home / "events.db", "row-2")
-    try:
-        listing = upulse("events", "--home", home)
-        [row] = [line for line in listing.stdout.splitlines() if "UNREADABLE" in line]
-        assert row.split()[0] == "2" and row.split()[3] == "effect", listing.stdout
-        rows = upulse.json("events", "--home", home)
-        assert isinstance(rows, list)
-        assert [r["seq"] for r in rows if r.get("unreadable")] == [2]
-
-        upulse("daemon", "start", "--home", home)
-        quarantined = upulse.json("events", "--home", home, "--kind", "event-quarantined")
-        assert isinstance(quarantined, list)
-        assert [q["data"]["seq"] for q in quarantined] == [2]
-        status = upulse("daemon", "status", "--home", home)
-        assert "running" in status.stdout, status.stdout
-    finally:
-        upulse.stop_all()
-
-
-async def _append_notes(home: Path, drafts: list[EventDraft]) -> None:
-    store = await SqliteEventStore.open(home / "events.db")
-    try:
-        await store.append(drafts)
     finally:
         await store.close()

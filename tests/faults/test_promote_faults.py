@@ -20,8 +20,7 @@ from pulse_cli.dryrun import copy_live_home
 from pulse_cli.enginedir import promote
 from pulse_cli.gate import MYPY_LOCK_NAME, exclusive_lock, run_gate
 from pulse_cli.home import EXIT_REFUSED, Home
-from pulse_cli.loader import EngineCode
-from pulse_core import Decision, HomeLayout, Sample, Snapshot, VitalReading
+from pulse_core import HomeLayout
 from tests.cli.runner import Upulse
 from tests.cli.support import (
     NEW_TEXT,
@@ -30,6 +29,7 @@ from tests.cli.support import (
     RULE,
     child_env,
     edit,
+    first_note,
     git,
     make_home,
     stage_new_text,
@@ -238,23 +238,6 @@ def test_a_refused_promote_after_a_crash_writes_nothing_in_the_home(
 
 
 # -- item 26: edits made in HOME/engine without a promote -----------------------------------
-
-
-async def first_note(code: EngineCode) -> str:
-    """The note `code`'s first rule writes when the inbox grows from 0 to 3."""
-    async def inside(prev: Snapshot, curr: Snapshot) -> Decision:
-        return Decision([], 1_000)
-
-    def seen(count: int) -> Snapshot:
-        sample = Sample("inbox", 0, {"count": count})
-        return Snapshot(seq=1, at=0, number=1, vitals={"inbox": VitalReading(sample, 0)},
-                        projections={})
-
-    rule = __import__(f"{code.package}.rules.inbox", fromlist=["inbox_note"]).inbox_note
-    effects, _ = await rule(seen(0), seen(3), inside)
-    text = getattr(effects[0], "text", None)
-    assert isinstance(text, str)
-    return text
 
 
 async def test_an_edit_made_in_the_engine_directory_does_not_run_and_is_named(
