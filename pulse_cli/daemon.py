@@ -31,11 +31,11 @@ from pulse_cli.assembly import (
     tick_source,
     uncommitted_note,
 )
-from pulse_cli.enginedir import GitEngineDirectory, RolledBack
+from pulse_cli.enginedir import GitEngineDirectory, RolledBack, reconcile
 from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
 from pulse_cli.loader import EngineCode
 from pulse_cli.output import now_ms
-from pulse_core import Engine, EventDraft, HomeLocked, wait_signal
+from pulse_core import Engine, EventDraft, HomeLocked, PulseError, wait_signal
 from pulse_core import error_draft as core_error_draft
 from pulse_core._homelock import open_private
 
@@ -231,6 +231,10 @@ class Daemon:
     async def _serve(self) -> None:
         if self.problems:
             await self.engine.append(self.problems)
+        try:  # a promote recorded whose main never moved: the log says what really runs
+            await reconcile(self.home.root, self.engine.events, origin="engine")
+        except PulseError as exc:  # never a reason not to run the survival layer
+            say(f"could not compare the log with main's revision: {exc}")
         await self._started()
         self.home.write_pidfile(self.pid)
         say(f"ready: home {self.home.root}, revision {self.status.revision or 'none'}, "

@@ -5,9 +5,8 @@
 
 `promote` runs the gate (pulse_cli.gate) on staging and only then records a `promote` event
 and fast-forwards main to staging (the event first: main never moves unrecorded);
-`rollback` keeps main's code on a branch rolled-back/..., adds a commit that brings main's
-files back to an earlier revision (history is never rewritten) and records a `rollback`
-event. Neither makes
+pulse_cli.rollback brings main's files back to an earlier revision. `reconcile` makes the
+log agree with main again after a process stopped between an event and git. Neither makes
 a running daemon reload: the CLI signals it (SIGHUP), and a daemon passes `on_rollback` to
 GitEngineDirectory for rollbacks the survival layer makes.
 
@@ -24,7 +23,6 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -40,7 +38,7 @@ from pulse_cli.gate import (
     run_gate,
 )
 from pulse_cli.git import GitError, changed_paths, git, head, is_ancestor, run_git, work_tree_state
-from pulse_core import Event, EventDraft, EventStore, PulseError, open_home
+from pulse_core import EventDraft, EventStore, PulseError, open_home
 
 TEMPLATE = Path(engine_template.__file__).resolve().parent
 EVENT_KEY = "engine-directory"
@@ -57,12 +55,13 @@ class EngineDirError(PulseError):
     """The engine directory is missing, half made, or not in a state the operation needs."""
 
 
-class RollbackTargetError(EngineDirError):
-    """The revision named for a rollback does not exist or is not an earlier commit of main."""
-
-
 class PromoteNotRecorded(PulseError):
     """The gate passed but the event log refused the `promote` event: main did not move."""
+
+
+class PromoteNotApplied(EngineDirError):
+    """The `promote` event was recorded but git could not move main; a `rollback` event to
+    the unchanged main follows it in the log (when the log takes it)."""
 
 
 class PromoteResult(msgspec.Struct, frozen=True):
@@ -84,7 +83,8 @@ def _dirs(home: Path) -> tuple[Path, Path]:
     return root / "engine", root / "staging"
 
 
-def _require(home: Path) -> tuple[Path, Path]:
+def require_dirs(home: Path) -> tuple[Path, Path]:
+    """HOME/engine and HOME/staging; EngineDirError when either is not a work tree."""
     engine, staging = _dirs(home)
     for folder in (engine, staging):
         if head(folder) is None:
@@ -93,7 +93,7 @@ def _require(home: Path) -> tuple[Path, Path]:
     return engine, staging
 
 
-def _exclusive(engine: Path) -> contextlib.AbstractAsyncContextManager[None]:
+def hold_engine_dir(engine: Path) -> contextlib.AbstractAsyncContextManager[None]:
     """HOME/engine-dir.lock (beside `engine`): one promote or rollback changes git at a time,
     across processes (LockBusy after LOCK_TIMEOUT_S)."""
     return exclusive_lock(engine.parent / LOCK_NAME, LOCK_TIMEOUT_S,
@@ -147,10 +147,6 @@ async def _nothing_staged(engine: Path, staging: Path) -> bool:
     return ahead == "0" and not await asyncio.to_thread(changed_paths, staging)
 
 
-async def _tree(repo: Path, rev: str) -> str:
-    return await git(repo, "rev-parse", "--verify", f"{rev}^{{tree}}")
-
-
 def _refused(step: str, output: str, previous: str,
              steps: tuple[GateStep, ...] = ()) -> PromoteResult:
     return PromoteResult(ok=False, revision=previous, previous=previous, steps=steps,
@@ -163,7 +159,7 @@ def _nothing(main: str, why: str, steps: tuple[GateStep, ...] = ()) -> PromoteRe
 
 
 @contextlib.asynccontextmanager
-async def _log(root: Path, events: EventStore | None, store: str | None, *,
+async def event_log(root: Path, events: EventStore | None, store: str | None, *,
                read_only: bool) -> AsyncIterator[EventStore]:
     """`events`; without it the log of the home `root` at the store URL `store`, opened for
     this use only (`read_only`: nothing is written)."""
@@ -197,7 +193,7 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
     (then LockBusy). The running daemon is not told: send it SIGHUP to load the new revision.
     """
     await asyncio.to_thread(require_tools)
-    engine, staging = await asyncio.to_thread(_require, home)
+    engine, staging = await asyncio.to_thread(require_dirs, home)
     async with exclusive_lock(engine.parent / PROMOTE_LOCK_NAME, PROMOTE_WAIT_S,
                               "another promote", waiting):
         previous = await git(engine, "rev-parse", "HEAD")
@@ -212,7 +208,7 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
                                progress=progress)
         if not steps[-1].ok:
             return _refused(steps[-1].name, steps[-1].output, previous, steps)
-        async with _exclusive(engine):
+        async with hold_engine_dir(engine):
             return await _merge(engine, staging, previous, before, steps, events=events,
                                 store=store)
 
@@ -244,7 +240,8 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
     if now == previous:  # a promote that moved nothing is no promote: nothing to undo
         return _nothing(previous, "main already has everything staging has", steps)
     try:
-        async with _log(engine.parent, events, store, read_only=False) as log:
+        async with event_log(engine.parent, events, store, read_only=False) as log:
+            await _reconcile(engine, log, previous, "cli")
             await log.append([EventDraft("promote", EVENT_KEY,
                                          {"revision": now, "previous": previous},
                                          origin="cli")])
@@ -256,123 +253,98 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
     try:
         await git(engine, "merge", "-q", "--ff-only", now)
     except GitError as exc:  # recorded but not moved: record that main stays where it was
-        with contextlib.suppress(PulseError):
-            async with _log(engine.parent, events, store, read_only=False) as log:
-                await log.append([EventDraft(
-                    "rollback", EVENT_KEY,
-                    {"revision": previous, "to": previous, "kept": None,
-                     "staging": "untouched", "reason": f"the promote of {now} was recorded "
-                     f"but main could not move: {exc}"}, origin="cli")])
-        raise
+        noted = "a `rollback` event notes it"
+        try:
+            async with event_log(engine.parent, events, store, read_only=False) as log:
+                await _record_main(log, previous, f"the promote of {now} was recorded but "
+                                   f"main could not move: {exc.said}", "cli")
+        except PulseError:
+            noted = ("the log could not note it either; the next promote, rollback or daemon "
+                     "start does")
+        raise PromoteNotApplied(
+            f"the promote of {now} was recorded but main could not move and stays at "
+            f"{previous} ({exc.said}); {noted} — fix what git says (a leftover "
+            f"{engine / '.git' / 'index.lock'}: remove it if no git command is running "
+            "there), then `upulse promote` again") from exc
     return PromoteResult(ok=True, revision=now, previous=previous, steps=steps)
 
 
-# -- rollback ----------------------------------------------------------------------------------
+# -- the log and main agree --------------------------------------------------------------------
+
+
+async def _record_main(log: EventStore, main: str, reason: str, origin: str) -> None:
+    """A `rollback` event saying that main is (still) at `main`, and why: it sets the log's
+    word on what runs right without changing git (kept null, staging untouched)."""
+    await log.append([EventDraft("rollback", EVENT_KEY,
+                                 {"revision": main, "to": main, "reason": reason, "kept": None,
+                                  "staging": "untouched"}, origin=origin)])
+
+
+async def _disagreement(engine: Path, log: EventStore, main: str) -> str | None:
+    """Why the log's last promote or rollback does not name `main`; None when it does (or
+    when nothing was recorded yet)."""
+    recorded = await log.read(kinds=["promote", "rollback"])
+    data = recorded[-1].data if recorded else None
+    said = data.get("revision") if isinstance(data, dict) else None
+    if not isinstance(said, str) or said == main:
+        return None
+    if recorded[-1].kind == "promote" and not await is_ancestor(engine, said, main):
+        return (f"a promote to {said} was recorded but main never moved (the process stopped "
+                "in between)")
+    return (f"the log last recorded main at {said} but it is at {main}: main moved without "
+            f"an event (a rollback that stopped before recording it, or a commit made in "
+            f"{engine} by hand)")
+
+
+async def _reconcile(engine: Path, log: EventStore, main: str, origin: str) -> str | None:
+    reason = await _disagreement(engine, log, main)
+    if reason is not None:
+        await _record_main(log, main, reason, origin)
+    return reason
+
+
+async def reconcile_held(engine: Path, events: EventStore | None, store: str | None,
+                         origin: str) -> str | None:
+    """`reconcile` for a caller that holds HOME/engine-dir.lock already; the log is opened for
+    writing only when it disagrees with main."""
+    main = await git(engine, "rev-parse", "HEAD")
+    async with event_log(engine.parent, events, store, read_only=True) as log:
+        if events is not None:
+            return await _reconcile(engine, log, main, origin)
+        reason = await _disagreement(engine, log, main)
+    if reason is not None:
+        async with event_log(engine.parent, None, store, read_only=False) as log:
+            await _record_main(log, main, reason, origin)
+    return reason
+
+
+async def reconcile(home: Path, events: EventStore | None = None, *, store: str | None = None,
+                    origin: str = "cli") -> str | None:
+    """Make the log say what main runs: when the last `promote` or `rollback` event names
+    another revision than main's HEAD (a process stopped between recording and moving main),
+    append a `rollback` event to HEAD whose reason says so, and return that reason; None
+    when they agree or the home has no engine directory. `events` None: the home's log at
+    the store URL `store`. Promote and rollback do this first; so does a starting daemon."""
+    engine, _ = _dirs(home)
+    if await asyncio.to_thread(head, engine) is None:
+        return None
+    async with hold_engine_dir(engine):
+        return await reconcile_held(engine, events, store, origin)
 
 
 class RolledBack(msgspec.Struct, frozen=True):
-    """What a rollback did: main is at `revision`, whose files are those of `to`; `kept`
-    names the branch holding the code it took out of main (None: main already matched
-    `to`); `staging` says whether staging was merged with main ("synced") or why not."""
+    """What a rollback did (pulse_cli.rollback): main is at `revision`, whose files are those
+    of `to`; `kept` names the branch holding the code it took out of main; `staging` says
+    whether staging was merged with main ("synced") or why not."""
 
     revision: str
     to: str
-    kept: str | None
+    kept: str
     staging: str
 
     def __str__(self) -> str:
-        kept = (f"; the rolled-back code is kept on branch {self.kept}" if self.kept
-                else "")
-        return f"rollback to {self.to[:12]} (main at {self.revision[:12]}){kept}"
-
-
-async def _default_target(engine: Path, events: EventStore | None, store: str | None) -> str:
-    async with _log(engine.parent, events, store, read_only=True) as log:
-        promotes: list[Event] = await log.read(kinds=["promote"])
-    if promotes and isinstance(promotes[-1].data, dict) and promotes[-1].data.get("previous"):
-        return str(promotes[-1].data["previous"])
-    parent = await git(engine, "rev-parse", "--verify", "--quiet", "HEAD~1", check=False)
-    if not parent:
-        raise EngineDirError(f"nothing to roll back: {engine} has no promote on record and "
-                             "main has a single commit")
-    return parent
-
-
-async def _target(engine: Path, revision: str) -> str:
-    """The full sha of `revision`, an earlier commit of main; RollbackTargetError otherwise."""
-    listing = f"`git -C {engine} log --oneline main` lists main's revisions"
-    found = await git(engine, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}",
-                      check=False)
-    if not found:
-        raise RollbackTargetError(
-            f"cannot roll back to {revision!r}: {engine} has no such revision — name one of "
-            f"main's revisions ({listing}), or leave it out to undo the last promote")
-    if not await is_ancestor(engine, found):
-        raise RollbackTargetError(
-            f"cannot roll back to {revision!r}: it is not an earlier revision of main — pick "
-            f"one of main's revisions ({listing})")
-    return found
-
-
-async def _keep(engine: Path, now: str) -> str:
-    """A new branch rolled-back/<UTC time>-<short sha> at `now`; its name."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    name = f"rolled-back/{stamp}-{now[:12]}"
-    await git(engine, "branch", "--no-track", name, now)
-    return name
-
-
-async def _sync_staging(staging: Path) -> str:
-    """Merge main into staging so the next edit starts from what runs; on a conflict, leave
-    staging as it was and say so."""
-    try:
-        await git(staging, "merge", "--no-edit", "-m", "rollback: merge main", "main")
-    except GitError as exc:
-        await git(staging, "merge", "--abort", check=False)
-        return f"not synced: {exc} — merge main into staging by hand"
-    return "synced"
-
-
-async def rollback(home: Path, revision: str | None, *, reason: str,
-                   events: EventStore | None = None, store: str | None = None,
-                   origin: str = "cli") -> RolledBack:
-    """Bring main's files back to `revision` with a new commit, and say what was done.
-
-    `revision` None means the revision before the last promote (the `previous` of the latest
-    `promote` event, else HEAD~1); one that is not an earlier commit of main raises
-    RollbackTargetError. History is kept: the code taken out stays on a new branch
-    rolled-back/<UTC time>-<short sha>, and one commit "Revert to <rev>: <reason>" whose
-    files are those of `revision` is made with `git commit-tree` and fast-forwarded, so
-    promotions that arrived as merges are undone exactly. Main already matching `revision`
-    adds no commit and no branch. Staging is then merged with main, and a `rollback` event
-    records {revision, to, reason, kept, staging} in `events` (None: the home's log at the
-    store URL `store`, read and written only for this rollback; a refused rollback writes
-    nothing). The running daemon is not told (see module docstring).
-    """
-    engine, staging = await asyncio.to_thread(_require, home)
-    async with _exclusive(engine):
-        target = await _target(engine, revision or await _default_target(engine, events,
-                                                                           store))
-        now = await git(engine, "rev-parse", "HEAD")
-        kept = None
-        if await _tree(engine, target) != await _tree(engine, now):
-            kept = await _keep(engine, now)
-            undone = await git(engine, "log", "--first-parent", "--format=%h %s",
-                               f"{target}..{now}")
-            message = (f"Revert to {target[:12]}: {reason}\n\nUndoes, on main:\n{undone}\n\n"
-                       f"(pulse rollback: a new commit with the files of that revision; the "
-                       f"code it takes out is kept on branch {kept})")
-            commit = await git(engine, "commit-tree", f"{target}^{{tree}}", "-p", now,
-                               "-m", message)
-            await git(engine, "merge", "-q", "--ff-only", commit)
-            now = commit
-        done = RolledBack(now, target, kept, await _sync_staging(staging))
-        async with _log(engine.parent, events, store, read_only=False) as log:
-            await log.append([EventDraft(
-                "rollback", EVENT_KEY,
-                {"revision": now, "to": target, "reason": reason, "kept": kept,
-                 "staging": done.staging}, origin=origin)])
-    return done
+        return (f"rollback to {self.to[:12]} (main at {self.revision[:12]}); the rolled-back "
+                f"code is kept on branch {self.kept}")
 
 
 class GitEngineDirectory:
@@ -393,9 +365,19 @@ class GitEngineDirectory:
         self.on_rollback = on_rollback
 
     async def rollback(self, revision: str | None, reason: str) -> str:
-        """Roll main back (see `rollback`), as the survival layer; return the new revision."""
-        done = await rollback(self.home, revision, reason=reason, events=self.events,
-                              store=self.store, origin="survival")
+        """Roll main back (see pulse_cli.rollback), as the survival layer; return the new
+        revision. When main already has the target's files this returns main's revision and
+        records and reloads nothing: the `effect-acked` of the Rollback says where main is,
+        and the survival ledger closed the promotion on the Rollback effect itself."""
+        from pulse_cli.rollback import NothingToRollBack, rollback  # it builds on this module
+
+        try:
+            done = await rollback(self.home, revision, reason=reason, events=self.events,
+                                  store=self.store, origin="survival")
+        except NothingToRollBack as nothing:
+            return nothing.revision
         if self.on_rollback is not None:
             await self.on_rollback(done)
         return done.revision
+
+

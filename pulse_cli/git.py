@@ -26,7 +26,21 @@ _SHA = re.compile(r"[0-9a-f]{40,64}")
 
 
 class GitError(PulseError):
-    """A git command failed, timed out, or git is not installed."""
+    """A git command failed, timed out, or git is not installed.
+
+    `said` is one line for a report: git's first `error:` or `fatal:` line (else its first
+    line), or, when git did not answer, the message itself."""
+
+    def __init__(self, message: str, said: str | None = None) -> None:
+        super().__init__(message)
+        self.said = said or message
+
+
+def first_complaint(output: str) -> str:
+    """git's first `error:` or `fatal:` line in `output`; else its first non-empty line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith(("error:", "fatal:"))),
+                lines[0] if lines else "")
 
 
 def _environment(extra: Mapping[str, str]) -> dict[str, str]:
@@ -58,7 +72,8 @@ def run_git_bytes(cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S, check: 
     if check and done.returncode != 0:
         message = (done.stderr.decode(errors="replace").strip()
                    or done.stdout.decode(errors="replace").strip())[-2000:]
-        raise GitError(f"`{shown}` in {cwd} failed (exit {done.returncode}): {message}")
+        raise GitError(f"`{shown}` in {cwd} failed (exit {done.returncode}): {message}",
+                       first_complaint(message) or f"`{shown}` exited {done.returncode}")
     return done.stdout
 
 

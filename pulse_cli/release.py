@@ -1,6 +1,7 @@
 """`upulse promote|rollback|deploy|dev`: moving business code from staging to the daemon.
 
-The git side (the gate, the merge, the revert) is pulse_cli.enginedir's; these commands
+The git side (the gate, the merge, the revert) is pulse_cli.enginedir's and
+pulse_cli.rollback's; these commands
 record it in the live log and tell the running daemon to reload its whole engine (SIGHUP).
 """
 
@@ -24,9 +25,9 @@ from pulse_cli.control import signal_reload, start, wait_for_revision
 from pulse_cli.dryrun import copy_home
 from pulse_cli.enginedir import PromoteResult
 from pulse_cli.enginedir import promote as gate_and_merge
-from pulse_cli.enginedir import rollback as revert
 from pulse_cli.home import EXIT_REFUSED, CliError, Home
 from pulse_cli.output import clip, print_json, print_json_line, printable, to_json
+from pulse_cli.rollback import rollback as revert
 from pulse_core import Engine, PulseError, wait_signal
 from pulse_survival import NotifySinks
 
@@ -91,7 +92,10 @@ async def promote(home: Home, *, as_json: bool) -> int:
 
 async def rollback(home: Home, revision: str | None, *, reason: str,
                    as_json: bool = False) -> int:
-    """Revert main to `revision` (default: before the last promote), record it, reload."""
+    """Revert main to `revision` (default: before the last promote), record it, reload.
+
+    A refusal (no such revision, or main already has its files: NothingToRollBack) raises
+    before anything is recorded or signalled: an error, exit 1."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
     done = await revert(home.root, revision, store=cfg.store, reason=reason)
@@ -100,10 +104,9 @@ async def rollback(home: Home, revision: str | None, *, reason: str,
         print_json({**msgspec.to_builtins(done), "reload": reload})
         return 0
     print(f"rolled back: main is at {done.revision}; {reload}")
-    if done.kept is not None:
-        print(f"the rolled-back code is kept on branch {done.kept}: `git -C {home.engine} "
-              f"diff main {done.kept}` shows it, `git -C {home.staging} restore --source "
-              f"{done.kept} -- .` puts it back in staging")
+    print(f"the rolled-back code is kept on branch {done.kept}: `git -C {home.engine} "
+          f"diff main {done.kept}` shows it, `git -C {home.staging} restore --source "
+          f"{done.kept} -- .` puts it back in staging")
     if done.staging != "synced":
         print(f"staging {done.staging}")
     return 0
@@ -178,17 +181,25 @@ class _DevEngine:
     def __init__(self, home: Home, scratch: Path, since: int, *, as_json: bool) -> None:
         self.home, self.scratch, self.seen, self.as_json = home, scratch, since, as_json
         self.engine: Engine | None = None
+        self.code = self._built = NO_CODE  # the running engine's code; the last one built
         self._printer: asyncio.Task[None] | None = None
 
     async def build(self) -> Engine:
         """The engine of the staging code and config.json; PulseError when it cannot be built."""
         cfg = _dev_config(self.home)
         code = await asyncio.to_thread(load_code, self.home.staging, staged=True)
-        return build_engine(self.scratch, cfg, code)
+        try:
+            engine = build_engine(self.scratch, cfg, code)
+        except BaseException:
+            code.forget()
+            raise
+        self._built = code
+        return engine
 
     async def run(self, engine: Engine) -> None:
         """Close the running engine (if any), then open and start `engine` and print its events."""
         await self.close()
+        self.code, self._built = self._built, NO_CODE
         await engine.open()
         self.engine = engine
         await engine.start()
@@ -231,6 +242,8 @@ class _DevEngine:
         engine, self.engine = self.engine, None
         if engine is not None:
             await engine.close()
+        self.code.forget()  # a save a minute for hours: each load's modules go with its engine
+        self.code = NO_CODE
 
 
 async def dev(home: Home, *, seconds: float | None, as_json: bool = False) -> int:

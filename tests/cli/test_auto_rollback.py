@@ -43,6 +43,10 @@ def test_a_promoted_rule_that_raises_in_production_is_rolled_back_by_the_surviva
     (rollback,) = read_events(home / "events.db", {"rollback"})
     assert "errors within 60 s of promoting" in rollback.data["reason"]
     assert rollback.origin == "survival"
+    kept = rollback.data["kept"]  # the rolled-back code stays on the branch the event names
+    assert kept.startswith("rolled-back/") and kept.endswith("-" + bad[:12])
+    assert subprocess.run(["git", "rev-parse", kept], cwd=home / "engine", check=True,
+                          capture_output=True, text=True).stdout.strip() == bad
     errors = [e for e in read_events(home / "events.db", {"error"})
               if "broke in production" in e.data["message"]]
     assert len(errors) >= 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pulse_core import EventDraft, SqliteEventStore
 from tests.cli.runner import Upulse, daemon_pid, wait_until
 from tests.cli.support import (
     NEW_TEXT,
@@ -81,6 +83,30 @@ def test_a_daemon_starts_reports_its_status_refuses_a_second_start_and_stops_cle
     assert after.returncode == 3 and "not running" in after.stderr
     assert "stopped" in after.stdout
     assert "ready" in upulse("daemon", "logs", "--home", home).stdout
+
+
+def test_a_daemon_starting_after_a_promote_that_never_moved_main_records_what_runs(
+        upulse: Upulse, tmp_path: Path) -> None:
+    """Issue 14, item 14: a promote recorded just before its process died (main never moved)
+    made the log say a revision ran that never did; the daemon sets it right at start."""
+    home = upulse.init(tmp_path / "home")
+    main = git(home / "engine", "rev-parse", "HEAD")
+
+    async def recorded_promote() -> None:
+        store = await SqliteEventStore.open(home / "events.db")
+        try:
+            await store.append([EventDraft("promote", "engine-directory",
+                                           {"revision": "0" * 40, "previous": main},
+                                           origin="cli")])
+        finally:
+            await store.close()
+
+    asyncio.run(recorded_promote())
+    upulse("daemon", "start", "--home", home)
+    upulse("daemon", "stop", "--home", home)
+    [rollback] = read_events(home / "events.db", {"rollback"})
+    assert rollback.data["revision"] == main
+    assert "was recorded but main never moved" in rollback.data["reason"]
 
 
 def test_stop_when_no_daemon_runs_exits_3(upulse: Upulse, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,18 +16,25 @@ import pytest
 from pulse_cli.enginedir import (
     EngineDirError,
     GitEngineDirectory,
+    PromoteNotApplied,
     PromoteNotRecorded,
     PromoteResult,
-    RollbackTargetError,
     RolledBack,
     init_engine_dir,
     promote,
+    reconcile,
     revision,
+)
+from pulse_cli.rollback import (
+    NothingToRollBack,
+    RollbackNotApplied,
+    RollbackTargetError,
     rollback,
 )
-from pulse_core import Engine, Event, SqliteEventStore, open_home
+from pulse_core import Engine, Event, EventDraft, SqliteEventStore, open_home
 from pulse_core._effects import effect_draft
 from pulse_survival import Rollback
+from tests.cli.runner import Upulse
 from tests.cli.support import (
     NEW_TEXT,
     OLD_TEXT,
@@ -369,3 +377,232 @@ async def test_git_engine_directory_serves_the_survival_rollback_executor(
     assert git(home / "engine", "rev-parse", f"{reloaded[0].kept}") == promoted
     assert f"kept on branch {reloaded[0].kept}" in str(reloaded[0])  # the daemon's log line
     assert await note_of(home / "engine") == f"3 {OLD_TEXT}"
+
+
+# -- when git or the process fails between the log and main --------------------------------------
+
+
+def _lock_main_once_staging_moves(engine: Path) -> None:
+    """A real git hook: once promote has committed on staging, main's index.lock appears, so
+    the fast-forward of main after the `promote` event is the one step that fails."""
+    hook = engine / ".git" / "hooks" / "reference-transaction"
+    hook.write_text("#!/bin/sh\n"
+                    '[ "$1" = committed ] || exit 0\n'
+                    f"grep -q ' refs/heads/staging$' && : > '{engine / '.git' / 'index.lock'}'\n"
+                    "exit 0\n")
+    hook.chmod(0o755)
+
+
+def _kept_branches(engine: Path) -> list[str]:
+    return git(engine, "branch", "--list", "rolled-back/*", "--format=%(refname:short)").split()
+
+
+async def test_a_promote_whose_main_cannot_move_after_its_event_says_so_in_one_line(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    engine, main = home / "engine", revision(home)
+    stage_new_text(home / "staging")
+    _lock_main_once_staging_moves(engine)
+
+    with pytest.raises(PromoteNotApplied) as failed:
+        await promote(home)
+
+    staged = git(home / "staging", "rev-parse", "HEAD")
+    lock = engine / ".git" / "index.lock"
+    assert str(failed.value) == (
+        f"the promote of {staged} was recorded but main could not move and stays at {main} "
+        f"(error: Unable to create '{lock}': File exists.); a `rollback` event notes it — "
+        f"fix what git says (a leftover {lock}: remove it if no git command is running "
+        "there), then `upulse promote` again")
+    assert revision(home) == main
+    logged = [(e.kind, e.data) for e in await _read_all(home)
+              if e.kind in ("promote", "rollback")]
+    assert logged == [
+        ("promote", {"revision": staged, "previous": main}),
+        ("rollback", {"revision": main, "to": main, "kept": None, "staging": "untouched",
+                      "reason": f"the promote of {staged} was recorded but main could not "
+                                f"move: error: Unable to create '{lock}': File exists."})]
+
+    lock.unlink()
+    (engine / ".git" / "hooks" / "reference-transaction").unlink()
+    again = await promote(home)
+    assert again.ok and revision(home) == again.revision == staged
+
+
+async def test_a_rollback_git_cannot_apply_leaves_no_branch_and_no_event(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    engine = home / "engine"
+    stage_new_text(home / "staging")
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        promoted = await promote_without_gate(home, events)
+        lock = engine / ".git" / "index.lock"
+        lock.touch()
+        for _ in range(2):  # the survival layer's executor tries twice
+            with pytest.raises(RollbackNotApplied) as failed:
+                await rollback(home, None, events=events, reason="errors")
+            assert "\n" not in str(failed.value)
+            assert str(failed.value).endswith(
+                f"could not move main, which stays at {promoted} (error: Unable to create "
+                f"'{lock}': File exists.); nothing was recorded — fix what git says (a "
+                f"leftover {lock}: remove it if no git command is running there), then roll "
+                "back again")
+        assert revision(home) == promoted
+        assert _kept_branches(engine) == []
+        assert await events.read(kinds=["rollback"]) == []
+
+        lock.unlink()
+        done = await rollback(home, None, events=events, reason="errors")
+        assert _kept_branches(engine) == [done.kept]
+        assert len(await events.read(kinds=["rollback"])) == 1
+    finally:
+        await events.close()
+
+
+async def test_a_rollback_that_changes_nothing_is_refused_and_writes_nothing(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    engine = home / "engine"
+    first = revision(home)
+    stage_new_text(home / "staging")
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        promoted = await promote_without_gate(home, events)
+        with pytest.raises(NothingToRollBack) as head_refused:
+            await rollback(home, "HEAD", events=events, reason="no change")
+        assert str(head_refused.value) == (
+            f"nothing to roll back: main already has the files of {promoted[:12]} — to go "
+            f"further back, name an earlier revision (`git -C {engine} log --oneline main` "
+            "lists them)")
+        done = await rollback(home, None, events=events, reason="first")
+        logged = await events.read()
+        with pytest.raises(NothingToRollBack, match=f"the files of {first[:12]}") as again:
+            await rollback(home, None, events=events, reason="second")
+        assert (again.value.revision, again.value.to) == (done.revision, first)
+        assert await events.read() == logged
+        assert [e.data["kept"] for e in logged if e.kind == "rollback"] == [done.kept]
+    finally:
+        await events.close()
+    assert revision(home) == done.revision
+    assert _kept_branches(engine) == [done.kept]
+
+
+def test_upulse_rollback_to_the_files_main_has_exits_1_and_neither_records_nor_reloads(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    main = revision(home)
+    assert main is not None
+    before = asyncio.run(_read_all(home))
+
+    refused = upulse("rollback", "HEAD", "--home", home, ok=False)
+
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stdout == ""
+    assert refused.stderr.strip() == (
+        f"upulse rollback: nothing to roll back: main already has the files of {main[:12]} — "
+        f"to go further back, name an earlier revision (`git -C {home / 'engine'} log "
+        "--oneline main` lists them)")
+    assert [e for e in asyncio.run(_read_all(home)) if e.kind == "rollback"] == []
+    assert [e.seq for e in asyncio.run(_read_all(home))][:len(before)] == [
+        e.seq for e in before]
+    status = json.loads(upulse("daemon", "status", "--home", home, "--json").stdout)
+    assert status["status"]["reloads"] == 0
+    assert revision(home) == main and _kept_branches(home / "engine") == []
+
+
+async def test_a_survival_rollback_with_nothing_to_change_is_acked_and_neither_records_nor_reloads(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    stage_new_text(home / "staging")
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        await promote_without_gate(home, events)
+        done = await rollback(home, None, events=events, reason="by hand")
+    finally:
+        await events.close()
+    reloaded: list[RolledBack] = []
+
+    async def on_rollback(rolled: RolledBack) -> None:
+        reloaded.append(rolled)
+
+    engine = Engine(home, engine_directory=GitEngineDirectory(home, on_rollback=on_rollback))
+    await engine.open()
+    try:
+        stored = await engine.append([effect_draft(Rollback(reason="again"), origin="agent")])
+        await engine.executor_loop.run_until_idle()
+        effect = await engine.events.read(key=stored.events[0].key)
+        rollbacks = await engine.events.read(kinds=["rollback"])
+    finally:
+        await engine.close()
+    assert [e.kind for e in effect] == ["effect", "effect-executing", "effect-acked"]
+    assert effect[-1].data["result"] == {"revision": done.revision, "emergency": False}
+    assert [e.data["reason"] for e in rollbacks] == ["by hand"]
+    assert reloaded == []
+    assert revision(home) == done.revision
+
+
+async def test_reconcile_records_that_main_never_moved_after_a_recorded_promote(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    main = revision(home)
+    stage_new_text(home / "staging")
+    git(home / "staging", "commit", "-q", "-am", "promoted, then the process stopped")
+    staged = git(home / "staging", "rev-parse", "HEAD")
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        await events.append([EventDraft("promote", "engine-directory",
+                                        {"revision": staged, "previous": main}, origin="cli")])
+        reason = await reconcile(home, events)
+        assert await reconcile(home, events) is None  # the log agrees with main now
+        logged = [(e.kind, e.data) for e in await events.read(kinds=["promote", "rollback"])]
+    finally:
+        await events.close()
+    assert reason == (f"a promote to {staged} was recorded but main never moved (the process "
+                      "stopped in between)")
+    assert logged[1:] == [("rollback", {"revision": main, "to": main, "reason": reason,
+                                        "kept": None, "staging": "untouched"})]
+    assert revision(home) == main
+
+
+async def test_rollback_first_reconciles_a_promote_that_never_moved_main(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    main = revision(home)
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        await events.append([EventDraft("promote", "engine-directory",
+                                        {"revision": "0" * 40, "previous": main},
+                                        origin="cli")])
+        with pytest.raises(NothingToRollBack):  # auto_rollback after the crash: main has it
+            await rollback(home, None, events=events, reason="errors", origin="survival")
+        logged = [(e.kind, e.data, e.origin) for e in await events.read(kinds=["rollback"])]
+    finally:
+        await events.close()
+    assert logged == [("rollback", {
+        "revision": main, "to": main, "kept": None, "staging": "untouched",
+        "reason": f"a promote to {'0' * 40} was recorded but main never moved (the process "
+                  "stopped in between)"}, "survival")]
+
+
+async def test_promote_first_reconciles_a_promote_that_never_moved_main(
+        tmp_path: Path) -> None:
+    home = await make_home(tmp_path / "home")
+    main = revision(home)
+    events = await SqliteEventStore.open(home / "events.db")
+    try:
+        await events.append([EventDraft("promote", "engine-directory",
+                                        {"revision": "0" * 40, "previous": main},
+                                        origin="cli")])
+    finally:
+        await events.close()
+    stage_new_text(home / "staging")
+
+    result = await promote(home)
+
+    assert result.ok and revision(home) == result.revision != main
+    logged = [(e.kind, e.data["revision"]) for e in await _read_all(home)
+              if e.kind in ("promote", "rollback")]
+    assert logged == [("promote", "0" * 40), ("rollback", main),
+                      ("promote", result.revision)]
