@@ -22,8 +22,9 @@ from .rules.inbox import inbox_note
 from .watchers.inbox import InboxWatcher
 
 
-class Settings(msgspec.Struct, frozen=True):
-    """This engine's settings in config.json; paths are relative to the home."""
+class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """This engine's settings in config.json; paths are relative to the home. A field this
+    layer does not know is refused, so a typo never passes silently."""
 
     inbox: str = "inbox"
     notes: str = "notes.md"

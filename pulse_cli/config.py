@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 
 from pulse_cli.home import CliError, check_instance_name
+from pulse_cli.loader import MAX_TICK_MS, MIN_TICK_MS
 from pulse_core import PulseError, parse_store_url
 from pulse_core._homelock import write_private
 
@@ -46,7 +47,7 @@ class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     layer's settings by that layer's factory."""
 
     instance: str = "default"
-    default_tick_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 5_000
+    default_tick_ms: Annotated[int, msgspec.Meta(ge=MIN_TICK_MS, le=MAX_TICK_MS)] = 5_000
     daemon: DaemonSettings = DaemonSettings()
     survival: dict[str, Any] = {}
     store: str | None = None
@@ -71,7 +72,7 @@ class Config:
 ALLOWED: dict[str, str] = {
     "": "a JSON object",
     "instance": "an instance name (letters, digits, '.', '_', '-')",
-    "default_tick_ms": "an integer from 100 to 600000",
+    "default_tick_ms": f"an integer from {MIN_TICK_MS} to {MAX_TICK_MS}",
     "daemon": "an object with drain_timeout_s and log_max_bytes",
     "daemon.drain_timeout_s": "a number > 0 and <= 3600",
     "daemon.log_max_bytes": "an integer >= 4096",

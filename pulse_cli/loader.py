@@ -80,6 +80,11 @@ class EngineCode:
     uncommitted: tuple[str, ...] = ()
     entry: Path = Path("engine.py")
 
+    @property
+    def layer_settings(self) -> dict[str, Any]:
+        """config.json as the layer factory gets it: without `default_tick_ms`, pulse's own."""
+        return {k: v for k, v in self.settings.items() if k != "default_tick_ms"}
+
     def forget(self) -> None:
         """Drop this load's modules (and the finder of a committed load) once no engine built
         from it runs: a daemon reloads for months, and each load is a package of its own."""
@@ -94,7 +99,7 @@ class EngineCode:
             return self.exported
         folder = self.entry.parent
         try:
-            layer = self.exported(dict(self.settings), context)
+            layer = self.exported(self.layer_settings, context)
         except Exception as exc:
             file, line = _where(exc, folder, self.entry)
             at = f"{file}:{line}" if line else str(file)

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import re
+import sys
 from collections.abc import AsyncIterator
 from importlib.metadata import entry_points
 from typing import Any
@@ -160,9 +161,10 @@ def catalogued_kinds() -> set[str]:
     return set(known_kinds())
 
 
-async def _check_kinds(store: EventStore, kinds: list[str]) -> None:
+async def _check_kinds(store: EventStore, kinds: list[str], *, follow: bool) -> None:
     """UsageError naming the nearest known kind for a kind neither the catalogue nor the log
-    knows (a kind only an engine's own code registers is known by its events)."""
+    knows (a kind only an engine's own code registers is known by its events); while
+    following, only a warning: the first event of a new kind may be the one awaited."""
     unknown = [k for k in kinds if k not in known_kinds()]
     if unknown:
         catalogue = catalogued_kinds()
@@ -171,9 +173,13 @@ async def _check_kinds(store: EventStore, kinds: list[str]) -> None:
     if unknown:
         after = max(await store.last_seq() - KINDS_SUGGESTED_FROM, 0)
         logged = {row.kind for row in await store.read_rows(after)}
-        raise UsageError(f"no event kind {unknown[0]!r} in the catalogue or the log"
-                         f"{did_you_mean(unknown[0], catalogue | logged)} (docs/events.md "
-                         "lists the kinds)")
+        problem = (f"no event kind {unknown[0]!r} in the catalogue or the log"
+                   f"{did_you_mean(unknown[0], catalogue | logged)} (docs/events.md lists the "
+                   "kinds)")
+        if not follow:
+            raise UsageError(problem)
+        print(printable(f"upulse: warning: {problem}; following for it anyway"),
+              file=sys.stderr, flush=True)
 
 
 async def events(home: Home, *, kinds: list[str] | None, key: str | None, since: Since | None,
@@ -184,7 +190,7 @@ async def events(home: Home, *, kinds: list[str] | None, key: str | None, since:
     async with opened(home, read_only=True) as stores:
         store = stores.events
         if kinds:
-            await _check_kinds(store, kinds)
+            await _check_kinds(store, kinds, follow=follow)
         listed = await _events_after(store, since, kinds, key, limit)
         now = now_ms()
         if as_json and not follow:

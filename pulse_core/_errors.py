@@ -12,6 +12,7 @@
     │   ├── EventUnreadable         a stored event's data cannot be decoded
     │   └── EventLogLost            checkpoints remain but the event log is empty
     ├── HomeLocked                  another engine holds the home folder
+    ├── SignalsUnavailable          run_forever() outside the main thread
     ├── HomePermissionDenied        this user may not create or write a file of the home
     ├── AppendRejected              an append was refused and nothing of it was written
     │   ├── VersionConflict         a key is not at the version the caller expected
@@ -83,6 +84,10 @@ class EventLogLost(StoreError):
 
 class HomeLocked(PulseError):
     """Another engine already holds the exclusive lock on this home folder."""
+
+
+class SignalsUnavailable(PulseError):
+    """`run_forever()` was called outside the main thread, where signals cannot be handled."""
 
 
 class HomePermissionDenied(PulseError):

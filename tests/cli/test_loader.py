@@ -52,10 +52,14 @@ def test_the_template_layer_takes_its_paths_from_the_home_it_is_built_for_and_it
     layer = built(code, elsewhere)
     assert [vars(w)["folder"] for w in layer.watchers] == [elsewhere / "inbox"]
     assert [vars(e)["path"] for e in layer.executors] == [elsewhere / "notes.md"]
-    (engine_dir / "config.json").write_text('{"inbox": "mail", "notes": "log/notes.md"}')
-    layer = built(load_engine_code(engine_dir), elsewhere)
+    (engine_dir / "config.json").write_text(
+        '{"inbox": "mail", "notes": "log/notes.md", "default_tick_ms": 2000}')
+    layer = built(load_engine_code(engine_dir), elsewhere)  # pulse's own key is not the layer's
     assert [vars(w)["folder"] for w in layer.watchers] == [elsewhere / "mail"]
     assert [vars(e)["path"] for e in layer.executors] == [elsewhere / "log" / "notes.md"]
+    (engine_dir / "config.json").write_text('{"inboxx": "mail"}')
+    with pytest.raises(EngineCodeError, match="unknown field `inboxx`"):
+        built(load_engine_code(engine_dir), elsewhere)
 
 
 def test_a_layer_factory_that_raises_or_returns_no_layer_is_refused_with_file_and_line(

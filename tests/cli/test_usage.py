@@ -8,6 +8,7 @@ import importlib.metadata
 import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,36 @@ async def test_a_kind_only_the_log_knows_is_accepted_and_suggested(
     assert [e["key"] for e in found] == ["p"]  # type: ignore[union-attr]
     typo = upulse("events", "--kind", "probe-readng", "--home", home, ok=False)
     assert typo.returncode == 2 and "did you mean 'probe-reading'?" in typo.stderr
+
+
+def test_following_a_kind_not_seen_yet_warns_and_waits_for_its_first_event(
+        upulse: Upulse, tmp_path: Path) -> None:
+    """`--follow` for a kind an engine's code registers but has not written yet was a usage
+    error: the first event of a new kind is what one follows for."""
+    register_kind("probe-first", "a kind whose first event is awaited")
+    home = embedded_home(tmp_path / "home")
+    argv = [sys.executable, "-m", "pulse_cli", "events", "--kind", "probe-first", "--follow",
+            "--json", "--home", str(home)]
+    follower = subprocess.Popen(argv, env=upulse.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        assert follower.stderr is not None and follower.stdout is not None
+        warning = follower.stderr.readline()
+        assert "no event kind 'probe-first'" in warning and "following for it" in warning
+        asyncio.run(_append_one(home, EventDraft("probe-first", "p", {"n": 1})))
+        assert json.loads(follower.stdout.readline())["kind"] == "probe-first"
+    finally:
+        follower.kill()
+        follower.communicate()
+
+
+async def _append_one(home: Path, draft: EventDraft) -> None:
+    engine = Engine(home)
+    await engine.open()
+    try:
+        await engine.events.append([draft])
+    finally:
+        await engine.close()
 
 
 def test_an_unknown_task_status_or_vitals_key_is_a_usage_error_that_names_the_nearest(

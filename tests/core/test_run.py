@@ -3,14 +3,18 @@ and the demo built on it; real subprocesses and real signals."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from pulse_core import SignalsUnavailable
+from pulse_core._run import stop_signals
 from tests.e2e.support import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,3 +102,38 @@ def test_the_demo_on_a_home_another_engine_holds_says_what_to_do_in_one_line(
             first.communicate()
     assert first.returncode == 0 and err == ""
     assert "stopped after " in out and " heartbeat(s)" in out
+
+
+async def test_stop_signals_puts_back_a_handler_the_program_set_and_refuses_other_threads(
+) -> None:
+    """run_forever() promised to restore the handlers set before; it left SIGTERM at its
+    default, so a program's own handler was gone after the engine stopped."""
+
+
+    def own(signum: int, frame: object) -> None:
+        pass
+
+    before = signal.signal(signal.SIGTERM, own)
+    try:
+        async with stop_signals() as received:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert await asyncio.wait_for(received, 5) == signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+    failed: list[BaseException] = []
+
+    def elsewhere() -> None:
+        async def enter() -> None:
+            async with stop_signals():
+                pass
+        try:
+            asyncio.run(enter())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(10)
+    assert len(failed) == 1 and isinstance(failed[0], SignalsUnavailable)
