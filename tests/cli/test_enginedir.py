@@ -343,6 +343,27 @@ async def test_rollback_to_a_revision_that_is_not_on_main_is_refused(tmp_path: P
     assert revision(home) == main
 
 
+async def survival_rollback(home: Path, reason: str
+                            ) -> tuple[list[Event], list[Event], list[RolledBack]]:
+    """A Rollback effect run by an engine on `home` through GitEngineDirectory: the effect's
+    events, every `rollback` event, and what the directory reported to reload."""
+    reloaded: list[RolledBack] = []
+
+    async def on_rollback(done: RolledBack) -> None:
+        reloaded.append(done)
+
+    engine = Engine(home, engine_directory=GitEngineDirectory(home, on_rollback=on_rollback))
+    await engine.open()
+    try:
+        stored = await engine.append([effect_draft(Rollback(reason=reason), origin="agent")])
+        await engine.executor_loop.run_until_idle()
+        effect = await engine.events.read(key=stored.events[0].key)
+        rollbacks = await engine.events.read(kinds=["rollback"])
+    finally:
+        await engine.close()
+    return effect, rollbacks, reloaded
+
+
 async def test_git_engine_directory_serves_the_survival_rollback_executor(
         tmp_path: Path) -> None:
     home = await make_home(tmp_path / "home")
@@ -352,20 +373,7 @@ async def test_git_engine_directory_serves_the_survival_rollback_executor(
         promoted = await promote_without_gate(home, events)
     finally:
         await events.close()
-    reloaded: list[RolledBack] = []
-
-    async def on_rollback(done: RolledBack) -> None:
-        reloaded.append(done)
-
-    engine = Engine(home, engine_directory=GitEngineDirectory(home, on_rollback=on_rollback))
-    await engine.open()
-    try:
-        stored = await engine.append([effect_draft(Rollback(reason="test"), origin="agent")])
-        await engine.executor_loop.run_until_idle()
-        done = await engine.events.read(key=stored.events[0].key)
-        rollbacks = await engine.events.read(kinds=["rollback"])
-    finally:
-        await engine.close()
+    done, rollbacks, reloaded = await survival_rollback(home, "test")
     now = git(home / "engine", "rev-parse", "HEAD")
     assert [e.kind for e in done] == ["effect", "effect-executing", "effect-acked"]
     assert done[-1].data["result"] == {"revision": now, "emergency": False}
@@ -522,20 +530,7 @@ async def test_a_survival_rollback_with_nothing_to_change_is_acked_and_neither_r
         done = await rollback(home, None, events=events, reason="by hand")
     finally:
         await events.close()
-    reloaded: list[RolledBack] = []
-
-    async def on_rollback(rolled: RolledBack) -> None:
-        reloaded.append(rolled)
-
-    engine = Engine(home, engine_directory=GitEngineDirectory(home, on_rollback=on_rollback))
-    await engine.open()
-    try:
-        stored = await engine.append([effect_draft(Rollback(reason="again"), origin="agent")])
-        await engine.executor_loop.run_until_idle()
-        effect = await engine.events.read(key=stored.events[0].key)
-        rollbacks = await engine.events.read(kinds=["rollback"])
-    finally:
-        await engine.close()
+    effect, rollbacks, reloaded = await survival_rollback(home, "again")
     assert [e.kind for e in effect] == ["effect", "effect-executing", "effect-acked"]
     assert effect[-1].data["result"] == {"revision": done.revision, "emergency": False}
     assert [e.data["reason"] for e in rollbacks] == ["by hand"]
