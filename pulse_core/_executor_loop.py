@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
 import traceback
 from collections.abc import Sequence
@@ -25,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import psutil
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effect_index import EffectIndex
@@ -46,7 +43,8 @@ from pulse_core._errors import (
     UnknownEffect,
     VersionConflict,
 )
-from pulse_core._events import EventDraft, encode_data, uuid7
+from pulse_core._events import EventDraft, encode_data
+from pulse_core._lease import Owner
 from pulse_core._redact import redact_urls
 from pulse_core._supervisor import Reporter, wait_signal
 from pulse_core.store._base import EventStore
@@ -76,18 +74,6 @@ class _Claim(msgspec.Struct, frozen=True, gc=False):
     attempt: int
     origin: str
     executor: Executor | None
-
-
-def _process_started(pid: int) -> float:
-    """When process `pid` started, or 0.0 if there is none, or it is dead: a zombie with no
-    thread left only waits for its parent to reap it."""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE and process.num_threads() <= 1:
-            return 0.0
-        return float(process.create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):  # ValueError: pid < 0
-        return 0.0
 
 
 class ExecutorLoop:
@@ -122,10 +108,8 @@ class ExecutorLoop:
         self.fail_unhandled = fail_unhandled
         self.vitals = vitals
         self.side = side
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid7()[-12:]}"
-        self._pid = os.getpid()
-        self._started = _process_started(self._pid)
-        self._host = socket.gethostname()
+        self._me = Owner.here()
+        self.owner = self._me.id
         self._by_tag = executors_by_tag(executors)
         self.concurrency = concurrency
         self._index = EffectIndex(store, checkpoints)
@@ -167,15 +151,7 @@ class ExecutorLoop:
             return entry.retry_at <= now
         if entry.lease_until <= now:
             return True
-        return self._owner_gone(entry)
-
-    def _owner_gone(self, entry: EffectEntry) -> bool:
-        """A claim whose process on this host has died (or is a different process now)."""
-        if entry.owner == self.owner or not entry.owner.startswith(f"{self._host}:"):
-            return False
-        if entry.owner_pid == self._pid and entry.owner_started == self._started:
-            return False
-        return _process_started(entry.owner_pid) != entry.owner_started
+        return self._me.outlived(entry)
 
     def _next_due(self, now: int) -> float:
         soonest = self._index.next_due(now)
@@ -296,7 +272,7 @@ class ExecutorLoop:
         draft = EventDraft(
             "effect-executing", entry.id,
             {"attempt": entry.attempt + 1, "lease_until": lease_until,
-             "owner": self.owner, "pid": self._pid, "started": self._started},
+             "owner": self.owner, "pid": self._me.pid, "started": self._me.started},
             origin=f"executor:{executor.name if executor else 'loop'}", cause=entry.seq,
         )
         try:
