@@ -127,6 +127,7 @@ class Daemon:
             engine = self._build(self.cfg, code)
         self.code = code
         self.status.revision = code.revision
+        self.status.uncommitted = list(code.uncommitted)
         return engine
 
     def request(self, what: str, why: str = "") -> None:
@@ -189,6 +190,7 @@ class Daemon:
         previous, self.cfg, self.code = self.code, cfg, code
         previous.forget()  # its engine is closed: its modules go
         self.status.revision = code.revision
+        self.status.uncommitted = list(code.uncommitted)
         self._settings(cfg)
         say(f"{why}: reloaded, revision {self.status.revision or 'none'}, "
             f"{len(engine.rule_names)} rules, default tick {engine.default_tick_ms} ms (from "

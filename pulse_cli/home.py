@@ -111,6 +111,7 @@ class DaemonStatus(msgspec.Struct):
     updated_at: int
     instance: str
     revision: str | None = None
+    uncommitted: list[str] = []
     ticks: int = 0
     last_tick_at: int | None = None
     tick_ms: int | None = None

@@ -147,6 +147,10 @@ def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -
         lines.append(("state", f"stopped (last stop {stopped})"))
     if last is not None:
         lines.append(("revision", last.revision or "none (no engine directory code)"))
+        if last.uncommitted:
+            shown = ", ".join(last.uncommitted[:5]) + (", …" if len(last.uncommitted) > 5 else "")
+            lines.append(("not running", f"{len(last.uncommitted)} uncommitted change(s) in "
+                                         f"engine/ ({shown}): promote them through staging"))
     if report["uptime_s"] is not None and last is not None:
         lines.append(("uptime", span(report["uptime_s"])))
         lines.append(("ticks", f"{last.ticks} ({report['tick_rate_per_min']:g}/min), last "

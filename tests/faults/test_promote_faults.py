@@ -268,7 +268,12 @@ async def test_an_edit_made_in_the_engine_directory_does_not_run_and_is_named(
     upulse("daemon", "start", "--home", home)
     try:
         logged = (home / "daemon.log").read_text()
+        status = upulse("daemon", "status", "--home", home).stdout
+        reported = upulse.json("daemon", "status", "--home", home)
     finally:
         upulse("daemon", "stop", "--home", home)
+    assert "2 uncommitted change(s) in engine/ (rules/inbox.py, rules/sneaked.py)" in status
+    assert isinstance(reported, dict)
+    assert reported["status"]["uncommitted"] == ["rules/inbox.py", "rules/sneaked.py"]
     assert f"has 2 uncommitted change(s) that do not run (rules/inbox.py, rules/sneaked.py); " \
         f"revision {main} runs" in logged
