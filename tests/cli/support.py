@@ -73,9 +73,14 @@ async def promote_without_gate(home: Path, events: SqliteEventStore) -> str:
     previous = git(home / "engine", "rev-parse", "HEAD")
     git(home / "engine", "merge", "-q", "--no-edit", "staging")
     now = git(home / "engine", "rev-parse", "HEAD")
-    await events.append([EventDraft("promote", "engine-directory",
-                                    {"revision": now, "previous": previous}, origin="cli")])
+    await events.append([promote_event(now, previous)])
     return now
+
+
+def promote_event(revision: str, previous: str) -> EventDraft:
+    """The `promote` event promote records (before main moves) for `revision`."""
+    return EventDraft("promote", "engine-directory",
+                      {"revision": revision, "previous": previous}, origin="cli")
 
 
 async def note_of(engine_dir: Path) -> str:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pulse_core import EventDraft, SqliteEventStore
+from pulse_core import SqliteEventStore
 from tests.cli.runner import Upulse, daemon_pid, wait_until
 from tests.cli.support import (
     NEW_TEXT,
@@ -21,6 +21,7 @@ from tests.cli.support import (
     edit,
     git,
     install_probe_layer,
+    promote_event,
     stage_new_text,
 )
 from tests.e2e.support import read_events
@@ -95,9 +96,7 @@ def test_a_daemon_starting_after_a_promote_that_never_moved_main_records_what_ru
     async def recorded_promote() -> None:
         store = await SqliteEventStore.open(home / "events.db")
         try:
-            await store.append([EventDraft("promote", "engine-directory",
-                                           {"revision": "0" * 40, "previous": main},
-                                           origin="cli")])
+            await store.append([promote_event("0" * 40, main)])
         finally:
             await store.close()
 

@@ -31,7 +31,7 @@ from pulse_cli.rollback import (
     RollbackTargetError,
     rollback,
 )
-from pulse_core import Engine, Event, EventDraft, SqliteEventStore, open_home
+from pulse_core import Engine, Event, SqliteEventStore, open_home
 from pulse_core._effects import effect_draft
 from pulse_survival import Rollback
 from tests.cli.runner import Upulse
@@ -44,6 +44,7 @@ from tests.cli.support import (
     git,
     make_home,
     note_of,
+    promote_event,
     promote_without_gate,
     stage_new_text,
 )
@@ -547,8 +548,7 @@ async def test_reconcile_records_that_main_never_moved_after_a_recorded_promote(
     staged = git(home / "staging", "rev-parse", "HEAD")
     events = await SqliteEventStore.open(home / "events.db")
     try:
-        await events.append([EventDraft("promote", "engine-directory",
-                                        {"revision": staged, "previous": main}, origin="cli")])
+        await events.append([promote_event(staged, main)])
         reason = await reconcile(home, events)
         assert await reconcile(home, events) is None  # the log agrees with main now
         logged = [(e.kind, e.data) for e in await events.read(kinds=["promote", "rollback"])]
@@ -567,9 +567,7 @@ async def test_rollback_first_reconciles_a_promote_that_never_moved_main(
     main = revision(home)
     events = await SqliteEventStore.open(home / "events.db")
     try:
-        await events.append([EventDraft("promote", "engine-directory",
-                                        {"revision": "0" * 40, "previous": main},
-                                        origin="cli")])
+        await events.append([promote_event("0" * 40, main)])
         with pytest.raises(NothingToRollBack):  # auto_rollback after the crash: main has it
             await rollback(home, None, events=events, reason="errors", origin="survival")
         logged = [(e.kind, e.data, e.origin) for e in await events.read(kinds=["rollback"])]
@@ -587,9 +585,7 @@ async def test_promote_first_reconciles_a_promote_that_never_moved_main(
     main = revision(home)
     events = await SqliteEventStore.open(home / "events.db")
     try:
-        await events.append([EventDraft("promote", "engine-directory",
-                                        {"revision": "0" * 40, "previous": main},
-                                        origin="cli")])
+        await events.append([promote_event("0" * 40, main)])
     finally:
         await events.close()
     stage_new_text(home / "staging")

@@ -22,6 +22,7 @@ from pulse_core import (
     Watcher,
 )
 from pulse_core._events import Event
+from tests.e2e.support import read_events
 
 
 class Ping(Effect, tag="engine-ping"):
@@ -290,7 +291,7 @@ async def test_shutdown_drains_or_leaves_effects_claimable(tmp_path: Path) -> No
     engine = Engine(tmp_path, rules=[emit], executors=[Sleeper()], drain_timeout=0.3)
     async with engine:
         await asyncio.sleep(0.2)
-    failed = await _read(tmp_path, "effect-failed")
+    failed = read_events(tmp_path / "events.db", {"effect-failed"})
     assert [f.data["interrupted"] for f in failed] == [True]
     assert failed[0].data["final"] is False
     again = Engine(tmp_path, executors=[Sleeper()])
@@ -299,16 +300,6 @@ async def test_shutdown_drains_or_leaves_effects_claimable(tmp_path: Path) -> No
     assert sorted(Sleeper.runs) == [1, 1, 2]
     assert len(await again.events.read(kinds=["effect-acked"])) == 2
     await again.close()
-
-
-async def _read(home: Path, kind: str) -> list[Event]:
-    from pulse_core import SqliteEventStore
-
-    store = await SqliteEventStore.open(home / "events.db")
-    try:
-        return await store.read(kinds=[kind])
-    finally:
-        await store.close()
 
 
 async def test_a_nameless_rule_object_that_raises_keeps_the_ticks_effects(

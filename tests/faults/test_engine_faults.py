@@ -28,16 +28,15 @@ from pulse_core import (
     Layer,
     LoopState,
     Snapshot,
-    SqliteEventStore,
     SqliteVitalsStore,
     Watcher,
     _effect_index,
     redact_urls,
 )
 from pulse_core._effects import effect_draft
-from pulse_core._events import Event
 from pulse_core._supervisor import wait_signal
 from pulse_core._watch import sample_once
+from tests.e2e.support import read_events
 from tests.loopback import LoopbackServer, read_request
 
 
@@ -69,14 +68,6 @@ async def _until(engine: Engine, check: Callable[[], Awaitable[bool]],
                 signal.clear()
     finally:
         engine.events.unsubscribe(signal)
-
-
-async def _read(home: Path, kind: str) -> list[Event]:
-    store = await SqliteEventStore.open(home / "events.db")
-    try:
-        return await store.read(kinds=[kind])
-    finally:
-        await store.close()
 
 
 async def _acked(engine: Engine, key: str) -> bool:
@@ -116,7 +107,7 @@ async def test_the_executor_loop_survives_a_checkpoint_the_disk_refuses(
     finally:
         await engine.close()
     assert [n for n, _ in worker.runs] == [0, 1, 2]
-    errors = [e for e in await _read(tmp_path, "error") if "checkpoint" in e.key]
+    errors = [e for e in read_events(tmp_path / "events.db", {"error"}) if "checkpoint" in e.key]
     assert len(errors) == 1  # one report for the episode, not one per pass
     assert errors[0].data["type"] in {"FileExistsError", "NotADirectoryError"}
 
@@ -189,7 +180,8 @@ async def test_the_executor_loop_survives_effect_rows_that_do_not_decode(
     assert all(data["final"] for data in failed.values())
     assert "Expected `int`, got `str`" in failed["bad-fields"]["error"]
     assert failed["bad-body"]["error"].startswith("no executor handles effect ''")
-    assert [e for e in await _read(tmp_path, "error") if "executor-loop" in e.key] == []
+    errors = read_events(tmp_path / "events.db", {"error"})
+    assert [e for e in errors if "executor-loop" in e.key] == []
 
 
 SECRETS = ("hookuser", "hunter2pass", "T0KEN-path", "K3Y-query", "FR4G-fragment")
@@ -265,9 +257,10 @@ async def test_no_stored_error_holds_a_url_s_secrets(tmp_path: Path) -> None:
     finally:
         server.shutdown()
     assert len(Refusing.requests) >= 2 and "T0KEN-path" in Refusing.requests[0]
-    (failed,) = await _read(tmp_path, "effect-failed")
+    (failed,) = read_events(tmp_path / "events.db", {"effect-failed"})
     assert f"for url '{origin}'" in failed.data["error"]
-    error = next(e for e in await _read(tmp_path, "error") if e.key.endswith("service:poster"))
+    error = next(e for e in read_events(tmp_path / "events.db", {"error"})
+                 if e.key.endswith("service:poster"))
     assert f"for url '{origin}'" in error.data["message"] and origin in error.data["trace"]
     assert status.last_error is not None and origin in status.last_error
     texts = [failed.data["error"], error.data["message"], error.data["trace"],
@@ -361,10 +354,10 @@ async def test_close_claims_nothing_new_and_returns_when_running_attempts_end(
     took = loop.time() - began
     assert claims == 2  # two slots, two claims: the other four wait unclaimed
     assert [closing for _, closing in worker.started] == [False, False]
-    assert len(await _read(tmp_path, "effect-executing")) == 2
-    assert len(await _read(tmp_path, "effect-acked")) == 2
-    assert await _read(tmp_path, "effect-failed") == []
-    (stopped,) = await _read(tmp_path, "engine-stopped")
+    assert len(read_events(tmp_path / "events.db", {"effect-executing"})) == 2
+    assert len(read_events(tmp_path / "events.db", {"effect-acked"})) == 2
+    assert read_events(tmp_path / "events.db", {"effect-failed"}) == []
+    (stopped,) = read_events(tmp_path / "events.db", {"engine-stopped"})
     assert stopped.data["interrupted"] == 0
     assert took < engine.drain_timeout / 2
 
