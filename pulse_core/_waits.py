@@ -1,8 +1,12 @@
-"""Waiting on an asyncio.Event with a timeout, without losing a cancellation."""
+"""Waiting on an asyncio.Event with a timeout, without losing a cancellation; settling a
+future from another thread that may find it cancelled already."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def wait_signal(signal: asyncio.Event, seconds: float | None) -> bool:
@@ -21,3 +25,15 @@ async def wait_signal(signal: asyncio.Event, seconds: float | None) -> bool:
     finally:
         waiter.cancel()
     return bool(done)
+
+
+def resolve(future: asyncio.Future[T], result: T) -> None:
+    """Set `future`'s result unless it is done (cancelled) already."""
+    if not future.done():
+        future.set_result(result)
+
+
+def reject(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Set `future`'s exception unless it is done (cancelled) already."""
+    if not future.done():
+        future.set_exception(error)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pulse_core._redact import redact_urls
 from pulse_core._supervisor import wait_signal
+from pulse_core._waits import reject, resolve
 from pulse_core.store._vitals import Sample, VitalsStore
 
 T = TypeVar("T")
@@ -77,9 +78,9 @@ class Watcher(abc.ABC):
             try:
                 result = context.run(fn, *args)
             except Exception as exc:
-                settle: Callable[[], None] = functools.partial(_reject, done, exc)
+                settle: Callable[[], None] = functools.partial(reject, done, exc)
             else:
-                settle = functools.partial(_resolve, done, result)
+                settle = functools.partial(resolve, done, result)
             finally:
                 threads.pop(thread, None)
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
@@ -105,16 +106,6 @@ class Watcher(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, empty by default
         """Release what the watcher holds (files, tasks); called when its engine closes."""
-
-
-def _resolve(done: asyncio.Future[T], result: T) -> None:
-    if not done.done():
-        done.set_result(result)
-
-
-def _reject(done: asyncio.Future[Any], error: Exception) -> None:
-    if not done.done():
-        done.set_exception(error)
 
 
 async def sample_once(watcher: Watcher, vitals: VitalsStore) -> Sample:

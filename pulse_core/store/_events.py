@@ -21,6 +21,7 @@ from pulse_core._errors import (
     StoreReadOnly,
     VersionConflict,
 )
+from pulse_core._waits import reject, resolve
 from pulse_core.store._base import EventStore
 from pulse_core.store._commit import COLUMNS, Batch, page_of
 from pulse_core.store._objects import ObjectStore
@@ -29,8 +30,6 @@ from pulse_core.store._sqlite import (
     ReadOnlyConnection,
     WriterThread,
     open_database,
-    reject,
-    resolve,
     sqlite_errors,
 )
 

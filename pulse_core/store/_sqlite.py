@@ -22,6 +22,7 @@ from pulse_core._errors import (
     StoreUnavailable,
 )
 from pulse_core._homelock import create_private
+from pulse_core._waits import reject, resolve
 
 T = TypeVar("T")
 log = logging.getLogger("pulse")
@@ -230,18 +231,6 @@ def open_database(
         conn.close()
         raise
     return conn
-
-
-def resolve(future: asyncio.Future[T], result: T) -> None:
-    """Set `future`'s result unless it is done (cancelled) already."""
-    if not future.done():
-        future.set_result(result)
-
-
-def reject(future: asyncio.Future[Any], error: BaseException) -> None:
-    """Set `future`'s exception unless it is done (cancelled) already."""
-    if not future.done():
-        future.set_exception(error)
 
 
 class WriterThread:
