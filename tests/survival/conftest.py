@@ -1,5 +1,5 @@
-"""Fixtures of the survival tests: loopback servers (DNS over UDP, HTTP) and engines that are
-always closed.
+"""Fixtures of the survival tests: loopback servers (DNS over UDP, HTTP), engines that are
+always closed, and a reaper of the processes a test started.
 
 Every server binds 127.0.0.1 only, on an ephemeral port, and can be stopped and started again
 on the same port.
@@ -7,6 +7,9 @@ on the same port.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,6 +28,19 @@ import pytest
 
 from pulse_core import Engine
 from tests.loopback import LOOPBACK, LoopbackServer, RecordedRequest, read_request
+
+# -- processes -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def reaper() -> Iterator[list[int]]:
+    """Pids to kill at the end, whatever happens."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
 
 # -- DNS -------------------------------------------------------------------------------------
 

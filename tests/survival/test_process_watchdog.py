@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +21,6 @@ SLEEPER = "import time; time.sleep(120)"
 
 def pid_in(pidfile: Path) -> int:
     return int(pidfile.read_text().split()[0])
-
-
-@pytest.fixture
-def reaper() -> Iterator[list[int]]:
-    """Pids to kill at the end, whatever happens."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 async def notices(engine: Engine, topic: str) -> list[str]:

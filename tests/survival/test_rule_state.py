@@ -4,13 +4,10 @@ and keep their state in the log: a restarted engine carries on where the last on
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +47,6 @@ from pulse_survival.watchers import ErrorLogWatcher, ProcessAliveWatcher
 
 SLEEPER = "import time; time.sleep(120)"
 CRASHER = "raise SystemExit(3)"
-
-
-@pytest.fixture
-def reaper() -> Iterator[list[int]]:
-    """Pids to kill at the end, whatever happens."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def append(path: Path, text: str) -> None:
