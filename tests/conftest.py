@@ -1,12 +1,18 @@
-"""Fixtures for every test: a hard time limit, so nothing can hang the suite."""
+"""Fixtures for every test: a hard time limit, so nothing can hang the suite; real
+PostgreSQL and Redis servers on loopback for the tests that need them (tests/servers.py)."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 
 import pytest
+
+from tests.servers import PostgresServer, RedisServer
 
 DEFAULT_TIME_LIMIT_S = 60
 
@@ -30,3 +36,34 @@ def time_box(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL cluster on 127.0.0.1 for the whole run (fsync off: tests, not
+    durability, are measured here)."""
+    root = Path(tempfile.mkdtemp(prefix="pulse-pg-"))
+    server = PostgresServer(root).init()
+    try:
+        yield server
+    finally:
+        server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresServer) -> str:
+    """The URL of a new, empty PostgreSQL database of its own."""
+    return postgres_server.create_database()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server on 127.0.0.1 for the whole run."""
+    root = Path(tempfile.mkdtemp(prefix="pulse-redis-"))
+    server = RedisServer(root).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+        shutil.rmtree(root, ignore_errors=True)

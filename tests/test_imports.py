@@ -29,7 +29,7 @@ def test_importing_pulse_core_loads_no_network_library() -> None:
     code = ("import sys, pulse_core\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "{'httpx', 'httpcore', 'dns', 'watchfiles', 'pulse_survival', 'pulse_adapters', "
-            "'pulse_cli', 'anyio', 'h11'})\n"
+            "'pulse_cli', 'anyio', 'h11', 'asyncpg', 'psycopg', 'psycopg_pool', 'redis'})\n"
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
