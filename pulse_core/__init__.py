@@ -14,6 +14,7 @@ from pulse_core._effects import (
     decode_mark,
     effect_type,
     fold_effect,
+    host_of,
 )
 from pulse_core._engine import Engine, default_builtin_rules
 from pulse_core._errors import (
@@ -216,6 +217,7 @@ __all__ = [
     "error_draft",
     "fold_effect",
     "guarded",
+    "host_of",
     "identity_key",
     "known_kinds",
     "load_layer",

@@ -105,9 +105,10 @@ class EffectIndex:
             changes[event.key] = advance(entry, event)
         return changes
 
-    def dedup_keys(self) -> frozenset[str]:
-        """Dedup keys of every unfinished effect."""
-        return frozenset(entry.dedup for entry in self.entries.values())
+    def dedup_keys(self, host: str = "") -> frozenset[str]:
+        """Dedup keys of every unfinished effect that may run on `host` ('': every one)."""
+        return frozenset(entry.dedup for entry in self.entries.values()
+                         if not host or entry.host in ("", host))
 
     def next_due(self, now: int) -> int | None:
         """The soonest retry or lease expiry after `now` (clock ms), if any."""

@@ -38,7 +38,13 @@ class Effect(msgspec.Struct, kw_only=True, tag_field="type"):
     """Base of every effect. Subclass with a tag: `class Notify(Effect, tag="notify")`.
 
     Effects are values: build a new one rather than changing a field.
+
+    Where engines on several hosts share one log, an effect a tick decides runs on the host
+    that decided it (a restart of a process there), unless its class sets `any_host = True`:
+    then any engine sharing the log may run it (a review, a task).
     """
+
+    any_host: ClassVar[bool] = False
 
     @classmethod
     def tag(cls) -> str:
@@ -71,11 +77,21 @@ class Mark(Effect):
 MARK_KIND = "mark"
 
 
-def mark_draft(mark: Mark, origin: str, cause: int | None = None) -> EventDraft:
-    """The `mark` event that records `mark`."""
+def mark_draft(mark: Mark, origin: str, cause: int | None = None, *, host: str = ""
+               ) -> EventDraft:
+    """The `mark` event that records `mark` (made on `host`, when engines share the log)."""
     tag = type(mark).tag()
-    return EventDraft(MARK_KIND, f"mark:{tag}", {"mark": msgspec.to_builtins(mark)},
-                      origin=origin, cause=cause)
+    data: dict[str, Any] = {"mark": msgspec.to_builtins(mark)}
+    if host:
+        data["host"] = host
+    return EventDraft(MARK_KIND, f"mark:{tag}", data, origin=origin, cause=cause)
+
+
+def host_of(event: Event) -> str:
+    """The host an `effect` or `mark` event was decided on ('' when it names none: any
+    host, or a log only one engine writes)."""
+    host = event.data.get("host") if isinstance(event.data, dict) else None
+    return host if isinstance(host, str) else ""
 
 
 def decode_mark(event: Event) -> Mark | None:
@@ -127,16 +143,16 @@ def decode_effect(data: Any) -> Effect:
     return msgspec.convert(body, effect_type(tag))
 
 
-def effect_draft(effect: Effect, origin: str, cause: int | None = None) -> EventDraft:
-    """The `effect` event that records `effect` under a new effect id."""
+def effect_draft(effect: Effect, origin: str, cause: int | None = None, *, host: str = ""
+                 ) -> EventDraft:
+    """The `effect` event that records `effect` under a new effect id. With `host` (engines
+    sharing the log), only an engine of that host runs it, unless the effect's class allows
+    any host."""
     type(effect).tag()
-    return EventDraft(
-        "effect",
-        uuid7(),
-        {"effect": msgspec.to_builtins(effect), "dedup": effect.dedup_key()},
-        origin=origin,
-        cause=cause,
-    )
+    data: dict[str, Any] = {"effect": msgspec.to_builtins(effect), "dedup": effect.dedup_key()}
+    if host and not type(effect).any_host:
+        data["host"] = host
+    return EventDraft("effect", uuid7(), data, origin=origin, cause=cause)
 
 
 class EffectOutcome(enum.Enum):
@@ -265,6 +281,12 @@ class EffectEntry(msgspec.Struct, gc=False):
     def dedup(self) -> str:
         """The dedup key recorded with the effect."""
         return str(self.data.get("dedup", self.id)) if isinstance(self.data, dict) else self.id
+
+    @property
+    def host(self) -> str:
+        """The host whose engines alone may run it ('' for any host)."""
+        host = self.data.get("host") if isinstance(self.data, dict) else None
+        return host if isinstance(host, str) else ""
 
     @property
     def tag(self) -> str:

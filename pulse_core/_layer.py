@@ -49,11 +49,13 @@ class EngineDirectory(Protocol):
 @dataclass(frozen=True)
 class LayerContext:
     """What a layer factory is given besides its settings: the home it serves, the engine's
-    clock, and the engine directory (None when the engine runs without one)."""
+    clock, the engine directory (None when the engine runs without one), and the host the
+    engine runs on where engines of several hosts share one log ('' otherwise)."""
 
     home: Path
     clock: Clock
     engine_directory: EngineDirectory | None = None
+    host: str = ""
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ class Ticker:
         self.started_at = 0
         self.trace: list[RuleTrace] = []
         self.lock = asyncio.Lock()
+        #: the host its effects and marks are bound to ('' while the log is this engine's own)
+        self.host = ""
         self._prev: Snapshot | None = None
         self._resumed: TickMemo | None = None
         self._cursor = 0
@@ -120,7 +122,7 @@ class Ticker:
             curr, cursor = await self.snapshot(projector, executors, vitals)
             prev = self._prev or self._first_prev(curr)
             decision, errors, self.trace = await self.chain.run(prev, curr)
-            drafts = _drafts(decision, curr.seq or None)
+            drafts = _drafts(decision, curr.seq or None, self.host)
             drafts += [error_draft(where, exc) for where, exc in errors]
             if drafts:
                 drafts.append(EventDraft(
@@ -151,14 +153,15 @@ class Ticker:
                                 memo)
 
 
-def _drafts(decision: Decision, cause: int | None) -> list[EventDraft]:
+def _drafts(decision: Decision, cause: int | None, host: str) -> list[EventDraft]:
     """The events of a decision's effects and marks; one that cannot be encoded becomes an
     `error` event instead, so it never costs the others (the survival layer's included)."""
     drafts: list[EventDraft] = []
     for effect in decision.effects:
         try:  # to_builtins raises for a field msgspec cannot encode, encode_data for NaN etc.
-            draft = (mark_draft(effect, "engine:tick", cause) if isinstance(effect, Mark)
-                     else effect_draft(effect, "engine:tick", cause))
+            draft = (mark_draft(effect, "engine:tick", cause, host=host)
+                     if isinstance(effect, Mark)
+                     else effect_draft(effect, "engine:tick", cause, host=host))
             encode_data(draft.data, draft.key)
         except (TypeError, ValueError, PulseError) as exc:
             drafts.append(error_draft("engine:tick", PayloadNotEncodable(

@@ -67,8 +67,9 @@ def survival_config(settings: Any) -> SurvivalConfig:
 
 
 def survival_layer(config: SurvivalConfig, home: Path,
-                   directory: EngineDirectory | None = None) -> Layer:
-    """The four watchers, seven rules (outermost first), their executors and the ledger."""
+                   directory: EngineDirectory | None = None, *, host: str = "") -> Layer:
+    """The four watchers, seven rules (outermost first), their executors and the ledger
+    (of `host`'s survival alone, where engines of several hosts share the log)."""
     disks = config.disk_paths or (str(home),)
     watchers: tuple[Watcher, ...] = (
         SystemResourceWatcher(disks, config.resource.memory_pct, config.resource.disk_pct,
@@ -93,7 +94,7 @@ def survival_layer(config: SurvivalConfig, home: Path,
         NotifyExecutor(config.notify),
         RollbackExecutor(directory or NoEngineDirectory()),
     )
-    projections: tuple[Projection[Any], ...] = (SurvivalLedger(),)
+    projections: tuple[Projection[Any], ...] = (SurvivalLedger(host),)
     return Layer("survival", watchers=watchers, rules=rules, executors=executors,
                  projections=projections)
 
@@ -101,4 +102,5 @@ def survival_layer(config: SurvivalConfig, home: Path,
 def layer(settings: Any, context: LayerContext) -> Layer:
     """The survival layer's entry point (group `pulse.survival`): `settings` as
     `survival_config` takes them, built for `context`'s home and engine directory."""
-    return survival_layer(survival_config(settings), context.home, context.engine_directory)
+    return survival_layer(survival_config(settings), context.home, context.engine_directory,
+                          host=context.host)

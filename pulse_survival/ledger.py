@@ -22,6 +22,7 @@ from pulse_core import (
     decode_effect,
     decode_mark,
     fold_effect,
+    host_of,
 )
 from pulse_survival.effects import SURVIVAL_TAGS, Notify, RestartProcess, Rollback
 from pulse_survival.marks import (
@@ -119,10 +120,17 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
     kinds = frozenset({"effect", "effect-acked", "effect-failed", "promote", "rollback",
                        "error", "mark"})
 
+    def __init__(self, host: str = "") -> None:
+        #: where engines of several hosts share the log, the host whose survival this folds:
+        #: effects, marks, promotions and rollbacks another host recorded are not its own
+        self.host = host
+
     def initial(self) -> SurvivalLedgerData:
         return SurvivalLedgerData()
 
     def apply(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
+        if self.host and host_of(event) not in ("", self.host):
+            return state
         if event.kind == "mark":
             return self._mark(state, event)
         if event.kind == "effect":

@@ -28,7 +28,8 @@ EXPECTED_CORE = {
     "VitalReading",
     "VitalsStore", "Watcher", "adaptive_interval", "available_layers", "clamp_tick", "compose",
     "decode_effect", "decode_mark", "dedup", "default_builtin_rules", "effect_type", "emits",
-    "error_backoff", "error_draft", "fold_effect", "guarded", "identity_key", "known_kinds",
+    "error_backoff", "error_draft", "fold_effect", "guarded", "host_of", "identity_key",
+    "known_kinds",
     "load_layer", "load_layers", "open_home", "parse_store_url", "purge_payload", "redact_urls",
     "register_kind", "wait_signal",
 }

@@ -1,0 +1,70 @@
+"""Engines of several hosts sharing one log: an effect a tick decides runs on its own host
+(unless its class allows any host), and each host's survival folds only its own history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pulse_core import Effect, Event, EventDraft, fold_effect, host_of
+from pulse_core._effect_index import EffectIndex
+from pulse_core._effects import effect_draft, mark_draft
+from pulse_survival.effects import RestartProcess
+from pulse_survival.ledger import SurvivalLedger
+from pulse_survival.marks import StreakCounted
+
+
+class Chore(Effect, tag="placement-chore"):
+    n: int
+
+
+class Review(Effect, tag="placement-review"):
+    any_host: ClassVar[bool] = True
+    n: int
+
+
+def stored(draft: EventDraft, seq: int) -> Event:
+    return Event(seq, f"id-{seq}", draft.kind, draft.key, 1, 1_000 + seq, draft.origin,
+                 draft.cause, "tx", draft.idem, draft.data, None)
+
+
+def test_an_effect_decided_on_a_host_is_bound_to_it_unless_its_class_allows_any_host() -> None:
+    bound = stored(effect_draft(Chore(n=1), "engine:tick", host="h1"), 1)
+    free = stored(effect_draft(Review(n=1), "engine:tick", host="h1"), 2)
+    alone = stored(effect_draft(Chore(n=1), "engine:tick"), 3)
+    assert host_of(bound) == "h1"
+    assert host_of(free) == "" and host_of(alone) == ""
+    entry = fold_effect(None, bound)
+    assert entry is not None and entry.host == "h1"
+
+
+def test_dedup_keys_hold_back_only_effects_that_may_run_on_this_host(tmp_path: Path) -> None:
+    index = EffectIndex(None, tmp_path)  # type: ignore[arg-type]  # folds no store here
+    for seq, (effect, host) in enumerate([(Chore(n=1), "h1"), (Chore(n=2), "h2"),
+                                          (Review(n=3), "h2")], start=1):
+        entry = fold_effect(None, stored(effect_draft(effect, "engine:tick", host=host), seq))
+        assert entry is not None
+        index.entries[entry.id] = entry
+    keys = {e.data["effect"]["n"]: e.dedup for e in index.entries.values()}
+    assert index.dedup_keys("h1") == {keys[1], keys[3]}
+    assert index.dedup_keys("h2") == {keys[2], keys[3]}
+    assert index.dedup_keys() == set(keys.values())
+
+
+def test_a_hosts_survival_ledger_ignores_restarts_and_marks_another_host_recorded() -> None:
+    restart = RestartProcess(name="agent", argv=("agent",))
+    events = [
+        stored(effect_draft(restart, "engine:tick", host="h1"), 1),
+        stored(effect_draft(restart, "engine:tick", host="h2"), 2),
+        stored(mark_draft(StreakCounted(rule="resource_guard", count=4), "engine:tick",
+                          host="h2"), 3),
+        stored(mark_draft(StreakCounted(rule="resource_guard", count=1), "engine:tick",
+                          host="h1"), 4),
+    ]
+    for host, restarts, streak in (("h1", 1, 1), ("h2", 1, 4), ("", 2, 1)):
+        ledger = SurvivalLedger(host)
+        state = ledger.initial()
+        for event in events:
+            state = ledger.apply(state, event)
+        assert len(state.process("agent").restarts) == restarts, host
+        assert state.streaks["resource_guard"] == streak, host
