@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pulse_core import Effect
 
 
 class AwarenessReview(Effect, tag="awareness-review"):
     """Review one identity: its world changed (`reason="changed"`) or the quiet ceiling came
-    (`reason="ceiling"`), after `quiet_skips` unchanged checks."""
+    (`reason="ceiling"`), after `quiet_skips` unchanged checks. Any engine sharing the log
+    may run it: the identity's memory is in the log, not on a host."""
+
+    any_host: ClassVar[bool] = True
 
     identity: str
     fingerprint: str
