@@ -140,8 +140,21 @@ def installed_only_path() -> str:
     return os.pathsep.join(keep)
 
 
+def servers_for(block: Block, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The servers an example names by environment variable, as a reader's deployment has
+    them: PULSE_POSTGRES_URL (a new empty database of a real PostgreSQL on loopback) and
+    PULSE_REDIS_URL (a real redis-server on loopback)."""
+    env: dict[str, str] = {}
+    if "PULSE_POSTGRES_URL" in block.source:
+        env["PULSE_POSTGRES_URL"] = request.getfixturevalue("postgres_server").create_database()
+    if "PULSE_REDIS_URL" in block.source:
+        env["PULSE_REDIS_URL"] = request.getfixturevalue("redis_server").url()
+    return env
+
+
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
-def test_python_block_runs(block: Block, tmp_path: Path) -> None:
+def test_python_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
+                           ) -> None:
     home = tmp_path / "home"
     home.mkdir()
     script = tmp_path / "example.py"
@@ -152,6 +165,7 @@ def test_python_block_runs(block: Block, tmp_path: Path) -> None:
         "UPULSE_HOME": str(home / ".upulse"),
         "PYTHONPATH": installed_only_path(),
         "PYTHONDONTWRITEBYTECODE": "1",
+        **servers_for(block, request),
     }
     try:
         done = subprocess.run(
