@@ -10,10 +10,17 @@ from pulse_core.store._recorder import (
     PreparedAppend,
     PreparedDraft,
     Recorder,
+    StoredRow,
     UnreadableEvent,
 )
 from pulse_core.store._side import SideStore, SqliteSideStore
-from pulse_core.store._url import SqliteURL, StoreURL, open_event_store, parse_store_url
+from pulse_core.store._url import (
+    PostgresURL,
+    SqliteURL,
+    StoreURL,
+    open_event_store,
+    parse_store_url,
+)
 from pulse_core.store._vitals import (
     Retention,
     Sample,
@@ -27,6 +34,7 @@ __all__ = [
     "EventStore",
     "ObjectStore",
     "Page",
+    "PostgresURL",
     "PreparedAppend",
     "PreparedDraft",
     "Recorder",
@@ -39,6 +47,7 @@ __all__ = [
     "SqliteURL",
     "SqliteVitalsStore",
     "StoreURL",
+    "StoredRow",
     "TickVitals",
     "UnreadableEvent",
     "VitalsStore",

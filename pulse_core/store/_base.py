@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -33,6 +34,9 @@ __all__ = ["AppendResult", "EventStore", "Page", "UnreadableEvent"]
 
 log = logging.getLogger("pulse.events")
 
+#: seconds between reads of a cursor that is woken by other processes' commits anyway (a
+#: backend that listens): only a safety net, should a wake ever be lost
+SAFETY_POLL_S = 30.0
 
 
 class EventStore:
@@ -62,6 +66,7 @@ class EventStore:
         self.objects = objects
         self._signals: set[asyncio.Event] = set()
         self._quarantined: set[int] = set()
+        self._listening: bool | None = None  # None: not asked yet (see subscribe)
 
     @property
     def read_only(self) -> bool:
@@ -283,12 +288,16 @@ class EventStore:
     ) -> AsyncIterator[Event]:
         """Every event after `after_seq`, then each new one as it commits, forever.
 
-        Commits through this store wake the cursor at once; commits by other processes are
-        seen within `poll_interval` seconds.
+        Commits through this store wake the cursor at once; commits by other processes do
+        too where the recorder listens for them (PostgreSQL), and are otherwise seen within
+        `poll_interval` seconds (where it listens, the cursor still reads every
+        SAFETY_POLL_S seconds, should a wake be lost).
         """
 
         kind_list = list(kinds) if kinds is not None else None
         signal = self.subscribe()
+        if self._listening:
+            poll_interval = max(poll_interval, SAFETY_POLL_S)
         try:
             cursor = after_seq
             while True:
@@ -308,8 +317,11 @@ class EventStore:
     # -- notification and lifecycle ----------------------------------------------------------
 
     def subscribe(self) -> asyncio.Event:
-        """An asyncio.Event set after every append through this store that wrote something;
-        clear it after waking."""
+        """An asyncio.Event set after every append through this store that wrote something,
+        and, where the recorder listens (the first subscribe asks it to), whenever another
+        process may have committed; clear it after waking."""
+        if self._listening is None:
+            self._listening = self.recorder.listen(self._wake)
         signal = asyncio.Event()
         self._signals.add(signal)
         return signal
@@ -317,6 +329,11 @@ class EventStore:
     def unsubscribe(self, signal: asyncio.Event) -> None:
         """Stop setting a signal returned by `subscribe`."""
         self._signals.discard(signal)
+
+    def exclusive(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held by at most one holder at a time among everything sharing this log (every
+        process and host on a PostgreSQL database; this store's users on SQLite)."""
+        return self.recorder.exclusive(name)
 
     async def close(self) -> None:
         """Finish pending appends and release the backend."""

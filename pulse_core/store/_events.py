@@ -25,7 +25,7 @@ from pulse_core._waits import reject, resolve
 from pulse_core.store._base import EventStore
 from pulse_core.store._commit import COLUMNS, Batch, page_of
 from pulse_core.store._objects import ObjectStore
-from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, Recorder
+from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, Recorder, StoredRow
 from pulse_core.store._sqlite import (
     ReadOnlyConnection,
     WriterThread,
@@ -318,6 +318,16 @@ class SqliteRecorder(Recorder):
     async def last_seq(self) -> int:
         seq: int = await self._in_reader(self._last_seq)
         return seq
+
+    def _rows(self, after_seq: int, limit: int) -> list[StoredRow]:
+        found = self._read(lambda conn: conn.execute(
+            f"SELECT {COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after_seq, limit)).fetchall())
+        return [StoredRow(*row) for row in found]
+
+    async def rows(self, after_seq: int, limit: int) -> list[StoredRow]:
+        found: list[StoredRow] = await self._in_reader(self._rows, after_seq, limit)
+        return found
 
     # -- lifecycle ---------------------------------------------------------------------------
 

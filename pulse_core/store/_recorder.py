@@ -2,14 +2,17 @@
 
 The EventStore (pulse_core.store._base) checks drafts, encodes them, stores attachments and
 wakes subscribers once, for every backend; a recorder only inserts a prepared append in one
-transaction and selects what is stored. SQLite has one (pulse_core.store._events); each new
-backend adds one and runs the same contract suite (tests/core/store_contract.py).
+transaction and selects what is stored. SQLite has one (pulse_core.store._events),
+PostgreSQL another (pulse_core.store._postgres); each runs the same contract suite
+(tests/core/store_contract.py).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
@@ -74,6 +77,24 @@ class UnreadableEvent(msgspec.Struct, frozen=True, gc=False):
     reason: str
 
 
+class StoredRow(msgspec.Struct, frozen=True, gc=False):
+    """One stored event exactly as a recorder keeps it, `data` undecoded (the JSON bytes as
+    stored): what `upulse migrate` copies from one backend to another and verifies."""
+
+    seq: int
+    id: str
+    kind: str
+    key: str
+    version: int
+    ts: int
+    origin: str
+    cause: int | None
+    tx: str
+    idem: str | None
+    data: bytes | None
+    hash: str | None
+
+
 class Page(msgspec.Struct, frozen=True, gc=False):
     """Events of one read, and the seq of the log's newest event in that same read.
 
@@ -105,8 +126,13 @@ class Recorder(abc.ABC):
     - `select` never raises for a row whose data cannot be decoded: it lists the row in
       `Page.unreadable` (in the selection's order, counted against `limit`).
     - A recorder opened read-only refuses `insert` with a StoreError saying so.
-    - Backend failures are StoreErrors (StoreUnavailable for a lock held too long, a full disk;
-      StoreClosed after close). No method blocks the event loop.
+    - `rows` returns stored rows as they are (data undecoded), for copying a log elsewhere.
+    - Backend failures are StoreErrors (StoreUnavailable for a lock held too long, a full
+      disk, a server that cannot be reached or a connection lost; StoreClosed after close).
+      No method blocks the event loop.
+    - `listen` and `exclusive` have defaults for a backend used by one process (no wakes
+      from elsewhere: readers poll; a lock per name in this recorder); a backend shared by
+      processes or hosts overrides them.
     """
 
     #: where the log lives, for messages (a path, or a URL without its password)
@@ -141,5 +167,21 @@ class Recorder(abc.ABC):
         """The seq of the newest stored event (0 for an empty log)."""
 
     @abc.abstractmethod
+    async def rows(self, after_seq: int, limit: int) -> list[StoredRow]:
+        """Up to `limit` stored rows with seq > after_seq, oldest first, data undecoded."""
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """Finish the inserts already started and release the backend."""
+
+    def listen(self, wake: Callable[[], None]) -> bool:
+        """From now on call `wake()` (on the event loop) whenever events committed elsewhere
+        (another process or host) may be there to read; True if this backend does so, False
+        (this default) when readers must poll for them."""
+        return False
+
+    def exclusive(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held by at most one holder at a time among everything sharing this log (this
+        default: only within this recorder, by an asyncio.Lock per name)."""
+        locks: dict[str, asyncio.Lock] = self.__dict__.setdefault("_exclusive_locks", {})
+        return locks.setdefault(name, asyncio.Lock())

@@ -1,6 +1,7 @@
 """Store URLs: which backend holds a home's event log, and how to open it.
 
     sqlite:///absolute/path/events.db?synchronous=NORMAL&busy_timeout=5
+    postgresql://user:password@host:5432/database?schema=pulse&pool_size=4
 
 Every place that names a store goes through `parse_store_url` (config.json, the engine, the
 CLI) and `open_event_store`, so a new backend is one more scheme here and one more Recorder.
@@ -9,9 +10,10 @@ CLI) and `open_event_store`, so a new backend is one more scheme here and one mo
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from pulse_core._clock import Clock
 from pulse_core._errors import StoreError
@@ -41,20 +43,64 @@ class SqliteURL(NamedTuple):
                 f"&busy_timeout={self.busy_timeout:g}")
 
 
-StoreURL = SqliteURL
-"""Every store URL this pulse can open (a union once a second backend arrives)."""
+class PostgresURL(NamedTuple):
+    """A `postgresql://` (or `postgres://`) store URL: the database and pulse's options.
+
+    `dsn` is what the driver connects with (libpq's own options kept, pulse's taken out,
+    the password in it); `schema` is the PostgreSQL schema holding the log (several logs may
+    share a database, one schema each); `pool_size` caps this process's connections to it
+    (besides one for LISTEN and one per held `exclusive` lock); `connect_timeout` (seconds)
+    bounds each connection attempt.
+    """
+
+    scheme: str
+    dsn: str
+    host: str
+    port: int
+    database: str
+    schema: str = "pulse"
+    pool_size: int = 4
+    connect_timeout: float = 10.0
+
+    def url(self) -> str:
+        """The URL again (password included), with every pulse option spelled out."""
+        parts = urlsplit(self.dsn)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        query.update(schema=[self.schema], pool_size=[str(self.pool_size)],
+                     connect_timeout=[f"{self.connect_timeout:g}"])
+        return _postgres_url(self.scheme, parts.netloc, parts.path, query)
+
+    def display(self) -> str:
+        """The URL for messages and logs: host, port, database and schema, no user name and
+        no password."""
+        schema = "" if self.schema == "pulse" else f"?schema={self.schema}"
+        host = quote(self.host, safe="") if self.host.startswith("/") else self.host
+        return f"postgresql://{host}:{self.port}/{self.database}{schema}"
+
+
+StoreURL = SqliteURL | PostgresURL
+"""Every store URL this pulse can open."""
+
+_KNOWN = "sqlite:///absolute/path/events.db or postgresql://user@host:5432/database"
+# libpq's connection options that a store URL may carry through to the driver.
+_LIBPQ = frozenset({
+    "host", "hostaddr", "port", "user", "password", "passfile", "application_name", "sslmode",
+    "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslpassword", "target_session_attrs",
+    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+    "tcp_user_timeout", "channel_binding", "gssencmode", "krbsrvname",
+})
+_PULSE = frozenset({"schema", "pool_size", "connect_timeout"})
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def parse_store_url(url: str) -> StoreURL:
     """The parts of a store URL; StoreError naming the URL and the fix when it cannot be used."""
     parts = urlsplit(url)
+    if parts.scheme in ("postgresql", "postgres"):
+        return _parse_postgres_url(url)
     if parts.scheme != "sqlite":
-        known = "sqlite:///absolute/path/events.db"
-        if parts.scheme in ("postgresql", "postgres"):
-            raise StoreError(f"store URL {url!r}: PostgreSQL is not supported by this pulse "
-                             f"yet — use {known}")
-        raise StoreError(f"store URL {url!r}: unknown scheme {parts.scheme!r} — write "
-                         f"{known}")
+        raise StoreError(f"store URL {_shown(url)!r}: unknown scheme {parts.scheme!r} — write "
+                         f"{_KNOWN}")
     if parts.netloc not in ("", "localhost"):
         raise StoreError(f"store URL {url!r}: {parts.netloc!r} reads as a host; a sqlite URL "
                          "has three slashes before an absolute path: sqlite:///home/me/events.db")
@@ -86,6 +132,68 @@ def parse_store_url(url: str) -> StoreURL:
     return SqliteURL("sqlite", path, synchronous, busy_timeout)
 
 
+def _shown(url: str) -> str:
+    """`url` with any password cut out, for an error message."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    cut = urlunsplit((parts.scheme, f"{user}:***@{netloc[1]}", parts.path, parts.query,
+                      parts.fragment))
+    return re.sub(r"(password=)[^&]*", r"\1***", cut)
+
+
+def _postgres_url(scheme: str, netloc: str, path: str, query: dict[str, list[str]]) -> str:
+    """A postgresql URL from its parts (kept whole when the host part is empty, as for a
+    unix socket named by ?host=)."""
+    options = urlencode(query, doseq=True)
+    return f"{scheme}://{netloc}{path}" + (f"?{options}" if options else "")
+
+
+def _parse_postgres_url(url: str) -> PostgresURL:
+    shown = _shown(url)
+    parts = urlsplit(url)
+    try:
+        query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+        port = parts.port or 5432
+    except ValueError:
+        raise StoreError(f"store URL {shown!r}: cannot read its port or options — write "
+                         "postgresql://user@host:5432/database?schema=pulse&pool_size=4") from None
+    unknown = sorted(set(query) - _LIBPQ - _PULSE)
+    if unknown:
+        raise StoreError(f"store URL {shown!r}: unknown option(s) {', '.join(unknown)} — a "
+                         "postgresql store takes schema, pool_size, connect_timeout and "
+                         "libpq's connection options (sslmode, application_name, ...)")
+    database = unquote(parts.path.lstrip("/"))
+    if not database or "/" in database:
+        raise StoreError(f"store URL {shown!r}: name the database, as in "
+                         "postgresql://user@host:5432/pulse")
+    schema = query.pop("schema", ["pulse"])[-1]
+    if not _SCHEMA.fullmatch(schema):
+        raise StoreError(f"store URL {shown!r}: schema={schema!r} — use lower-case letters, "
+                         "digits and _ (at most 63, not starting with a digit)")
+    raw_pool = query.pop("pool_size", ["4"])[-1]
+    pool_size = int(raw_pool) if raw_pool.isdigit() else 0
+    if not 1 <= pool_size <= 1000:
+        raise StoreError(f"store URL {shown!r}: pool_size={raw_pool!r} — give a whole number "
+                         "of connections from 1 to 1000")
+    raw_timeout = query.pop("connect_timeout", ["10"])[-1]
+    try:
+        timeout = float(raw_timeout)
+    except ValueError:
+        timeout = -1.0
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise StoreError(f"store URL {shown!r}: connect_timeout={raw_timeout!r} — give "
+                         "seconds, a number > 0")
+    host = query.get("host", [parts.hostname or "localhost"])[-1]
+    if "port" in query:
+        port = int(query["port"][-1]) if query["port"][-1].isdigit() else port
+    dsn = _postgres_url("postgresql", parts.netloc, parts.path, query)
+    scheme = parts.scheme
+    return PostgresURL(scheme, dsn, host, port, database, schema, pool_size, timeout)
+
+
 async def open_event_store(
     url: str | StoreURL,
     *,
@@ -95,6 +203,11 @@ async def open_event_store(
 ) -> EventStore:
     """The EventStore over the recorder `url` names, opened (read-only: nothing written)."""
     parsed = parse_store_url(url) if isinstance(url, str) else url
+    if isinstance(parsed, PostgresURL):
+        from pulse_core.store._postgres import PostgresRecorder
+
+        recorder = await PostgresRecorder.open(parsed, read_only=read_only, clock=clock)
+        return EventStore(recorder, objects=objects)
     return await SqliteEventStore.open(
         parsed.path, read_only=read_only, synchronous=parsed.synchronous,
         busy_timeout=parsed.busy_timeout, clock=clock, objects=objects)

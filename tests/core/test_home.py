@@ -13,7 +13,7 @@ import pytest
 
 from pulse_core import EventDraft, HomeLayout, StoreError, open_home
 from pulse_core._home import parse_store_url
-from pulse_core.store import SqliteRecorder
+from pulse_core.store import SqliteRecorder, SqliteURL
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -120,6 +120,7 @@ async def test_the_store_url_carries_the_sqlite_options(tmp_path: Path) -> None:
 def test_store_urls_round_trip_through_the_home_layout(tmp_path: Path) -> None:
     layout = HomeLayout.at(tmp_path / "odd #home? 100%")
     parsed = parse_store_url(layout.store_url())
+    assert isinstance(parsed, SqliteURL)
     assert parsed.path == layout.events_db.absolute()
     assert (parsed.scheme, parsed.synchronous, parsed.busy_timeout) == ("sqlite", "FULL", 10.0)
     assert parse_store_url(parsed.url()) == parsed
@@ -127,7 +128,7 @@ def test_store_urls_round_trip_through_the_home_layout(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("url", "says"), [
     ("mysql://db/pulse", "unknown scheme 'mysql'"),
-    ("postgresql://db/pulse", "PostgreSQL is not supported"),
+    ("postgresql://db/pulse?fsync=off", "unknown option(s) fsync"),
     ("/home/me/events.db", "unknown scheme ''"),
     ("sqlite://home/me/events.db", "reads as a host"),
     ("sqlite:///", "absolute path of a file"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pulse_core import (
     Effect,
     Event,
     EventDraft,
+    EventStore,
     ExecutionContext,
     Executor,
     ExecutorLoop,
@@ -68,6 +70,10 @@ class ErrorsOnlyV2(ErrorsOnly):
         return state + 10 * int(event.data["n"])
 
 
+Opener = Callable[[Path], Awaitable[EventStore]]
+"""Opens a fresh store for one example (`folder` is the example's own temporary folder)."""
+
+
 async def _open(folder: Path) -> SqliteEventStore:
     return await SqliteEventStore.open(folder / "events.db", synchronous="OFF")
 
@@ -85,27 +91,30 @@ step = st.one_of(
 def test_incremental_projection_with_checkpoints_and_restarts_equals_replay(
     steps: list[tuple[str, Any]], every: int
 ) -> None:
-    async def scenario(folder: Path) -> None:
-        store = await _open(folder)
-        ckpt = folder / "ckpt"
-        projector = Projector(store, [Ledger(), ErrorsOnly()], checkpoints=ckpt,
-                              checkpoint_every=every, page=3)
-        for action, batch in steps:
-            if action == "append":
-                await store.append([EventDraft(kind, key, {"n": n}) for key, kind, n in batch])
-            elif action == "catch_up":
-                await projector.catch_up()
-            else:
-                await projector.checkpoint()
-                projector = Projector(store, [Ledger(), ErrorsOnly()], checkpoints=ckpt,
-                                      checkpoint_every=every, page=3)
-        incremental = await projector.catch_up()
-        replay = await Projector(store, [Ledger(), ErrorsOnly()]).catch_up()
-        assert incremental == replay
-        await store.close()
-
     with tempfile.TemporaryDirectory() as folder:
-        asyncio.run(scenario(Path(folder)))
+        asyncio.run(projection_scenario(_open, Path(folder), steps, every))
+
+
+async def projection_scenario(open_store: Opener, folder: Path, steps: list[tuple[str, Any]],
+                              every: int) -> None:
+    """Folding with checkpoints, restarts and catch-ups equals one replay of the log."""
+    store = await open_store(folder)
+    ckpt = folder / "ckpt"
+    projector = Projector(store, [Ledger(), ErrorsOnly()], checkpoints=ckpt,
+                          checkpoint_every=every, page=3)
+    for action, batch in steps:
+        if action == "append":
+            await store.append([EventDraft(kind, key, {"n": n}) for key, kind, n in batch])
+        elif action == "catch_up":
+            await projector.catch_up()
+        else:
+            await projector.checkpoint()
+            projector = Projector(store, [Ledger(), ErrorsOnly()], checkpoints=ckpt,
+                                  checkpoint_every=every, page=3)
+    incremental = await projector.catch_up()
+    replay = await Projector(store, [Ledger(), ErrorsOnly()]).catch_up()
+    assert incremental == replay
+    await store.close()
 
 
 @SETTINGS
@@ -115,7 +124,14 @@ def test_incremental_projection_with_checkpoints_and_restarts_equals_replay(
 def test_any_interleaving_of_appends_gives_gap_free_seq_and_versions(
     scripts: list[list[list[str]]], pauses: list[int]
 ) -> None:
-    async def appender(store: SqliteEventStore, script: list[list[str]], who: int) -> list[Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(interleaving_scenario(_open, Path(folder), scripts, pauses))
+
+
+async def interleaving_scenario(open_store: Opener, folder: Path,
+                                scripts: list[list[list[str]]], pauses: list[int]) -> None:
+    """Appenders interleaved any way give gap-free seq, per-key versions, contiguous appends."""
+    async def appender(store: EventStore, script: list[list[str]], who: int) -> list[Any]:
         results = []
         for i, keys in enumerate(script):
             for _ in range(pauses[(who + i) % len(pauses)]):
@@ -123,26 +139,22 @@ def test_any_interleaving_of_appends_gives_gap_free_seq_and_versions(
             results.append(await store.append([EventDraft("tick", k, {"w": who}) for k in keys]))
         return results
 
-    async def scenario(folder: Path) -> None:
-        store = await _open(folder)
-        per_appender = await asyncio.gather(
-            *[appender(store, s, i) for i, s in enumerate(scripts)])
-        events = await store.read()
-        assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        assert len(events) == sum(len(b) for s in scripts for b in s)
-        versions: dict[str, int] = {}
-        for event in events:
-            versions[event.key] = versions.get(event.key, 0) + 1
-            assert event.version == versions[event.key]
-        for results in per_appender:
-            for result in results:  # each append's events are contiguous and share a tx
-                seqs = [e.seq for e in result.events]
-                assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
-                assert {e.tx for e in events if e.seq in seqs} == {result.tx}
-        await store.close()
-
-    with tempfile.TemporaryDirectory() as folder:
-        asyncio.run(scenario(Path(folder)))
+    store = await open_store(folder)
+    per_appender = await asyncio.gather(
+        *[appender(store, s, i) for i, s in enumerate(scripts)])
+    events = await store.read()
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert len(events) == sum(len(b) for s in scripts for b in s)
+    versions: dict[str, int] = {}
+    for event in events:
+        versions[event.key] = versions.get(event.key, 0) + 1
+        assert event.version == versions[event.key]
+    for results in per_appender:
+        for result in results:  # each append's events are contiguous and share a tx
+            seqs = [e.seq for e in result.events]
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+            assert {e.tx for e in events if e.seq in seqs} == {result.tx}
+    await store.close()
 
 
 @SETTINGS
@@ -151,33 +163,36 @@ def test_any_interleaving_of_appends_gives_gap_free_seq_and_versions(
 def test_idempotency_replays_or_conflicts_exactly_as_the_first_write_decides(
     requests: list[tuple[str, str, int, bool]]
 ) -> None:
-    async def scenario(folder: Path) -> None:
-        store = await _open(folder)
-        first: dict[str, tuple[str, int]] = {}
-        before: list[Event] = []
-        for idem, key, n, guarded in requests:
-            expect = {key: await store.head(key)} if guarded else None
-            try:
-                result = await store.append([EventDraft("tick", key, {"n": n}, idem=idem)],
-                                            expect=expect)
-            except IdempotencyConflict:
-                assert idem in first and first[idem] != (key, n)
-            except VersionConflict:
-                raise AssertionError("a fresh head cannot conflict") from None
-            else:
-                if idem in first:
-                    assert result.replayed and first[idem] == (key, n)
-                else:
-                    assert not result.replayed
-                    first[idem] = (key, n)
-            after = await store.read()
-            assert after[: len(before)] == before  # append-only: the past never changes
-            before = after
-        assert sorted(e.idem for e in before if e.idem) == sorted(first)
-        await store.close()
-
     with tempfile.TemporaryDirectory() as folder:
-        asyncio.run(scenario(Path(folder)))
+        asyncio.run(idempotency_scenario(_open, Path(folder), requests))
+
+
+async def idempotency_scenario(open_store: Opener, folder: Path,
+                               requests: list[tuple[str, str, int, bool]]) -> None:
+    """Each idempotency key replays or conflicts exactly as its first write decides."""
+    store = await open_store(folder)
+    first: dict[str, tuple[str, int]] = {}
+    before: list[Event] = []
+    for idem, key, n, guarded in requests:
+        expect = {key: await store.head(key)} if guarded else None
+        try:
+            result = await store.append([EventDraft("tick", key, {"n": n}, idem=idem)],
+                                        expect=expect)
+        except IdempotencyConflict:
+            assert idem in first and first[idem] != (key, n)
+        except VersionConflict:
+            raise AssertionError("a fresh head cannot conflict") from None
+        else:
+            if idem in first:
+                assert result.replayed and first[idem] == (key, n)
+            else:
+                assert not result.replayed
+                first[idem] = (key, n)
+        after = await store.read()
+        assert after[: len(before)] == before  # append-only: the past never changes
+        before = after
+    assert sorted(e.idem for e in before if e.idem) == sorted(first)
+    await store.close()
 
 
 class Job(Effect, tag="prop-job"):

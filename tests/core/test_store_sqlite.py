@@ -153,3 +153,26 @@ async def test_a_read_only_log_creates_no_file_and_follows_writers_that_come_and
         await live.close()
     finally:
         await reader.close()
+
+
+async def test_a_sqlite_store_holds_each_exclusive_name_once_and_does_not_listen(
+    tmp_path: Path,
+) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    inside: list[str] = []
+    most = 0
+
+    async def holder(name: str) -> None:
+        nonlocal most
+        async with store.exclusive(name):
+            inside.append(name)
+            most = max(most, inside.count(name))
+            await asyncio.sleep(0.001)
+            inside.remove(name)
+
+    try:
+        await asyncio.gather(*(holder(name) for name in ("a", "b") * 5))
+        assert most == 1
+        assert store.recorder.listen(lambda: None) is False
+    finally:
+        await store.close()

@@ -1,0 +1,189 @@
+"""One transaction of the PostgreSQL log: a group of appends checked and written in commit
+order, or already-stored rows copied in (`upulse migrate`)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from pulse_core._clock import Clock
+from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
+from pulse_core.store._commit import Batch
+from pulse_core.store._pg_schema import COLUMNS, Connection, is_disconnect, quoted
+from pulse_core.store._recorder import AppendResult, PreparedAppend
+
+Outcome = AppendResult | Exception
+
+
+class CommitUnknown(Exception):
+    """The connection failed after the rows were sent: whether they committed is unknown.
+
+    `outcomes` are the group's outcomes had it committed; `seq` and `event_id` name its
+    first row, so that a look at the log can tell.
+    """
+
+    def __init__(self, outcomes: list[Outcome], seq: int, event_id: str) -> None:
+        super().__init__(f"commit of seq {seq} unknown")
+        self.outcomes = outcomes
+        self.seq = seq
+        self.event_id = event_id
+
+
+class LogSQL:
+    """The statements of the log in one schema, and the channel its commits NOTIFY."""
+
+    def __init__(self, schema: str) -> None:
+        s = quoted(schema)
+        self.schema = schema
+        self.s = s
+        self.channel = f"pulse:{schema}"
+        # Waits for the writer before this one to commit, and keeps the next one waiting
+        # until this transaction ends: seqs are taken in commit order.
+        self.lock = f"SELECT FROM {s}.writer_lock FOR UPDATE"
+        self.last = f"SELECT coalesce(max(seq), 0) FROM {s}.events"
+        self.heads = f"SELECT key, version FROM {s}.heads WHERE key = ANY(%b)"
+        self.idems = f"SELECT {COLUMNS} FROM {s}.events WHERE idem = ANY(%b)"
+        self.copy = f"COPY {s}.events ({COLUMNS}) FROM STDIN"
+        self.upsert_heads = (
+            f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
+            "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
+
+
+class _Staged(Batch):
+    """One group commit's appends, checked against the heads and idempotency keys read at
+    the start of the transaction (every key and idem the group names, in one round trip)."""
+
+    def __init__(self, next_seq: int, heads: Mapping[str, int], stored: Mapping[str, Any]
+                 ) -> None:
+        self.next_seq = next_seq
+        self.known = heads
+        self.heads = {}
+        self.idem = dict(stored)
+        self.rows = []
+
+    def head(self, key: str) -> int:
+        version = self.heads.get(key)
+        if version is None:
+            version = self.known.get(key, 0)
+        self.heads[key] = version
+        return version
+
+    def stored_by_idem(self, idem: str) -> Sequence[Any] | None:
+        return self.idem.get(idem)
+
+
+def _check_storable(append: PreparedAppend) -> None:
+    """InvalidEvent for text PostgreSQL cannot store (a NUL character)."""
+    for index, draft in enumerate(append.drafts):
+        for what, text in (("key", draft.key), ("idem", draft.idem)):
+            if text is not None and "\0" in text:
+                raise InvalidEvent(f"draft {index} ({draft.kind!r}): its {what} holds a NUL "
+                                   "character, which PostgreSQL cannot store")
+    for key in append.expect:
+        if "\0" in key:
+            raise InvalidEvent(f"expect[{key!r}]: a NUL character, which PostgreSQL cannot "
+                               "store")
+
+
+async def roll_back(conn: Connection) -> None:
+    """End the transaction a failure left open on `conn`, if the connection still works (a
+    connection left inside one is closed by the pool instead of reused)."""
+    if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error, OSError):
+            await conn.execute("ROLLBACK")
+
+
+async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
+                       clock: Clock) -> list[Outcome]:
+    """Store `appends` in one transaction on `conn`: each one's outcome, in order (a
+    VersionConflict, IdempotencyConflict or InvalidEvent fails that append alone).
+
+    Raises CommitUnknown when the connection fails once rows were sent, and the driver's
+    error for any other failure (then nothing was stored).
+    """
+    keys = sorted({d.key for a in appends for d in a.drafts}
+                  | {k for a in appends for k in a.expect})
+    idems = [d.idem for a in appends for d in a.drafts if d.idem is not None]
+    outcomes: list[Outcome] = []
+    rows: list[Any] = []
+    try:
+        async with conn.pipeline():
+            # One round trip: the writer lock (waiting for the writer before), then what
+            # that writer committed: the newest seq, the heads, the idempotency keys.
+            await conn.execute("BEGIN")
+            await conn.execute(sql.lock)
+            last = await conn.execute(sql.last)
+            heads = await conn.execute(sql.heads, (keys,))
+            stored = await conn.execute(sql.idems, (idems,)) if idems else None
+            row = await last.fetchone()
+            staged = _Staged(
+                int(row[0]) + 1 if row else 1,
+                {str(k): int(v) for k, v in await heads.fetchall()},
+                {str(r[9]): r for r in await stored.fetchall()} if stored else {})
+        now = clock.now_ms()  # read under the writer lock: ts follows seq on one clock
+        for append in appends:
+            try:
+                _check_storable(append)
+                outcomes.append(staged.apply(append, now))
+            except (VersionConflict, IdempotencyConflict, InvalidEvent) as exc:
+                outcomes.append(exc)
+        rows = staged.rows
+        await write_and_commit(conn, sql, rows, staged.heads)
+    except (psycopg.Error, OSError) as exc:
+        await roll_back(conn)
+        if rows and is_disconnect(exc):
+            raise CommitUnknown(outcomes, rows[0][0], rows[0][1]) from exc
+        raise
+    except BaseException:
+        await roll_back(conn)
+        raise
+    return outcomes
+
+
+async def write_and_commit(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
+                           heads: Mapping[str, int]) -> None:
+    """Insert `rows` (by COPY), move the heads of their keys, NOTIFY, and COMMIT the
+    transaction open on `conn`."""
+    if rows:
+        async with conn.cursor() as cur, cur.copy(sql.copy) as copy:
+            for row in rows:
+                await copy.write_row(row)
+    async with conn.pipeline():
+        if rows:
+            written = sorted({r[3] for r in rows})
+            await conn.execute(sql.upsert_heads, (written, [heads[k] for k in written]))
+            await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(rows[-1][0])))
+        await conn.execute("COMMIT")
+
+
+async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any]],
+                     location: str) -> None:
+    """Store already-stored rows exactly as given, in one transaction; StoreError (nothing
+    stored) unless their seqs are consecutive and continue the log."""
+    seqs = [row[0] for row in chunk]
+    if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+        gap = next(b for a, b in itertools.pairwise(seqs) if b != a + 1)
+        raise StoreError(f"{location}: rows to copy jump to seq {gap} — copy a log whole, "
+                         "its seqs consecutive")
+    heads: dict[str, int] = {}
+    for row in chunk:
+        heads[row[3]] = max(heads.get(row[3], 0), row[4])
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute(sql.lock)
+        cur = await conn.execute(sql.last)
+        found = await cur.fetchone()
+        last = int(found[0]) if found else 0
+        if seqs[0] != last + 1:
+            raise StoreError(
+                f"{location}: the rows to copy start at seq {seqs[0]} but this log ends at "
+                f"seq {last} — copy into an empty log (or continue from seq {last + 1})")
+        await write_and_commit(conn, sql, chunk, heads)
+    except BaseException:
+        await roll_back(conn)
+        raise

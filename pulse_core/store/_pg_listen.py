@@ -1,0 +1,128 @@
+"""What PostgreSQL shares between processes and hosts beside the log itself: wakes after
+commits (LISTEN/NOTIFY on a dedicated connection) and exclusive sections (session advisory
+locks)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import psycopg
+
+from pulse_core._effects import Backoff
+from pulse_core._errors import StoreError, StoreUnavailable
+from pulse_core.store._pg_schema import (
+    Connection,
+    ConnectionPool,
+    close_quietly,
+    first_line,
+    is_disconnect,
+    lock_key,
+    pg_errors,
+    quoted,
+)
+
+log = logging.getLogger("pulse.events")
+
+#: between attempts to get the LISTEN connection back
+RECONNECT = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.2)
+
+
+class Listener:
+    """Calls `wake()` on each notification on `channel`, and once after each (re)connect,
+    since commits made while it was not listening were announced to nobody."""
+
+    def __init__(self, connect: Callable[[], Awaitable[Connection]], channel: str,
+                 location: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._location = location
+        self._wakes: list[Callable[[], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        #: connections made so far (the first, then one per reconnect)
+        self.connections = 0
+
+    def add(self, wake: Callable[[], None]) -> None:
+        """Call `wake` too from now on; starts listening on the first call."""
+        self._wakes.append(wake)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"pulse-listen {self._location}")
+
+    def _wake(self) -> None:
+        for wake in self._wakes:
+            wake()
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            conn: Connection | None = None
+            try:
+                conn = await self._connect()
+                await conn.execute(f"LISTEN {quoted(self._channel)}")
+                self.connections += 1
+                if failures:
+                    log.info("pulse: %s: listening for commits again", self._location)
+                failures = 0
+                self._wake()
+                async for _ in conn.notifies():
+                    self._wake()
+            except (psycopg.Error, OSError, StoreError) as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("pulse: %s: lost the connection that hears other processes' "
+                                "commits (%s); reconnecting, readers poll meanwhile",
+                                self._location, first_line(exc))
+                await asyncio.sleep(RECONNECT.delay_ms(failures) / 1000)
+            finally:
+                if conn is not None:
+                    await close_quietly(conn)
+
+    async def close(self) -> None:
+        """Stop listening."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+@contextlib.asynccontextmanager
+async def advisory_lock(pool: ConnectionPool, schema: str, name: str,
+                        location: str) -> AsyncIterator[None]:
+    """Hold PostgreSQL's session advisory lock for (`schema`, `name`) while inside: at most
+    one holder among every process and host on this database.
+
+    The lock lives in one session: should that connection drop while inside, the server
+    lets the lock go, and leaving the block raises StoreUnavailable saying so.
+    """
+    key = lock_key("pulse-exclusive", schema, name)
+    async with pool.connection() as conn:
+        try:
+            with pg_errors(location, f"taking the exclusive lock {name!r}"):
+                await conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        except BaseException:
+            # Cut short while waiting (or failed): make sure the lock is never left held.
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.cancel_safe()
+            await close_quietly(conn)
+            raise
+        try:
+            yield
+        finally:
+            try:
+                cur = await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                row = await cur.fetchone()
+                released = bool(row and row[0])
+            except (psycopg.Error, OSError) as exc:
+                if not is_disconnect(exc):
+                    raise
+                released = False
+            if not released:
+                await close_quietly(conn)
+                raise StoreUnavailable(
+                    f"{location}: the exclusive lock {name!r} was lost while held (the "
+                    "connection holding it dropped), so another holder may have overlapped "
+                    "— check what ran under it")

@@ -1,0 +1,227 @@
+"""The event log's tables in PostgreSQL, checking them on open, a small connection pool, and
+PostgreSQL's errors as pulse's typed StoreErrors. Imported only when a postgresql:// store
+is opened (psycopg is an optional dependency)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg.pq import TransactionStatus
+
+from pulse_core._errors import (
+    NotAPulseDatabase,
+    SchemaTooNew,
+    StoreClosed,
+    StoreError,
+    StoreReadOnly,
+    StoreUnavailable,
+)
+from pulse_core._redact import redact_urls
+
+Connection = psycopg.AsyncConnection[tuple[Any, ...]]
+
+SCHEMA_VERSION = 1
+APPLICATION = "pulse event log"
+COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
+
+# {s} is the quoted schema name. The writer_lock row serialises appends: each append
+# transaction locks it first and holds it to its commit, so seq order is commit order and a
+# reader following the log never passes over a seq that a slower transaction commits later.
+# `data` is bytea: the JSON bytes exactly as encoded, so hashes and bytes round-trip.
+SCHEMA = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE {s}.meta (name text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {s}.writer_lock (one boolean PRIMARY KEY DEFAULT true CHECK (one));
+INSERT INTO {s}.writer_lock VALUES (true);
+CREATE TABLE {s}.events (
+    seq     bigint PRIMARY KEY,
+    id      text NOT NULL,
+    kind    text NOT NULL,
+    key     text NOT NULL,
+    version bigint NOT NULL,
+    ts      bigint NOT NULL,
+    origin  text NOT NULL,
+    cause   bigint,
+    tx      text NOT NULL,
+    idem    text,
+    data    bytea,
+    hash    text
+);
+CREATE UNIQUE INDEX events_idem ON {s}.events (idem) WHERE idem IS NOT NULL;
+CREATE INDEX events_key ON {s}.events (key, seq);
+CREATE TABLE {s}.heads (key text PRIMARY KEY, version bigint NOT NULL);
+CREATE FUNCTION {s}.refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'pulse events are append-only: % refused', TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+CREATE TRIGGER events_refuse_update_delete BEFORE UPDATE OR DELETE ON {s}.events
+    FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change();
+CREATE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON {s}.events
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change();
+REVOKE UPDATE, DELETE, TRUNCATE ON {s}.events FROM PUBLIC;
+REVOKE UPDATE, DELETE, TRUNCATE ON {s}.events FROM CURRENT_USER;
+"""
+
+
+def quoted(name: str) -> str:
+    """`name` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def lock_key(*parts: str) -> int:
+    """A signed 64-bit advisory-lock key for `parts` (stable across processes and hosts)."""
+    digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text, URLs cut to their host."""
+    text = str(exc).strip().splitlines()
+    return redact_urls(text[0] if text else type(exc).__name__)
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """Whether `exc` means the connection (not the statement) failed."""
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)) and not (
+        isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable))
+
+
+def store_error(exc: BaseException, location: str, doing: str) -> StoreError:
+    """The typed pulse error for a driver error while `doing` something on `location`."""
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return StoreReadOnly(f"{location}: {doing} refused: the session is read-only — open "
+                             "the store without read_only to write")
+    if is_disconnect(exc):
+        return StoreUnavailable(
+            f"{location}: {doing} failed: {first_line(exc)} — check that the PostgreSQL "
+            "server is running and reachable from this host; pulse reconnects on the next "
+            "call")
+    return StoreError(f"{location}: {doing} failed: {first_line(exc)}")
+
+
+@contextlib.contextmanager
+def pg_errors(location: str, doing: str) -> Iterator[None]:
+    """Re-raise driver errors inside the block as typed pulse errors naming `location`."""
+    try:
+        yield
+    except (psycopg.Error, OSError) as exc:
+        raise store_error(exc, location, doing) from exc
+
+
+async def prepare(conn: Connection, schema: str, *, read_only: bool, location: str) -> None:
+    """Check that `schema` holds a pulse event log this pulse can use; create it when it is
+    absent (never when `read_only`). Raises SchemaTooNew, NotAPulseDatabase or StoreError."""
+    s = quoted(schema)
+    with pg_errors(location, "opening the event log"):
+        if not await _has_meta(conn, schema):
+            if read_only:
+                raise StoreError(
+                    f"{location}: there is no pulse event log here (no schema {schema!r} "
+                    "with pulse's tables) — check the URL, or open it once without read_only "
+                    "(the engine creates the log)")
+            async with conn.transaction():
+                # Two processes opening a new database at once: one creates, one waits.
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)",
+                                   (lock_key("pulse-schema", schema),))
+                if not await _has_meta(conn, schema):
+                    await _refuse_foreign(conn, schema, location)
+                    await conn.execute(SCHEMA.format(s=s))
+                    await conn.execute(
+                        f"INSERT INTO {s}.meta VALUES ('application', %s), "
+                        "('schema_version', %s)", (APPLICATION, str(SCHEMA_VERSION)))
+        cur = await conn.execute(f"SELECT name, value FROM {s}.meta")
+        meta = {str(name): str(value) for name, value in await cur.fetchall()}
+    if meta.get("application") != APPLICATION:
+        raise NotAPulseDatabase(
+            f"{location}: schema {schema!r} holds a 'meta' table of another program, not a "
+            "pulse event log — give pulse a schema of its own (?schema=...)")
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{location}: the event log has schema version {version}; this pulse reads up to "
+            f"version {SCHEMA_VERSION} — upgrade pulse on this host (every host sharing the "
+            "database needs a pulse that reads the newest schema)")
+
+
+async def _has_meta(conn: Connection, schema: str) -> bool:
+    # Read pg_class with this statement's snapshot: to_regclass goes through the session's
+    # catalog cache, which after waiting for the schema lock may not yet show a meta table
+    # another process just committed (its open then took the new log for a foreign schema).
+    cur = await conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = 'meta')", (schema,))
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def _refuse_foreign(conn: Connection, schema: str, location: str) -> None:
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s", (schema,))
+    row = await cur.fetchone()
+    if row and row[0]:
+        raise NotAPulseDatabase(
+            f"{location}: schema {schema!r} already holds tables of another program — give "
+            "pulse a schema of its own (?schema=...)")
+
+
+class ConnectionPool:
+    """Up to `size` connections made by `connect`, reused while they work.
+
+    A connection that broke, or is left inside a transaction, is closed instead of reused;
+    after a failure `discard_idle` drops the others too (a restarted server cut them all),
+    so the next call connects afresh rather than finding each dead one in turn.
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[Connection]], size: int,
+                 location: str) -> None:
+        self._connect = connect
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[Connection] = []
+        self._location = location
+        self._closed = False
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """A working connection for the duration of the block."""
+        if self._closed:
+            raise StoreClosed(f"{self._location}: used after close")
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else await self._connect()
+            reuse = False
+            try:
+                yield conn
+                reuse = True
+            except Exception as exc:  # a cancellation may leave the protocol mid-way: close
+                reuse = not is_disconnect(exc)
+                raise
+            finally:
+                if (reuse and not self._closed and not conn.broken and not conn.closed
+                        and conn.info.transaction_status == TransactionStatus.IDLE):
+                    self._idle.append(conn)
+                else:
+                    await close_quietly(conn)
+
+    async def discard_idle(self) -> None:
+        """Close every idle connection (after a failure that probably cut them all)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await close_quietly(conn)
+
+    async def close(self) -> None:
+        """Close the idle connections; connections in use are closed when handed back."""
+        self._closed = True
+        await self.discard_idle()
+
+
+async def close_quietly(conn: Connection) -> None:
+    """Close `conn`, ignoring that it may be broken already."""
+    with contextlib.suppress(psycopg.Error, OSError):
+        await conn.close()
