@@ -5,7 +5,7 @@
     HOME/
     ├── events.db        the event log (unless config names another store URL)
     ├── vitals.db        watcher samples
-    ├── state.db         the side store (quiet holds and other non-history state)
+    ├── state.db         the side store (unless config names a Redis/Valkey URL)
     ├── objects/         content-addressed payloads
     ├── checkpoints/     rebuildable caches of folds
     ├── logs/            output of processes the engine starts
@@ -28,7 +28,7 @@ from pulse_core._homelock import private_folders
 from pulse_core._projector import refuse_lost_log
 from pulse_core.store._base import EventStore
 from pulse_core.store._objects import ObjectStore
-from pulse_core.store._side import SideStore, SqliteSideStore
+from pulse_core.store._side import SideStore, SqliteSideStore, open_side_store
 from pulse_core.store._url import open_event_store, parse_store_url
 from pulse_core.store._vitals import SqliteVitalsStore, VitalsStore
 
@@ -113,11 +113,13 @@ async def open_home(
     home: str | Path,
     *,
     store: str | None = None,
+    side_store: str | None = None,
     read_only: bool = False,
     clock: Clock | None = None,
 ) -> HomeStores:
     """Open the stores of `home`: the event log at `store` (a store URL; default the home's
-    own events.db), vitals, the side store and objects.
+    own events.db), vitals, the side store at `side_store` (a side-store URL, such as
+    redis://host:6379/0; default the home's own state.db) and objects.
 
     `read_only` writes and creates nothing (no folder, no file, no schema; the event log must
     exist) and never waits for a running engine's write lock; absent vitals and side state
@@ -137,6 +139,10 @@ async def open_home(
             await refuse_lost_log(events, layout.checkpoints)
         vitals = await SqliteVitalsStore.open(layout.vitals_db, clock=clock, read_only=read_only)
         opening.push_async_callback(vitals.close)
-        side = await SqliteSideStore.open(layout.side_db, clock=clock, read_only=read_only)
+        if side_store is None:
+            side: SideStore = await SqliteSideStore.open(layout.side_db, clock=clock,
+                                                         read_only=read_only)
+        else:
+            side = await open_side_store(side_store, clock=clock, read_only=read_only)
         opening.pop_all()
     return HomeStores(layout, events, vitals, side, objects, read_only)

@@ -2,7 +2,11 @@
 
 Unlike events, side state is not history: it may be overwritten, expire, or be lost without
 harm (a lost quiet hold means one more check, never a wrong write). SQLite locally (state.db);
-a fleet puts it in Redis or Valkey behind the same protocol.
+a fleet puts it in Redis or Valkey behind the same protocol. `open_side_store` opens either
+from a URL::
+
+    sqlite:///home/me/.upulse/state.db
+    redis://user:password@cache.example:6379/0?timeout=1     (rediss://, valkey://, valkeys://)
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from pulse_core._clock import Clock, SystemClock
+from pulse_core._errors import StoreError
+from pulse_core._redact import redact_urls
+from pulse_core.store._redis import SCHEMES, RedisSideStore
 from pulse_core.store._sqlite import (
     ReadOnlyConnection,
     SqliteWorkerStore,
@@ -105,3 +113,27 @@ class SqliteSideStore(SqliteWorkerStore):
         if rows:
             await self._run(self._write_rows, "DELETE FROM side WHERE namespace = ? AND key = ?",
                             rows, self.clock.now_ms())
+
+
+async def open_side_store(url: str, *, clock: Clock | None = None,
+                          read_only: bool = False) -> SideStore:
+    """The side store `url` names: `sqlite:///absolute/path/state.db` (SqliteSideStore, on
+    `clock`) or `redis://host:port/db`, `rediss://`, `valkey://`, `valkeys://`
+    (RedisSideStore, expiring by the server's clock). StoreError names a URL that cannot be
+    used (its password cut) and the fix."""
+    parts = urlsplit(url)
+    if parts.scheme in SCHEMES:
+        return await RedisSideStore.open(url, read_only=read_only)
+    example = "sqlite:///home/me/.upulse/state.db or redis://127.0.0.1:6379/0"
+    if parts.scheme != "sqlite":
+        raise StoreError(f"side-store URL {redact_urls(url)!r}: unknown scheme "
+                         f"{parts.scheme!r} — write {example}")
+    path = Path(unquote(parts.path))
+    if parts.netloc not in ("", "localhost") or not path.is_absolute() or \
+            path.name in ("", ".", ".."):
+        raise StoreError(f"side-store URL {url!r}: give the absolute path of a file after "
+                         "three slashes, as in sqlite:///home/me/.upulse/state.db")
+    if parts.query:
+        raise StoreError(f"side-store URL {url!r}: a sqlite side store takes no options — "
+                         "remove ?" + parts.query)
+    return await SqliteSideStore.open(path, clock=clock, read_only=read_only)
