@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 from pathlib import Path
 
 import msgspec
@@ -39,6 +40,7 @@ class EffectIndex:
         self.store = store
         self.checkpoints = checkpoints
         self.entries: dict[str, EffectEntry] = {}
+        self._timers: list[tuple[int, str]] = []  # (retry or lease end, id); stale ones too
         self.cursor = 0
         self._saved_cursor = 0
         self._lock = asyncio.Lock()
@@ -49,6 +51,8 @@ class EffectIndex:
             if loaded is not None:
                 self.cursor = self._saved_cursor = loaded.seq
                 self.entries = loaded.state
+                for entry in self.entries.values():
+                    self._time(entry)
                 self._unverified = (loaded.seq, loaded.at)
 
     async def refresh(self) -> None:
@@ -86,6 +90,7 @@ class EffectIndex:
                     self.entries.pop(key, None)
                 else:
                     self.entries[key] = entry
+                    self._time(entry)
             # Every event up to the read's head was seen (the last page's head ends it).
             self.cursor = max(self.cursor, page.last_seq if len(page.events) < PAGE
                               else page.events[-1].seq)
@@ -112,10 +117,19 @@ class EffectIndex:
 
     def next_due(self, now: int) -> int | None:
         """The soonest retry or lease expiry after `now` (clock ms), if any."""
-        due = [e.retry_at for e in self.entries.values() if e.status is EffectStatus.RETRYING]
-        due += [e.lease_until for e in self.entries.values()
-                if e.status is EffectStatus.EXECUTING]
-        return min((d for d in due if d > now), default=None)
+        timers = self._timers  # it runs at every wake of the loop: no pass over every entry
+        while timers:
+            due, effect_id = timers[0]
+            entry = self.entries.get(effect_id)
+            if due > now and entry is not None and _due(entry) == due:
+                return due
+            heapq.heappop(timers)  # past, finished, or moved on since
+        return None
+
+    def _time(self, entry: EffectEntry) -> None:
+        due = _due(entry)
+        if due is not None:
+            heapq.heappush(self._timers, (due, entry.id))
 
     async def checkpoint(self, force: bool = False) -> None:
         """Save the index when due, or now with `force` (then in a thread: nothing folds into
@@ -136,3 +150,12 @@ class EffectIndex:
             save_checkpoint(self.checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION, cursor,
                             self.entries, at=at)
         self._saved_cursor = cursor
+
+
+def _due(entry: EffectEntry) -> int | None:
+    """When `entry` is next due: its retry, or the end of its lease (None: neither)."""
+    if entry.status is EffectStatus.RETRYING:
+        return entry.retry_at
+    if entry.status is EffectStatus.EXECUTING:
+        return entry.lease_until
+    return None

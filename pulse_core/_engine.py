@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -15,7 +16,7 @@ from typing import Any
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effects import Executor
-from pulse_core._errors import PulseError, SurvivalLocked
+from pulse_core._errors import PulseError, StoreError, SurvivalLocked
 from pulse_core._events import EventDraft, error_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._home import HomeLayout, HomeStores, open_home
@@ -49,6 +50,7 @@ from pulse_core.memory import Memory
 from pulse_core.store._base import AppendResult, EventStore
 from pulse_core.store._objects import ObjectStore
 from pulse_core.store._side import SideStore
+from pulse_core.store._url import parse_store_url
 from pulse_core.store._vitals import Retention, VitalsStore
 
 log = logging.getLogger("pulse")
@@ -68,6 +70,16 @@ def default_builtin_rules() -> list[Rule]:
     return [clamp_tick(), error_backoff(), dedup()]
 
 
+
+def _placement(store: str | None, host: str | None) -> str:
+    """The host an engine's effects and marks are bound to: its own where the log may be
+    shared across hosts (PostgreSQL), '' where it is the engine's alone (SQLite)."""
+    try:
+        shared = store is not None and parse_store_url(store).spans_hosts
+    except StoreError:
+        return ""  # open() reports the URL
+    return (host or socket.gethostname()) if shared else ""
+
 class Engine:
     """One agent's nervous system on one home folder.
 
@@ -79,8 +91,11 @@ class Engine:
 
     `watchers`, `rules`, `executors` and `projections` are a shorthand for
     `business=Layer("business", ...)`. `store` is a store URL (default: the home's own
-    events.db); `survival` is handed to the survival layer (a pulse_survival.SurvivalConfig,
-    a config mapping, or None for its defaults).
+    events.db); `side_store` a side-store URL (default: the home's own state.db; redis://
+    or valkey:// for a fleet); `survival` is handed to the survival layer (a
+    pulse_survival.SurvivalConfig, a config mapping, or None for its defaults).
+    `host` names this engine's machine in its effect claims (default: its hostname; see
+    ExecutorLoop).
     """
 
     def __init__(
@@ -94,6 +109,7 @@ class Engine:
         executors: Sequence[Executor] = (),
         projections: Sequence[Projection[Any]] = (),
         store: str | None = None,
+        side_store: str | None = None,
         clock: Clock | None = None,
         default_tick_ms: int = 5_000,
         builtin_rules: Sequence[Rule] | None = None,
@@ -104,11 +120,14 @@ class Engine:
         survival: Any = None,
         engine_directory: EngineDirectory | None = None,
         rule_timeout: float = 2.0,
+        host: str | None = None,
     ) -> None:
         self.layout = HomeLayout.at(home)
         self.home = self.layout.root
         self.clock: Clock = clock or SystemClock()
         self.store_url = store
+        self.side_store_url = side_store
+        self.host = host
         shorthand = bool(watchers or rules or executors or projections)
         if business is not None and shorthand:
             raise PulseError("give the business code either as business=Layer(...) or as "
@@ -116,7 +135,10 @@ class Engine:
         if business is None:
             business = Layer("business", watchers=watchers, rules=rules, executors=executors,
                              projections=projections)
-        context = LayerContext(self.home, self.clock, engine_directory)
+        #: the host what this engine decides is bound to, where engines of several hosts
+        #: share its log ('' for a log of its own: nothing to bind)
+        self.placement = _placement(store, host)
+        context = LayerContext(self.home, self.clock, engine_directory, self.placement)
         self.survival = survival_layer(survival, context)
         self.layers: tuple[Layer, ...] = (self.survival, *layers, business)
         self.business = business
@@ -149,6 +171,7 @@ class Engine:
         self._interrupted = 0
         self.ticker = Ticker(self.chain, self.watchers, self.clock, self.layout.checkpoints,
                              default_tick_ms)
+        self.ticker.host = self.placement
 
     # -- building ----------------------------------------------------------------------------
 
@@ -243,6 +266,7 @@ class Engine:
             lock = lock_home(self.home)
             stack.callback(lock.close)
             self._stores = stores = await open_home(self.home, store=self.store_url,
+                                                    side_store=self.side_store_url,
                                                     clock=self.clock)
             stack.push_async_callback(self._close_stores)
             checkpoints = self.layout.checkpoints
@@ -252,7 +276,7 @@ class Engine:
                 stores.events, self.executors, clock=self.clock,
                 concurrency=self.executor_concurrency, scan_interval=self.executor_scan_interval,
                 checkpoints=checkpoints, vitals=stores.vitals, side=stores.side,
-                on_error=self._report,
+                on_error=self._report, host=self.host,
             )
             await self._projector.catch_up()
             await self._executor_loop.refresh()

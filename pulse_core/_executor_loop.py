@@ -4,10 +4,11 @@ Claims are appends of `effect-executing` that expect the effect's current versio
 loops (or two processes) racing for one attempt exactly one wins. The loop wakes at once on a
 commit in its own process and reads the log every `scan_interval` for other writers.
 
-A store that cannot be written for a while (another process holding the lock past its busy
-timeout, a full disk) never ends an attempt unobserved: the outcome is written again with
+A store that cannot be written for a while (a lock held past its busy timeout, a full disk,
+a database restarting) never ends an attempt unobserved: the outcome is written again with
 WRITE_BACKOFF while the attempt's lease holds (it expects the claim's version, so it lands at
-most once), and otherwise left to the lease's expiry; every such error goes to `on_error`.
+most once), else left to the lease's expiry. Every such error goes to `on_error`, and the
+outage once more, with its length, when the store answers again (so it reaches the log).
 Neither a failed read nor a checkpoint the disk refuses ends `run`; errors are stored with
 their URLs cut to scheme and host.
 """
@@ -57,6 +58,10 @@ WRITE_BACKOFF = Backoff(initial_ms=50, factor=2.0, max_ms=2_000, jitter=0.1)
 READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
 """Spacing of `run`'s reads after the store failed one, and of claims after one failed."""
 
+SCAN_GAP_S = 0.01
+"""The least time between two of `run`'s reads of the log: the wakes of a busy log (every
+commit of every engine sharing it wakes every loop) are taken together, one read for all."""
+
 log = logging.getLogger("pulse.executor_loop")
 
 
@@ -81,7 +86,10 @@ class ExecutorLoop:
     claims more than it has free slots for, and claims nothing once `stop_claiming` (or
     `drain`) was called.
 
-    `on_error(where, exc)` hears of every store error the loop survives (default: logged).
+    `host` names its machine in its claims (default: the hostname): a claim from another host
+    is taken over once its lease ends, one from this host also once its process is gone; an
+    effect bound to another host is left to that host's engines. `on_error(where, exc)` hears
+    of every store error the loop survives (default: logged).
     """
 
     def __init__(
@@ -98,6 +106,7 @@ class ExecutorLoop:
         vitals: VitalsStore | None = None,
         side: SideStore | None = None,
         on_error: Reporter | None = None,
+        host: str | None = None,
     ) -> None:
         self.store = store
         self.on_error: Reporter = on_error or _log_error
@@ -108,8 +117,9 @@ class ExecutorLoop:
         self.fail_unhandled = fail_unhandled
         self.vitals = vitals
         self.side = side
-        self._me = Owner.here()
+        self._me = Owner.here(host)
         self.owner = self._me.id
+        self.host = self._me.host
         self._by_tag = executors_by_tag(executors)
         self.concurrency = concurrency
         self._index = EffectIndex(store, checkpoints)
@@ -119,6 +129,7 @@ class ExecutorLoop:
         self._wake: asyncio.Event | None = None  # run()'s signal, also set as a slot frees
         self._checkpoint_failed = False
         self._stopping = False
+        self._outage: tuple[float, StoreUnavailable] | None = None  # since, first error
 
     # -- the index of unfinished effects -----------------------------------------------------
 
@@ -129,8 +140,8 @@ class ExecutorLoop:
             del self._held_back[gone]
 
     def pending_dedup_keys(self) -> frozenset[str]:
-        """Dedup keys of every effect not yet finished (pending, executing or retrying)."""
-        return self._index.dedup_keys()
+        """Dedup keys of every unfinished effect that may run on this loop's host."""
+        return self._index.dedup_keys(self.host)
 
     @property
     def unfinished(self) -> int:
@@ -138,8 +149,8 @@ class ExecutorLoop:
         return len(self._entries)
 
     def _claimable(self, entry: EffectEntry, now: int) -> bool:
-        if entry.id in self._inflight:
-            return False
+        if entry.id in self._inflight or entry.host not in ("", self.host):
+            return False  # running here already, or bound to another host's engines
         held = self._held_back.get(entry.id)
         if held is not None and asyncio.get_running_loop().time() < held[1]:
             return False
@@ -194,6 +205,7 @@ class ExecutorLoop:
         try:
             while not self._stopping:
                 signal.clear()
+                read_at = asyncio.get_running_loop().time()
                 try:
                     await self.refresh()
                     self.dispatch()
@@ -201,12 +213,16 @@ class ExecutorLoop:
                     raise
                 except Exception as exc:
                     failures += 1
-                    self.on_error("executor-loop", exc)
+                    self._failed("executor-loop", exc)
                     await asyncio.sleep(READ_BACKOFF.delay_ms(failures) / 1000)
                     continue
                 failures = 0
+                self._answered()
                 await self._checkpoint(force=False)
                 await wait_signal(signal, self._next_due(self.clock.now_ms()))
+                gap = read_at + SCAN_GAP_S - asyncio.get_running_loop().time()
+                if gap > 0:
+                    await asyncio.sleep(gap)
         finally:
             self._wake = None
             self.store.unsubscribe(signal)
@@ -249,13 +265,27 @@ class ExecutorLoop:
             # The claim could not be written: nothing ran and nothing is lost; the effect
             # is tried again once READ_BACKOFF has passed (or its lease, if it was).
             self._hold_back(entry.id)
-            self.on_error(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
-                          exc)
+            self._failed(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
+                         exc)
             return EffectOutcome.LOST_CLAIM
         finally:
             self._inflight.pop(entry.id, None)
             if self._wake is not None:
                 self._wake.set()  # a slot is free: claim what waits for one
+
+    def _failed(self, where: str, exc: BaseException) -> None:
+        """Tell `on_error` of `exc`; remember the first of an outage (StoreUnavailable)."""
+        if isinstance(exc, StoreUnavailable) and self._outage is None:
+            self._outage = (time.monotonic(), exc)
+        self.on_error(where, exc)
+
+    def _answered(self) -> None:
+        """The store answered: report the outage that ends here, if one was going on."""
+        if self._outage is not None:
+            (since, first), self._outage = self._outage, None
+            self.on_error("executor-loop", StoreUnavailable(
+                f"{self.owner}: the store was unavailable for {time.monotonic() - since:.1f} s "
+                f"(first error: {first}); it answers again and the loop carries on"))
 
     def _hold_back(self, effect_id: str) -> None:
         """Claim `effect_id` again only after READ_BACKOFF (longer after each failure)."""
@@ -281,6 +311,7 @@ class ExecutorLoop:
             self._hold_back(entry.id)
             return EffectOutcome.LOST_CLAIM
         self._held_back.pop(entry.id, None)
+        self._answered()
         claim = _Claim(entry, claimed.events[0].version, lease_until, entry.attempt + 1,
                        draft.origin, executor)
         if executor is None:
@@ -349,6 +380,7 @@ class ExecutorLoop:
         while True:
             try:
                 await self.store.append([draft], expect={claim.entry.id: claim.version})
+                self._answered()
                 return True
             except AppendRejected:
                 return False  # our lease expired and another loop reclaimed the effect
@@ -356,11 +388,11 @@ class ExecutorLoop:
                 failures += 1
                 delay = WRITE_BACKOFF.delay_ms(failures)
                 if self.clock.now_ms() + delay >= claim.until:
-                    self.on_error(f"{where}: gave up as its lease ends; it will be claimed "
-                                  "again", exc)
+                    self._failed(f"{where}: gave up as its lease ends; it will be claimed "
+                                 "again", exc)
                     return False
                 if failures == 1:
-                    self.on_error(f"{where}: retrying while its lease holds", exc)
+                    self._failed(f"{where}: retrying while its lease holds", exc)
                 await asyncio.sleep(delay / 1000)
             except Exception as exc:
                 self.on_error(f"{where}: not written; it will be claimed again when its "

@@ -1,5 +1,12 @@
 """Who holds a claim: the owner an executor loop writes into `effect-executing`, and how
-another loop on the same host tells that the owner's process is gone."""
+another loop tells that the owner is gone.
+
+An owner names its host. A loop judges a claim from another host by its lease expiry only
+(a process id means nothing across machines); a claim from its own host also by whether the
+owner's process still lives, so a crashed process's claims are taken over at once. Host names
+must therefore tell machines apart: two machines under one name would judge each other's
+process ids.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,10 @@ import msgspec
 import psutil
 
 from pulse_core._effects import EffectEntry
+from pulse_core._errors import PulseError
 from pulse_core._events import uuid7
+
+MAX_HOST_LENGTH = 255
 
 
 def process_started(pid: int) -> float:
@@ -25,9 +35,26 @@ def process_started(pid: int) -> float:
         return 0.0
 
 
+def check_host(host: object) -> str:
+    """`host` if it can name a host in claims (1..255 printable characters, no whitespace);
+    else PulseError saying what to give instead."""
+    if (not isinstance(host, str) or not 0 < len(host) <= MAX_HOST_LENGTH
+            or not host.isprintable() or any(c.isspace() for c in host)):
+        raise PulseError(f"host {host!r}: a host name must be 1..{MAX_HOST_LENGTH} printable "
+                         "characters without spaces, one per machine (default: the machine's "
+                         "hostname)")
+    return host
+
+
+def owner_host(owner_id: str) -> str:
+    """The host named by an owner id (`host:pid:random`); '' when `owner_id` is not one."""
+    parts = owner_id.rsplit(":", 2)
+    return parts[0] if len(parts) == 3 else ""
+
+
 class Owner(msgspec.Struct, frozen=True):
-    """One executor loop as its claims name it: `id` (host, pid and a random part), and the
-    pid and start time of its process, which tell a dead owner from a live one."""
+    """One executor loop as its claims name it: `id` (`host:pid:random`), and the host, pid
+    and start time of its process, which tell a dead owner on the same host from a live one."""
 
     id: str
     host: str
@@ -35,15 +62,18 @@ class Owner(msgspec.Struct, frozen=True):
     started: float
 
     @classmethod
-    def here(cls) -> Owner:
-        """A new owner for a loop of this process."""
-        host, pid = socket.gethostname(), os.getpid()
+    def here(cls, host: str | None = None) -> Owner:
+        """A new owner for a loop of this process on `host` (default: the machine's
+        hostname); PulseError for a host name that cannot be one."""
+        host = check_host(socket.gethostname() if host is None else host)
+        pid = os.getpid()
         return cls(f"{host}:{pid}:{uuid7()[-12:]}", host, pid, process_started(pid))
 
     def outlived(self, entry: EffectEntry) -> bool:
-        """Whether `entry`'s claim was made by a process on this host that has died (or whose
-        pid now names another process). Claims from other hosts are judged by their lease."""
-        if entry.owner == self.id or not entry.owner.startswith(f"{self.host}:"):
+        """Whether `entry`'s claim was made by a process on this host that has died, or whose
+        pid now names another process. Claims from other hosts are never judged so: only
+        their lease ends them."""
+        if entry.owner == self.id or owner_host(entry.owner) != self.host:
             return False
         if entry.owner_pid == self.pid and entry.owner_started == self.started:
             return False

@@ -87,12 +87,17 @@ class Ticker:
     async def snapshot(self, projector: Projector, executors: ExecutorLoop,
                        vitals: VitalsStore) -> tuple[Snapshot, int]:
         """The snapshot the next tick sees, and the vitals cursor it reached."""
-        # The effect index is read before the projections, so an effect the index no longer
-        # lists as pending is already folded into the projections: a rule never sees an
-        # effect finished in neither (and emits it again). Vitals are read meanwhile.
+        # Pending are the effects unfinished before the projections are read, so one the
+        # rule sees finished is folded into them (it never sees one finished in neither, and
+        # emits it again), and those unfinished after: another engine sharing the log may
+        # have decided one meanwhile, which the projections already show. Vitals are read
+        # meanwhile.
         _, (cursor, latest, recent) = await asyncio.gather(
             executors.refresh(), vitals.for_tick(self._cursor))
+        pending = executors.pending_dedup_keys()
         states = await projector.catch_up()
+        await executors.refresh()
+        pending |= executors.pending_dedup_keys()
         now = self.clock.now_ms()
         samples = {k: tuple(s for s in found if s.ts >= self.started_at)
                    for k, found in recent.items()}
@@ -100,7 +105,7 @@ class Ticker:
             seq=projector.seq, at=now, number=self.number + 1,
             vitals={k: VitalReading(s, now - s.ts) for k, s in latest.items()
                     if self._fresh(s, now)},
-            projections=states, pending_effects=executors.pending_dedup_keys(),
+            projections=states, pending_effects=pending,
             last_tick_ms=self.last_tick_ms,
             samples={k: v for k, v in samples.items() if v}, started_at=self.started_at,
         ), cursor

@@ -42,6 +42,11 @@ class SqliteURL(NamedTuple):
         return (f"sqlite://{quote(str(self.path))}?synchronous={self.synchronous}"
                 f"&busy_timeout={self.busy_timeout:g}")
 
+    @property
+    def spans_hosts(self) -> bool:
+        """Whether engines of several hosts may share this log: no, a file is one machine's."""
+        return False
+
 
 class PostgresURL(NamedTuple):
     """A `postgresql://` (or `postgres://`) store URL: the database and pulse's options.
@@ -69,6 +74,11 @@ class PostgresURL(NamedTuple):
         query.update(schema=[self.schema], pool_size=[str(self.pool_size)],
                      connect_timeout=[f"{self.connect_timeout:g}"])
         return _postgres_url(self.scheme, parts.netloc, parts.path, query)
+
+    @property
+    def spans_hosts(self) -> bool:
+        """Whether engines of several hosts may share this log: yes."""
+        return True
 
     def display(self) -> str:
         """The URL for messages and logs: host, port, database and schema, no user name and

@@ -369,9 +369,10 @@ async def test_the_loop_reports_a_failed_read_and_keeps_running(tmp_path: Path) 
         await asyncio.gather(runner, return_exceptions=True)
         await store.close()
     assert [n for n, _, _ in worker.calls] == [1, 2]
-    assert len(reported) == 3
+    assert len(reported) == 4  # three failed reads, then the outage they made, once it ended
     assert all(where == "executor-loop" and isinstance(exc, StoreUnavailable)
                for where, exc in reported)
+    assert "was unavailable for" in str(reported[3][1])
 
 
 async def _acked(store: EventStore, count: int) -> bool:

@@ -6,7 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from pulse_core import Effect, Event, EventDraft, fold_effect, host_of
+from pulse_core import (
+    Decision,
+    Effect,
+    Engine,
+    Event,
+    EventDraft,
+    ExecutionContext,
+    Executor,
+    Inner,
+    Snapshot,
+    fold_effect,
+    host_of,
+)
 from pulse_core._effect_index import EffectIndex
 from pulse_core._effects import effect_draft, mark_draft
 from pulse_survival.effects import RestartProcess
@@ -68,3 +80,56 @@ def test_a_hosts_survival_ledger_ignores_restarts_and_marks_another_host_recorde
             state = ledger.apply(state, event)
         assert len(state.process("agent").restarts) == restarts, host
         assert state.streaks["resource_guard"] == streak, host
+
+
+class Sweep(Effect, tag="placement-sweep"):
+    """What a host's rule decides about its own machine."""
+
+
+class Sweeps(Executor):
+    handles = (Sweep,)
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def execute(self, effect: Sweep, ctx: ExecutionContext) -> None:
+        self.runs += 1
+
+
+async def sweep_once(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+    decision = await inner(prev, curr)
+    if curr.number == 1:
+        return Decision([*decision.effects, Sweep()], decision.tick_ms)
+    return decision
+
+
+async def test_an_engine_on_a_shared_log_binds_its_decisions_to_its_host_and_others_leave_them(
+        tmp_path: Path, pg_url: str) -> None:
+    mine, theirs = Sweeps(), Sweeps()
+    a = Engine(tmp_path / "a", store=pg_url, host="host-a", rules=[sweep_once],
+               executors=[mine])
+    b = Engine(tmp_path / "b", store=pg_url, host="host-b", executors=[theirs])
+    await a.open()
+    await b.open()  # opened, not started: only the calls below claim
+    try:
+        await a.step()
+        [effect] = await a.events.read(kinds=["effect"])
+        assert host_of(effect) == "host-a"
+        await b.executor_loop.run_until_idle()  # b sees it first, and must leave it
+        assert theirs.runs == 0
+        await a.executor_loop.run_until_idle()
+        assert mine.runs == 1
+    finally:
+        await b.close()
+        await a.close()
+
+
+async def test_an_engine_on_a_log_of_its_own_binds_nothing(tmp_path: Path) -> None:
+    engine = Engine(tmp_path / "a", host="host-a", rules=[sweep_once], executors=[Sweeps()])
+    await engine.open()
+    try:
+        await engine.step()
+        [effect] = await engine.events.read(kinds=["effect"])
+        assert host_of(effect) == ""
+    finally:
+        await engine.close()
