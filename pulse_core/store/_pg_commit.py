@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 from pulse_core._clock import Clock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
 from pulse_core.store._commit import Batch
-from pulse_core.store._pg_schema import COLUMNS, Connection, is_disconnect, quoted
+from pulse_core.store._pg_schema import COLUMNS, Connection, is_disconnect, pipeline, quoted
 from pulse_core.store._recorder import AppendResult, PreparedAppend
 
 Outcome = AppendResult | Exception
@@ -112,7 +112,7 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     outcomes: list[Outcome] = []
     rows: list[Any] = []
     try:
-        async with conn.pipeline():
+        async with pipeline(conn):
             # One round trip: the writer lock (waiting for the writer before), then what
             # that writer committed: the newest seq, the heads, the idempotency keys.
             await conn.execute("BEGIN")
@@ -153,7 +153,7 @@ async def write_and_commit(conn: Connection, sql: LogSQL, rows: Sequence[Sequenc
         async with conn.cursor() as cur, cur.copy(sql.copy) as copy:
             for row in rows:
                 await copy.write_row(row)
-    async with conn.pipeline():
+    async with pipeline(conn):
         if rows:
             written = sorted({r[3] for r in rows})
             await conn.execute(sql.upsert_heads, (written, [heads[k] for k in written]))

@@ -115,6 +115,28 @@ def pg_errors(location: str, doing: str) -> Iterator[None]:
         raise store_error(exc, location, doing) from exc
 
 
+@contextlib.asynccontextmanager
+async def pipeline(conn: Connection) -> AsyncIterator[None]:
+    """`conn.pipeline()`, except that when the connection is lost inside the block (a server
+    restart, a terminated backend), only the block's error is raised: psycopg would go on to
+    end the pipeline on the lost connection and log that second failure as a warning ("error
+    ignored terminating"), once per connection cut. Any other error is left to psycopg."""
+    lost: BaseException | None = None
+    try:
+        async with conn.pipeline():
+            try:
+                yield
+            except (psycopg.Error, OSError) as exc:
+                if not is_disconnect(exc):
+                    raise
+                lost = exc  # leave the block without it: ending the pipeline raises, below
+    except (psycopg.Error, OSError):
+        if lost is None:
+            raise
+    if lost is not None:
+        raise lost
+
+
 async def prepare(conn: Connection, schema: str, *, read_only: bool, location: str) -> None:
     """Check that `schema` holds a pulse event log this pulse can use; create it when it is
     absent (never when `read_only`). Raises SchemaTooNew, NotAPulseDatabase or StoreError."""

@@ -4,6 +4,7 @@ server shared by many processes can show."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -403,6 +404,18 @@ async def test_after_a_server_restart_a_cursor_resumes_without_a_gap_or_a_duplic
         await asyncio.gather(task, return_exceptions=True)
         await follower.close()
         await writer.close()
+
+
+async def test_a_server_restart_costs_no_driver_warning_for_the_pooled_connections_it_cut(
+    store: EventStore, postgres_server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    await asyncio.gather(*(store.read() for _ in range(8)))  # the pool holds several now
+    await asyncio.to_thread(postgres_server.restart)
+    with caplog.at_level(logging.WARNING, logger="psycopg"):
+        for n in range(3):
+            await store.append([draft("a", n)])
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    assert [e.data["n"] for e in await store.read()] == [0, 1, 2]
 
 
 # -- exclusive ------------------------------------------------------------------------------
