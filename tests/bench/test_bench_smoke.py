@@ -1,6 +1,8 @@
 """Every benchmark runs end to end at tiny sizes and prints figure | limit | ratio, so none rots.
 
 Floors are not judged here: tiny runs on a busy CI machine say nothing about them.
+The PostgreSQL ones run against the test server (tests/servers.py); bench.pg_drivers is
+left out, since it needs asyncpg, which pulse does not depend on.
 """
 
 from __future__ import annotations
@@ -88,3 +90,23 @@ def test_append_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
            "eventsourcing insert_events p50"],
           ["raw sqlite3 1-row commit p50", "raw sqlite3 1-row commit p99",
            "raw sqlite3 executemany 1 row/commit"], floors=1)
+
+
+def test_pg_append(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("pg_append").main(["--events", "400", "--processes", "2", "--producers", "4",
+                             "--batch", "10", "--url", pg_url])
+    check(capsys.readouterr().out, ["EventStore.append 4 producers x 10 drafts/call"],
+          ["raw psycopg executemany 10 rows/transaction"], floors=1)
+
+
+def test_pg_dispatch(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("pg_dispatch").main(["--effects", "20", "--url", pg_url])
+    check(capsys.readouterr().out, ["dispatch p50", "dispatch p99"],
+          ["bare NOTIFY sent -> heard in another process p99", "bare NOTIFY round trip p99"],
+          floors=1)
+
+
+def test_pg_scale(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("pg_scale").main(["--small", "200", "--large", "2000", "--ticks", "5", "--warmup",
+                            "1", "--url", pg_url])
+    check(capsys.readouterr().out, ["tick at 2,000 events"], ["tick at 200 events"], floors=1)

@@ -201,6 +201,16 @@ async def test_the_log_s_owner_holds_no_update_delete_or_truncate_privilege(
                                "'INSERT')", db) == "t"
 
 
+async def test_four_processes_opening_a_new_database_at_once_all_open_one_log(
+        pg_url: str) -> None:
+    stores = await asyncio.gather(*(open_event_store(pg_url) for _ in range(4)))
+    try:
+        await asyncio.gather(*(s.append([draft(f"k{i}")]) for i, s in enumerate(stores)))
+        assert [e.seq for e in await stores[0].read()] == [1, 2, 3, 4]
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+
+
 async def test_a_schema_from_a_newer_pulse_is_refused_naming_both_versions(
     store: EventStore, pg_url: str, postgres_server: PostgresServer
 ) -> None:
