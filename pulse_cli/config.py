@@ -13,19 +13,24 @@ factory when the engine is built (pulse_cli.assembly), which names the layer.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import unquote, urlsplit
 
 import msgspec
 
 from pulse_cli.home import CliError, check_instance_name
 from pulse_cli.loader import MAX_TICK_MS, MIN_TICK_MS
+from pulse_cli.output import without_passwords
 from pulse_core import PulseError, parse_store_url
 from pulse_core._homelock import write_private
+from pulse_core._lease import check_host
+from pulse_core.store._redis import SCHEMES, parse_redis_url
 
 if TYPE_CHECKING:
     from pulse_survival import SurvivalConfig
@@ -51,20 +56,26 @@ class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     daemon: DaemonSettings = DaemonSettings()
     survival: dict[str, Any] = {}
     store: str | None = None
+    side_store: str | None = None
+    host: str | None = None
     layers: dict[str, dict[str, Any] | None] = {}
 
 
 @dataclass(frozen=True)
 class Config:
     """A home's settings, validated. `store` is the event log's URL (None: the home's own
-    log, as pulse_core._home.HomeLayout names it); `layers` maps each configured layer's
-    name to its settings, in order."""
+    log, as pulse_core._home.HomeLayout names it); `side_store` the side store's URL (None:
+    the home's own state.db); `host` the name this engine's claims give its host (None: the
+    machine's hostname); `layers` maps each configured layer's name to its settings, in
+    order."""
 
     instance: str
     default_tick_ms: int
     daemon: DaemonSettings
     survival: SurvivalConfig
     store: str | None = None
+    side_store: str | None = None
+    host: str | None = None
     layers: Mapping[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
@@ -77,7 +88,12 @@ ALLOWED: dict[str, str] = {
     "daemon.drain_timeout_s": "a number > 0 and <= 3600",
     "daemon.log_max_bytes": "an integer >= 4096",
     "survival": "an object of pulse_survival.SurvivalConfig settings",
-    "store": "a store URL such as \"sqlite:///abs/path/events.db\" (null: the home's own log)",
+    "store": ("a store URL such as \"sqlite:///abs/path/events.db\" or "
+              "\"postgresql://user@host:5432/db\" (null: the home's own log)"),
+    "side_store": ("a side-store URL such as \"redis://host:6379/0\" or "
+                   "\"sqlite:///abs/path/state.db\" (null: the home's own state.db)"),
+    "host": ("a host name for this engine's claims, 1-255 printable characters without "
+             "spaces (null: this machine's hostname)"),
     "layers": "an object mapping each layer's name to its settings, in order",
     "layers.*": "an object of that layer's settings, or null",
 }
@@ -183,9 +199,11 @@ def parse_config(data: bytes, name: str = "config.json") -> Config:
     except SurvivalConfigError as exc:
         raise ConfigError(f"{name}: {exc}") from None
     _check_store(stored.store, name)
+    _check_side_store(stored.side_store, name)
+    _check_host(stored.host, name)
     _check_layers(stored.layers, name)
     return Config(stored.instance, stored.default_tick_ms, stored.daemon, survival,
-                  stored.store, dict(stored.layers))
+                  stored.store, stored.side_store, stored.host, dict(stored.layers))
 
 
 def _check_store(url: str | None, name: str) -> None:
@@ -194,7 +212,35 @@ def _check_store(url: str | None, name: str) -> None:
     try:
         parse_store_url(url)
     except PulseError as exc:
-        raise ConfigError(f"{name}: store: {exc}") from None
+        raise ConfigError(f"{name}: store: {without_passwords(str(exc))}") from None
+
+
+def _check_side_store(url: str | None, name: str) -> None:
+    if url is None:
+        return
+    parts = urlsplit(url)
+    if parts.scheme in SCHEMES:
+        try:
+            parse_redis_url(url)
+        except PulseError as exc:
+            raise ConfigError(f"{name}: side_store: {without_passwords(str(exc))}") from None
+        return
+    path = Path(unquote(parts.path))
+    if parts.scheme == "sqlite" and parts.netloc in ("", "localhost") and not parts.query \
+            and path.is_absolute() and path.name not in ("", ".", ".."):
+        return
+    got = json.dumps(without_passwords(url))
+    raise ConfigError(f"{name}: side_store must be {ALLOWED['side_store']}, got {got}")
+
+
+def _check_host(host: str | None, name: str) -> None:
+    if host is None:
+        return
+    try:
+        check_host(host)
+    except PulseError:
+        raise ConfigError(f"{name}: host must be {ALLOWED['host']}, got {json.dumps(host)}"
+                          ) from None
 
 
 def _check_layers(layers: Mapping[str, Any], name: str) -> None:
@@ -204,6 +250,13 @@ def _check_layers(layers: Mapping[str, Any], name: str) -> None:
     for layer in layers:
         if not layer or layer != layer.strip():
             raise ConfigError(f"{name}: layers: {json.dumps(layer)} is not a layer name")
+
+
+def on_scratch(cfg: Config) -> Config:
+    """`cfg` for an engine on a scratch copy of its home (`upulse tick`, `upulse dev`, the
+    promote gate's dry run): the copy's own event log and side store, never the live ones
+    config.json names."""
+    return dataclasses.replace(cfg, store=None, side_store=None)
 
 
 def load(path: Path) -> Config:
@@ -223,12 +276,17 @@ def load_or_default(path: Path) -> Config:
     return load(path) if path.is_file() else parse_config(b"{}", str(path))
 
 
-def default_config_text(instance: str) -> str:
-    """The config.json `upulse init` writes: every setting at its default."""
-    stored = ConfigFile(instance=instance)
+def default_config_text(instance: str, *, store: str | None = None,
+                        side_store: str | None = None) -> str:
+    """The config.json `upulse init` writes: every setting at its default, but the store
+    URLs given (`upulse init --store URL --side-store URL`)."""
+    stored = ConfigFile(instance=instance, store=store, side_store=side_store)
     return msgspec.json.format(msgspec.json.encode(stored), indent=2).decode() + "\n"
 
 
-def write_default(path: Path, instance: str) -> None:
-    """Write a default config.json for `instance` atomically, readable by its owner only."""
-    write_private(path, default_config_text(instance).encode())
+def write_default(path: Path, instance: str, *, store: str | None = None,
+                  side_store: str | None = None) -> None:
+    """Write a default config.json for `instance` (with the store URLs given) atomically,
+    readable by its owner only."""
+    write_private(path, default_config_text(instance, store=store,
+                                            side_store=side_store).encode())

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import fcntl
 import importlib.util
 import json
@@ -342,7 +341,7 @@ def _say(message: Mapping[str, Any]) -> None:
 async def _tick_once(engine_dir: Path, scratch: Path, tick_s: float) -> dict[str, Any]:
     from pulse_cli.assembly import build_engine, load_code  # the child's
 
-    cfg = dataclasses.replace(config_file.load_or_default(Home(scratch).config), store=None)
+    cfg = config_file.on_scratch(config_file.load_or_default(Home(scratch).config))
     code = load_code(engine_dir, staged=True)
     engine = build_engine(scratch, cfg, code, rule_timeout=tick_s, drain_timeout=0.5)
     names = {rule_name(r) for r in engine.business.rules} | {"business-rules"}

@@ -8,47 +8,130 @@ from typing import Any
 import msgspec
 
 from pulse_cli import config as config_file
-from pulse_cli.home import DaemonStateError, DaemonStatus, Home, list_homes
-from pulse_cli.output import ago, clip, now_ms, print_json, print_table, printable, span
+from pulse_cli.home import (
+    CliError,
+    DaemonStateError,
+    DaemonStatus,
+    Home,
+    UsageError,
+    list_homes,
+)
+from pulse_cli.output import (
+    ago,
+    clip,
+    now_ms,
+    print_json,
+    print_table,
+    printable,
+    span,
+    without_passwords,
+)
 from pulse_cli.queries import read_effects
-from pulse_cli.stores import log_file
-from pulse_core import Event, EventStore, open_home
+from pulse_cli.stores import (
+    PROBE_NAMESPACE,
+    LogUnavailable,
+    log_file,
+    open_stores,
+    served_log,
+    served_side_store,
+    shown,
+    store_url,
+    unavailable,
+)
+from pulse_core import Event, EventStore, StoreError
 from pulse_core._homelock import private_folder
+from pulse_core.store import open_event_store
+from pulse_core.store._side import open_side_store
 
 ERRORS_SHOWN = 3
 ERROR_LOOKBACK = 100_000  # events searched back from the head for the last errors
 
 
-async def initialise(home: Home, instance: str, *, as_json: bool = False) -> int:
+async def initialise(home: Home, instance: str, *, store: str | None = None,
+                     side_store: str | None = None, as_json: bool = False) -> int:
     """Lay out `home` (config, stores, objects/, engine directory); what exists is kept as is.
-    Prints what was created (with `as_json`: the home, the instance and the created names)."""
+    `store` and `side_store` go into a new config.json (a PostgreSQL log, a Redis side
+    store); each is checked first (reachable, the log's schema created), so nothing is laid
+    out for a URL that does not work. Prints what was created (with `as_json`: the home,
+    the instance and the created names)."""
     from pulse_cli.enginedir import init_engine_dir  # git and the template: only for init
 
     created: list[str] = []
-    private_folder(home.root)
-    if not home.config.exists():
-        config_file.write_default(home.config, instance)
+    if home.config.exists():
+        cfg = config_file.load(home.config)
+        _keeps(home, cfg, store=store, side_store=side_store)
+    else:
+        cfg = config_file.parse_config(
+            config_file.default_config_text(instance, store=store, side_store=side_store
+                                             ).encode(), str(home.config))
+        await check_servers(home, cfg)
+        private_folder(home.root)
+        config_file.write_default(home.config, instance, store=store, side_store=side_store)
         created.append(home.config.name)
-    cfg = config_file.load(home.config)
     layout = home.layout
-    stores = {log_file(home, cfg): "", layout.vitals_db: "", layout.side_db: "",
-              layout.objects: "/", layout.checkpoints: "/", layout.logs: "/"}
+    log = log_file(home, cfg)
+    side = layout.side_db if cfg.side_store is None else None
+    stores = {path: slash for path, slash in (
+        (log, ""), (layout.vitals_db, ""), (side, ""), (layout.objects, "/"),
+        (layout.checkpoints, "/"), (layout.logs, "/")) if path is not None}
     missing = [f"{path.name}{slash}" for path, slash in stores.items() if not path.exists()]
-    if missing:  # open_home creates what is missing and leaves what exists as it is
-        await (await open_home(home.root, store=cfg.store)).close()
+    if missing or log is None:  # open_home creates what is missing, keeps what exists
+        await (await open_stores(home, cfg.store, side_store=cfg.side_store,
+                                 read_only=False)).close()
         created += missing
     engine_dir = await asyncio.to_thread(init_engine_dir, home.root)
     if engine_dir:
         created += ["engine/", "staging/"]
     if as_json:
         print_json({"home": str(home.root), "instance": cfg.instance, "created": created})
-    elif created:
-        shown = [*created[:-2], "engine/ (git, branch main) and staging/ (worktree, branch "
-                 "staging)"] if engine_dir else created
-        print(printable(f"initialised {home.root}: created {', '.join(shown)}"))
+        return 0
+    where = shown(store_url(home, cfg))
+    log_line = "" if log is not None else f"; the event log is at {where}"
+    if created:
+        shown_names = [*created[:-2], "engine/ (git, branch main) and staging/ (worktree, "
+                       "branch staging)"] if engine_dir else created
+        print(printable(f"initialised {home.root}: created {', '.join(shown_names)}{log_line}"))
     else:
-        print(printable(f"{home.root} already exists; nothing changed"))
+        print(printable(f"{home.root} already exists; nothing changed{log_line}"))
     return 0
+
+
+def _keeps(home: Home, cfg: config_file.Config, *, store: str | None,
+           side_store: str | None) -> None:
+    """UsageError when --store or --side-store asks for another URL than the existing
+    config.json names: init never changes a home's settings."""
+    for option, given, kept in (("--store", store, cfg.store),
+                                ("--side-store", side_store, cfg.side_store)):
+        if given is not None and given != kept:
+            now = shown(kept) if kept else "the home's own file (null)"
+            move = (" `upulse migrate --to URL --switch` moves the event log"
+                    if option == "--store" else "")
+            raise UsageError(f"{home.config} exists and names {option.lstrip('-')} {now}; init "
+                             f"never changes an existing home's settings — edit config.json"
+                             f"{',' if move else ''}{move}")
+
+
+async def check_servers(home: Home, cfg: config_file.Config) -> None:
+    """Raise LogUnavailable (CliError for the side store) unless the event log and the side
+    store `cfg` names on a server can be used: reached, and the log's schema created (a
+    SQLite file is checked when the home is laid out)."""
+    log, side_url = served_log(cfg), served_side_store(cfg)
+    if log is not None:
+        try:
+            events = await open_event_store(log)
+        except StoreError as exc:
+            raise LogUnavailable(unavailable(log, exc)) from None
+        await events.close()
+    if side_url is not None:
+        try:
+            side = await open_side_store(side_url)
+            try:
+                await side.get_all(PROBE_NAMESPACE)
+            finally:
+                await side.close()
+        except StoreError as exc:
+            raise CliError(f"the side store at {shown(side_url)}: "
+                           f"{' '.join(without_passwords(str(exc)).split())}") from None
 
 
 def _state(home: Home) -> tuple[str, int | None]:
@@ -87,7 +170,7 @@ def _tick_rate(status: DaemonStatus, now: int) -> float:
 
 async def _from_log(home: Home, store: str | None) -> tuple[int, list[Event]]:
     """How many effects are unfinished, and the last errors, in the log at `store`."""
-    stores = await open_home(home.root, store=store, read_only=True)
+    stores = await open_stores(home, store, read_only=True)
     try:
         pending = [e for e in (await read_effects(stores.events)).values() if not e.finished]
         return len(pending), await _last_errors(stores.events)
@@ -100,7 +183,9 @@ async def status(home: Home, *, as_json: bool) -> int:
 
     Works on any home with an event log (without config.json: an embedded engine's), and
     whatever config.json says: when it cannot be read, the report says why, and the log is
-    read at the store the daemon reported (skipped when there is none).
+    read at the store the daemon reported (skipped when there is none). A log that cannot
+    be opened (its database server down) is reported too, and the command fails with
+    LogUnavailable after the report.
     Exits 3 (with what is known of the last run) when the daemon is not running.
     """
     home.readable()
@@ -115,15 +200,21 @@ async def status(home: Home, *, as_json: bool) -> int:
     pending: int | None = None
     errors: list[Event] = []
     store = cfg.store if cfg is not None else (last.store if last is not None else None)
+    log_error: LogUnavailable | None = None
     if cfg is not None or store is not None:
-        pending, errors = await _from_log(home, store)
+        try:
+            pending, errors = await _from_log(home, store)
+        except LogUnavailable as exc:
+            log_error = exc
     instance = cfg.instance if home.initialised and cfg is not None else (
         last.instance if last is not None else home.root.name)
     now = now_ms()
     report: dict[str, Any] = {
         "instance": instance, "home": str(home.root), "running": pid is not None,
-        "pid": pid, "status": None if last is None else msgspec.to_builtins(last),
+        "pid": pid, "status": None if last is None else _status_shown(last),
+        "store": None if store is None else shown(store),
         "uptime_s": None, "tick_rate_per_min": None, "config_error": problem,
+        "log_error": None if log_error is None else str(log_error),
         "pending_effects": pending, "last_errors": [msgspec.to_builtins(e) for e in errors],
     }
     if pid is not None and last is not None and last.pid == pid:
@@ -134,8 +225,19 @@ async def status(home: Home, *, as_json: bool) -> int:
     else:
         _print_status(report, last, now)
     if pid is None:
-        raise DaemonStateError(f"the daemon of {home.root} is not running")
+        unread = "" if log_error is None else f" (and its log cannot be read: {log_error})"
+        raise DaemonStateError(f"the daemon of {home.root} is not running{unread}")
+    if log_error is not None:
+        raise log_error
     return 0
+
+
+def _status_shown(last: DaemonStatus) -> dict[str, Any]:
+    """daemon.status.json as status prints it: the store URL without its password."""
+    shown_status: dict[str, Any] = msgspec.to_builtins(last)
+    if last.store is not None:
+        shown_status["store"] = shown(last.store)
+    return shown_status
 
 
 def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -> None:
@@ -160,6 +262,10 @@ def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -
             lines.append(("reloads", f"{last.reloads}, last {ago(last.last_reload_at, now)}"))
     if report["config_error"] is not None:
         lines.append(("config", f"cannot be read: {report['config_error']}"))
+    if report["store"] is not None:
+        lines.append(("log", report["store"]))
+    if report["log_error"] is not None:
+        lines.append(("log", f"cannot be read: {report['log_error']}"))
     unknown = report["pending_effects"] is None
     lines.append(("pending", "unknown (no log to read)" if unknown else
                   f"{report['pending_effects']} effects"))

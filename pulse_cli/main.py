@@ -20,11 +20,12 @@ from pulse_cli.home import (
     is_instance_name,
     resolve_home,
 )
-from pulse_cli.output import did_you_mean, nearest, printable
+from pulse_cli.output import did_you_mean, nearest, printable, without_passwords
 from pulse_cli.queries import (
     TASK_STATUSES,
     parse_count,
     parse_duration,
+    parse_page,
     parse_seconds,
     parse_since,
 )
@@ -40,7 +41,7 @@ exit codes:
   0  ok
   1  error: the message says what failed and what to do
   2  usage: an unknown command, option or malformed argument
-  3  the daemon is already running (daemon start) or is not running (stop, status)
+  3  the daemon is already running (daemon start, migrate) or is not running (stop, status)
   4  the promote gate refused the staged code (promote, deploy)
 """
 
@@ -272,9 +273,29 @@ def build_parser() -> argparse.ArgumentParser:
     init = _command(sub, "init", "instances.initialise",
                     "lay out a home: config.json, its stores (events, vitals, side, objects), "
                     "engine/, staging/; what exists (an embedded engine's log) is kept",
-                    lambda a, h: {"instance": _instance_name(a, h), "as_json": a.json})
+                    lambda a, h: {"instance": _instance_name(a, h), "store": a.store,
+                                  "side_store": a.side_store, "as_json": a.json})
     init.epilog = "Re-running init on an existing home changes nothing and says so."
+    init.add_argument("--store", metavar="URL",
+                      help="keep the event log there: postgresql://user@host:5432/db (checked "
+                           "now: reachable, schema created; default: HOME/events.db)")
+    init.add_argument("--side-store", metavar="URL",
+                      help="keep the side store there: redis://host:6379/0 (checked now; "
+                           "default: HOME/state.db)")
     _json(init, "print the home, the instance and what was created as one JSON document")
+    migrate = _command(sub, "migrate", "migrate.migrate",
+                       "copy this home's event log into an empty PostgreSQL database exactly, "
+                       "verify every row, and with --switch point config.json at it",
+                       lambda a, h: {"to": a.to, "switch": a.switch, "page": a.page,
+                                     "as_json": a.json})
+    migrate.add_argument("--to", required=True, metavar="URL",
+                         help="the empty target: postgresql://user@host:5432/db")
+    migrate.add_argument("--switch", action="store_true",
+                         help="once verified, set config.json's store to URL (the old log is "
+                              "kept as it is)")
+    migrate.add_argument("--page", type=parse_page, default=5_000, metavar="N",
+                         help="events copied (and verified) per transaction (default 5000)")
+    _json(migrate, "print the counts and the verdict as one JSON document (no progress)")
     listing = _command(sub, "instances", "instances.instances",
                        "list the base home and every named instance with its status",
                        lambda a, h: {"as_json": a.json})
@@ -295,8 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _say_error(command: str, error: Exception) -> None:
-    """An error on stderr as `upulse COMMAND: what was wrong — what to do`."""
-    print(f"{command}: {printable(str(error), newlines=True)}", file=sys.stderr)
+    """An error on stderr as `upulse COMMAND: what was wrong — what to do`, with the
+    password of any URL in it cut out."""
+    print(f"{command}: {printable(without_passwords(str(error)), newlines=True)}",
+          file=sys.stderr)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

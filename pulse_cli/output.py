@@ -8,6 +8,7 @@ a control sequence.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,19 @@ _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 # C0 controls, DEL and C1 controls (ESC and CSI among them) -> a visible \xNN escape.
 _ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
 _ESCAPES_BUT_NEWLINES = {code: text for code, text in _ESCAPES.items() if code != 0x0A}
+
+
+# A URL's password: between `scheme://user:` and the last '@' ahead of the host, or a
+# `password=` option in its query.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*):[^\s?#\"'<>]*@")
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&#\s\"'<>]*", re.IGNORECASE)
+
+
+def without_passwords(text: str) -> str:
+    """`text` with the password of every URL in it cut out (`postgresql://ada@db/pulse`
+    for `postgresql://ada:secret@db/pulse`); the user, host, port and database stay, so a
+    message still says which database it means."""
+    return _QUERY_PASSWORD.sub(r"\g<head>…", _URL_PASSWORD.sub(r"\g<head>@", text))
 
 
 def printable(text: str, *, newlines: bool = False) -> str:

@@ -87,6 +87,13 @@ def parse_count(text: str) -> int:
     return int(text)
 
 
+def parse_page(text: str) -> int:
+    """A page size from 1 to 100,000 (an argparse type)."""
+    if not text.isdigit() or not 1 <= int(text) <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number from 1 to 100000")
+    return int(text)
+
+
 def parse_seconds(text: str) -> float:
     """A number of seconds above 0 (an argparse type)."""
     try:

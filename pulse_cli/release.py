@@ -149,7 +149,7 @@ def contained(cfg: config_file.Config) -> config_file.Config:
 
 def _dev_config(home: Home) -> config_file.Config:
     """The live config, contained, with the scratch home's own event log."""
-    return dataclasses.replace(contained(config_file.load(home.config)), store=None)
+    return config_file.on_scratch(contained(config_file.load(home.config)))
 
 
 def _reloads_dev(change: watchfiles.Change, path: str) -> bool:

@@ -49,7 +49,7 @@ def test_an_unknown_field_is_refused_with_the_fields_allowed_there() -> None:
         "config.json: daemon: unknown field 'drain' — allowed: drain_timeout_s, log_max_bytes")
     assert refused({"tick": 3}) == (
         "config.json: unknown field 'tick' — allowed: instance, default_tick_ms, daemon, "
-        "survival, store, layers")
+        "survival, store, side_store, host, layers")
     assert refused({"daemon": {"log_max_byte": 3}}).startswith(
         "config.json: daemon: unknown field 'log_max_byte' (did you mean 'log_max_bytes'?)")
 

@@ -1,0 +1,285 @@
+"""`upulse migrate --to postgresql://...`: a home's event log copied into an empty PostgreSQL
+log exactly, verified row by row, and (with `--switch`) made the home's log.
+
+The copy reads the home's log through its recorder's `rows()` (raw rows, data undecoded, so
+an unreadable row is copied as it is) and writes them with PostgresRecorder.copy_rows, page
+by page, so a log of any size streams through a bounded amount of memory. Every row is then
+read back from PostgreSQL and compared, field by field, with the source, and each key's
+version with the one its last row gives. Nothing of the home is written: the source log is
+opened read-only and config.json changes only with `--switch`, after the verification
+passed. The home lock is held throughout, so no daemon starts on the home meanwhile (one
+that runs refuses the migration: stop it first).
+
+Why `--switch` is asked for rather than implied: without it the command changes nothing
+about how the home runs, so it doubles as a rehearsal that proves the target and times the
+copy. With it, the switch happens under the same lock as the copy, so nothing can be written
+to the old log between the copy and the switch; editing config.json by hand after a
+rehearsal would lose what the home wrote since (the output says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import IO
+
+import msgspec
+
+from pulse_cli import config as config_file
+from pulse_cli.home import CliError, DaemonStateError, Home, UsageError
+from pulse_cli.output import print_json, printable
+from pulse_cli.stores import shown, store_url, unavailable
+from pulse_core import EventStore, HomeLocked, StoreError
+from pulse_core._homelock import lock_home, write_private
+from pulse_core.store import StoredRow, open_event_store, parse_store_url
+from pulse_core.store._url import PostgresURL
+
+FIELDS = tuple(StoredRow.__struct_fields__)
+MISMATCHES_SHOWN = 10
+PROGRESS_EVERY_S = 1.0
+
+
+class MigrationRefused(CliError):
+    """The target is not an empty PostgreSQL log, or the source cannot be read."""
+
+
+class MigrationMismatch(CliError):
+    """The rows read back from the target differ from the source's: the copy is not exact."""
+
+
+class Migration(msgspec.Struct):
+    """What a migration did: where from and to (no passwords), how many events and keys were
+    copied and verified, the rows that differ, whether config.json was switched."""
+
+    source: str
+    target: str
+    events: int = 0
+    keys: int = 0
+    verified: bool = False
+    mismatches: list[str] = []
+    switched: bool = False
+    copy_s: float = 0.0
+    verify_s: float = 0.0
+
+
+async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool) -> int:
+    """Copy `home`'s log into the empty PostgreSQL log at `to`, verify it, and with `switch`
+    set config.json's store to `to`. Exit 0 when verified; MigrationMismatch (exit 1) when
+    not; DaemonStateError (exit 3) while the daemon (or another engine) holds the home."""
+    if switch:
+        home.require()  # the switch writes config.json
+    home.readable()
+    cfg = config_file.load_or_default(home.config)
+    source_url, target = store_url(home, cfg), _target(to)
+    done = Migration(source=shown(source_url), target=target.display())
+    say = _Progress(quiet=as_json)
+    with _held(home):
+        source = await _open(source_url, read_only=True)
+        try:
+            sink = await _open(to, read_only=False)
+            try:
+                await _refuse_unless_empty(sink, done.target)
+                say(f"copying {await source.last_seq()} events from {done.source} to "
+                    f"{done.target}")
+                started = time.monotonic()
+                done.events = await _copy(source, sink, page, say)
+                done.copy_s = time.monotonic() - started
+                done.keys, done.mismatches = await _verify(source, sink, done.events, page, say)
+                done.verify_s = time.monotonic() - started - done.copy_s
+            finally:
+                await sink.close()
+        finally:
+            await source.close()
+        done.verified = not done.mismatches
+        if done.verified and switch:
+            _switch(home, to)
+            done.switched = True
+    _report(done, home, as_json)
+    if not done.verified:
+        raise MigrationMismatch(
+            f"{len(done.mismatches)} row(s) or key(s) of {done.target} differ from "
+            f"{done.source} ({'; '.join(done.mismatches[:3])}) — the home was not switched; "
+            "drop that database and migrate again, and report this if it repeats")
+    return 0
+
+
+def _target(to: str) -> PostgresURL:
+    """The parsed --to URL; UsageError unless it is a PostgreSQL store URL."""
+    try:
+        parsed = parse_store_url(to)
+    except StoreError as exc:
+        raise UsageError(f"--to: {exc}") from None
+    if not isinstance(parsed, PostgresURL):
+        raise UsageError(f"--to {shown(to)}: migrate copies into PostgreSQL — give a "
+                         "postgresql://user@host:5432/database URL of an empty database")
+    return parsed
+
+
+@contextlib.contextmanager
+def _held(home: Home) -> Iterator[None]:
+    """The home lock, held while the log is copied and config.json switched; the daemon, or
+    any engine, holding the home refuses the migration (DaemonStateError, exit 3)."""
+    try:
+        lock: IO[str] = lock_home(home.root)
+    except HomeLocked as exc:
+        pid = home.running_pid()
+        who = f"the daemon (pid {pid})" if pid is not None else "another engine"
+        raise DaemonStateError(
+            f"migrate refused: {who} has {home.root} open and may write its log while it is "
+            f"copied — `upulse daemon stop` first (the lock says: {exc})") from None
+    try:
+        yield
+    finally:
+        lock.close()
+
+
+async def _open(url: str, *, read_only: bool) -> EventStore:
+    """The event store at `url`; MigrationRefused in one line (password cut) if it cannot
+    be opened."""
+    try:
+        return await open_event_store(url, read_only=read_only)
+    except StoreError as exc:
+        raise MigrationRefused(unavailable(url, exc)) from None
+
+
+async def _refuse_unless_empty(sink: EventStore, where: str) -> None:
+    held = await sink.recorder.last_seq()
+    if held:
+        raise MigrationRefused(
+            f"{where} already holds {held} event(s) (seq 1 to {held}) — migrate copies into "
+            "an empty log only: create a new database (`createdb NAME`) or name another "
+            "schema (?schema=NAME), and migrate into that")
+
+
+async def _copy(source: EventStore, sink: EventStore, page: int, say: _Progress) -> int:
+    """Every row of `source` after the last copied, into `sink`, `page` rows at a time,
+    until `source` has no more; the number of rows copied. MigrationRefused, saying what
+    the target now holds, when a store fails halfway."""
+    copy_rows = _copier(sink)
+    total, after = await source.recorder.last_seq(), 0
+    try:
+        while rows := await source.recorder.rows(after, page):
+            await copy_rows(rows)
+            after = rows[-1].seq
+            total = max(total, after)
+            say.every(f"  copied {after}/{total} events ({100 * after // max(total, 1)}%)")
+    except StoreError as exc:
+        raise MigrationRefused(
+            f"the copy stopped after seq {after}: {' '.join(str(exc).split())} — the target "
+            "now holds part of the log: drop that database (or schema) and migrate again "
+            "into an empty one") from None
+    say.flush()
+    return after
+
+
+def _copier(sink: EventStore) -> Callable[[Sequence[StoredRow]], Awaitable[int]]:
+    """The target recorder's copy_rows (a PostgreSQL recorder's, which only it has)."""
+    from pulse_core.store._postgres import PostgresRecorder  # the driver: only to migrate
+
+    recorder = sink.recorder
+    assert isinstance(recorder, PostgresRecorder)  # _target parsed a postgresql:// URL
+    return recorder.copy_rows
+
+
+async def _verify(source: EventStore, sink: EventStore, copied: int, page: int,
+                  say: _Progress) -> tuple[int, list[str]]:
+    """Every row of `sink` compared, field by field, with `source`'s, and every key's version
+    in `sink` with the version of its last row; the number of keys and what differs."""
+    differ: list[str] = []
+    versions: dict[str, int] = {}
+    after = 0
+    while True:
+        theirs = await sink.recorder.rows(after, page)
+        ours = await source.recorder.rows(after, len(theirs) or 1)
+        if not theirs and not ours:
+            break
+        if not theirs:
+            differ.append(f"the source has events after seq {after} that were not copied: "
+                          "something appended to it during the migration (a `upulse task` "
+                          "command, a program embedding an engine)")
+            break
+        if len(ours) != len(theirs):
+            differ.append(f"after seq {after}: {len(ours)} row(s) in the source, "
+                          f"{len(theirs)} in the target")
+            break
+        for mine, copy in zip(ours, theirs, strict=True):
+            if mine != copy:
+                differ.append(_difference(mine, copy))
+            versions[mine.key] = mine.version
+        after = ours[-1].seq
+        say.every(f"  verified {after}/{copied} events")
+    if after != copied:
+        differ.append(f"{after} rows read back, {copied} copied")
+    say.flush()
+    for key, version in versions.items():
+        head = await sink.recorder.head(key)
+        if head != version:
+            differ.append(f"key {key!r} is at version {head} in the target, {version} in "
+                          "the source")
+    return len(versions), differ
+
+
+def _difference(mine: StoredRow, copy: StoredRow) -> str:
+    fields = [name for name in FIELDS if getattr(mine, name) != getattr(copy, name)]
+    return f"seq {mine.seq}: {', '.join(fields)} differ"
+
+
+def _switch(home: Home, url: str) -> None:
+    """Set config.json's `store` to `url`, keeping every other setting as written."""
+    raw = msgspec.json.decode(home.config.read_bytes())
+    raw["store"] = url
+    text = msgspec.json.format(msgspec.json.encode(raw), indent=2) + b"\n"
+    config_file.parse_config(text, str(home.config))  # what the daemon will load
+    write_private(home.config, text)
+
+
+def _report(done: Migration, home: Home, as_json: bool) -> None:
+    if as_json:
+        print_json(done)
+        return
+    if not done.verified:
+        print(printable(f"NOT verified: {done.target} differs from {done.source}:"))
+        for line in done.mismatches[:MISMATCHES_SHOWN]:
+            print(printable(f"  {line}"))
+        return
+    print(printable(
+        f"verified: {done.events} events and {done.keys} keys in {done.target} match "
+        f"{done.source} field for field ({', '.join(FIELDS)}); copied in {done.copy_s:.1f} s, "
+        f"verified in {done.verify_s:.1f} s"))
+    if done.switched:
+        print(printable(f"switched: {home.config} names {done.target} as the event log; "
+                        f"{done.source} is kept as it was (the engine no longer reads it)"))
+    else:
+        print(printable(
+            f"not switched: {home.root} still runs on {done.source}. This copy is a snapshot "
+            "— pointing config.json at it by hand would lose what the home writes from now "
+            "on; to move the home, migrate into an empty database again with --switch"))
+
+
+class _Progress:
+    """Progress lines on stderr: each `say`, and `every` at most once a second (the last
+    one held back is printed by `flush`)."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self._last = 0.0
+        self._held: str | None = None
+
+    def __call__(self, line: str) -> None:
+        if not self.quiet:
+            print(printable(line), file=sys.stderr, flush=True)
+
+    def every(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_EVERY_S:
+            self._last, self._held = now, None
+            self(line)
+        else:
+            self._held = line
+
+    def flush(self) -> None:
+        if self._held is not None:
+            self(self._held)
+            self._held = None

@@ -1,0 +1,200 @@
+"""`upulse migrate --to postgresql://...`: an SQLite home's log copied into an empty
+PostgreSQL database exactly, verified, switched only when asked; real SQLite homes, a real
+PostgreSQL server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_cli.migrate import _Progress, _verify
+from pulse_core import EventDraft, EventStore, SqliteEventStore, TaskBoard, open_home
+from pulse_core.store import StoredRow, open_event_store
+from tests.cli.runner import Upulse
+from tests.cli.test_postgres_home import unreachable
+from tests.servers import PostgresServer
+
+TEST_TIME_LIMIT_S = 120  # one test starts a real daemon; one copies 12,000 events
+
+
+async def fill(home: Path, *, notes: int = 0) -> None:
+    """A log with tasks, an event with an attachment (its `hash` set), `notes` more events,
+    and then a row whose data cannot be decoded (as a corrupt disk leaves one)."""
+    stores = await open_home(home)
+    store = stores.events
+    try:
+        board = TaskBoard(store, origin="agent")
+        await board.create("t-1", "summarise the inbox")
+        await store.append([EventDraft("notification", "report", {"text": "attached"},
+                                       origin="agent", attachment=b"%PDF-1.7 a report")])
+        for start in range(0, notes, 1_000):
+            await store.append([EventDraft("notification", f"n-{n % 50}", {"n": n},
+                                           origin="agent", idem=f"note-{n}")
+                                for n in range(start, min(start + 1_000, notes))])
+    finally:
+        await stores.close()
+    unreadable_row(home / "events.db", key="t-9")
+
+
+def unreadable_row(db: Path, key: str) -> None:
+    """A stored row of `key` whose data is not JSON, with the seq and version it would get."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0]
+        conn.execute("INSERT INTO events VALUES (?, ?, 'notification', ?, 1, 1700000000000, "
+                     "'agent', NULL, 'tx-corrupt', NULL, ?, NULL)",
+                     (seq, f"id-corrupt-{seq}", key, b"\xff\xfe not json"))
+        conn.execute("INSERT INTO heads VALUES (?, 1)", (key,))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def all_rows(store: EventStore) -> list[StoredRow]:
+    return await store.recorder.rows(0, 1_000_000)
+
+
+async def rows_at(url: str) -> list[StoredRow]:
+    store = await open_event_store(url, read_only=True)
+    try:
+        return await all_rows(store)
+    finally:
+        await store.close()
+
+
+def fingerprint(home: Path) -> dict[str, str]:
+    """The SHA-256 of every file of the home (but the lock, which names its last holder)."""
+    return {str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(home.rglob("*")) if p.is_file() and p.name != "engine.lock"}
+
+
+def migrated(upulse: Upulse, home: Path, url: str, *extra: str) -> dict[str, Any]:
+    report = upulse.json("migrate", "--home", home, "--to", url, *extra)
+    assert isinstance(report, dict)
+    return report
+
+
+def database(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+async def test_migrate_copies_every_row_exactly_verifies_it_and_leaves_the_home_as_it_was(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home, notes=30)
+    before = fingerprint(home)
+    source = await SqliteEventStore.open(home / "events.db", read_only=True)
+    try:
+        ours = await all_rows(source)
+    finally:
+        await source.close()
+    report = migrated(upulse, home, pg_url)
+    assert report["verified"] is True and report["switched"] is False
+    assert (report["events"], report["keys"], report["mismatches"]) == (len(ours), 33, [])
+    theirs = await rows_at(pg_url)
+    assert theirs == ours  # every field: seq, id, kind, key, version, ts, ..., data, hash
+    assert [r.seq for r in theirs] == list(range(1, len(ours) + 1))
+    attached = next(r for r in theirs if r.key == "report")
+    assert attached.hash is not None and attached.data == next(
+        r for r in ours if r.key == "report").data
+    assert theirs[-1].data == b"\xff\xfe not json"  # the unreadable row, byte for byte
+    assert fingerprint(home) == before
+    assert json.loads((home / "config.json").read_text())["store"] is None
+
+
+async def test_migrate_with_switch_makes_postgresql_the_homes_log_and_appends_continue_it(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home)
+    report = migrated(upulse, home, pg_url, "--switch")
+    assert report["verified"] is True and report["switched"] is True
+    config = json.loads((home / "config.json").read_text())
+    assert config["store"] == pg_url and config["default_tick_ms"] == 200  # the rest kept
+    listed = upulse.json("events", "--home", home)
+    assert isinstance(listed, list) and len(listed) == report["events"]
+    moved = upulse("task", "assign", "t-1", "ada", "--home", home).stdout
+    assert f"(event #{report['events'] + 1}, version 2)" in moved
+    assert len(await rows_at(pg_url)) == report["events"] + 1
+    source = await SqliteEventStore.open(home / "events.db", read_only=True)
+    try:
+        assert await source.last_seq() == report["events"]  # the old log is kept as it was
+    finally:
+        await source.close()
+
+
+async def test_migrate_refuses_a_target_that_holds_events_naming_it_and_the_count(
+        upulse: Upulse, tmp_path: Path, pg_url: str, postgres_server: PostgresServer) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home)
+    other = upulse.init(tmp_path / "other")
+    await fill(other)
+    migrated(upulse, other, pg_url)
+    done = upulse("migrate", "--home", home, "--to", pg_url, "--switch", ok=False)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert (f"postgresql://127.0.0.1:{postgres_server.port}/{database(pg_url)} already holds "
+            "3 event(s) (seq 1 to 3) — migrate copies into an empty log only") in done.stderr
+    assert json.loads((home / "config.json").read_text())["store"] is None
+
+
+async def test_migrate_refuses_while_the_daemon_runs_on_the_home(
+        upulse: Upulse, tmp_path: Path, pg_url: str, postgres_server: PostgresServer) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    done = upulse("migrate", "--home", home, "--to", pg_url, ok=False)
+    assert done.returncode == 3 and done.stderr.count("\n") == 1
+    assert "migrate refused: the daemon (pid" in done.stderr
+    assert "`upulse daemon stop` first" in done.stderr
+    assert postgres_server.sql("SELECT count(*) FROM information_schema.schemata WHERE "
+                               "schema_name = 'pulse'", database(pg_url)) == "0"
+    upulse("daemon", "stop", "--home", home)
+    assert migrated(upulse, home, pg_url)["verified"] is True
+
+
+async def test_migrate_streams_a_big_log_in_pages_and_reports_progress(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home, notes=12_000)
+    done = upulse("migrate", "--home", home, "--to", pg_url, "--page", "500", timeout=90)
+    total = 12_003
+    assert f"copying {total} events from sqlite://{home}/events.db to " in done.stderr
+    assert f"copied {total}/{total} events (100%)" in done.stderr
+    assert f"verified {total}/{total} events" in done.stderr
+    assert done.stdout.startswith(f"verified: {total} events and 53 keys in postgresql://")
+    assert "not switched:" in done.stdout and "--switch" in done.stdout
+    assert len(await rows_at(pg_url)) == total
+
+
+async def test_verification_names_each_row_and_field_that_differs(
+        tmp_path: Path, pg_url: str) -> None:
+    await fill(tmp_path)
+    source = await SqliteEventStore.open(tmp_path / "events.db", read_only=True)
+    sink = await open_event_store(pg_url)
+    try:
+        rows = await all_rows(source)
+        tampered = msgspec.structs.replace(rows[1], data=b'{"text":"changed"}', ts=1)
+        await sink.recorder.copy_rows([rows[0], tampered, *rows[2:-1]])  # type: ignore[attr-defined]
+        keys, differ = await _verify(source, sink, len(rows) - 1, 2, _Progress(quiet=True))
+    finally:
+        await sink.close()
+        await source.close()
+    assert keys == 2
+    assert differ[0] == "seq 2: ts, data differ"
+    assert differ[1].startswith(f"the source has events after seq {len(rows) - 1} that were "
+                                "not copied")
+
+
+def test_migrate_refuses_a_target_that_is_not_postgresql_or_cannot_be_reached(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    wrong = upulse("migrate", "--home", home, "--to", f"sqlite://{tmp_path}/copy.db", ok=False)
+    assert wrong.returncode == 2 and "migrate copies into PostgreSQL" in wrong.stderr
+    gone = upulse("migrate", "--home", home, "--to", unreachable(), ok=False)
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1
+    assert "127.0.0.1:" in gone.stderr and "s3cret-pw" not in gone.stderr
+    assert "Traceback" not in gone.stderr
