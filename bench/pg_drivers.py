@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -161,6 +163,10 @@ async def compare(url: str, rounds: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    if importlib.util.find_spec("asyncpg") is None:
+        print("bench.pg_drivers needs asyncpg, which pulse does not depend on: "
+              "pip install asyncpg", file=sys.stderr)
+        return 2
     if args.url:
         asyncio.run(compare(args.url, args.rounds))
         return 0
