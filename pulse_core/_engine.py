@@ -5,80 +5,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
-import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
+from pulse_core._assembly import assemble, check_not_survival, default_builtin_rules
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effects import Executor
-from pulse_core._errors import PulseError, StoreError, SurvivalLocked
-from pulse_core._events import EventDraft, error_draft
+from pulse_core._error_reports import ErrorReports
+from pulse_core._errors import PulseError
+from pulse_core._events import EventDraft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._homelock import lock_home
-from pulse_core._layer import (
-    EngineDirectory,
-    Layer,
-    LayerContext,
-    check_layers,
-    survival_layer,
-)
-from pulse_core._projections import RecentErrors
+from pulse_core._layer import EngineDirectory, Layer
 from pulse_core._projector import Projector
-from pulse_core._rules import (
-    Decision,
-    Rule,
-    RuleChain,
-    RuleTrace,
-    clamp_tick,
-    dedup,
-    error_backoff,
-    rule_name,
-)
+from pulse_core._rules import Decision, Rule, RuleTrace, rule_name
 from pulse_core._run import stop_signals
 from pulse_core._snapshot import Projection, Snapshot
-from pulse_core._supervisor import LoopStatus, Supervisor, wait_signal
-from pulse_core._tasks import AgentCapabilityStats, PendingTasks, Tasks
+from pulse_core._supervisor import LoopStatus, Once, Supervisor, wait_signal
 from pulse_core._ticker import Ticker
 from pulse_core._watch import Watcher, sample_once, watch_forever
-from pulse_core.memory import Memory
 from pulse_core.store._base import AppendResult, EventStore
 from pulse_core.store._objects import ObjectStore
 from pulse_core.store._side import SideStore
-from pulse_core.store._url import parse_store_url
 from pulse_core.store._vitals import Retention, VitalsStore
 
-log = logging.getLogger("pulse")
+__all__ = ["Engine", "default_builtin_rules"]  # the second is re-exported from _assembly
+
+T = TypeVar("T")
 
 MEMO_EVERY_S = 10.0
 """How often a running engine persists its last snapshot (and at close)."""
 
-
-def _observe_close(closing: asyncio.Future[None]) -> None:
-    """Retrieve a close's failure even when every caller awaiting it was cancelled."""
-    if not closing.cancelled() and closing.exception() is not None:
-        log.warning("pulse: engine close failed: %s", closing.exception())
-
-
-def default_builtin_rules() -> list[Rule]:
-    """The built-in rules every engine runs between the survival layer and the other layers."""
-    return [clamp_tick(), error_backoff(), dedup()]
-
-
-
-def _placement(store: str | None, host: str | None) -> str:
-    """The host an engine's effects and marks are bound to: its own where the log may be
-    shared across hosts (PostgreSQL), '' where it is the engine's alone (SQLite)."""
-    try:
-        shared = store is not None and parse_store_url(store).spans_hosts
-    except StoreError:
-        return ""  # open() reports the URL
-    return (host or socket.gethostname()) if shared else ""
 
 class Engine:
     """One agent's nervous system on one home folder.
@@ -128,42 +90,32 @@ class Engine:
         self.store_url = store
         self.side_store_url = side_store
         self.host = host
-        shorthand = bool(watchers or rules or executors or projections)
-        if business is not None and shorthand:
-            raise PulseError("give the business code either as business=Layer(...) or as "
-                             "watchers=/rules=/executors=/projections=, not both")
-        if business is None:
-            business = Layer("business", watchers=watchers, rules=rules, executors=executors,
-                             projections=projections)
+        parts = assemble(
+            self.home, self.clock, layers=layers, business=business, watchers=watchers,
+            rules=rules, executors=executors, projections=projections,
+            builtin_rules=default_builtin_rules() if builtin_rules is None else builtin_rules,
+            store=store, host=host, survival=survival, engine_directory=engine_directory,
+            default_tick_ms=default_tick_ms, rule_timeout=rule_timeout)
         #: the host what this engine decides is bound to, where engines of several hosts
         #: share its log ('' for a log of its own: nothing to bind)
-        self.placement = _placement(store, host)
-        context = LayerContext(self.home, self.clock, engine_directory, self.placement)
-        self.survival = survival_layer(survival, context)
-        self.layers: tuple[Layer, ...] = (self.survival, *layers, business)
-        self.business = business
-        check_layers(self.layers)
-        builtins = default_builtin_rules() if builtin_rules is None else list(builtin_rules)
-        self._check_not_survival([*builtins, *(r for la in self.layers[1:] for r in la.rules)])
-        self.watchers: list[Watcher] = [w for la in self.layers for w in la.watchers]
-        self.executors: list[Executor] = [e for la in self.layers for e in la.executors]
-        self.projection_list: list[Projection[Any]] = [
-            Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
-            *(p for la in self.layers for p in la.projections),
-        ]
-        self.chain = RuleChain(
-            [("survival", self.survival.rules), ("builtin", builtins),
-             *((la.name, la.rules) for la in layers), (business.name, business.rules)],
-            default_tick_ms=default_tick_ms, business_timeout=rule_timeout)
+        self.placement = parts.placement
+        self.survival = parts.survival
+        self.layers: tuple[Layer, ...] = parts.layers
+        self.business = parts.business
+        self.watchers: list[Watcher] = list(parts.watchers)
+        self.executors: list[Executor] = list(parts.executors)
+        self.projection_list: list[Projection[Any]] = list(parts.projections)
+        self.chain = parts.chain
         self.rule_timeout = rule_timeout
         self.default_tick_ms = default_tick_ms
         self.executor_concurrency = executor_concurrency
         self.executor_scan_interval = executor_scan_interval
         self.drain_timeout = drain_timeout
         self.retention = retention or Retention()
-        self.supervisor = Supervisor(self._report, clock=self.clock)
+        self._errors = ErrorReports(self.clock)  # error events while open, logged otherwise
+        self.supervisor = Supervisor(self._errors.report, clock=self.clock)
         self._stack: contextlib.AsyncExitStack | None = None
-        self._closing: asyncio.Future[None] | None = None
+        self._closing = Once("engine close")
         self._stores: HomeStores | None = None
         self._projector: Projector | None = None
         self._executor_loop: ExecutorLoop | None = None
@@ -172,21 +124,11 @@ class Engine:
         self.ticker = Ticker(self.chain, self.watchers, self.clock, self.layout.checkpoints,
                              default_tick_ms)
         self.ticker.host = self.placement
-
-    # -- building ----------------------------------------------------------------------------
-
-    def _check_not_survival(self, rules: Sequence[Rule]) -> None:
-        survival = {rule_name(r) for r in self.survival.rules}
-        for rule in rules:
-            if rule_name(rule) in survival:
-                raise SurvivalLocked(
-                    f"rule {rule_name(rule)!r} is a survival rule: it is always present, "
-                    "outermost, in a fixed order, and cannot be added, removed or reordered"
-                )
+        self.ticker.unrecorded = self._errors.keep
 
     # -- parts, available once open ----------------------------------------------------------
 
-    def _open_part(self, part: Any) -> Any:
+    def _open_part(self, part: T | None) -> T:
         if part is None:
             raise PulseError("engine is not open: use `async with engine:` or `await open()`")
         return part
@@ -194,8 +136,7 @@ class Engine:
     @property
     def stores(self) -> HomeStores:
         """The home's stores (events, vitals, side, objects)."""
-        stores: HomeStores = self._open_part(self._stores)
-        return stores
+        return self._open_part(self._stores)
 
     @property
     def events(self) -> EventStore:
@@ -220,8 +161,7 @@ class Engine:
     @property
     def executor_loop(self) -> ExecutorLoop:
         """The loop that runs effects."""
-        loop: ExecutorLoop = self._open_part(self._executor_loop)
-        return loop
+        return self._open_part(self._executor_loop)
 
     @property
     def rule_names(self) -> tuple[str, ...]:
@@ -268,6 +208,7 @@ class Engine:
             self._stores = stores = await open_home(self.home, store=self.store_url,
                                                     side_store=self.side_store_url,
                                                     clock=self.clock)
+            self._errors.open(stores.events, self.supervisor.spawn)
             stack.push_async_callback(self._close_stores)
             checkpoints = self.layout.checkpoints
             self._projector = Projector(stores.events, self.projection_list,
@@ -276,7 +217,7 @@ class Engine:
                 stores.events, self.executors, clock=self.clock,
                 concurrency=self.executor_concurrency, scan_interval=self.executor_scan_interval,
                 checkpoints=checkpoints, vitals=stores.vitals, side=stores.side,
-                on_error=self._report, host=self.host,
+                on_error=self._errors.report, host=self.host,
             )
             await self._projector.catch_up()
             await self._executor_loop.refresh()
@@ -300,6 +241,7 @@ class Engine:
         for watcher in self.watchers:
             stack.push_async_callback(self._close_watcher, watcher)
         stack.push_async_callback(self.supervisor.stop)
+        self.supervisor.start("error-reports", self._errors.record_late)
         for layer in self.layers:  # services first: they may bind state the first tick reads
             for service in layer.services:
                 self.supervisor.start(f"service:{rule_name(service)}",
@@ -346,27 +288,22 @@ class Engine:
         attempts already running end. Attempts still running at the deadline are interrupted
         and recorded as retryable failures, so the next engine on this home runs them again.
         """
-        if self._closing is None:
-            stack, self._stack = self._stack, None
-            if stack is None:
-                return
-            if self._executor_loop is not None:
-                self._executor_loop.stop_claiming()
-            self._closing = asyncio.ensure_future(stack.aclose())
-            # Every caller may be cancelled while it waits: the outcome is still observed.
-            self._closing.add_done_callback(_observe_close)
-        closing = self._closing
-        try:
-            await asyncio.shield(closing)  # a second caller waits for the same close
-        finally:
-            if closing.done() and self._closing is closing:
-                self._closing = None
+        await self._closing(self._begin_close)  # a second caller waits for the same close
+
+    def _begin_close(self) -> Awaitable[None] | None:
+        """Claim nothing new from now on, and undo what open and start did (None: not open)."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return None
+        if self._executor_loop is not None:
+            self._executor_loop.stop_claiming()
+        return stack.aclose()
 
     async def _close_watcher(self, watcher: Watcher) -> None:
         try:
             await watcher.aclose()
         except Exception as exc:
-            self._report(f"watcher:{watcher.name}", exc)
+            self._errors.report(f"watcher:{watcher.name}", exc)
 
     async def _drain(self) -> None:
         self._interrupted = await self.executor_loop.drain(self.drain_timeout)
@@ -374,6 +311,7 @@ class Engine:
     async def _stopped(self) -> None:
         await self.supervisor.settle()
         assert self._projector is not None
+        await self._errors.settle()  # the reports an outage kept, before engine-stopped
         with contextlib.suppress(PulseError, OSError):
             await self._projector.checkpoint()
         await self._save_memo()
@@ -385,6 +323,7 @@ class Engine:
 
     async def _close_stores(self) -> None:
         stores, self._stores = self._stores, None
+        self._errors.close()
         if stores is not None:
             await stores.close()
 
@@ -406,20 +345,9 @@ class Engine:
         The survival, built-in and layer rules are never replaced. A chain that fails to
         compose raises here and the old one keeps running.
         """
-        self._check_not_survival(rules)
+        check_not_survival(self.survival, rules)
         async with self.ticker.lock:
             self.chain.replace_business(rules)
-
-    # -- reporting ---------------------------------------------------------------------------
-
-    def _report(self, where: str, exc: BaseException) -> None:
-        """Record `exc` as an `error` event in the background; log it if that fails too."""
-        if self._stores is None:
-            log.error("pulse: %s: %s: %s", where, type(exc).__name__, exc)
-            return
-        if not where.startswith(("watcher:", "rule:", "executor:", "engine")):
-            where = f"engine:{where}"
-        self.supervisor.spawn(f"report:{where}", self.events.append([error_draft(where, exc)]))
 
     # -- ticking -----------------------------------------------------------------------------
 
@@ -457,7 +385,7 @@ class Engine:
         try:
             await self.ticker.save_memo()
         except OSError as exc:
-            self._report("engine:tick-memo", exc)
+            self._errors.report("engine:tick-memo", exc)
 
     async def _housekeeping(self, gc_every: float = 60.0) -> None:
         loop = asyncio.get_running_loop()

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from pulse_core._attempts import Claim, claim_draft, ending
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effect_index import EffectIndex
 from pulse_core._effects import (
@@ -46,8 +47,7 @@ from pulse_core._errors import (
 )
 from pulse_core._events import EventDraft, encode_data
 from pulse_core._lease import Owner
-from pulse_core._redact import redact_urls
-from pulse_core._supervisor import Reporter, wait_signal
+from pulse_core._supervisor import Reporter, StoreOutage, wait_signal
 from pulse_core.store._base import EventStore
 from pulse_core.store._side import SideStore
 from pulse_core.store._vitals import VitalsStore
@@ -67,18 +67,6 @@ log = logging.getLogger("pulse.executor_loop")
 
 def _log_error(where: str, exc: BaseException) -> None:
     log.error("%s: %s", where, exc, exc_info=exc)
-
-
-class _Claim(msgspec.Struct, frozen=True, gc=False):
-    """An attempt this loop claimed: its effect, the effect's version the claim wrote, when
-    its lease runs out (clock ms), its number, origin and executor (None: none here)."""
-
-    entry: EffectEntry
-    version: int
-    until: int
-    attempt: int
-    origin: str
-    executor: Executor | None
 
 
 class ExecutorLoop:
@@ -129,7 +117,9 @@ class ExecutorLoop:
         self._wake: asyncio.Event | None = None  # run()'s signal, also set as a slot frees
         self._checkpoint_failed = False
         self._stopping = False
-        self._outage: tuple[float, StoreUnavailable] | None = None  # since, first error
+        # on_error may be replaced after construction: the outage reports to the current one
+        self._outage = StoreOutage("executor-loop", self.owner,
+                                   lambda where, exc: self.on_error(where, exc))  # noqa: PLW0108
 
     # -- the index of unfinished effects -----------------------------------------------------
 
@@ -213,11 +203,11 @@ class ExecutorLoop:
                     raise
                 except Exception as exc:
                     failures += 1
-                    self._failed("executor-loop", exc)
+                    self._outage.failed("executor-loop", exc)
                     await asyncio.sleep(READ_BACKOFF.delay_ms(failures) / 1000)
                     continue
                 failures = 0
-                self._answered()
+                self._outage.answered()
                 await self._checkpoint(force=False)
                 await wait_signal(signal, self._next_due(self.clock.now_ms()))
                 gap = read_at + SCAN_GAP_S - asyncio.get_running_loop().time()
@@ -265,27 +255,13 @@ class ExecutorLoop:
             # The claim could not be written: nothing ran and nothing is lost; the effect
             # is tried again once READ_BACKOFF has passed (or its lease, if it was).
             self._hold_back(entry.id)
-            self._failed(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
+            self._outage.failed(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
                          exc)
             return EffectOutcome.LOST_CLAIM
         finally:
             self._inflight.pop(entry.id, None)
             if self._wake is not None:
                 self._wake.set()  # a slot is free: claim what waits for one
-
-    def _failed(self, where: str, exc: BaseException) -> None:
-        """Tell `on_error` of `exc`; remember the first of an outage (StoreUnavailable)."""
-        if isinstance(exc, StoreUnavailable) and self._outage is None:
-            self._outage = (time.monotonic(), exc)
-        self.on_error(where, exc)
-
-    def _answered(self) -> None:
-        """The store answered: report the outage that ends here, if one was going on."""
-        if self._outage is not None:
-            (since, first), self._outage = self._outage, None
-            self.on_error("executor-loop", StoreUnavailable(
-                f"{self.owner}: the store was unavailable for {time.monotonic() - since:.1f} s "
-                f"(first error: {first}); it answers again and the loop carries on"))
 
     def _hold_back(self, effect_id: str) -> None:
         """Claim `effect_id` again only after READ_BACKOFF (longer after each failure)."""
@@ -299,20 +275,16 @@ class ExecutorLoop:
             return EffectOutcome.LOST_CLAIM
         lease_until = (self.clock.now_ms() + int((executor.timeout if executor else 0) * 1000)
                        + self.lease_grace_ms)
-        draft = EventDraft(
-            "effect-executing", entry.id,
-            {"attempt": entry.attempt + 1, "lease_until": lease_until,
-             "owner": self.owner, "pid": self._me.pid, "started": self._me.started},
-            origin=f"executor:{executor.name if executor else 'loop'}", cause=entry.seq,
-        )
+        draft = claim_draft(entry, self._me, lease_until,
+                            f"executor:{executor.name if executor else 'loop'}")
         try:
             claimed = await self.store.append([draft], expect={entry.id: entry.version})
         except VersionConflict:  # another claim won; never retried at once (no busy loop)
             self._hold_back(entry.id)
             return EffectOutcome.LOST_CLAIM
         self._held_back.pop(entry.id, None)
-        self._answered()
-        claim = _Claim(entry, claimed.events[0].version, lease_until, entry.attempt + 1,
+        self._outage.answered()
+        claim = Claim(entry, claimed.events[0].version, lease_until, entry.attempt + 1,
                        draft.origin, executor)
         if executor is None:
             known = ", ".join(sorted(self._by_tag)) or "none"
@@ -344,31 +316,15 @@ class ExecutorLoop:
         duration = int((time.perf_counter() - started) * 1000)
         return await self._finish(claim, acked={"result": result, "duration_ms": duration})
 
-    async def _finish(self, claim: _Claim, *, acked: dict[str, Any] | None = None,
+    async def _finish(self, claim: Claim, *, acked: dict[str, Any] | None = None,
                       error: str = "", final: bool = True, interrupted: bool = False
                       ) -> EffectOutcome:
-        """Record how `claim`'s attempt ended: `acked` with its result, else failed with
-        `error` (URLs cut to scheme and host), for good when `final`."""
-        entry, attempt, executor = claim.entry, claim.attempt, claim.executor
-        if acked is not None:
-            draft = EventDraft("effect-acked", entry.id, {"attempt": attempt, **acked},
-                               origin=claim.origin, cause=entry.seq)
-            outcome = EffectOutcome.ACKED
-        else:
-            data: dict[str, Any] = {"attempt": attempt, "error": redact_urls(error),
-                                    "final": final}
-            if not final:
-                delay = 0 if interrupted or executor is None else executor.backoff.delay_ms(attempt)
-                data["retry_at"] = self.clock.now_ms() + delay
-            if interrupted:
-                data["interrupted"] = True
-            draft = EventDraft("effect-failed", entry.id, data, origin=claim.origin,
-                               cause=entry.seq)
-            outcome = (EffectOutcome.INTERRUPTED if interrupted
-                       else EffectOutcome.FAILED if final else EffectOutcome.RETRY)
+        """Record how `claim`'s attempt ended (see `ending`); LOST_CLAIM if it was not."""
+        draft, outcome = ending(claim, self.clock.now_ms(), acked=acked, error=error,
+                                final=final, interrupted=interrupted)
         return outcome if await self._record(claim, draft) else EffectOutcome.LOST_CLAIM
 
-    async def _record(self, claim: _Claim, draft: EventDraft) -> bool:
+    async def _record(self, claim: Claim, draft: EventDraft) -> bool:
         """Append an attempt's outcome, expecting its claim's version; True once written.
 
         StoreUnavailable is retried with WRITE_BACKOFF while the lease holds. False (after
@@ -380,7 +336,7 @@ class ExecutorLoop:
         while True:
             try:
                 await self.store.append([draft], expect={claim.entry.id: claim.version})
-                self._answered()
+                self._outage.answered()
                 return True
             except AppendRejected:
                 return False  # our lease expired and another loop reclaimed the effect
@@ -388,11 +344,11 @@ class ExecutorLoop:
                 failures += 1
                 delay = WRITE_BACKOFF.delay_ms(failures)
                 if self.clock.now_ms() + delay >= claim.until:
-                    self._failed(f"{where}: gave up as its lease ends; it will be claimed "
+                    self._outage.failed(f"{where}: gave up as its lease ends; it will be claimed "
                                  "again", exc)
                     return False
                 if failures == 1:
-                    self._failed(f"{where}: retrying while its lease holds", exc)
+                    self._outage.failed(f"{where}: retrying while its lease holds", exc)
                 await asyncio.sleep(delay / 1000)
             except Exception as exc:
                 self.on_error(f"{where}: not written; it will be claimed again when its "

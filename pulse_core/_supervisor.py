@@ -4,7 +4,9 @@ A loop that raises is reported (an `error` event, through the engine's reporter)
 again after the shared Backoff; a loop that returns is finished. No task the engine starts
 can fail unobserved: one-shot background tasks go through `spawn`, whose failures are logged
 (they are most often the reports themselves, failing with the store), at most one line per
-BACKGROUND_LOG_EVERY_S.
+BACKGROUND_LOG_EVERY_S; a close shared by many callers runs through `Once`. A loop that rides
+out a store outage reports it once more, with its length, when the store answers again
+(`StoreOutage`).
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ import msgspec
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effects import Backoff
+from pulse_core._errors import StoreUnavailable
 from pulse_core._redact import redact_urls
 from pulse_core._waits import wait_signal
 
 __all__ = ["BACKGROUND_LOG_EVERY_S", "LOOP_BACKOFF", "STABLE_S", "LoopState", "LoopStatus",
-           "Supervisor", "wait_signal"]
+           "Once", "Reporter", "StoreOutage", "Supervisor", "wait_signal"]
 
 log = logging.getLogger("pulse")
 
 Reporter = Callable[[str, BaseException], None]
+"""Hears of an error a loop survives: where it happened, and the exception."""
 
 LOOP_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=30_000, jitter=0.1)
 """How long a failed loop waits before its next start (doubling per failure in a row)."""
@@ -58,6 +62,62 @@ class LoopStatus(msgspec.Struct):
     restarts: int = 0
     started_at: int = 0
     last_error: str | None = None
+
+
+class StoreOutage:
+    """A store outage (StoreUnavailable, until the store answers again) as the loop `where`,
+    run by `who`, lives through it: every error goes to `report`, and the outage once more,
+    with its length, when the store answers again, so that it reaches the log."""
+
+    def __init__(self, where: str, who: str, report: Reporter) -> None:
+        self.where = where
+        self.who = who
+        self.report = report
+        self._since: tuple[float, StoreUnavailable] | None = None  # when, the first error
+
+    def failed(self, where: str, exc: BaseException) -> None:
+        """Report `exc` (at `where`); remember the first of an outage (StoreUnavailable)."""
+        if isinstance(exc, StoreUnavailable) and self._since is None:
+            self._since = (time.monotonic(), exc)
+        self.report(where, exc)
+
+    def answered(self) -> None:
+        """The store answered: report the outage that ends here, if one was going on."""
+        if self._since is not None:
+            (since, first), self._since = self._since, None
+            self.report(self.where, StoreUnavailable(
+                f"{self.who}: the store was unavailable for {time.monotonic() - since:.1f} s "
+                f"(first error: {first}); it answers again and the loop carries on"))
+
+
+class Once:
+    """One run shared by every caller that comes while it goes on: a caller cancelled while it
+    waits leaves it running, and a failure that no caller is left to see is logged (as
+    `what`). Once a run has ended, the next call starts another."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._run: asyncio.Future[None] | None = None
+
+    async def __call__(self, begin: Callable[[], Awaitable[None] | None]) -> None:
+        """Wait for the run going on, or else for a new one of what `begin()` returns (None:
+        nothing to run)."""
+        if self._run is None:
+            work = begin()
+            if work is None:
+                return
+            self._run = asyncio.ensure_future(work)
+            self._run.add_done_callback(self._observe)
+        run = self._run
+        try:
+            await asyncio.shield(run)
+        finally:
+            if run.done() and self._run is run:
+                self._run = None
+
+    def _observe(self, run: asyncio.Future[None]) -> None:
+        if not run.cancelled() and run.exception() is not None:
+            log.warning("pulse: %s failed: %s", self.what, run.exception())
 
 
 class Supervisor:

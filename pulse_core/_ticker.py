@@ -4,14 +4,14 @@ tick, the first `prev` after a restart, tick numbers, and the memo that makes bo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._effects import Mark, effect_draft, mark_draft
-from pulse_core._errors import PayloadNotEncodable, PulseError
+from pulse_core._errors import PayloadNotEncodable, PulseError, StoreUnavailable
 from pulse_core._events import EventDraft, encode_data, error_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
@@ -56,6 +56,8 @@ class Ticker:
         self.lock = asyncio.Lock()
         #: the host its effects and marks are bound to ('' while the log is this engine's own)
         self.host = ""
+        #: given the `error` drafts of a tick the store refused as unavailable, to record late
+        self.unrecorded: Callable[[list[EventDraft]], None] | None = None
         self._prev: Snapshot | None = None
         self._resumed: TickMemo | None = None
         self._cursor = 0
@@ -136,7 +138,12 @@ class Ticker:
                                        "errors": sum(d.kind == "error" for d in drafts),
                                        "seen_seq": curr.seq},
                     origin="engine"))
-                await events.append(drafts)
+                try:
+                    await events.append(drafts)
+                except StoreUnavailable:
+                    if self.unrecorded is not None:
+                        self.unrecorded([d for d in drafts if d.kind == "error"])
+                    raise
             # The next prev keeps the last reading of keys not sampled since (a watcher's first
             # sample after a restart may land after the first tick): a comparison of prev and
             # curr then sees no change where there was none.
