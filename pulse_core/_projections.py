@@ -7,7 +7,8 @@ from pulse_core._snapshot import Projection
 
 
 class RecentErrors(Projection[tuple[int, ...]]):
-    """Timestamps of the last `keep` error events, oldest first (read by error_backoff)."""
+    """When the last `keep` errors happened, oldest first (read by error_backoff): an error
+    recorded late, after a store outage, counts at the time it was reported, not stored."""
 
     name = "errors"
     kinds = frozenset({"error"})
@@ -17,4 +18,8 @@ class RecentErrors(Projection[tuple[int, ...]]):
         return ()
 
     def apply(self, state: tuple[int, ...], event: Event) -> tuple[int, ...]:
-        return (*state[-(self.keep - 1):], event.ts)
+        data = event.data if isinstance(event.data, dict) else {}
+        at = data.get("reported_at") if data.get("late") is True else None
+        if not isinstance(at, int) or isinstance(at, bool) or not 0 < at <= event.ts:
+            return (*state[-(self.keep - 1):], event.ts)
+        return tuple(sorted((*state, at))[-self.keep:])

@@ -152,3 +152,19 @@ async def test_dedup_drops_effects_already_pending_or_repeated() -> None:
     chain = compose([dedup(), emitting("new"), emitting("new"), emitting("pending")], 100)
     decision = await chain(snap(), snap(pending_effects=frozenset({pending})))
     assert decision.effects == [Say(text="new")]
+
+
+def test_an_error_recorded_late_counts_when_it_was_reported_not_when_it_was_stored() -> None:
+    from pulse_core import Event, RecentErrors
+
+    def error(seq: int, ts: int, **data: object) -> Event:
+        return Event(seq, f"e{seq}", "error", "engine", seq, ts, "engine", None, "tx", None,
+                     {"error": "x", **data}, None)
+
+    errors = RecentErrors()
+    state = errors.initial()
+    state = errors.apply(state, error(1, 5_000))
+    state = errors.apply(state, error(2, 90_000, late=True, reported_at=3_000))
+    state = errors.apply(state, error(3, 91_000, late=True, reported_at=95_000))  # not late
+    state = errors.apply(state, error(4, 92_000, reported_at=1_000))  # not marked late
+    assert state == (3_000, 5_000, 91_000, 92_000)
