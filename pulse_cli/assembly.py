@@ -28,6 +28,7 @@ from pulse_core import (
     SystemClock,
     load_layers,
 )
+from pulse_core._assembly import placement
 
 NO_CODE = EngineCode(exported=Layer("engine"), revision=None)
 """What an engine runs when it has no engine directory code: an empty business layer."""
@@ -84,6 +85,14 @@ def tick_source(code: EngineCode, home: Path) -> Path:
     if "default_tick_ms" in code.settings:
         return code.entry.parent / "config.json"
     return home / "config.json"
+
+
+def bound_host(cfg: Config) -> str:
+    """The host the engine of a home with settings `cfg` is bound to, as the engine's
+    `placement`: config.json's `host` (else this machine's hostname) when its store is shared
+    across hosts (PostgreSQL), '' when the log is the home's alone. Promote and rollback
+    record their events under it (pulse_cli.enginedir.event_key)."""
+    return placement(cfg.store, cfg.host)
 
 
 def build_engine(root: Path, cfg: Config, code: EngineCode, *,

@@ -26,6 +26,7 @@ from pulse_cli import config as config_file
 from pulse_cli.assembly import (
     NO_CODE,
     BrokenLayer,
+    bound_host,
     build_engine,
     load_code,
     tick_source,
@@ -87,7 +88,7 @@ class Daemon:
         self.pid = os.getpid()
         self.status = DaemonStatus(self.pid, "starting", now_ms(), now_ms(), cfg.instance)
         self._settings(cfg)
-        self.directory = (GitEngineDirectory(home.root, store=cfg.store,
+        self.directory = (GitEngineDirectory(home.root, store=cfg.store, host=bound_host(cfg),
                                              on_rollback=self._rolled_back)
                           if home.engine.is_dir() else None)
         self.problems: list[EventDraft] = []
@@ -197,8 +198,9 @@ class Daemon:
             f"{tick_source(code, self.home.root)})")
 
     async def _started(self) -> None:
-        if self.directory is not None:
+        if self.directory is not None:  # its rollbacks go in the running engine's log
             self.directory.events = self.engine.events
+            self.directory.host = self.engine.placement
         await self.engine.start()
         self.status.state = "running"
         self._write_status()
@@ -234,7 +236,8 @@ class Daemon:
         if self.problems:
             await self.engine.append(self.problems)
         try:  # a promote recorded whose main never moved: the log says what really runs
-            await reconcile(self.home.root, self.engine.events, origin="engine")
+            await reconcile(self.home.root, self.engine.events, host=self.engine.placement,
+                            origin="engine")
         except PulseError as exc:  # never a reason not to run the survival layer
             say(f"could not compare the log with main's revision: {exc}")
         await self._started()

@@ -10,6 +10,11 @@ log agree with main again after a process stopped between an event and git. Neit
 a running daemon reload: the CLI signals it (SIGHUP), and a daemon passes `on_rollback` to
 GitEngineDirectory for rollbacks the survival layer makes.
 
+Each home records its promotes and rollbacks under a key of its own, and reads that key only
+(`event_key`): `engine-directory@<host>`, naming the host, where hosts share one log
+(PostgreSQL), so one host's promote never puts another's main out of step with the log;
+`engine-directory` in a log of its own (SQLite).
+
 Two lock files in the home order them across processes: HOME/promote.lock is held by a
 promote from its first look at main to its event, so promotes run one after another;
 HOME/engine-dir.lock is held by whatever changes git (a promote's merge, a rollback), so a
@@ -38,10 +43,11 @@ from pulse_cli.gate import (
     run_gate,
 )
 from pulse_cli.git import GitError, changed_paths, git, head, is_ancestor, run_git, work_tree_state
-from pulse_core import EventDraft, EventStore, PulseError, open_home
+from pulse_core import Event, EventDraft, EventStore, PulseError, open_home
 
 TEMPLATE = Path(engine_template.__file__).resolve().parent
 EVENT_KEY = "engine-directory"
+"""The key of promote and rollback events in a log of one home's own (see event_key)."""
 LOCK_NAME = "engine-dir.lock"
 LOCK_TIMEOUT_S = 60.0
 PROMOTE_LOCK_NAME = "promote.lock"
@@ -76,6 +82,28 @@ class PromoteResult(msgspec.Struct, frozen=True):
     steps: tuple[GateStep, ...] = ()
     failed_step: str | None = None
     output: str = ""
+
+
+def event_key(host: str) -> str:
+    """The key of the promote and rollback events of the engine directory bound to `host`
+    (pulse_core._assembly.placement: '' for a log of its own): EVENT_KEY alone for '',
+    `engine-directory@<host>` where engines of several hosts share the log."""
+    return f"{EVENT_KEY}@{host}" if host else EVENT_KEY
+
+
+def directory_event(kind: str, data: dict[str, object], host: str, origin: str) -> EventDraft:
+    """A `promote` or `rollback` event of the engine directory bound to `host`: under
+    event_key(host), naming the host in its data unless it is '' (pulse_core.host_of reads
+    it, so another host's survival ledger leaves the event alone)."""
+    return EventDraft(kind, event_key(host), {**data, "host": host} if host else data,
+                      origin=origin)
+
+
+async def last_recorded(log: EventStore, host: str, kinds: list[str]) -> Event | None:
+    """The latest event of `kinds` (promote, rollback) recorded for the engine directory
+    bound to `host`; None when it has none."""
+    found = await log.read(kinds=kinds, key=event_key(host), limit=1, newest_first=True)
+    return found[0] if found else None
 
 
 def _dirs(home: Path) -> tuple[Path, Path]:
@@ -174,7 +202,7 @@ async def event_log(root: Path, events: EventStore | None, store: str | None, *,
 
 
 async def promote(home: Path, *, events: EventStore | None = None, store: str | None = None,
-                  dry_run_timeout_s: float = 5.0,
+                  host: str = "", dry_run_timeout_s: float = 5.0,
                   waiting: Callable[[str], None] | None = None,
                   progress: Callable[[str], None] | None = None) -> PromoteResult:
     """Gate staging, then record a `promote` event and move main to it.
@@ -184,7 +212,9 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
     they are, and `progress` hears each step as it starts and ends. Only when every step
     passes are they committed on `staging` ("promote: staged changes"), main merged into
     staging when staging lacks some of it, and {revision, previous} appended to `events`
-    (None: the home's log at the store URL `store`, opened for that append only); then main
+    (None: the home's log at the store URL `store`, opened for that append only) under the
+    key of `host`, the host this home is bound to (see event_key; '' for a log of its own,
+    as pulse_core._assembly.placement gives it); then main
     is fast-forwarded to that revision. The event comes first, so the log never misses a
     promote: when it cannot be written, main does not move. A refusal, and a promote with
     nothing to merge, write nothing in the home but promote.lock and the gate's mypy cache:
@@ -210,12 +240,12 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
             return _refused(steps[-1].name, steps[-1].output, previous, steps)
         async with hold_engine_dir(engine):
             return await _merge(engine, staging, previous, before, steps, events=events,
-                                store=store)
+                                store=store, host=host)
 
 
 async def _merge(engine: Path, staging: Path, previous: str, before: str,
                  steps: tuple[GateStep, ...], *, events: EventStore | None,
-                 store: str | None) -> PromoteResult:
+                 store: str | None, host: str) -> PromoteResult:
     """Commit staging as the gate saw it, bring main's commits into it, record the promote,
     then fast-forward main to it."""
     main = await git(engine, "rev-parse", "HEAD")
@@ -241,10 +271,10 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
         return _nothing(previous, "main already has everything staging has", steps)
     try:
         async with event_log(engine.parent, events, store, read_only=False) as log:
-            await _reconcile(engine, log, previous, "cli")
-            await log.append([EventDraft("promote", EVENT_KEY,
-                                         {"revision": now, "previous": previous},
-                                         origin="cli")])
+            await _reconcile(engine, log, previous, "cli", host)
+            await log.append([directory_event("promote",
+                                              {"revision": now, "previous": previous},
+                                              host, "cli")])
     except PulseError as exc:
         raise PromoteNotRecorded(
             f"the promote of {now} could not be recorded in the event log, so main was not "
@@ -257,7 +287,7 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
         try:
             async with event_log(engine.parent, events, store, read_only=False) as log:
                 await _record_main(log, previous, f"the promote of {now} was recorded but "
-                                   f"main could not move: {exc.said}", "cli")
+                                   f"main could not move: {exc.said}", "cli", host)
         except PulseError:
             noted = ("the log could not note it either; the next promote, rollback or daemon "
                      "start does")
@@ -272,23 +302,25 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
 # -- the log and main agree --------------------------------------------------------------------
 
 
-async def _record_main(log: EventStore, main: str, reason: str, origin: str) -> None:
-    """A `rollback` event saying that main is (still) at `main`, and why: it sets the log's
-    word on what runs right without changing git (kept null, staging untouched)."""
-    await log.append([EventDraft("rollback", EVENT_KEY,
-                                 {"revision": main, "to": main, "reason": reason, "kept": None,
-                                  "staging": "untouched"}, origin=origin)])
+async def _record_main(log: EventStore, main: str, reason: str, origin: str,
+                       host: str) -> None:
+    """A `rollback` event (of `host`'s engine directory) saying that main is (still) at
+    `main`, and why: it sets the log's word on what runs right without changing git (kept
+    null, staging untouched)."""
+    await log.append([directory_event("rollback",
+                                      {"revision": main, "to": main, "reason": reason,
+                                       "kept": None, "staging": "untouched"}, host, origin)])
 
 
-async def _disagreement(engine: Path, log: EventStore, main: str) -> str | None:
-    """Why the log's last promote or rollback does not name `main`; None when it does (or
-    when nothing was recorded yet)."""
-    recorded = await log.read(kinds=["promote", "rollback"])
-    data = recorded[-1].data if recorded else None
+async def _disagreement(engine: Path, log: EventStore, main: str, host: str) -> str | None:
+    """Why the last promote or rollback recorded for `host`'s engine directory does not name
+    `main`; None when it does (or when nothing was recorded for it yet)."""
+    recorded = await last_recorded(log, host, ["promote", "rollback"])
+    data = recorded.data if recorded is not None else None
     said = data.get("revision") if isinstance(data, dict) else None
-    if not isinstance(said, str) or said == main:
+    if recorded is None or not isinstance(said, str) or said == main:
         return None
-    if recorded[-1].kind == "promote" and not await is_ancestor(engine, said, main):
+    if recorded.kind == "promote" and not await is_ancestor(engine, said, main):
         return (f"a promote to {said} was recorded but main never moved (the process stopped "
                 "in between)")
     return (f"the log last recorded main at {said} but it is at {main}: main moved without "
@@ -296,40 +328,42 @@ async def _disagreement(engine: Path, log: EventStore, main: str) -> str | None:
             f"{engine} by hand)")
 
 
-async def _reconcile(engine: Path, log: EventStore, main: str, origin: str) -> str | None:
-    reason = await _disagreement(engine, log, main)
+async def _reconcile(engine: Path, log: EventStore, main: str, origin: str,
+                     host: str) -> str | None:
+    reason = await _disagreement(engine, log, main, host)
     if reason is not None:
-        await _record_main(log, main, reason, origin)
+        await _record_main(log, main, reason, origin, host)
     return reason
 
 
 async def reconcile_held(engine: Path, events: EventStore | None, store: str | None,
-                         origin: str) -> str | None:
+                         origin: str, *, host: str = "") -> str | None:
     """`reconcile` for a caller that holds HOME/engine-dir.lock already; the log is opened for
     writing only when it disagrees with main."""
     main = await git(engine, "rev-parse", "HEAD")
     async with event_log(engine.parent, events, store, read_only=True) as log:
         if events is not None:
-            return await _reconcile(engine, log, main, origin)
-        reason = await _disagreement(engine, log, main)
+            return await _reconcile(engine, log, main, origin, host)
+        reason = await _disagreement(engine, log, main, host)
     if reason is not None:
         async with event_log(engine.parent, None, store, read_only=False) as log:
-            await _record_main(log, main, reason, origin)
+            await _record_main(log, main, reason, origin, host)
     return reason
 
 
 async def reconcile(home: Path, events: EventStore | None = None, *, store: str | None = None,
-                    origin: str = "cli") -> str | None:
-    """Make the log say what main runs: when the last `promote` or `rollback` event names
-    another revision than main's HEAD (a process stopped between recording and moving main),
-    append a `rollback` event to HEAD whose reason says so, and return that reason; None
-    when they agree or the home has no engine directory. `events` None: the home's log at
-    the store URL `store`. Promote and rollback do this first; so does a starting daemon."""
+                    host: str = "", origin: str = "cli") -> str | None:
+    """Make the log say what main runs: when the last `promote` or `rollback` event recorded
+    for this home (under the key of `host`, see event_key) names another revision than
+    main's HEAD (a process stopped between recording and moving main), append a `rollback`
+    event to HEAD whose reason says so, and return that reason; None when they agree or the
+    home has no engine directory. `events` None: the home's log at the store URL `store`.
+    Promote and rollback do this first; so does a starting daemon."""
     engine, _ = _dirs(home)
     if await asyncio.to_thread(head, engine) is None:
         return None
     async with hold_engine_dir(engine):
-        return await reconcile_held(engine, events, store, origin)
+        return await reconcile_held(engine, events, store, origin, host=host)
 
 
 class RolledBack(msgspec.Struct, frozen=True):
@@ -351,17 +385,19 @@ class GitEngineDirectory:
     """The survival layer's EngineDirectory over HOME/engine: `rollback` is git's.
 
     Without `events` each rollback opens the home's event log (at `store`, a store URL; None:
-    the home's own) for its event. `on_rollback` is awaited with what each rollback did
-    (its str is a log line naming the branch that keeps the rolled-back code): a daemon
-    asks for a reload there.
+    the home's own) for its event, which goes under the key of `host` (the host the home is
+    bound to, '' for a log of its own; see event_key). `on_rollback` is awaited with what
+    each rollback did (its str is a log line naming the branch that keeps the rolled-back
+    code): a daemon asks for a reload there.
     """
 
     def __init__(self, home: Path, events: EventStore | None = None, *,
-                 store: str | None = None,
+                 store: str | None = None, host: str = "",
                  on_rollback: Callable[[RolledBack], Awaitable[None]] | None = None) -> None:
         self.home = home
         self.events = events
         self.store = store
+        self.host = host
         self.on_rollback = on_rollback
 
     async def rollback(self, revision: str | None, reason: str) -> str:
@@ -373,7 +409,7 @@ class GitEngineDirectory:
 
         try:
             done = await rollback(self.home, revision, reason=reason, events=self.events,
-                                  store=self.store, origin="survival")
+                                  store=self.store, host=self.host, origin="survival")
         except NothingToRollBack as nothing:
             return nothing.revision
         if self.on_rollback is not None:

@@ -20,7 +20,7 @@ import msgspec
 import watchfiles
 
 from pulse_cli import config as config_file
-from pulse_cli.assembly import NO_CODE, build_engine, load_code
+from pulse_cli.assembly import NO_CODE, bound_host, build_engine, load_code
 from pulse_cli.control import signal_reload, start, wait_for_revision
 from pulse_cli.dryrun import copy_home
 from pulse_cli.enginedir import PromoteResult
@@ -63,8 +63,8 @@ async def _promote(home: Home, as_json: bool) -> PromoteResult:
     """The gate and the merge; without `as_json`, each gate step is printed as it runs."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
-    result = await gate_and_merge(home.root, store=cfg.store, waiting=_waiting,
-                                  progress=None if as_json else _progress)
+    result = await gate_and_merge(home.root, store=cfg.store, host=bound_host(cfg),
+                                  waiting=_waiting, progress=None if as_json else _progress)
     if as_json:
         return result
     if not result.ok:
@@ -98,7 +98,8 @@ async def rollback(home: Home, revision: str | None, *, reason: str,
     before anything is recorded or signalled: an error, exit 1."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
-    done = await revert(home.root, revision, store=cfg.store, reason=reason)
+    done = await revert(home.root, revision, store=cfg.store, host=bound_host(cfg),
+                        reason=reason)
     reload = _reloaded(home)
     if as_json:
         print_json({**msgspec.to_builtins(done), "reload": reload})

@@ -14,16 +14,17 @@ import time
 from pathlib import Path
 
 from pulse_cli.enginedir import (
-    EVENT_KEY,
     EngineDirError,
     RolledBack,
+    directory_event,
     event_log,
     hold_engine_dir,
+    last_recorded,
     reconcile_held,
     require_dirs,
 )
 from pulse_cli.git import GitError, git, is_ancestor
-from pulse_core import Event, EventDraft, EventStore
+from pulse_core import EventStore
 
 
 class RollbackTargetError(EngineDirError):
@@ -47,11 +48,15 @@ class RollbackNotApplied(EngineDirError):
     they were."""
 
 
-async def _default_target(engine: Path, events: EventStore | None, store: str | None) -> str:
+async def _default_target(engine: Path, events: EventStore | None, store: str | None,
+                          host: str) -> str:
+    """The `previous` of the last promote recorded for `host`'s engine directory, else
+    HEAD~1."""
     async with event_log(engine.parent, events, store, read_only=True) as log:
-        promotes: list[Event] = await log.read(kinds=["promote"])
-    if promotes and isinstance(promotes[-1].data, dict) and promotes[-1].data.get("previous"):
-        return str(promotes[-1].data["previous"])
+        promote = await last_recorded(log, host, ["promote"])
+    data = promote.data if promote is not None else None
+    if isinstance(data, dict) and data.get("previous"):
+        return str(data["previous"])
     parent = await git(engine, "rev-parse", "--verify", "--quiet", "HEAD~1", check=False)
     if not parent:
         raise EngineDirError(f"nothing to roll back: {engine} has no promote on record and "
@@ -118,35 +123,36 @@ async def _sync_staging(staging: Path) -> str:
 
 async def rollback(home: Path, revision: str | None, *, reason: str,
                    events: EventStore | None = None, store: str | None = None,
-                   origin: str = "cli") -> RolledBack:
+                   host: str = "", origin: str = "cli") -> RolledBack:
     """Bring main's files back to `revision` with a new commit, and say what was done.
 
     `revision` None means the revision before the last promote (the `previous` of the latest
-    `promote` event, else HEAD~1); one that is not an earlier commit of main raises
-    RollbackTargetError, and one whose files main already has NothingToRollBack. History is
-    kept: one commit "Revert to <rev>: <reason>" whose files are those of `revision` is made
-    with `git commit-tree` and fast-forwarded, so promotions that arrived as merges are
-    undone exactly, and the code taken out stays on a new branch rolled-back/<UTC
-    time>-<short sha>. When git cannot move main, RollbackNotApplied leaves no branch and
-    no event. Staging is then merged with main, and a `rollback` event records {revision,
-    to, reason, kept, staging} in `events` (None: the home's log at the store URL `store`,
-    read and written only for this rollback). A refused rollback writes nothing, unless the
-    log disagreed with main beforehand (see pulse_cli.enginedir.reconcile). The running
-    daemon is not told: the CLI sends it SIGHUP.
+    `promote` event recorded for this home, under the key of `host`, else HEAD~1); one that
+    is not an earlier commit of main raises RollbackTargetError, and one whose files main
+    already has NothingToRollBack. History is kept: one commit "Revert to <rev>: <reason>"
+    whose files are those of `revision` is made with `git commit-tree` and fast-forwarded,
+    so promotions that arrived as merges are undone exactly, and the code taken out stays on
+    a new branch rolled-back/<UTC time>-<short sha>. When git cannot move main,
+    RollbackNotApplied leaves no branch and no event. Staging is then merged with main, and
+    a `rollback` event records {revision, to, reason, kept, staging} in `events` (None: the
+    home's log at the store URL `store`, read and written only for this rollback) under the
+    key of `host`, the host the home is bound to ('' for a log of its own; see
+    pulse_cli.enginedir.event_key). A refused rollback writes nothing, unless the log
+    disagreed with main beforehand (see pulse_cli.enginedir.reconcile). The running daemon
+    is not told: the CLI sends it SIGHUP.
     """
     engine, staging = await asyncio.to_thread(require_dirs, home)
     async with hold_engine_dir(engine):
-        await reconcile_held(engine, events, store, origin)
+        await reconcile_held(engine, events, store, origin, host=host)
         target = await _target(engine, revision or await _default_target(engine, events,
-                                                                           store))
+                                                                           store, host))
         now = await git(engine, "rev-parse", "HEAD")
         if await _tree(engine, target) == await _tree(engine, now):
             raise NothingToRollBack(engine, now, target)
         commit, kept = await _revert(engine, now, target, reason)
         done = RolledBack(commit, target, kept, await _sync_staging(staging))
         async with event_log(engine.parent, events, store, read_only=False) as log:
-            await log.append([EventDraft(
-                "rollback", EVENT_KEY,
-                {"revision": commit, "to": target, "reason": reason, "kept": kept,
-                 "staging": done.staging}, origin=origin)])
+            await log.append([directory_event(
+                "rollback", {"revision": commit, "to": target, "reason": reason, "kept": kept,
+                             "staging": done.staging}, host, origin)])
     return done
