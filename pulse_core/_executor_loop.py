@@ -59,8 +59,10 @@ READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
 """Spacing of `run`'s reads after the store failed one, and of claims after one failed."""
 
 SCAN_GAP_S = 0.01
-"""The least time between two of `run`'s reads of the log: the wakes of a busy log (every
-commit of every engine sharing it wakes every loop) are taken together, one read for all."""
+"""The least time from the end of one of `run`'s reads of the log to the start of the next:
+the wakes of a busy log (every commit of every engine sharing it wakes every loop) are taken
+together, one read for all, however long a read takes. A loop woken after being idle longer
+reads at once."""
 
 log = logging.getLogger("pulse.executor_loop")
 
@@ -195,7 +197,6 @@ class ExecutorLoop:
         try:
             while not self._stopping:
                 signal.clear()
-                read_at = asyncio.get_running_loop().time()
                 try:
                     await self.refresh()
                     self.dispatch()
@@ -209,8 +210,9 @@ class ExecutorLoop:
                 failures = 0
                 self._outage.answered()
                 await self._checkpoint(force=False)
+                read_end = asyncio.get_running_loop().time()
                 await wait_signal(signal, self._next_due(self.clock.now_ms()))
-                gap = read_at + SCAN_GAP_S - asyncio.get_running_loop().time()
+                gap = read_end + SCAN_GAP_S - asyncio.get_running_loop().time()
                 if gap > 0:
                     await asyncio.sleep(gap)
         finally:

@@ -13,7 +13,8 @@ from pulse_core.store._recorder import (
     StoredRow,
     UnreadableEvent,
 )
-from pulse_core.store._side import SideStore, SqliteSideStore
+from pulse_core.store._redis import RedisSideStore
+from pulse_core.store._side import SideStore, SqliteSideStore, open_side_store
 from pulse_core.store._url import (
     PostgresURL,
     SqliteURL,
@@ -38,6 +39,7 @@ __all__ = [
     "PreparedAppend",
     "PreparedDraft",
     "Recorder",
+    "RedisSideStore",
     "Retention",
     "Sample",
     "SideStore",
@@ -53,6 +55,7 @@ __all__ = [
     "VitalsStore",
     "digest_of",
     "open_event_store",
+    "open_side_store",
     "parse_store_url",
     "purge_payload",
 ]
