@@ -1,8 +1,11 @@
 """The AwarenessExecutor: evidence, inference, one repair, the gate, and atomic settlement.
 
 The model proposes; this code decides. Nothing is written unless the gate accepts it, the
-source human exchange still stands when the lock is held, and the changes, the cycle record
-and any journal entry go into the log in one transaction.
+source human exchange still stands, and the changes, the cycle record and any journal entry
+go into the log in one transaction. Each identity's whole review runs under the log's
+exclusive lock `awareness:<identity>`, so among every engine sharing the log (a fleet on one
+PostgreSQL database) at most one reviews an identity at a time, and a review whose world was
+already reviewed by another makes no model call.
 """
 
 from __future__ import annotations
@@ -36,12 +39,15 @@ from pulse_adapters.llm import (
     json_schema_format,
 )
 from pulse_adapters.llm.errors import excerpt
-from pulse_core import EventDraft, EventStore, ExecutionContext, Executor, VersionConflict
+from pulse_core import Event, EventDraft, EventStore, ExecutionContext, Executor, VersionConflict
 from pulse_core.memory import IdentityMemory, identity_key, remember
 
 ORIGIN = "executor:awareness"
 ERROR_CHARS = 500
 """The longest error text a cycle record keeps."""
+ALREADY_REVIEWED = "already-reviewed"
+"""The outcome (in `effect-acked`, not a cycle) of a review whose world another review settled
+after this one was asked for: no model call, nothing written."""
 
 
 class Foreground:
@@ -104,19 +110,36 @@ class AwarenessExecutor(Executor):
         self.route = route
         self.foreground = foreground
         self.timeout = client.max_wall_s * 2 + 30
-        self._locks: dict[str, asyncio.Lock] = {}
 
     async def _memory(self, events: EventStore, identity: str, after: IdentityMemory | None,
-                      after_seq: int, head: int = 0) -> tuple[IdentityMemory | None, int, int]:
+                      after_seq: int, head: int = 0, *, cycles: list[Event] | None = None
+                      ) -> tuple[IdentityMemory | None, int, int]:
         """The identity's memory folded on from `after_seq`, the last seq read, and the
-        key's version (which also counts the reviewer's own ledger events)."""
+        key's version (which also counts the reviewer's own ledger events); the cycle
+        records read are added to `cycles`."""
         memory = after
         seq = after_seq
         for event in await events.read(after_seq, key=identity_key(identity)):
-            if event.kind not in ("awareness-cycle", "awareness-journal"):
+            if event.kind == "awareness-cycle":
+                if cycles is not None:
+                    cycles.append(event)
+            elif event.kind != "awareness-journal":
                 memory = remember(memory, event)
             seq, head = event.seq, event.version
         return memory, seq, head
+
+    @staticmethod
+    def _reviewed_since(effect: AwarenessReview, asked_at: int, cycles: list[Event]
+                        ) -> Event | None:
+        """A successful cycle settled after the effect was asked for (seq `asked_at`), of the
+        same source and fingerprint: that world was reviewed already (by another engine)."""
+        for event in reversed(cycles):
+            data = event.data if isinstance(event.data, dict) else {}
+            if event.seq > asked_at and data.get("outcome") == REVIEWED and \
+                    data.get("source") == effect.source and \
+                    data.get("fingerprint") == effect.fingerprint:
+                return event
+        return None
 
     async def _ask(self, evidence: Evidence, review: AwarenessReview, cycle: _Cycle
                    ) -> tuple[Envelope, int]:
@@ -158,24 +181,34 @@ class AwarenessExecutor(Executor):
         return envelope, int((time.perf_counter() - started) * 1000)
 
     async def execute(self, effect: AwarenessReview, ctx: ExecutionContext) -> dict[str, Any]:
-        """One review cycle, always recorded: whatever fails inside it (the model, its reply,
-        the gate, the settlement) is settled as a `failed` cycle with the calls made."""
+        """One review cycle under the identity's exclusive lock, always recorded: whatever
+        fails inside it (the model, its reply, the gate, the settlement) is settled as a
+        `failed` cycle with the calls made. A world already reviewed since the effect was
+        asked for is left as it is (outcome `already-reviewed`, no cycle); a lock that cannot
+        be taken (the database is down) fails the attempt itself, and the rule asks again."""
         cycle = _Cycle(CycleRecord(
             identity=effect.identity, outcome="failed", reason=effect.reason,
             route=effect.route, model=self.client.model, quiet_skips=effect.quiet_skips,
             fingerprint=effect.fingerprint, source=effect.source,
             narration_only=effect.narration_only))
-        try:
-            return await self._review(effect, ctx, cycle)
-        except Exception as exc:  # every failure, foreseen or not, becomes the record
-            return await self._settle(ctx, effect.identity, msgspec.structs.replace(
-                cycle.record, outcome="failed", model_calls=cycle.calls,
-                error=excerpt(f"unexpected {type(exc).__name__}: {exc}", ERROR_CHARS)), [], None)
+        async with ctx.events.exclusive(f"awareness:{effect.identity}"):
+            try:
+                return await self._review(effect, ctx, cycle)
+            except Exception as exc:  # every failure, foreseen or not, becomes the record
+                return await self._settle(ctx, effect.identity, msgspec.structs.replace(
+                    cycle.record, outcome="failed", model_calls=cycle.calls,
+                    error=excerpt(f"unexpected {type(exc).__name__}: {exc}", ERROR_CHARS)),
+                    [], None)
 
     async def _review(self, effect: AwarenessReview, ctx: ExecutionContext,
                       cycle: _Cycle) -> dict[str, Any]:
         identity = effect.identity
-        memory, seen, head = await self._memory(ctx.events, identity, None, 0)
+        cycles: list[Event] = []
+        memory, seen, head = await self._memory(ctx.events, identity, None, 0, cycles=cycles)
+        done = self._reviewed_since(effect, ctx.seq, cycles)
+        if done is not None:
+            return {"outcome": ALREADY_REVIEWED, "accepted": 0, "rejected": 0, "error": None,
+                    "cycle": done.seq}
         base = cycle.record
         human = memory.last_human if memory else None
         if memory is None or human is None or effect.source in memory.removed:
@@ -195,27 +228,26 @@ class AwarenessExecutor(Executor):
                 base, outcome=failed.outcome, error=failed.error, model_calls=cycle.calls),
                 [], None)
         calls = cycle.calls
-        async with self._locks.setdefault(identity, asyncio.Lock()):
-            for _ in range(5):
-                memory, seen, head = await self._memory(ctx.events, identity, memory, seen, head)
-                assert memory is not None
-                if base.source in memory.removed or memory.last_human is None:
-                    record = msgspec.structs.replace(
-                        base, outcome="source-gone", model_calls=calls, inference_ms=took,
-                        narration=envelope.narration,
-                        error="the source exchange was forgotten or quarantined during review")
-                    return await self._settle(ctx, identity, record, [], None)
-                measured = gate(envelope.verbs, evidence.allowlist, memory, self.config)
-                result = (gate(envelope.verbs, evidence.allowlist, memory, self.config,
-                               narration_only=True) if effect.narration_only else measured)
-                record = self._record(base, envelope, result, measured=measured, calls=calls,
-                                      took=took)
-                drafts = [_verb_draft(v, memory, ctx.seq) for v in result.accepted]
-                try:
-                    return await self._settle(ctx, identity, record, drafts, head,
-                                              journal=envelope.meaningful_change)
-                except VersionConflict:
-                    continue  # the identity changed while we held the lock: re-check
+        for _ in range(5):
+            memory, seen, head = await self._memory(ctx.events, identity, memory, seen, head)
+            assert memory is not None
+            if base.source in memory.removed or memory.last_human is None:
+                record = msgspec.structs.replace(
+                    base, outcome="source-gone", model_calls=calls, inference_ms=took,
+                    narration=envelope.narration,
+                    error="the source exchange was forgotten or quarantined during review")
+                return await self._settle(ctx, identity, record, [], None)
+            measured = gate(envelope.verbs, evidence.allowlist, memory, self.config)
+            result = (gate(envelope.verbs, evidence.allowlist, memory, self.config,
+                           narration_only=True) if effect.narration_only else measured)
+            record = self._record(base, envelope, result, measured=measured, calls=calls,
+                                  took=took)
+            drafts = [_verb_draft(v, memory, ctx.seq) for v in result.accepted]
+            try:
+                return await self._settle(ctx, identity, record, drafts, head,
+                                          journal=envelope.meaningful_change)
+            except VersionConflict:
+                continue  # the identity's memory changed meanwhile (a writer outside the lock)
         return await self._settle(ctx, identity, msgspec.structs.replace(
             base, outcome="failed", model_calls=calls, inference_ms=took,
             error="identity kept changing during settlement"), [], None)

@@ -2,10 +2,13 @@
 check and the hold's end — kept in memory, loaded from and written behind the side store.
 
 Skips are not events: a quiet world costs no log growth, and the next real review reports the
-silent interval truthfully from this count. The side store only carries the hold across
-restarts. When it fails (closed, locked), the reviewer runs without the stored hold (one more
-check at worst), keeps every change to write later, and records one `error` event
-(where `rule:awareness`, type QuietHoldUnavailable) per run of failures.
+silent interval truthfully from this count. The side store (the home's state.db, or Redis /
+Valkey shared by a fleet) only carries the hold across restarts and engines. When it fails
+(closed, locked, a Redis outage), the reviewer runs on the hold it has in memory (no stored
+hold: one more check at worst), never waits for the store again until it answers, keeps every
+change, and records one `error` event (where `rule:awareness`, type QuietHoldUnavailable) per
+outage; once the store answers, the stored hold is read again, every hold in memory written
+back (a restarted Redis holds nothing), and one `awareness-quiet-hold-restored` event says so.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 
 import msgspec
 
-from pulse_core import EventStore, PulseError, SideStore, error_draft
+from pulse_core import EventDraft, EventStore, PulseError, SideStore, error_draft, register_kind
 
 NAMESPACE = "awareness.quiet"
 """The side-store namespace of the hold: one value per identity."""
@@ -30,6 +33,19 @@ log = logging.getLogger("pulse")
 class QuietHoldUnavailable(PulseError):
     """The side store failed; the reviewer runs without the stored quiet hold (one more check
     at worst) and writes its changes once the store answers again."""
+
+
+class QuietHoldRestored(msgspec.Struct, frozen=True):
+    """The side store answers again after `failures` failed reads and writes: the stored hold
+    was read again and every hold in memory written back."""
+
+    failures: int
+    message: str
+
+
+RESTORED = "awareness-quiet-hold-restored"
+register_kind(RESTORED, "the quiet hold's side store answers again after an outage; key: "
+                        "rule:awareness; data: failures, message", QuietHoldRestored)
 
 
 class QuietState(msgspec.Struct, frozen=True):
@@ -48,30 +64,36 @@ class QuietHold:
     """Quiet state for every identity, read from memory.
 
     After `bind`, the stored hold is merged in by the first `load` and every change is written
-    behind by `write_behind`: one `put` of all changed identities at a time, never waited for
-    by the tick. Unbound, the hold lives in memory only.
+    behind by `write_behind`: one `put` of all changed identities at a time (each value living
+    `ttl_ms` in the store, when given), never waited for by the tick. Unbound, the hold lives
+    in memory only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ttl_ms: int | None = None) -> None:
+        self.ttl_ms = ttl_ms
         self._states: dict[str, QuietState] = {}
         self._dirty: set[str] = set()
         self._unbased: set[str] = set()
         self._side: SideStore | None = None
         self._events: EventStore | None = None
         self._loaded = False
+        self._merged = False
+        self._reading: asyncio.Task[bool] | None = None
         self._writing: asyncio.Task[None] | None = None
         self._reports: set[asyncio.Task[None]] = set()
-        self._failing = False
+        self._failing = 0
+        self._down = False
         self.failures = 0
         """Side-store reads and writes that failed, over this hold's life."""
 
     def bind(self, side: SideStore, events: EventStore | None = None) -> None:
         """Keep the hold in `side` from now on; a failure of it is reported to `events`."""
-        self._side, self._events, self._loaded = side, events, False
+        self._side, self._events = side, events
+        self._loaded = self._merged = self._down = False
 
     @property
     def loaded(self) -> bool:
-        """Whether the stored hold has been merged in since the last `bind`."""
+        """Whether the stored hold has been merged in since the last `bind` or failure."""
         return self._loaded
 
     def get(self, identity: str) -> QuietState:
@@ -103,21 +125,39 @@ class QuietHold:
         self._dirty.add(identity)
 
     async def load(self) -> bool:
-        """Merge the stored hold in, once after `bind`; True when that just happened.
+        """Merge the stored hold in, once after `bind` (and again after a failure); True when
+        that happened, here or in the background, since the last call.
 
         An identity first counted before the load keeps its newer hold, and its skips add to
         the stored ones; one cleared, or known from an earlier load, keeps its state. A failed
-        read is reported and tried again at the next call; until then nothing is written, so
-        no stored hold is overwritten.
+        read or write is reported; from then on the store is read again in the background
+        (the caller never waits for a store known to fail), and until it answers nothing is
+        written, so no stored hold is overwritten. Once it answers, every hold in memory is
+        written back with the next `write_behind`.
         """
-        if self._side is None or self._loaded:
+        side = self._side
+        if side is None:
             return False
+        if self._merged:
+            self._merged = False
+            return True
+        if self._loaded:
+            return False
+        if not self._down:
+            return await self._read(side)
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.create_task(self._read(side, behind=True),
+                                                name="pulse-awareness-quiet-hold-read")
+        return False
+
+    async def _read(self, side: SideStore, *, behind: bool = False) -> bool:
         try:
-            stored = await self._side.get_all(NAMESPACE)
+            stored = await side.get_all(NAMESPACE)
         except Exception as exc:
             self._failed(exc, "read")
             return False
-        self._failing = False
+        if side is not self._side or self._loaded:
+            return False  # bound elsewhere meanwhile: that store is read on its own
         for identity, raw in stored.items():
             try:
                 state = _decode(raw)
@@ -132,6 +172,9 @@ class QuietHold:
                     mine.hold_until)
         self._unbased.clear()
         self._loaded = True
+        self._merged = behind
+        if self._failing:
+            self._restored()
         return True
 
     def write_behind(self) -> None:
@@ -149,18 +192,18 @@ class QuietHold:
 
     async def _write(self, side: SideStore, items: dict[str, bytes]) -> None:
         try:
-            await side.put(NAMESPACE, items)
+            await side.put(NAMESPACE, items, self.ttl_ms)
         except BaseException as exc:
             self._dirty.update(items)  # written again, in its latest state, by the next put
             if not isinstance(exc, Exception):
                 raise
             self._failed(exc, "write")
-        else:
-            self._failing = False
 
     async def drain(self) -> None:
-        """Finish the write in flight, then write what is left, and the error reports (before
-        the stores close)."""
+        """Finish the read and the write in flight, then write what is left, and the reports
+        (before the stores close)."""
+        if self._reading is not None:
+            await self._reading
         if self._writing is not None:
             await self._writing
         self.write_behind()
@@ -170,26 +213,42 @@ class QuietHold:
             await asyncio.gather(*self._reports)
 
     def _failed(self, exc: Exception, doing: str) -> None:
-        """Count a failure; report the first of a run, in the background."""
+        """Count a failure, and read the store again before writing to it; report the first
+        of an outage, in the background."""
         self.failures += 1
-        if self._failing:
+        self._failing += 1
+        self._down = True
+        self._loaded = False  # the store may have lost or changed what it held
+        if self._failing > 1:
             return
-        self._failing = True
-        problem = QuietHoldUnavailable(
+        self._report(logging.ERROR, error_draft(WHERE, QuietHoldUnavailable(
             f"cannot {doing} the quiet hold in the side store: {type(exc).__name__}: {exc} — "
-            "reviews go on without the stored hold (one more check at worst) and its changes "
-            "are written when the store answers again; check the home's state.db")
+            "reviews go on without the stored hold (one more check at worst), and once the "
+            "store answers it is read again and every change written")))
+
+    def _restored(self) -> None:
+        """The store answers again: write every hold back, and say so once."""
+        failures, self._failing, self._down = self._failing, 0, False
+        self._dirty.update(self._states)
+        restored = QuietHoldRestored(
+            failures, f"the side store answers again after {failures} failed reads and "
+            "writes: the stored hold was read again and every hold in memory is written back")
+        self._report(logging.WARNING, EventDraft(RESTORED, WHERE, msgspec.to_builtins(restored),
+                                                 origin=WHERE))
+
+    def _report(self, level: int, draft: EventDraft) -> None:
+        """Record `draft` in the log, in the background (without one: log it at `level`)."""
         if self._events is None:
-            log.error("pulse: %s: %s", WHERE, problem)
+            log.log(level, "pulse: %s: %s", WHERE, draft.data)
             return
-        report = asyncio.create_task(self._report(self._events, problem),
+        report = asyncio.create_task(self._append(self._events, draft),
                                      name="pulse-awareness-quiet-hold-report")
         self._reports.add(report)
         report.add_done_callback(self._reports.discard)
 
     @staticmethod
-    async def _report(events: EventStore, problem: QuietHoldUnavailable) -> None:
+    async def _append(events: EventStore, draft: EventDraft) -> None:
         try:
-            await events.append([error_draft(WHERE, problem)])
+            await events.append([draft])
         except Exception as failed:  # the log is down too: say so where it can be seen
-            log.error("pulse: %s: %s (and the error event failed: %s)", WHERE, problem, failed)
+            log.error("pulse: %s: %s (and recording it failed: %s)", WHERE, draft.data, failed)

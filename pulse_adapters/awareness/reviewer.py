@@ -77,7 +77,8 @@ def build_reviewer(settings: Any, context: LayerContext) -> Reviewer:
                          clock=context.clock, probe_timeout_s=valid.probe_timeout_s)
     watcher = ReviewRouteWatcher(health)
     ledger = AwarenessLedger(config)
-    quiet = QuietHold()
+    # a stored hold outlives every check and ceiling it can defer, then the store drops it
+    quiet = QuietHold(ttl_ms=int(2 * (config.quiet_ceiling_s + config.quiet_hold_s) * 1000))
     rule = AwarenessRule(config, quiet)
     foreground = Foreground()
     executor = AwarenessExecutor(client, config, route=health, foreground=foreground)

@@ -5,6 +5,8 @@ or emits an `awareness-review` effect. It never waits on a model, nor on a side-
 from __future__ import annotations
 
 import heapq
+import os
+import zlib
 from typing import ClassVar
 
 from pulse_adapters.awareness.config import INTERVAL_FLOOR_S, AwarenessConfig
@@ -60,7 +62,9 @@ class AwarenessRule:
     """The inner awareness rule. Decorates: runs the rules inside it, then adds reviews.
 
     `quiet` keeps the quiet hold; bound to a side store, the rule loads it at its first tick
-    and writes it behind at the end of each tick.
+    and writes it behind at the end of each tick. An identity whose review is pending (this
+    engine's or another's sharing the log) waits for it; equally due identities come off in
+    an order of this rule's own, so engines ticking at the same moment rarely pick the same.
     """
 
     name = "awareness"
@@ -70,7 +74,8 @@ class AwarenessRule:
                  quiet: QuietHold | None = None) -> None:
         self.config = config or AwarenessConfig()
         self.quiet = quiet or QuietHold()
-        self._heap: list[tuple[int, str]] = []
+        self._heap: list[tuple[int, int, str]] = []
+        self._salt = os.urandom(8)  # engines sharing a log take equally due ones in other orders
         self._due: dict[str, int] = {}
         self._in_flight: set[str] = set()
         self._memory: PersistentMap[str, IdentityMemory] | None = None
@@ -88,7 +93,8 @@ class AwarenessRule:
             self._due.pop(identity, None)
         else:
             self._due[identity] = due
-            heapq.heappush(self._heap, (due, identity))
+            rank = zlib.crc32(identity.encode(), zlib.crc32(self._salt))
+            heapq.heappush(self._heap, (due, rank, identity))
 
     def _refresh(self, curr: Snapshot, memory: PersistentMap[str, IdentityMemory],
                  ledger: LedgerData, interval_s: float) -> None:
@@ -129,10 +135,13 @@ class AwarenessRule:
         reviews: list[Effect] = []
         now = curr.at
         while self._heap and self._heap[0][0] <= now and len(reviews) < cfg.max_reviews_per_tick:
-            due, identity = heapq.heappop(self._heap)
+            due, _, identity = heapq.heappop(self._heap)
             if self._due.get(identity) != due:
                 continue  # a stale heap entry: the identity was rescheduled
             del self._due[identity]
+            if f"awareness-review:{identity}" in curr.pending_effects:
+                self._in_flight.add(identity)  # another engine's review of it is under way
+                continue
             review = self._check(identity, memory[identity], ledger, now, healthy)
             if review is None:
                 self._schedule(identity, memory, ledger, interval_s)

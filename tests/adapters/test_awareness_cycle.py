@@ -12,10 +12,19 @@ from typing import Any
 
 import pytest
 
-from pulse_adapters.awareness import AwarenessConfig, QuietHold, Reviewer, build_reviewer
+from pulse_adapters.awareness import (
+    AwarenessConfig,
+    AwarenessReview,
+    QuietHold,
+    Reviewer,
+    build_reviewer,
+    fingerprint,
+)
+from pulse_adapters.awareness.executor import ALREADY_REVIEWED
 from pulse_adapters.llm import RouteHealth
 from pulse_adapters.llm.stand_in import ChatServer, Drop, Hang, Status, Stream
 from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
+from pulse_core._effects import effect_draft
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 
 
@@ -346,6 +355,29 @@ async def test_a_newer_exchange_before_the_review_is_reviewed_not_failed(make_ri
     for _ in range(3):
         await rig.healthy()
         assert await rig.run(minutes=1) == []  # that review covered the newer exchange
+
+
+async def test_a_world_reviewed_after_the_review_was_asked_for_is_not_asked_again(
+    make_rig: Any,
+) -> None:
+    rig: Rig = await make_rig()
+    source = await seed(rig)
+    review = AwarenessReview(identity="ana", fingerprint=fingerprint(await rig.identity()),
+                             source=source, reason="changed", route="dedicated")
+    for _ in range(2):  # decided twice: by two engines sharing the log, say
+        await rig.engine.events.append([effect_draft(review, origin="rule:awareness")])
+    rig.server.script(reply(delay_s=0.2), reply())
+    await rig.engine.executor_loop.run_until_idle()  # at once: one waits for the other
+    (cycle,) = await rig.cycles()
+    assert cycle.data["outcome"] == "reviewed" and len(rig.server.chat_bodies()) == 1
+    acks = await rig.engine.events.read(kinds=["effect-acked"])
+    assert sorted(a.data["result"]["outcome"] for a in acks) == [ALREADY_REVIEWED, "reviewed"]
+
+    ceiling = AwarenessReview(identity="ana", fingerprint=review.fingerprint, source=source,
+                              reason="ceiling", route="dedicated")
+    await rig.engine.events.append([effect_draft(ceiling, origin="rule:awareness")])
+    await rig.engine.executor_loop.run_until_idle()  # asked after that review: reviewed
+    assert len(await rig.cycles()) == 2 and len(rig.server.chat_bodies()) == 2
 
 
 async def test_news_lifts_a_quiet_hold(make_rig: Any) -> None:

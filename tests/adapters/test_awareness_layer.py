@@ -56,9 +56,10 @@ async def eventually(check: Callable[[], Awaitable[bool]], limit_s: float = 20.0
             await asyncio.sleep(0.02)
 
 
-async def stored_holds(home: Path) -> dict[str, QuietState]:
-    """The quiet hold as state.db holds it, read through a read-only side store."""
-    side = await SqliteSideStore.open(HomeLayout.at(home).side_db, read_only=True)
+async def stored_holds(home: Path, clock: ManualClock) -> dict[str, QuietState]:
+    """The quiet hold as state.db holds it at `clock`'s now (each value expires), read
+    through a read-only side store."""
+    side = await SqliteSideStore.open(HomeLayout.at(home).side_db, clock=clock, read_only=True)
     try:
         return {k: msgspec.json.decode(v, type=QuietState)
                 for k, v in (await side.get_all(NAMESPACE)).items()}
@@ -213,7 +214,7 @@ async def test_the_quiet_hold_survives_an_engine_restart_through_state_db(
         await first.client.aclose()
     held = first.quiet.get("ana")
     assert held.skips == 1 and held.hold_until > clock.now_ms() + 20 * MINUTE
-    assert await stored_holds(home) == {"ana": held}
+    assert await stored_holds(home, clock) == {"ana": held}
 
     second = build_reviewer(mapping, LayerContext(home, clock))
     engine, service = await open_engine(home, clock, second)
@@ -228,7 +229,7 @@ async def test_the_quiet_hold_survives_an_engine_restart_through_state_db(
     finally:
         await close_engine(engine, service)
         await second.client.aclose()
-    assert (await stored_holds(home))["ana"].skips == held.skips + 1
+    assert (await stored_holds(home, clock))["ana"].skips == held.skips + 1
 
 
 async def test_a_closed_side_store_degrades_to_no_stored_hold_reported_once_and_nothing_lost(
