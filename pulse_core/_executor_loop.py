@@ -59,10 +59,11 @@ READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
 """Spacing of `run`'s reads after the store failed one, and of claims after one failed."""
 
 SCAN_GAP_S = 0.01
-"""The least time from the end of one of `run`'s reads of the log to the start of the next:
-the wakes of a busy log (every commit of every engine sharing it wakes every loop) are taken
-together, one read for all, however long a read takes. A loop woken after being idle longer
-reads at once."""
+"""On a log that wakes its readers across processes (PostgreSQL), the least time from the end
+of one of `run`'s reads of the log to the start of the next: the wakes of a busy shared log
+(every commit of every engine sharing it wakes every loop) are taken together, one read for
+all, however long a read takes. A loop woken after being idle longer reads at once; on a log
+only this process wakes (SQLite), every wake reads at once."""
 
 log = logging.getLogger("pulse.executor_loop")
 
@@ -193,6 +194,7 @@ class ExecutorLoop:
         attempts in flight carry on meanwhile. Only a closed store ends the loop.
         """
         signal = self._wake = self.store.subscribe()
+        scan_gap = SCAN_GAP_S if self.store.wakes_across_processes else 0.0
         failures = 0
         try:
             while not self._stopping:
@@ -212,7 +214,7 @@ class ExecutorLoop:
                 await self._checkpoint(force=False)
                 read_end = asyncio.get_running_loop().time()
                 await wait_signal(signal, self._next_due(self.clock.now_ms()))
-                gap = read_end + SCAN_GAP_S - asyncio.get_running_loop().time()
+                gap = read_end + scan_gap - asyncio.get_running_loop().time()
                 if gap > 0:
                     await asyncio.sleep(gap)
         finally:

@@ -326,6 +326,12 @@ class EventStore:
         self._signals.add(signal)
         return signal
 
+    @property
+    def wakes_across_processes(self) -> bool:
+        """Whether subscribers are woken by other processes' commits too (PostgreSQL's
+        LISTEN), known from the first `subscribe` on."""
+        return bool(self._listening)
+
     def unsubscribe(self, signal: asyncio.Event) -> None:
         """Stop setting a signal returned by `subscribe`."""
         self._signals.discard(signal)

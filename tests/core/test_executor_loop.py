@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -547,3 +548,24 @@ async def test_claims_never_outnumber_free_slots_and_stop_when_draining(
     assert len(await store.read(kinds=["effect-acked"])) == 2
     await loop.refresh()
     assert loop.unfinished == 4  # left pending for the next engine, never claimed
+
+
+async def test_on_a_log_only_this_process_wakes_every_wake_reads_at_once(
+        store: SqliteEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The gap between reads that a shared log's wakes storm needs must not apply here: with
+    # an hour's gap, the second effect would wait an hour for its read.
+    monkeypatch.setattr("pulse_core._executor_loop.SCAN_GAP_S", 3600.0)
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], scan_interval=3600)
+    running = asyncio.create_task(loop.run())
+    try:
+        for n in (1, 2):
+            await add(store, Task(n=n))
+            async with asyncio.timeout(10):
+                while len(worker.calls) < n:
+                    await asyncio.sleep(0.005)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    assert [n for n, _, _ in worker.calls] == [1, 2]

@@ -376,6 +376,7 @@ async def test_a_commit_through_another_store_wakes_a_read_only_follower_without
     follower = await open_event_store(pg_url, read_only=True)
     try:
         signal = follower.subscribe()
+        assert follower.wakes_across_processes
         await asyncio.wait_for(signal.wait(), 10)  # the listener's first wake: it listens
         signal.clear()
         await writer.append([draft("a")])

@@ -174,5 +174,7 @@ async def test_a_sqlite_store_holds_each_exclusive_name_once_and_does_not_listen
         await asyncio.gather(*(holder(name) for name in ("a", "b") * 5))
         assert most == 1
         assert store.recorder.listen(lambda: None) is False
+        store.subscribe()
+        assert store.wakes_across_processes is False  # so executor loops read at every wake
     finally:
         await store.close()
