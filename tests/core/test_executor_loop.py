@@ -555,15 +555,21 @@ async def test_on_a_log_only_this_process_wakes_every_wake_reads_at_once(
     # The gap between reads that a shared log's wakes storm needs must not apply here: with
     # an hour's gap, the second effect would wait an hour for its read.
     monkeypatch.setattr("pulse_core._executor_loop.SCAN_GAP_S", 3600.0)
-    worker = Worker()
+    ran = asyncio.Event()
+
+    class Signalling(Worker):
+        async def execute(self, effect: Task, ctx: ExecutionContext) -> object:
+            ran.set()
+            return await super().execute(effect, ctx)
+
+    worker = Signalling()
     loop = ExecutorLoop(store, [worker], scan_interval=3600)
     running = asyncio.create_task(loop.run())
     try:
         for n in (1, 2):
+            ran.clear()
             await add(store, Task(n=n))
-            async with asyncio.timeout(10):
-                while len(worker.calls) < n:
-                    await asyncio.sleep(0.005)
+            await asyncio.wait_for(ran.wait(), 10)
     finally:
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
