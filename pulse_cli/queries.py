@@ -254,8 +254,8 @@ def effect_view(entry: EffectEntry) -> dict[str, Any]:
     """One effect as `upulse effects --json` prints it."""
     return {"id": entry.id, "type": entry.tag, "status": entry.status, "attempt": entry.attempt,
             "created_at": entry.created_at, "updated_at": entry.updated_at,
-            "origin": entry.origin, "effect": entry.body, "error": entry.error,
-            "result": entry.result}
+            "origin": entry.origin, "host": entry.host, "owner": entry.owner,
+            "effect": entry.body, "error": entry.error, "result": entry.result}
 
 
 async def effects(home: Home, *, pending: bool, failed: bool, as_json: bool, limit: int) -> int:
@@ -274,8 +274,12 @@ async def effects(home: Home, *, pending: bool, failed: bool, as_json: bool, lim
     rows = [[e.id, e.tag, e.status, e.attempt, ago(e.created_at, now), ago(e.updated_at, now),
              clip(e.error or ("" if e.result is None else to_json(e.result)), 60)]
             for e in entries]
-    print_table(("ID", "TYPE", "STATUS", "ATTEMPT", "CREATED", "UPDATED", "ERROR/RESULT"),
-                rows, "no effects")
+    header = ["ID", "TYPE", "STATUS", "ATTEMPT", "CREATED", "UPDATED", "ERROR/RESULT"]
+    if any(e.host for e in entries):  # engines of several hosts share the log
+        header.insert(3, "RUNS ON")
+        for row, entry in zip(rows, entries, strict=True):
+            row.insert(3, entry.host or "any host")
+    print_table(tuple(header), rows, "no effects")
     return 0
 
 

@@ -189,6 +189,25 @@ async def test_every_reader_command_shows_what_was_appended_to_the_postgresql_lo
     assert not (home / "events.db").exists()
 
 
+async def test_effects_show_which_host_each_may_run_on(upulse: Upulse, tmp_path: Path,
+                                                       pg_url: str) -> None:
+    home = pg_home(upulse, tmp_path / "home", pg_url)
+    store = await open_event_store(pg_url)
+    try:
+        await store.append([
+            effect_draft(Notify(topic="t", level="info", text="bound"), "engine:tick",
+                         host="host-a"),
+            effect_draft(Notify(topic="t", level="info", text="free"), "agent")])
+    finally:
+        await store.close()
+    listed = upulse.json("effects", "--home", home)
+    assert isinstance(listed, list)
+    assert [e["host"] for e in listed] == ["host-a", ""]
+    table = upulse("effects", "--home", home).stdout
+    assert "RUNS ON" in table.splitlines()[0]
+    assert [line.split()[3] for line in table.splitlines()[1:]] == ["host-a", "any"]
+
+
 async def note(url: str, text: str) -> None:
     """Append one notification to the log at `url`, as another process would."""
     store = await open_event_store(url)
