@@ -368,3 +368,18 @@ def python_module(module: str, *args: str) -> list[str]:
 
 def cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """The URL of a new database in a PostgreSQL server of this run's own (Debian's, as the
+    tests start it: tests/servers.py), with fsync on as a deployment has it; stopped after."""
+    from tests.servers import PostgresServer
+
+    with tempfile.TemporaryDirectory(prefix="pulse-bench-pg-") as root:
+        os.chmod(root, 0o755)  # the server runs as the postgres user under root
+        server = PostgresServer(Path(root) / "pg", fsync=True).init()
+        try:
+            yield server.create_database()
+        finally:
+            server.stop("immediate")

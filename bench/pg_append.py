@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
-from bench.common import Figure, Floor, Report, fmt, python_module, tick_drafts
+from bench.common import (
+    Figure,
+    Floor,
+    Report,
+    fmt,
+    postgres_database,
+    python_module,
+    tick_drafts,
+)
 from pulse_core._events import encode_data, uuid7
 
 FLOOR = 0.50
@@ -190,16 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parsed = parse_store_url(args.url)
         assert isinstance(parsed, PostgresURL)
         return run(args, args.url, parsed.dsn).exit_code()
-    from tests.servers import PostgresServer
-
-    with tempfile.TemporaryDirectory(prefix="pulse-bench-pg-") as root:
-        os.chmod(root, 0o755)
-        server = PostgresServer(Path(root) / "pg", fsync=True).init()
-        try:
-            url = server.create_database()
-            return run(args, url, url).exit_code()
-        finally:
-            server.stop("immediate")
+    with postgres_database() as url:
+        return run(args, url, url).exit_code()
 
 
 if __name__ == "__main__":

@@ -25,17 +25,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.common import REPO, Figure, Floor, Report, percentile
+from bench.common import REPO, Figure, Floor, Report, percentile, postgres_database
 from pulse_core._effects import Effect, ExecutionContext, Executor, effect_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core.store import EventStore, open_event_store
@@ -284,16 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.url:
         return asyncio.run(run(args.url, args)).exit_code()
-    from tests.servers import PostgresServer
-
-    with tempfile.TemporaryDirectory(prefix="pulse-bench-pg-") as root:
-        os.chmod(root, 0o755)
-        server = PostgresServer(Path(root) / "pg", fsync=True).init()
-        try:
-            url = server.create_database()
-            return asyncio.run(run(url, args)).exit_code()
-        finally:
-            server.stop("immediate")
+    with postgres_database() as url:
+        return asyncio.run(run(url, args)).exit_code()
 
 
 if __name__ == "__main__":

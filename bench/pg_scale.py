@@ -27,15 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import psycopg
 
-from bench.common import Figure, Floor, Report, fmt, median
+from bench.common import Figure, Floor, Report, fmt, median, postgres_database
 from pulse_core._effects import EFFECT_KINDS
 from pulse_core._events import EventDraft
 from pulse_core.store import EventStore, open_event_store
@@ -237,15 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     if args.url:
         return asyncio.run(run(args.url, args)).exit_code()
-    from tests.servers import PostgresServer
-
-    with tempfile.TemporaryDirectory(prefix="pulse-bench-pg-") as root:
-        os.chmod(root, 0o755)
-        server = PostgresServer(Path(root) / "pg", fsync=True).init()
-        try:
-            return asyncio.run(run(server.create_database(), args)).exit_code()
-        finally:
-            server.stop("immediate")
+    with postgres_database() as url:
+        return asyncio.run(run(url, args)).exit_code()
 
 
 if __name__ == "__main__":
