@@ -12,13 +12,13 @@ seconds) raises StoreUnavailable naming the server, never its password.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from pulse_core._errors import StoreClosed, StoreError, StoreReadOnly, StoreUnavailable
 from pulse_core._redact import redact_urls
+from pulse_core.store._url import seconds_option
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -91,14 +91,8 @@ def parse_redis_url(url: str) -> RedisURL:
     if unknown:
         raise StoreError(f"side-store URL {shown!r}: unknown option(s) {', '.join(unknown)} — "
                          "a Redis side store takes timeout (seconds)")
-    raw = query.get("timeout", ["1"])[-1]
-    try:
-        timeout = float(raw)
-    except ValueError:
-        timeout = -1.0
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise StoreError(f"side-store URL {shown!r}: timeout={raw!r} — give seconds, a number "
-                         "> 0")
+    timeout = seconds_option(query.get("timeout", ["1"])[-1],
+                             f"side-store URL {shown!r}: timeout")
     return RedisURL(parts.scheme, host, port or 6379, db,
                     unquote(parts.username) if parts.username else None,
                     unquote(parts.password) if parts.password is not None else None, timeout)

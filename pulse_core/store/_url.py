@@ -103,6 +103,19 @@ _PULSE = frozenset({"schema", "pool_size", "connect_timeout"})
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
+def seconds_option(raw: str, what: str, *, zero_ok: bool = False) -> float:
+    """The option value `raw` as seconds; StoreError naming `what` (the URL and the option)
+    unless it is a finite number > 0 (>= 0 with `zero_ok`)."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero_ok):
+        raise StoreError(f"{what}={raw!r} — give seconds, a number "
+                         f"{'>= 0' if zero_ok else '> 0'}")
+    return seconds
+
+
 def parse_store_url(url: str) -> StoreURL:
     """The parts of a store URL; StoreError naming the URL and the fix when it cannot be used."""
     parts = urlsplit(url)
@@ -131,14 +144,8 @@ def parse_store_url(url: str) -> StoreURL:
     if synchronous not in _SYNCHRONOUS:
         raise StoreError(f"store URL {url!r}: synchronous={synchronous!r} — use one of "
                          f"{', '.join(_SYNCHRONOUS)}")
-    raw_timeout = query.get("busy_timeout", ["10"])[-1]
-    try:
-        busy_timeout = float(raw_timeout)
-    except ValueError:
-        busy_timeout = -1.0
-    if not math.isfinite(busy_timeout) or busy_timeout < 0:
-        raise StoreError(f"store URL {url!r}: busy_timeout={raw_timeout!r} — give seconds, a "
-                         "number >= 0")
+    busy_timeout = seconds_option(query.get("busy_timeout", ["10"])[-1],
+                                  f"store URL {url!r}: busy_timeout", zero_ok=True)
     return SqliteURL("sqlite", path, synchronous, busy_timeout)
 
 
@@ -188,14 +195,8 @@ def _parse_postgres_url(url: str) -> PostgresURL:
     if not 1 <= pool_size <= 1000:
         raise StoreError(f"store URL {shown!r}: pool_size={raw_pool!r} — give a whole number "
                          "of connections from 1 to 1000")
-    raw_timeout = query.pop("connect_timeout", ["10"])[-1]
-    try:
-        timeout = float(raw_timeout)
-    except ValueError:
-        timeout = -1.0
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise StoreError(f"store URL {shown!r}: connect_timeout={raw_timeout!r} — give "
-                         "seconds, a number > 0")
+    timeout = seconds_option(query.pop("connect_timeout", ["10"])[-1],
+                             f"store URL {shown!r}: connect_timeout")
     host = query.get("host", [parts.hostname or "localhost"])[-1]
     if "port" in query:
         port = int(query["port"][-1]) if query["port"][-1].isdigit() else port
