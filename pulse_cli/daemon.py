@@ -70,12 +70,14 @@ def _rotate_log(home: Home, max_bytes: int) -> None:
     say(f"log rotated (previous part: {home.logfile.name}.1)")
 
 
-def error_draft(key: str, exc: BaseException, file: Path) -> EventDraft:
+def error_draft(key: str, exc: BaseException, file: Path, host: str) -> EventDraft:
     """The `error` event that records a failed load (engine:load) or reload (engine:reload),
-    with the file (and line) it names and the original error type of broken engine code."""
+    with the file (and line) it names and the original error type of broken engine code,
+    on `host` (where engines of several hosts share the log)."""
     return core_error_draft(key, exc, {
         "type": getattr(exc, "error_type", type(exc).__name__),
-        "file": str(getattr(exc, "file", file)), "line": getattr(exc, "line", None)})
+        "file": str(getattr(exc, "file", file)), "line": getattr(exc, "line", None)},
+        host=host)
 
 
 class Daemon:
@@ -123,7 +125,8 @@ class Daemon:
             only = f"survival rules and layers {others} only" if others else \
                 "survival rules only"
             say(f"engine code in {self.home.engine} cannot run; {only}: {exc}")
-            self.problems.append(error_draft(LOAD_KEY, exc, self.home.engine / "engine.py"))
+            self.problems.append(error_draft(LOAD_KEY, exc, self.home.engine / "engine.py",
+                                             bound_host(self.cfg)))
             code = NO_CODE
             engine = self._build(self.cfg, code)
         self.code = code
@@ -159,7 +162,7 @@ class Daemon:
             say(f"{why}: reload failed, the previous engine keeps running: {exc}")
             file = self.home.config if isinstance(exc, config_file.ConfigError) else \
                 self.home.engine / "engine.py"
-            await self.engine.append([error_draft(RELOAD_KEY, exc, file)])
+            await self.engine.append([error_draft(RELOAD_KEY, exc, file, self.engine.placement)])
             self._write_status()
             return
         say(f"{why}: reloading: closing the running engine (draining effects in flight, up "
@@ -183,7 +186,8 @@ class Daemon:
             code.forget()
             self.engine = self._build(self.cfg, self.code)
             await self.engine.open()
-            await self.engine.append([error_draft(RELOAD_KEY, exc, self.home.config)])
+            await self.engine.append([error_draft(RELOAD_KEY, exc, self.home.config,
+                                                  self.engine.placement)])
             await self._started()
             say(f"{why}: kept the previous engine, revision {self.status.revision or 'none'}, "
                 f"{len(self.engine.rule_names)} rules")

@@ -88,8 +88,9 @@ def mark_draft(mark: Mark, origin: str, cause: int | None = None, *, host: str =
 
 
 def host_of(event: Event) -> str:
-    """The host an `effect` or `mark` event was decided on ('' when it names none: any
-    host, or a log only one engine writes)."""
+    """The host an event (an effect, a mark, an error, a promotion) was made on, where engines
+    of several hosts share the log ('' when it names none: any host, or a log only one engine
+    writes)."""
     host = event.data.get("host") if isinstance(event.data, dict) else None
     return host if isinstance(host, str) else ""
 

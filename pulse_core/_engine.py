@@ -112,7 +112,8 @@ class Engine:
         self.executor_scan_interval = executor_scan_interval
         self.drain_timeout = drain_timeout
         self.retention = retention or Retention()
-        self._errors = ErrorReports(self.clock)  # error events while open, logged otherwise
+        # error events while open (logged otherwise), naming the host on a shared log
+        self._errors = ErrorReports(self.clock, self.placement)
         self.supervisor = Supervisor(self._errors.report, clock=self.clock)
         self._stack: contextlib.AsyncExitStack | None = None
         self._closing = Once("engine close")

@@ -46,8 +46,10 @@ class ErrorReports:
     its log in the background; keeps those the store refuses as unavailable and records them
     late (see the module). Logged when the engine is not open."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, host: str = "") -> None:
         self.clock = clock
+        #: the host the reports name, where engines of several hosts share the log
+        self.host = host
         self.limit = KEEP_AT_MOST
         self.events: EventStore | None = None
         self._spawn: Spawn | None = None
@@ -86,7 +88,7 @@ class ErrorReports:
         if not where.startswith(("watcher:", "rule:", "executor:", "engine")):
             where = f"engine:{where}"
         at = self.clock.now_ms()
-        self._spawn(f"report:{where}", self._record(error_draft(where, exc), at))
+        self._spawn(f"report:{where}", self._record(error_draft(where, exc, host=self.host), at))
 
     def keep(self, drafts: Sequence[EventDraft]) -> None:
         """Keep `drafts`, error events the store refused as unavailable, to record them late."""
@@ -170,7 +172,7 @@ class ErrorReports:
             f"{not_kept} more error reports made while the store was unavailable (the first "
             f"at {since}, engine clock ms) were not kept: an outage keeps the first "
             f"{self.limit} and only counts the others"),
-            {"late": True, "reported_at": since, "not_kept": not_kept})
+            {"late": True, "reported_at": since, "not_kept": not_kept}, host=self.host)
         return msgspec.structs.replace(draft, idem=f"late-errors-not-kept:{self._episode}:"
                                                    f"{not_kept}")
 

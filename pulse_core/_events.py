@@ -192,10 +192,15 @@ MAX_SEQ = 2**63 - 1
 
 
 def check_text(value: object, what: str, where: str) -> str:
-    """`value` if it is a str that can be stored (UTF-8, so no lone surrogates); else
-    InvalidEvent naming `what` and `where`."""
+    """`value` if it is a str that every backend can store (UTF-8, so no lone surrogates;
+    no NUL character, which PostgreSQL text cannot hold); else InvalidEvent naming `what`
+    and `where`."""
     if not isinstance(value, str):
         raise InvalidEvent(f"{where}: {what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidEvent(f"{where}: {what} holds a NUL character at position "
+                           f"{value.index(chr(0))}, which a PostgreSQL log cannot store — "
+                           "remove it")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -273,17 +278,19 @@ uuid7 = _Uuid7()
 
 
 def error_draft(where: str, exc: BaseException,
-                extra: Mapping[str, Any] | None = None) -> EventDraft:
+                extra: Mapping[str, Any] | None = None, *, host: str = "") -> EventDraft:
     """The `error` event that records `exc` raised at `where` (key and origin follow `where`;
-    `extra` adds fields such as the file and line of broken code). URLs in the message and
+    `extra` adds fields such as the file and line of broken code; `host` names the host it
+    happened on, where engines of several hosts share the log). URLs in the message and
     trace are cut to scheme and host: the log is never scrubbed."""
-    return EventDraft(
-        "error", where,
-        {"where": where, "type": type(exc).__name__, "message": redact_urls(str(exc)),
-         "trace": redact_urls("".join(traceback.format_exception(exc)[-3:]))[-2000:],
-         **(extra or {})},
-        origin="engine" if where.startswith("engine") else where,
-    )
+    data: dict[str, Any] = {
+        "where": where, "type": type(exc).__name__, "message": redact_urls(str(exc)),
+        "trace": redact_urls("".join(traceback.format_exception(exc)[-3:]))[-2000:],
+        **(extra or {})}
+    if host:
+        data["host"] = host
+    return EventDraft("error", where, data,
+                      origin="engine" if where.startswith("engine") else where)
 
 
 def _register_builtin(entries: Iterable[tuple[str, str]]) -> None:

@@ -130,7 +130,7 @@ class Ticker:
             prev = self._prev or self._first_prev(curr)
             decision, errors, self.trace = await self.chain.run(prev, curr)
             drafts = _drafts(decision, curr.seq or None, self.host)
-            drafts += [error_draft(where, exc) for where, exc in errors]
+            drafts += [error_draft(where, exc, host=self.host) for where, exc in errors]
             if drafts:
                 drafts.append(EventDraft(
                     "tick", "engine", {"number": curr.number, "tick_ms": decision.tick_ms,
@@ -176,8 +176,9 @@ def _drafts(decision: Decision, cause: int | None, host: str) -> list[EventDraft
                      else effect_draft(effect, "engine:tick", cause, host=host))
             encode_data(draft.data, draft.key)
         except (TypeError, ValueError, PulseError) as exc:
-            drafts.append(error_draft("engine:tick", PayloadNotEncodable(
-                f"{type(effect).__name__} ({type(effect).tag()!r}) was dropped: {exc}")))
+            dropped = PayloadNotEncodable(
+                f"{type(effect).__name__} ({type(effect).tag()!r}) was dropped: {exc}")
+            drafts.append(error_draft("engine:tick", dropped, host=host))
         else:
             drafts.append(draft)
     return drafts

@@ -128,8 +128,14 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
     def initial(self) -> SurvivalLedgerData:
         return SurvivalLedgerData()
 
+    def _own(self, event: Event) -> bool:
+        """Whether `event` belongs to this host's survival: it names this host, or it names
+        none and is no error (errors count against a promotion only on the host they name)."""
+        host = host_of(event)
+        return host == self.host or (host == "" and event.kind != "error")
+
     def apply(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
-        if self.host and host_of(event) not in ("", self.host):
+        if self.host and not self._own(event):
             return state
         if event.kind == "mark":
             return self._mark(state, event)

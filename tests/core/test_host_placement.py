@@ -16,6 +16,7 @@ from pulse_core import (
     Executor,
     Inner,
     Snapshot,
+    error_draft,
     fold_effect,
     host_of,
 )
@@ -133,3 +134,32 @@ async def test_an_engine_on_a_log_of_its_own_binds_nothing(tmp_path: Path) -> No
         assert host_of(effect) == ""
     finally:
         await engine.close()
+
+
+def test_errors_count_against_a_promotion_only_on_the_host_they_name() -> None:
+    promote = EventDraft("promote", "engine-directory@h2", {"revision": "r2", "host": "h2"},
+                         origin="cli")
+    errors = [error_draft("rule:inbox", RuntimeError("boom"), host="h1"),
+              error_draft("rule:inbox", RuntimeError("boom"), host="h2"),
+              error_draft("awareness:quiet-hold", RuntimeError("redis down"))]
+    for host, counted in (("h2", 1), ("h1", 0), ("", 3)):
+        ledger = SurvivalLedger(host)
+        state = ledger.initial()
+        for seq, draft in enumerate([promote, *errors], start=1):
+            state = ledger.apply(state, stored(draft, seq))
+        assert len(state.errors_since_promote) == counted, host
+
+
+async def test_an_engine_on_a_shared_log_names_its_host_in_its_rule_errors(
+        tmp_path: Path, pg_url: str) -> None:
+    async def broken(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        raise RuntimeError("broken business rule")
+
+    engine = Engine(tmp_path / "a", store=pg_url, host="host-a", rules=[broken])
+    await engine.open()
+    try:
+        await engine.step()
+        errors = await engine.events.read(kinds=["error"])
+    finally:
+        await engine.close()
+    assert errors and {host_of(e) for e in errors} == {"host-a"}
