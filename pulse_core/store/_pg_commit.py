@@ -19,6 +19,11 @@ from pulse_core.store._recorder import AppendResult, PreparedAppend
 
 Outcome = AppendResult | Exception
 
+BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED"
+"""Every write transaction reads what the writer before it committed: its statements see
+the commit they waited for on the writer lock (a database whose default isolation is
+REPEATABLE READ or SERIALIZABLE would give them the snapshot of before the wait)."""
+
 
 class CommitUnknown(Exception):
     """The connection failed after the rows were sent: whether they committed is unknown.
@@ -77,19 +82,6 @@ class _Staged(Batch):
         return self.idem.get(idem)
 
 
-def _check_storable(append: PreparedAppend) -> None:
-    """InvalidEvent for text PostgreSQL cannot store (a NUL character)."""
-    for index, draft in enumerate(append.drafts):
-        for what, text in (("key", draft.key), ("idem", draft.idem)):
-            if text is not None and "\0" in text:
-                raise InvalidEvent(f"draft {index} ({draft.kind!r}): its {what} holds a NUL "
-                                   "character, which PostgreSQL cannot store")
-    for key in append.expect:
-        if "\0" in key:
-            raise InvalidEvent(f"expect[{key!r}]: a NUL character, which PostgreSQL cannot "
-                               "store")
-
-
 async def roll_back(conn: Connection) -> None:
     """End the transaction a failure left open on `conn`, if the connection still works (a
     connection left inside one is closed by the pool instead of reused)."""
@@ -115,7 +107,7 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
         async with pipeline(conn):
             # One round trip: the writer lock (waiting for the writer before), then what
             # that writer committed: the newest seq, the heads, the idempotency keys.
-            await conn.execute("BEGIN")
+            await conn.execute(BEGIN)
             await conn.execute(sql.lock)
             last = await conn.execute(sql.last)
             heads = await conn.execute(sql.heads, (keys,))
@@ -128,7 +120,6 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
         now = clock.now_ms()  # read under the writer lock: ts follows seq on one clock
         for append in appends:
             try:
-                _check_storable(append)
                 outcomes.append(staged.apply(append, now))
             except (VersionConflict, IdempotencyConflict, InvalidEvent) as exc:
                 outcomes.append(exc)
@@ -174,7 +165,7 @@ async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any
     for row in chunk:
         heads[row[3]] = max(heads.get(row[3], 0), row[4])
     try:
-        await conn.execute("BEGIN")
+        await conn.execute(BEGIN)
         await conn.execute(sql.lock)
         cur = await conn.execute(sql.last)
         found = await cur.fetchone()
