@@ -144,6 +144,21 @@ class RecorderContract(abc.ABC):
             await store.append([EventDraft("tick", "k", {1j: 2})])
         assert [e.key for e in await store.read()] == ["keep"]
 
+    async def test_a_nul_character_in_key_origin_idem_or_expect_is_refused_on_every_backend(
+        self, store: EventStore
+    ) -> None:
+        # SQLite could store it, PostgreSQL could not: a log must move between them.
+        await store.append([draft("keep")])
+        for item, expect in [(EventDraft("tick", "k\0", {}), None),
+                             (EventDraft("tick", "k", {}, origin="rule:a\0b"), None),
+                             (EventDraft("tick", "k", {}, idem="i\0"), None),
+                             (draft("k"), {"k\0": 0})]:
+            with pytest.raises(InvalidEvent, match="NUL character"):
+                await store.append([draft("fine"), item], expect=expect)
+        await store.append([EventDraft("tick", "k", {"text": "a\0b"})])  # data may hold it
+        assert [e.key for e in await store.read()] == ["keep", "k"]
+        assert (await store.read(key="k"))[0].data == {"text": "a\0b"}
+
     async def test_read_filters_by_kind_key_and_limit(self, store: EventStore) -> None:
         await store.append([draft("a"), draft("b", kind="error"), draft("a", kind="error")])
         assert [e.seq for e in await store.read(kinds=["error"])] == [2, 3]
