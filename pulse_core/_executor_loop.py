@@ -235,15 +235,20 @@ class ExecutorLoop:
             self._checkpoint_failed = False
 
     async def run_until_idle(self) -> None:
-        """Run everything claimable now, and what those runs make claimable, then return."""
-        await self.refresh()
+        """Run everything claimable now, and what those runs make claimable, then return
+        (with every outcome folded into the index)."""
         while True:
+            # Attempts may finish while a refresh reads: only a refresh begun with none in
+            # flight has seen every outcome, so only after one may this return.
+            settled = not self._inflight
+            await self.refresh()
             self.dispatch()  # a freed slot takes the next effect the index knows of
             if not self._inflight:
-                return
+                if settled:
+                    return
+                continue
             await asyncio.wait(list(self._inflight.values()),
                                return_when=asyncio.FIRST_COMPLETED)
-            await self.refresh()  # what finished is no longer claimable; it may free others
 
     def stop_claiming(self) -> None:
         """Claim nothing more; attempts already claimed run on."""

@@ -575,3 +575,44 @@ async def test_on_a_log_only_this_process_wakes_every_wake_reads_at_once(
         with contextlib.suppress(asyncio.CancelledError):
             await running
     assert [n for n, _, _ in worker.calls] == [1, 2]
+
+
+class SlowReads(SqliteRecorder):
+    """A real recorder whose first read of effects once `gate` is given lets the attempts
+    waiting on it finish before the read returns: the read's snapshot is older than their
+    outcomes, as a read on a busy machine may be."""
+
+    gate: asyncio.Event | None = None
+
+    async def select(self, *args: Any, **kwargs: Any) -> Page:
+        page = await super().select(*args, **kwargs)
+        gate = self.gate
+        if gate is not None and "effect" in (kwargs.get("kinds") or ()) and not gate.is_set():
+            gate.set()  # the others finish (their acks commit) while this read "takes" long
+            for _ in range(50):
+                await asyncio.sleep(0.002)
+        return page
+
+
+async def test_run_until_idle_returns_only_with_every_outcome_folded(tmp_path: Path) -> None:
+    recorder = await SlowReads.open(tmp_path / "events.db")
+    store = EventStore(recorder)
+    gate = asyncio.Event()
+
+    class Waits(Executor):
+        handles = (Task,)
+
+        async def execute(self, effect: Task, ctx: ExecutionContext) -> None:
+            if effect.n:
+                await gate.wait()
+            else:
+                recorder.gate = gate  # the read after this one finishing is the slow one
+
+    executors = ExecutorLoop(store, [Waits()], concurrency=16)
+    try:
+        await add(store, *[Task(n=n) for n in range(8)])
+        await executors.run_until_idle()
+        assert len(await store.read(kinds=["effect-acked"])) == 8
+        assert executors.unfinished == 0
+    finally:
+        await store.close()
