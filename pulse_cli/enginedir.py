@@ -13,7 +13,8 @@ GitEngineDirectory for rollbacks the survival layer makes.
 Each home records its promotes and rollbacks under a key of its own, and reads that key only
 (`event_key`): `engine-directory@<host>`, naming the host, where hosts share one log
 (PostgreSQL), so one host's promote never puts another's main out of step with the log;
-`engine-directory` in a log of its own (SQLite).
+`engine-directory` in a log of its own (SQLite). A home whose log moves to PostgreSQL
+(`upulse migrate --switch`) keeps its history there through `carry_over`.
 
 Two lock files in the home order them across processes: HOME/promote.lock is held by a
 promote from its first look at main to its event, so promotes run one after another;
@@ -104,6 +105,25 @@ async def last_recorded(log: EventStore, host: str, kinds: list[str]) -> Event |
     bound to `host`; None when it has none."""
     found = await log.read(kinds=kinds, key=event_key(host), limit=1, newest_first=True)
     return found[0] if found else None
+
+
+async def carry_over(source: EventStore, target: EventStore, from_host: str, to_host: str,
+                     origin: str = "cli") -> list[Event]:
+    """Restate in `target`, under the key of `to_host`, the last `promote` recorded in
+    `source` under the key of `from_host`, then the last `rollback` if one came after it;
+    the events appended ([] when the keys are one, or nothing was recorded). Each has the
+    kind and data of the one it restates, naming `to_host`, and `migrated_from` (that one's
+    seq): reconcile and rollback read it as they read the original."""
+    promoted = await last_recorded(source, from_host, ["promote"])
+    last = await last_recorded(source, from_host, ["promote", "rollback"])
+    restated = {e.seq: e for e in (promoted, last) if e is not None}
+    if event_key(from_host) == event_key(to_host) or not restated:
+        return []
+    drafts = [directory_event(e.kind, {**{k: v for k, v in e.data.items() if k != "host"},
+                                       "migrated_from": e.seq}, to_host, origin)
+              for e in sorted(restated.values(), key=lambda e: e.seq)
+              if isinstance(e.data, dict)]
+    return list((await target.append(drafts)).events) if drafts else []
 
 
 def _dirs(home: Path) -> tuple[Path, Path]:

@@ -10,6 +10,14 @@ opened read-only and config.json changes only with `--switch`, after the verific
 passed. The home lock is held throughout, so no daemon starts on the home meanwhile (one
 that runs refuses the migration: stop it first).
 
+Before anything is copied, the source is checked for what PostgreSQL cannot take or a shared
+log would misread: a text field holding a NUL character (PostgreSQL's text cannot store it),
+and, with `--switch`, effects not yet finished (decided on a log of the home's own, they
+name no host, so any host's engine could run them once the log is shared). Either refuses
+the migration before the target is touched. After the verified copy, `--switch` restates
+the engine directory's last promote and rollback under the key of the host the home is now
+bound to (pulse_cli.enginedir.carry_over), so rollback and reconcile still find them.
+
 Why `--switch` is asked for rather than implied: without it the command changes nothing
 about how the home runs, so it doubles as a rehearsal that proves the target and times the
 copy. With it, the switch happens under the same lock as the copy, so nothing can be written
@@ -20,6 +28,7 @@ rehearsal would lose what the home wrote since (the output says so).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -28,21 +37,29 @@ from typing import IO
 import msgspec
 
 from pulse_cli import config as config_file
+from pulse_cli.assembly import bound_host
+from pulse_cli.enginedir import carry_over, event_key
 from pulse_cli.home import CliError, DaemonStateError, Home, UsageError
 from pulse_cli.output import print_json, printable
 from pulse_cli.stores import shown, store_url, unavailable
-from pulse_core import EventStore, HomeLocked, StoreError
+from pulse_core import EventStore, HomeLocked, PulseError, StoreError
+from pulse_core._effect_index import EffectIndex
+from pulse_core._effects import EffectStatus
 from pulse_core._homelock import lock_home, write_private
 from pulse_core.store import StoredRow, open_event_store, parse_store_url
 from pulse_core.store._url import PostgresURL
 
 FIELDS = tuple(StoredRow.__struct_fields__)
 MISMATCHES_SHOWN = 10
+NUL_SHOWN = 5
+TEXT_FIELDS = ("id", "kind", "key", "origin", "tx", "idem", "hash")
+UNFINISHED = (EffectStatus.PENDING, EffectStatus.EXECUTING, EffectStatus.RETRYING)
 PROGRESS_EVERY_S = 1.0
 
 
 class MigrationRefused(CliError):
-    """The target is not an empty PostgreSQL log, or the source cannot be read."""
+    """The target is not an empty PostgreSQL log, or the source cannot be read or moved (a
+    NUL character in a text field; with --switch, unfinished effects)."""
 
 
 class MigrationMismatch(CliError):
@@ -51,7 +68,9 @@ class MigrationMismatch(CliError):
 
 class Migration(msgspec.Struct):
     """What a migration did: where from and to (no passwords), how many events and keys were
-    copied and verified, the rows that differ, whether config.json was switched."""
+    copied and verified, the rows that differ, whether config.json was switched, the
+    unfinished effects that refuse a switch (0 where the source log is already shared), and
+    the seqs of the events restating the engine directory's history under the host's key."""
 
     source: str
     target: str
@@ -60,6 +79,8 @@ class Migration(msgspec.Struct):
     verified: bool = False
     mismatches: list[str] = []
     switched: bool = False
+    unfinished_effects: int = 0
+    carried_over: list[int] = []
     copy_s: float = 0.0
     verify_s: float = 0.0
 
@@ -67,17 +88,24 @@ class Migration(msgspec.Struct):
 async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool) -> int:
     """Copy `home`'s log into the empty PostgreSQL log at `to`, verify it, and with `switch`
     set config.json's store to `to`. Exit 0 when verified; MigrationMismatch (exit 1) when
-    not; DaemonStateError (exit 3) while the daemon (or another engine) holds the home."""
+    not; MigrationRefused (exit 1), before the target is touched, when the source cannot
+    move (see the module's docstring); DaemonStateError (exit 3) while the daemon (or
+    another engine) holds the home."""
     if switch:
         home.require()  # the switch writes config.json
     home.readable()
     cfg = config_file.load_or_default(home.config)
     source_url, target = store_url(home, cfg), _target(to)
+    hosts = bound_host(cfg), bound_host(dataclasses.replace(cfg, store=to))
     done = Migration(source=shown(source_url), target=target.display())
     say = _Progress(quiet=as_json)
     with _held(home):
         source = await _open(source_url, read_only=True)
         try:
+            if not hosts[0] and hosts[1]:  # the move binds the home to a host
+                done.unfinished_effects = await _unfinished(source, done.source,
+                                                           refuse=switch)
+            await _refuse_nul(source, done.source, page, say)
             sink = await _open(to, read_only=False)
             try:
                 await _refuse_unless_empty(sink, done.target)
@@ -88,11 +116,13 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
                 done.copy_s = time.monotonic() - started
                 done.keys, done.mismatches = await _verify(source, sink, done.events, page, say)
                 done.verify_s = time.monotonic() - started - done.copy_s
+                done.verified = not done.mismatches
+                if done.verified and switch:
+                    done.carried_over = await _carry_over(source, sink, *hosts)
             finally:
                 await sink.close()
         finally:
             await source.close()
-        done.verified = not done.mismatches
         if done.verified and switch:
             _switch(home, to)
             done.switched = True
@@ -142,6 +172,69 @@ async def _open(url: str, *, read_only: bool) -> EventStore:
         return await open_event_store(url, read_only=read_only)
     except StoreError as exc:
         raise MigrationRefused(unavailable(url, exc)) from None
+
+
+async def _unfinished(source: EventStore, where: str, *, refuse: bool) -> int:
+    """How many effects of `source` are unfinished (pending, executing, retrying); with
+    `refuse`, MigrationRefused when there are any: they name no host, and once the log is
+    shared any host's engine could run them (a restart of a process of this machine)."""
+    index = EffectIndex(source, None)
+    try:
+        await index.refresh()
+    except PulseError as exc:
+        raise MigrationRefused(f"migrate refused: the effects in {where} cannot be read: "
+                               f"{' '.join(str(exc).split())}") from None
+    counts = {status: 0 for status in UNFINISHED}
+    for entry in index.entries.values():
+        counts[entry.status] = counts.get(entry.status, 0) + 1
+    total = sum(counts.values())
+    if refuse and total:
+        states = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+        raise MigrationRefused(
+            f"migrate refused: {total} effect(s) of this home are unfinished ({states}); "
+            "decided on a log of the home's own, they name no host, so once other hosts share "
+            "the log any of them could run them — drain them first: start the daemon, wait "
+            "until `upulse effects --pending` lists none, stop it, and migrate again")
+    return total
+
+
+async def _refuse_nul(source: EventStore, where: str, page: int, say: _Progress) -> None:
+    """MigrationRefused, naming the first few seqs and fields, when a text field of a row
+    of `source` holds a NUL character, which PostgreSQL's text cannot store."""
+    found: list[str] = []
+    count, after, total = 0, 0, await source.recorder.last_seq()
+    say.hold()  # a check that lasts under a second prints nothing
+    while rows := await source.recorder.rows(after, page):
+        for row in rows:
+            fields = [name for name in TEXT_FIELDS if "\0" in (getattr(row, name) or "")]
+            if fields:
+                count += 1
+                if len(found) < NUL_SHOWN:
+                    found.append(f"seq {row.seq} ({', '.join(fields)})")
+        after = rows[-1].seq
+        say.every(f"  checked {after}/{max(total, after)} events")
+    say.drop()
+    if count:
+        more = f", and {count - len(found)} more" if count > len(found) else ""
+        raise MigrationRefused(
+            f"migrate refused: {count} event(s) of {where} hold a NUL character (\\x00), "
+            f"which PostgreSQL cannot store: {', '.join(found)}{more} — nothing was copied. "
+            "Stored events are never rewritten, so this log cannot move to PostgreSQL as it "
+            "is: keep the home on it, or start a new home on PostgreSQL (`upulse init "
+            "--store URL`)")
+
+
+async def _carry_over(source: EventStore, sink: EventStore, was: str, now: str) -> list[int]:
+    """The seqs of the events restating, under the key of `now`, the engine directory's last
+    promote and rollback recorded under the key of `was`; MigrationRefused when `sink` does
+    not take them."""
+    try:
+        return [event.seq for event in await carry_over(source, sink, was, now)]
+    except PulseError as exc:
+        raise MigrationRefused(
+            f"the copy was verified, but the engine directory's last promote and rollback "
+            f"could not be restated under {event_key(now)}: {' '.join(str(exc).split())} — "
+            "the home was not switched: drop that database and migrate again") from None
 
 
 async def _refuse_unless_empty(sink: EventStore, where: str) -> None:
@@ -248,10 +341,20 @@ def _report(done: Migration, home: Home, as_json: bool) -> None:
         f"verified: {done.events} events and {done.keys} keys in {done.target} match "
         f"{done.source} field for field ({', '.join(FIELDS)}); copied in {done.copy_s:.1f} s, "
         f"verified in {done.verify_s:.1f} s"))
+    if done.carried_over:
+        print(printable(
+            f"carried over: the engine directory's last promote and rollback, restated under "
+            f"the host's key as seq {', '.join(map(str, done.carried_over))}, so `upulse "
+            "rollback` and reconcile find them"))
     if done.switched:
         print(printable(f"switched: {home.config} names {done.target} as the event log; "
                         f"{done.source} is kept as it was (the engine no longer reads it)"))
     else:
+        if done.unfinished_effects:
+            print(printable(
+                f"{done.unfinished_effects} unfinished effect(s): --switch refuses until they "
+                "are finished (start the daemon, wait until `upulse effects --pending` lists "
+                "none, stop it)"))
         print(printable(
             f"not switched: {home.root} still runs on {done.source}. This copy is a snapshot "
             "— pointing config.json at it by hand would lose what the home writes from now "
@@ -278,6 +381,14 @@ class _Progress:
             self(line)
         else:
             self._held = line
+
+    def hold(self) -> None:
+        """The next `every` line waits a second: what ends sooner prints nothing."""
+        self._last, self._held = time.monotonic(), None
+
+    def drop(self) -> None:
+        """Forget the line `every` held back."""
+        self._held = None
 
     def flush(self) -> None:
         if self._held is not None:

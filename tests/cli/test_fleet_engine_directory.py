@@ -15,12 +15,18 @@ from pathlib import Path
 import pytest
 
 from pulse_cli.enginedir import reconcile
-from pulse_core import Event, EventStore
+from pulse_core import Event, EventStore, SqliteEventStore
 from pulse_core._effects import effect_draft
 from pulse_core.store import open_event_store
 from pulse_survival import Rollback
 from tests.cli.runner import Upulse, wait_until
-from tests.cli.support import configure, git, stage_new_text
+from tests.cli.support import (
+    configure,
+    git,
+    promote_event,
+    promote_without_gate,
+    stage_new_text,
+)
 from tests.cli.test_postgres_home import pg_home
 from tests.e2e.support import read_events
 
@@ -183,3 +189,103 @@ def test_a_home_on_its_own_sqlite_log_records_under_the_plain_key_without_a_host
         ("rollback", "engine-directory", None, main_of(home)),
     ]
     assert files_of(home, main_of(home)) == files_of(home, before)
+
+
+# -- a home moved from its own SQLite log to PostgreSQL (`upulse migrate --switch`) ----------
+
+
+def migrate_switch(upulse: Upulse, home: Path, url: str) -> dict[str, object]:
+    report = json.loads(upulse("migrate", "--home", home, "--to", url, "--switch",
+                               "--json").stdout)
+    assert isinstance(report, dict)
+    assert report["verified"] is True and report["switched"] is True
+    return report
+
+
+def test_migrate_switch_carries_the_last_promote_over_to_the_host_key_so_rollback_undoes_it(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    configure(home, host="host-a")
+    git(home / "engine", "commit", "-q", "--allow-empty", "-m", "main's own history")
+    before = main_of(home)  # so the promote merges main: its HEAD~1 is not `before`
+    promoted = promote(upulse, home)
+    [original] = read_events(home / "events.db", {"promote"})
+    report = migrate_switch(upulse, home, pg_url)
+    copied = report["events"]
+    assert isinstance(copied, int)
+    [restated] = logged(pg_url, copied)
+    assert (restated.kind, restated.key, restated.origin) == (
+        "promote", "engine-directory@host-a", "cli")
+    assert restated.data == {"revision": promoted, "previous": before, "host": "host-a",
+                             "migrated_from": original.seq}
+    assert report["carried_over"] == [restated.seq]
+    assert logged(pg_url)[0] == original  # the copied row is as it was
+    assert asyncio.run(reconcile(home, store=pg_url, host="host-a")) is None
+    assert logged(pg_url, restated.seq) == []  # main agrees with the restated promote
+    done = json.loads(upulse("rollback", "--home", home, "--reason", "after the move",
+                             "--json").stdout)
+    assert done["to"] == before
+    assert files_of(home, main_of(home)) == files_of(home, before)
+    [rollback] = logged(pg_url, restated.seq)
+    assert (rollback.key, rollback.data["to"]) == ("engine-directory@host-a", before)
+
+
+async def _promote_recorded_but_not_applied(home: Path) -> str:
+    """A `promote` event under the plain key for a staged commit main never moved to (the
+    process stopped between the event and git); the commit's revision."""
+    stage_new_text(home / "staging")
+    git(home / "staging", "commit", "-q", "-am", "staged")
+    staged = git(home / "staging", "rev-parse", "HEAD")
+    store = await SqliteEventStore.open(home / "events.db")
+    try:
+        await store.append([promote_event(staged, main_of(home))])
+    finally:
+        await store.close()
+    return staged
+
+
+async def _promote_without_gate(home: Path) -> str:
+    """A good edit promoted as promote does once its gate passed (the gate is tested above)."""
+    stage_new_text(home / "staging")
+    store = await SqliteEventStore.open(home / "events.db")
+    try:
+        return await promote_without_gate(home, store)
+    finally:
+        await store.close()
+
+
+def test_after_migrate_switch_reconcile_still_sees_a_promote_whose_main_never_moved(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    configure(home, host="host-a")
+    main = main_of(home)
+    staged = asyncio.run(_promote_recorded_but_not_applied(home))
+    copied = migrate_switch(upulse, home, pg_url)["events"]
+    assert isinstance(copied, int)
+    reason = asyncio.run(reconcile(home, store=pg_url, host="host-a"))
+    assert reason is not None and f"a promote to {staged} was recorded but main never moved" \
+        in reason
+    [restated, noted] = logged(pg_url, copied)
+    assert (restated.kind, restated.data["revision"]) == ("promote", staged)
+    assert (noted.kind, noted.key, noted.data["revision"]) == (
+        "rollback", "engine-directory@host-a", main)
+
+
+def test_migrate_switch_restates_a_rollback_made_after_the_last_promote_after_that_promote(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    configure(home, host="host-a")
+    before = main_of(home)
+    promoted = asyncio.run(_promote_without_gate(home))
+    upulse("rollback", "--home", home, "--reason", "not yet")
+    rolled_back = main_of(home)
+    originals = read_events(home / "events.db", set(DIRECTORY_KINDS))
+    copied = migrate_switch(upulse, home, pg_url)["events"]
+    assert isinstance(copied, int)
+    assert [(e.kind, e.key, e.data["revision"], e.data["migrated_from"])
+            for e in logged(pg_url, copied)] == [
+        ("promote", "engine-directory@host-a", promoted, originals[0].seq),
+        ("rollback", "engine-directory@host-a", rolled_back, originals[1].seq),
+    ]
+    assert asyncio.run(reconcile(home, store=pg_url, host="host-a")) is None
+    assert files_of(home, rolled_back) == files_of(home, before)

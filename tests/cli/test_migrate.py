@@ -14,7 +14,9 @@ import msgspec
 
 from pulse_cli.migrate import _Progress, _verify
 from pulse_core import EventDraft, EventStore, SqliteEventStore, TaskBoard, open_home
+from pulse_core._effects import effect_draft
 from pulse_core.store import StoredRow, open_event_store
+from pulse_survival import RestartProcess
 from tests.cli.runner import Upulse
 from tests.cli.test_postgres_home import unreachable
 from tests.servers import PostgresServer
@@ -198,3 +200,106 @@ def test_migrate_refuses_a_target_that_is_not_postgresql_or_cannot_be_reached(
     assert gone.returncode == 1 and gone.stderr.count("\n") == 1
     assert "127.0.0.1:" in gone.stderr and "s3cret-pw" not in gone.stderr
     assert "Traceback" not in gone.stderr
+
+
+def pulse_schema_count(server: PostgresServer, url: str) -> str:
+    """'1' once something created pulse's schema in the database of `url`, '0' before."""
+    return server.sql("SELECT count(*) FROM information_schema.schemata WHERE "
+                      "schema_name = 'pulse'", database(url))
+
+
+async def effects_in_every_state(home: Path) -> list[str]:
+    """Four RestartProcess effects decided on the home's own log: one acked, one pending,
+    one executing (claimed) and one retrying (failed, not finally); the ids of the three
+    unfinished ones."""
+    stores = await open_home(home)
+    store = stores.events
+    try:
+        done = await store.append([effect_draft(RestartProcess(name=f"p-{n}", argv=("true",)),
+                                                origin="rule") for n in range(4)])
+        acked, _, claimed, failed = (e.key for e in done.events)
+        await store.append([
+            EventDraft("effect-executing", claimed, {"attempt": 1, "lease_until": 1,
+                                                     "owner": "host:1", "pid": 1,
+                                                     "started": 0.0}, origin="engine"),
+            EventDraft("effect-failed", failed, {"attempt": 1, "error": "busy",
+                                                 "retry_at": 1}, origin="engine"),
+            EventDraft("effect-acked", acked, {"attempt": 1, "result": None}, origin="engine"),
+        ])
+        return [e.key for e in done.events[1:]]
+    finally:
+        await stores.close()
+
+
+async def finish(home: Path, effect_ids: list[str]) -> None:
+    """An `effect-acked` for each of `effect_ids`, as an executor that drained them writes."""
+    stores = await open_home(home)
+    try:
+        await stores.events.append([
+            EventDraft("effect-acked", key, {"attempt": 2, "result": None}, origin="engine")
+            for key in effect_ids])
+    finally:
+        await stores.close()
+
+
+async def test_migrate_switch_refuses_while_effects_are_unfinished_and_copies_nothing(
+        upulse: Upulse, tmp_path: Path, pg_url: str, postgres_server: PostgresServer) -> None:
+    home = upulse.init(tmp_path / "home")
+    unfinished = await effects_in_every_state(home)
+    done = upulse("migrate", "--home", home, "--to", pg_url, "--switch", ok=False)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert ("migrate refused: 3 effect(s) of this home are unfinished (1 pending, "
+            "1 executing, 1 retrying)") in done.stderr
+    assert "`upulse effects --pending`" in done.stderr
+    assert pulse_schema_count(postgres_server, pg_url) == "0"  # not even the schema
+    assert json.loads((home / "config.json").read_text())["store"] is None
+    await finish(home, unfinished)
+    report = migrated(upulse, home, pg_url, "--switch")
+    assert report["switched"] is True and report["unfinished_effects"] == 0
+
+
+async def test_a_migrate_rehearsal_copies_despite_unfinished_effects_and_says_switch_refuses(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    await effects_in_every_state(home)
+    done = upulse("migrate", "--home", home, "--to", pg_url)
+    assert done.stdout.startswith("verified: 7 events")
+    assert "3 unfinished effect(s): --switch refuses until they are finished" in done.stdout
+    assert len(await rows_at(pg_url)) == 7
+
+
+def nul_rows(db: Path) -> list[int]:
+    """Two stored rows holding a NUL character, one in its key and one in its idem and
+    origin (SQLite takes it; PostgreSQL's text cannot); their seqs."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0]
+        for n, (key, idem, origin) in enumerate((("t-\x00", None, "agent"),
+                                                 ("t-3", "idem-\x00", "agent:\x00"))):
+            conn.execute("INSERT INTO events VALUES (?, ?, 'notification', ?, 1, "
+                         "1700000000000, ?, NULL, 'tx-nul', ?, ?, NULL)",
+                         (seq + n, f"id-nul-{n}", key, origin, idem, b'{"text":"nul"}'))
+            conn.execute("INSERT INTO heads VALUES (?, 1)", (key,))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return [seq, seq + 1]
+
+
+async def test_migrate_refuses_a_log_holding_a_nul_character_naming_the_rows_before_copying(
+        upulse: Upulse, tmp_path: Path, pg_url: str, postgres_server: PostgresServer) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home, notes=3)
+    first, second = nul_rows(home / "events.db")
+    before = fingerprint(home)
+    done = upulse("migrate", "--home", home, "--to", pg_url, "--switch", "--page", "2",
+                  ok=False)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert (f"migrate refused: 2 event(s) of sqlite://{home}/events.db hold a NUL character "
+            f"(\\x00), which PostgreSQL cannot store: seq {first} (key), seq {second} "
+            "(origin, idem)") in done.stderr
+    assert "nothing was copied" in done.stderr
+    assert "copying" not in done.stderr  # refused before the first row was read for it
+    assert pulse_schema_count(postgres_server, pg_url) == "0"
+    assert fingerprint(home) == before
