@@ -11,6 +11,7 @@ already reviewed by another makes no model call.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -39,8 +40,19 @@ from pulse_adapters.llm import (
     json_schema_format,
 )
 from pulse_adapters.llm.errors import excerpt
-from pulse_core import Event, EventDraft, EventStore, ExecutionContext, Executor, VersionConflict
+from pulse_core import (
+    Event,
+    EventDraft,
+    EventStore,
+    ExecutionContext,
+    Executor,
+    StoreError,
+    VersionConflict,
+    error_draft,
+)
 from pulse_core.memory import IdentityMemory, identity_key, remember
+
+log = logging.getLogger("pulse.awareness")
 
 ORIGIN = "executor:awareness"
 ERROR_CHARS = 500
@@ -185,20 +197,43 @@ class AwarenessExecutor(Executor):
         fails inside it (the model, its reply, the gate, the settlement) is settled as a
         `failed` cycle with the calls made. A world already reviewed since the effect was
         asked for is left as it is (outcome `already-reviewed`, no cycle); a lock that cannot
-        be taken (the database is down) fails the attempt itself, and the rule asks again."""
+        be taken (the database is down), or is lost before the settlement (the log refuses
+        appends under a lost lock), fails the attempt itself, and the rule asks again. A lock
+        lost once the settlement is stored does not undo it: the outcome is returned with
+        `lock_lost` saying so, and an `error` event records it."""
         cycle = _Cycle(CycleRecord(
             identity=effect.identity, outcome="failed", reason=effect.reason,
             route=effect.route, model=self.client.model, quiet_skips=effect.quiet_skips,
             fingerprint=effect.fingerprint, source=effect.source,
             narration_only=effect.narration_only))
-        async with ctx.events.exclusive(f"awareness:{effect.identity}"):
-            try:
-                return await self._review(effect, ctx, cycle)
-            except Exception as exc:  # every failure, foreseen or not, becomes the record
-                return await self._settle(ctx, effect.identity, msgspec.structs.replace(
-                    cycle.record, outcome="failed", model_calls=cycle.calls,
-                    error=excerpt(f"unexpected {type(exc).__name__}: {exc}", ERROR_CHARS)),
-                    [], None)
+        settled: dict[str, Any] | None = None
+        try:
+            async with ctx.events.exclusive(f"awareness:{effect.identity}"):
+                try:
+                    settled = await self._review(effect, ctx, cycle)
+                except Exception as exc:  # every failure, foreseen or not, becomes the record
+                    settled = await self._settle(ctx, effect.identity, msgspec.structs.replace(
+                        cycle.record, outcome="failed", model_calls=cycle.calls,
+                        error=excerpt(f"unexpected {type(exc).__name__}: {exc}", ERROR_CHARS)),
+                        [], None)
+        except Exception as exc:
+            if settled is None:
+                raise
+            return await self._lock_lost(ctx, settled, exc)
+        return settled
+
+    @staticmethod
+    async def _lock_lost(ctx: ExecutionContext, settled: dict[str, Any], exc: Exception
+                         ) -> dict[str, Any]:
+        """`settled` saying that leaving the lock failed after the settlement was stored
+        (`exc`); recorded as an `error` event too, unless the log cannot take it now."""
+        text = f"{type(exc).__name__}: {exc}"
+        try:
+            await ctx.events.append([error_draft(ORIGIN, exc, {"effect": ctx.effect_id})])
+        except StoreError as failed:  # the log is down too: say so where it can be seen
+            log.warning("pulse: %s: effect %s settled, then %s (recording it failed: %s)",
+                        ORIGIN, ctx.effect_id, text, failed)
+        return {**settled, "lock_lost": excerpt(text, ERROR_CHARS)}
 
     async def _review(self, effect: AwarenessReview, ctx: ExecutionContext,
                       cycle: _Cycle) -> dict[str, Any]:

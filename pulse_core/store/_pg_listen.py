@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -22,6 +23,7 @@ from pulse_core.store._pg_schema import (
     lock_key,
     pg_errors,
     quoted,
+    store_error,
 )
 
 log = logging.getLogger("pulse.events")
@@ -89,14 +91,60 @@ class Listener:
                 await task
 
 
+class _Held:
+    """One exclusive lock held on its own session: `lost` says why once it is known gone."""
+
+    def __init__(self, pool: ConnectionPool, conn: Connection, name: str, location: str,
+                 timeout: float) -> None:
+        self.pool, self.conn, self.name = pool, conn, name
+        self.location, self.timeout = location, timeout
+        self.lost: str | None = None
+        self.released = False
+
+    def error(self, what: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"{self.location}: the exclusive lock {self.name!r} was lost while held (the "
+            f"connection holding it dropped: {self.lost}), so {what}")
+
+    async def check(self) -> None:
+        """StoreUnavailable unless the lock's session still answers (one round trip): a
+        session advisory lock goes only with its session."""
+        if self.lost is None:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await self.conn.execute("SELECT 1")
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                if isinstance(exc, psycopg.Error) and not is_disconnect(exc):
+                    raise store_error(exc, self.location, "checking an exclusive lock") from exc
+                self.lost = first_line(exc) if str(exc) else "no answer in time"
+                await close_quietly(self.conn)
+        if self.lost is not None:
+            raise self.error("this append is refused: another holder may be inside — leave "
+                             "the block and take the lock again")
+
+
+_HELD: contextvars.ContextVar[tuple[_Held, ...]] = contextvars.ContextVar(
+    "pulse_exclusive_held", default=())
+
+
+async def check_held(pool: ConnectionPool) -> None:
+    """StoreUnavailable if an exclusive lock of `pool` that the caller is inside was lost
+    (one round trip per lock held; none when it holds none)."""
+    held = [h for h in _HELD.get() if h.pool is pool and not h.released]
+    if held:
+        await asyncio.gather(*(h.check() for h in held))
+
+
 @contextlib.asynccontextmanager
-async def advisory_lock(pool: ConnectionPool, schema: str, name: str,
-                        location: str) -> AsyncIterator[None]:
+async def advisory_lock(pool: ConnectionPool, schema: str, name: str, location: str, *,
+                        check_timeout: float) -> AsyncIterator[None]:
     """Hold PostgreSQL's session advisory lock for (`schema`, `name`) while inside: at most
     one holder among every process and host on this database.
 
     The lock lives in one session: should that connection drop while inside, the server
-    lets the lock go, and leaving the block raises StoreUnavailable saying so.
+    lets the lock go. Then `check_held` (the recorder's appends inside the block call it)
+    raises StoreUnavailable, so nothing is written under a lock another holder may have
+    taken, and leaving the block raises StoreUnavailable saying the lock was lost.
     """
     key = lock_key("pulse-exclusive", schema, name)
     async with pool.connection() as conn:
@@ -109,20 +157,31 @@ async def advisory_lock(pool: ConnectionPool, schema: str, name: str,
                 await conn.cancel_safe()
             await close_quietly(conn)
             raise
+        held = _Held(pool, conn, name, location, check_timeout)
+        token = _HELD.set((*_HELD.get(), held))
         try:
             yield
         finally:
-            try:
-                cur = await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                row = await cur.fetchone()
-                released = bool(row and row[0])
-            except (psycopg.Error, OSError) as exc:
-                if not is_disconnect(exc):
-                    raise
-                released = False
-            if not released:
-                await close_quietly(conn)
-                raise StoreUnavailable(
-                    f"{location}: the exclusive lock {name!r} was lost while held (the "
-                    "connection holding it dropped), so another holder may have overlapped "
-                    "— check what ran under it")
+            held.released = True
+            with contextlib.suppress(ValueError):  # left in another context: nothing to undo
+                _HELD.reset(token)
+            await _release(held, key)
+
+
+async def _release(held: _Held, key: int) -> None:
+    """Unlock `held`; StoreUnavailable if it was lost meanwhile."""
+    if held.lost is None:
+        try:
+            cur = await held.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            row = await cur.fetchone()
+            if not (row and row[0]):
+                held.lost = "the server no longer knew it"
+        except (psycopg.Error, OSError) as exc:
+            if not is_disconnect(exc):
+                await close_quietly(held.conn)
+                raise store_error(exc, held.location,
+                                  f"releasing the exclusive lock {held.name!r}") from exc
+            held.lost = first_line(exc)
+    if held.lost is not None:
+        await close_quietly(held.conn)
+        raise held.error("another holder may have overlapped — check what ran under it")

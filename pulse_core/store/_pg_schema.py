@@ -87,10 +87,16 @@ def first_line(exc: BaseException) -> str:
     return redact_urls(text[0] if text else type(exc).__name__)
 
 
+def is_cancelled(exc: BaseException) -> bool:
+    """Whether the server cancelled the statement (a timeout set on the server, or
+    pg_cancel_backend): the connection still works, nothing of the transaction is stored."""
+    return isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
+
+
 def is_disconnect(exc: BaseException) -> bool:
     """Whether `exc` means the connection (not the statement) failed."""
     return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)) and not (
-        isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable))
+        is_cancelled(exc))
 
 
 def store_error(exc: BaseException, location: str, doing: str) -> StoreError:
@@ -98,6 +104,10 @@ def store_error(exc: BaseException, location: str, doing: str) -> StoreError:
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return StoreReadOnly(f"{location}: {doing} refused: the session is read-only — open "
                              "the store without read_only to write")
+    if is_cancelled(exc):
+        return StoreUnavailable(
+            f"{location}: {doing} failed: the server cancelled the statement (a timeout set "
+            f"on the server?): {first_line(exc)} — retry")
     if is_disconnect(exc):
         return StoreUnavailable(
             f"{location}: {doing} failed: {first_line(exc)} — check that the PostgreSQL "

@@ -26,12 +26,13 @@ from pulse_core._errors import (
 from pulse_core._waits import reject, resolve
 from pulse_core.store._commit import page_of
 from pulse_core.store._pg_commit import CommitUnknown, LogSQL, Outcome, commit_group, copy_chunk
-from pulse_core.store._pg_listen import Listener, advisory_lock
+from pulse_core.store._pg_listen import Listener, advisory_lock, check_held
 from pulse_core.store._pg_schema import (
     COLUMNS,
     Connection,
     ConnectionPool,
     first_line,
+    is_cancelled,
     is_disconnect,
     pg_errors,
     prepare,
@@ -75,6 +76,9 @@ class PostgresRecorder(Recorder):
         self._committer: asyncio.Task[None] | None = None
         self._closed = False
 
+    def __repr__(self) -> str:
+        return f"PostgresRecorder({self.location!r}{', read-only' if self.read_only else ''})"
+
     @classmethod
     async def open(cls, url: PostgresURL, **options: Any) -> PostgresRecorder:
         """Connect, check the schema (creating it unless read-only) and return the recorder;
@@ -91,9 +95,12 @@ class PostgresRecorder(Recorder):
 
     async def _connect(self, **settings: str | int) -> Connection:
         """A new session: read-only ones refuse every write; in writable ones a transaction
-        left idle (a stopped process holding the writer lock) is ended by the server."""
+        left idle (a stopped process holding the writer lock) is ended by the server, and no
+        statement or lock timeout set on the database or role cuts a wait for the writer
+        lock or an exclusive lock (a wait is as long as the transaction before it)."""
         options = ("-c default_transaction_read_only=on" if self.read_only
-                   else f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}")
+                   else f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} "
+                        "-c statement_timeout=0 -c lock_timeout=0")
         with pg_errors(self.location, "connecting"):
             conn: Connection = await psycopg.AsyncConnection.connect(
                 make_conninfo(self.url.dsn, **settings), autocommit=True,
@@ -113,6 +120,7 @@ class PostgresRecorder(Recorder):
                                 "— open the home without read_only to write")
         if self._closed:
             raise StoreClosed(f"{self.location}: append after close")
+        await check_held(self._locks)  # inside `exclusive`: never write under a lost lock
         loop = asyncio.get_running_loop()
         future: asyncio.Future[AppendResult] = loop.create_future()
         self._pending.append(_Request(append, future))
@@ -168,7 +176,7 @@ class PostgresRecorder(Recorder):
                     await self._pool.discard_idle()
                     if attempt == 1:
                         continue
-                elif len(appends) > 1:
+                elif len(appends) > 1 and not is_cancelled(exc):
                     return await self._one_by_one(appends)
                 raise store_error(exc, self.location, "appending") from exc
         raise AssertionError("unreachable")
@@ -300,7 +308,8 @@ class PostgresRecorder(Recorder):
         return True
 
     def exclusive(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return advisory_lock(self._locks, self.url.schema, name, self.location)
+        return advisory_lock(self._locks, self.url.schema, name, self.location,
+                             check_timeout=self.url.connect_timeout)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

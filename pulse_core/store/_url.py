@@ -52,10 +52,11 @@ class PostgresURL(NamedTuple):
     """A `postgresql://` (or `postgres://`) store URL: the database and pulse's options.
 
     `dsn` is what the driver connects with (libpq's own options kept, pulse's taken out,
-    the password in it); `schema` is the PostgreSQL schema holding the log (several logs may
-    share a database, one schema each); `pool_size` caps this process's connections to it
-    (besides one for LISTEN and one per held `exclusive` lock); `connect_timeout` (seconds)
-    bounds each connection attempt.
+    the password in it: the repr shows `display()` only); `host` is a host name, an address,
+    a unix-socket directory (starting with /) or "" for libpq's default socket; `schema` is
+    the PostgreSQL schema holding the log (several logs may share a database, one schema
+    each); `pool_size` caps this process's connections to it (besides one for LISTEN and one
+    per held `exclusive` lock); `connect_timeout` (seconds) bounds each connection attempt.
     """
 
     scheme: str
@@ -84,8 +85,16 @@ class PostgresURL(NamedTuple):
         """The URL for messages and logs: host, port, database and schema, no user name and
         no password."""
         schema = "" if self.schema == "pulse" else f"?schema={self.schema}"
-        host = quote(self.host, safe="") if self.host.startswith("/") else self.host
+        if not self.host:
+            host = "(local socket)"  # libpq's default unix-socket directory
+        elif self.host.startswith("/"):
+            host = quote(self.host, safe="")
+        else:
+            host = f"[{self.host}]" if ":" in self.host else self.host
         return f"postgresql://{host}:{self.port}/{self.database}{schema}"
+
+    def __repr__(self) -> str:
+        return f"PostgresURL({self.display()!r})"
 
 
 StoreURL = SqliteURL | PostgresURL
@@ -168,12 +177,21 @@ def _postgres_url(scheme: str, netloc: str, path: str, query: dict[str, list[str
     return f"{scheme}://{netloc}{path}" + (f"?{options}" if options else "")
 
 
+def _netloc_host(netloc: str) -> str:
+    """The host of a URL's `user:pw@host:port` part as written (case kept, %-escapes
+    decoded, IPv6 brackets dropped); "" when it names none."""
+    hostport = netloc.rpartition("@")[2]
+    if hostport.startswith("["):
+        return unquote(hostport[1:hostport.find("]")])
+    return unquote(hostport.partition(":")[0])
+
+
 def _parse_postgres_url(url: str) -> PostgresURL:
     shown = _shown(url)
     parts = urlsplit(url)
     try:
         query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-        port = parts.port or 5432
+        port = parts.port
     except ValueError:
         raise StoreError(f"store URL {shown!r}: cannot read its port or options — write "
                          "postgresql://user@host:5432/database?schema=pulse&pool_size=4") from None
@@ -197,9 +215,12 @@ def _parse_postgres_url(url: str) -> PostgresURL:
                          "of connections from 1 to 1000")
     timeout = seconds_option(query.pop("connect_timeout", ["10"])[-1],
                              f"store URL {shown!r}: connect_timeout")
-    host = query.get("host", [parts.hostname or "localhost"])[-1]
-    if "port" in query:
-        port = int(query["port"][-1]) if query["port"][-1].isdigit() else port
+    host = query.get("host", [_netloc_host(parts.netloc)])[-1]
+    raw_port = query["port"][-1] if "port" in query else str(port or 5432)
+    port = int(raw_port) if raw_port.isdigit() else 0
+    if not 1 <= port <= 65535:
+        raise StoreError(f"store URL {shown!r}: port={raw_port!r} — give one port number, "
+                         "from 1 to 65535")
     dsn = _postgres_url("postgresql", parts.netloc, parts.path, query)
     scheme = parts.scheme
     return PostgresURL(scheme, dsn, host, port, database, schema, pool_size, timeout)

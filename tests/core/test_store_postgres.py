@@ -309,6 +309,72 @@ async def test_an_append_the_database_refuses_fails_alone_in_its_group(
     assert sorted(e.key for e in await store.read()) == ["ok1", "ok2"]
 
 
+async def hold_the_writer_lock(url: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    """A connection inside a transaction that holds the log's writer lock (no timeout of its
+    own), as a slow writer of another process would."""
+    conn = await admin(url)
+    await conn.execute("SET statement_timeout = 0")
+    await conn.execute("BEGIN")
+    await conn.execute("SELECT FROM pulse.writer_lock FOR UPDATE")
+    return conn
+
+
+async def waiting_for_a_lock(conn: psycopg.AsyncConnection[tuple[object, ...]],
+                             task: asyncio.Task[AppendResult]) -> int | None:
+    """The pid of the backend waiting for a lock in this database, once there is one (None
+    if `task` ended first)."""
+    for _ in range(1000):
+        cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = "
+                                 "'Lock' AND datname = current_database()")
+        row = await cur.fetchone()
+        if row:
+            return int(str(row[0]))
+        if task.done():
+            return None
+        await asyncio.sleep(0.01)
+    raise AssertionError("no append came to wait for the writer lock")
+
+
+@pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
+async def test_a_timeout_the_dba_set_on_the_database_never_cuts_an_append_waiting_to_write(
+    pg_url: str, postgres_server: PostgresServer, setting: str
+) -> None:
+    created = await open_event_store(pg_url)
+    await created.append([draft("a", 1)])
+    await created.close()
+    postgres_server.sql(f"ALTER DATABASE {database(pg_url)} SET {setting} = '1ms'")
+    store = await open_event_store(pg_url)
+    writer = await hold_the_writer_lock(pg_url)
+    try:
+        append = asyncio.create_task(store.append([draft("a", 2)]))
+        assert await waiting_for_a_lock(writer, append) is not None
+        await asyncio.sleep(0.05)  # far past the database's 1 ms
+        await writer.execute("COMMIT")
+        assert (await asyncio.wait_for(append, 10)).events[0].seq == 2
+        assert [e.data["n"] for e in await store.read()] == [1, 2]
+    finally:
+        await writer.close()
+        await store.close()
+
+
+async def test_a_statement_the_server_cancels_is_unavailable_so_the_caller_retries(
+    store: EventStore, pg_url: str
+) -> None:
+    await store.append([draft("a", 1)])
+    writer = await hold_the_writer_lock(pg_url)
+    try:
+        appends = [asyncio.create_task(store.append([draft("a", n)])) for n in (2, 3)]
+        pid = await waiting_for_a_lock(writer, appends[0])
+        await writer.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        for append in appends:
+            with pytest.raises(StoreUnavailable, match="the server cancelled the statement"):
+                await asyncio.wait_for(append, 10)
+    finally:
+        await writer.close()
+    await store.append([draft("a", 4)])
+    assert [e.data["n"] for e in await store.read()] == [1, 4]
+
+
 async def test_use_after_close_is_store_closed(pg_url: str) -> None:
     opened = await open_event_store(pg_url)
     await opened.close()
@@ -477,6 +543,26 @@ async def test_different_exclusive_names_are_held_at_once_and_a_cancelled_wait_f
         await second.close()
 
 
+async def test_an_append_inside_an_exclusive_lock_that_was_lost_is_refused_and_leaving_says_so(
+    store: EventStore, pg_url: str, postgres_server: PostgresServer
+) -> None:
+    refused: StoreUnavailable | None = None
+    with pytest.raises(StoreUnavailable, match="'identity:ana' was lost while held") as left:
+        async with store.exclusive("identity:ana"):
+            await store.append([draft("a", 1)])
+            postgres_server.sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "
+                                "locktype = 'advisory'", database(pg_url))
+            try:
+                await store.append([draft("a", 2)])
+            except StoreUnavailable as exc:
+                refused = exc
+    assert refused is not None and "this append is refused" in str(refused)
+    assert "overlapped" in str(left.value)
+    async with asyncio.timeout(10), store.exclusive("identity:ana"):  # taken afresh
+        await store.append([draft("a", 3)])
+    assert [e.data["n"] for e in await store.read()] == [1, 3]
+
+
 # -- rows and copying -----------------------------------------------------------------------
 
 
@@ -549,3 +635,39 @@ def test_a_postgres_url_that_cannot_be_used_says_why_without_its_password(
     with pytest.raises(StoreError) as info:
         parse_store_url(url)
     assert says in str(info.value) and "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql:///pulse", "postgresql://(local socket):5432/pulse"),
+    ("postgresql://:5433/pulse", "postgresql://(local socket):5433/pulse"),
+    ("postgresql:///pulse?port=6000", "postgresql://(local socket):6000/pulse"),
+    ("postgresql://[::1]:5432/db", "postgresql://[::1]:5432/db"),
+    ("postgresql://u:pw@[fe80::1%25eth0]/db", "postgresql://[fe80::1%eth0]:5432/db"),
+    ("postgresql:///db?host=::1", "postgresql://[::1]:5432/db"),
+    ("postgresql://localhost/db", "postgresql://localhost:5432/db"),
+    ("postgresql:///db?host=/run/postgresql", "postgresql://%2Frun%2Fpostgresql:5432/db"),
+])
+def test_a_postgres_url_displays_the_host_libpq_connects_to(url: str, shown: str) -> None:
+    assert pg(url).display() == shown
+
+
+@pytest.mark.parametrize("port", ["abc", "0", "70000", "5432,5433", ""])
+def test_a_port_option_that_is_not_a_port_is_refused_when_the_url_is_read(port: str) -> None:
+    with pytest.raises(StoreError) as info:
+        parse_store_url(f"postgresql://u:secret@h/db?port={port}")
+    assert f"port={port!r}" in str(info.value) and "1 to 65535" in str(info.value)
+    assert "secret" not in str(info.value)
+
+
+async def test_neither_the_url_nor_the_recorder_shows_the_password_when_printed(
+    pg_url: str,
+) -> None:
+    url = pg(pg_url.replace("pulse@", "pulse:s3cret@") + "?sslmode=disable&password=s3cret2")
+    assert "s3cret" in url.dsn  # the driver gets it
+    recorder = await PostgresRecorder.open(url)
+    try:
+        for text in (repr(url), str(url), f"{url!r}", repr(recorder), str(recorder),
+                     repr([url]), repr(url._replace(schema="other"))):
+            assert "s3cret" not in text and url.host in text
+    finally:
+        await recorder.close()

@@ -39,13 +39,13 @@ from pulse_core import (
 from pulse_core._effects import effect_draft
 from pulse_core._lease import owner_host
 from pulse_core.memory import HumanExchange, IdentityRegistered
-from pulse_core.store import open_event_store
+from pulse_core.store import PostgresURL, open_event_store, parse_store_url
 from pulse_core.store._side import open_side_store
 from tests.adapters.awareness_rig import MINUTE, reply, settings
 from tests.e2e.support import Child
 from tests.fleet.fleet_support import ready, until
 from tests.loopback import LOOPBACK, read_request
-from tests.servers import RedisServer
+from tests.servers import PostgresServer, RedisServer
 
 TEST_TIME_LIMIT_S = 120
 REVIEWER_HOST = str(Path(__file__).resolve().parent / "reviewer_host.py")
@@ -72,11 +72,14 @@ class ReviewModel:
     new" after `delay_s`, and records per identity the interval (its own monotonic clock)
     during which each call was in flight. `healthy` False answers route probes (GET
     /v1/models, and completions that name no identity) with 503, so engines see their route
-    unhealthy and review on the fallback cadence."""
+    unhealthy and review on the fallback cadence. With `go`, each review call waits for it
+    to be set (the test says when the model answers)."""
 
-    def __init__(self, *, delay_s: float = 0.0, healthy: bool = True) -> None:
+    def __init__(self, *, delay_s: float = 0.0, healthy: bool = True,
+                 go: threading.Event | None = None) -> None:
         self.delay_s = delay_s
         self.healthy = healthy
+        self.go = go
         self.calls: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.in_flight = 0
         self._lock = threading.Lock()
@@ -158,6 +161,8 @@ class ReviewModel:
                 try:
                     if owner.delay_s:
                         time.sleep(owner.delay_s)
+                    if owner.go is not None:
+                        owner.go.wait(30)
                 finally:  # counted before the answer goes: a caller never outruns its count
                     with owner._lock:
                         owner.in_flight -= 1
@@ -294,6 +299,111 @@ async def test_a_world_another_engine_is_reviewing_is_waited_for_and_not_asked_a
     late = next(k for k, a in acks.items() if a.data["result"]["outcome"] == ALREADY_REVIEWED)
     assert claims[late].seq < cycle.seq  # claimed while the other review was in flight
     assert acks[late].data["result"]["cycle"] == cycle.seq
+
+
+# -- the lock's connection lost during a review ----------------------------------------------
+
+KILL_THE_LOCK_AT_SETTLEMENT = """
+CREATE FUNCTION pulse.kill_lock_holder() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_terminate_backend(pid) FROM pg_locks
+        WHERE locktype = 'advisory' AND pid <> pg_backend_pid();
+    RETURN NULL;
+END $$;
+CREATE TRIGGER kill_lock_holder AFTER INSERT ON pulse.events FOR EACH ROW
+    WHEN (NEW.kind = 'awareness-cycle') EXECUTE FUNCTION pulse.kill_lock_holder();
+"""
+"""Terminates the session holding the review's lock inside the settlement's own transaction:
+the settlement commits, then the review leaves a lock that is gone."""
+
+
+def database(url: str) -> str:
+    parsed = parse_store_url(url)
+    assert isinstance(parsed, PostgresURL)
+    return parsed.database
+
+
+async def ask_review(engine: Engine) -> None:
+    """Ana's first exchange, and a review of it asked for."""
+    board = MemoryBoard(engine.events)
+    await board.register("ana", "Ana")
+    asked = await board.exchange("ana", "I'll stay in Lisbon")
+    memory = (await engine.snapshot()).projection("memory")["ana"]
+    effect = AwarenessReview(identity="ana", fingerprint=fingerprint(memory),
+                             source=asked.data["record"], reason="changed", route="dedicated")
+    await engine.events.append([effect_draft(effect, origin="rule:awareness")])
+
+
+async def test_a_lock_lost_after_the_settlement_committed_leaves_the_review_acked_and_reported(
+    tmp_path: Path, pg_url: str, postgres_server: PostgresServer,
+) -> None:
+    with ReviewModel() as model:
+        reviewer = build_reviewer(
+            layer_settings(model.base_url, AwarenessConfig(initial_delay_s=30)),
+            LayerContext(tmp_path / "a", ManualClock()))
+        engine = Engine(tmp_path / "a", store=pg_url, clock=ManualClock(),
+                        layers=[reviewer.layer], host="host-a")
+        await engine.open()
+        try:
+            await ask_review(engine)
+            postgres_server.sql(KILL_THE_LOCK_AT_SETTLEMENT, database(pg_url))
+            await engine.executor_loop.run_until_idle()
+            log = await engine.events.read()
+        finally:
+            await engine.close()
+            await reviewer.client.aclose()
+    assert model.total() == 1
+    (cycle,) = [e for e in log if e.kind == "awareness-cycle"]
+    assert cycle.data["outcome"] == "reviewed"
+    assert [e.kind for e in log if e.kind.startswith("effect-") and e.kind != "effect-executing"
+            ] == ["effect-acked"]
+    (ack,) = [e for e in log if e.kind == "effect-acked"]
+    assert ack.data["result"]["outcome"] == "reviewed"
+    assert "'awareness:ana' was lost while held" in ack.data["result"]["lock_lost"]
+    (error,) = [e for e in log if e.kind == "error"]
+    assert error.key == "executor:awareness" and error.data["type"] == "StoreUnavailable"
+    assert error.data["effect"] == ack.key and error.seq > cycle.seq
+
+
+async def test_a_review_whose_lock_was_lost_during_the_model_call_settles_nothing(
+    tmp_path: Path, pg_url: str, postgres_server: PostgresServer,
+) -> None:
+    go = threading.Event()
+    with ReviewModel(go=go) as model:
+        reviewer = build_reviewer(
+            layer_settings(model.base_url, AwarenessConfig(initial_delay_s=30)),
+            LayerContext(tmp_path / "a", ManualClock()))
+        engine = Engine(tmp_path / "a", store=pg_url, clock=ManualClock(),
+                        layers=[reviewer.layer], host="host-a")
+        await engine.open()
+        try:
+            await ask_review(engine)
+            reviewing = asyncio.create_task(engine.executor_loop.run_until_idle())
+
+            async def asked() -> bool:
+                return model.in_flight == 1
+
+            await until(asked, 10, "the review asks the model")
+            killed = postgres_server.sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+                "'advisory'", database(pg_url))
+            go.set()
+            await reviewing
+            after_loss = await engine.events.read()
+            await ask_review(engine)  # the rule asks again: the lock is taken afresh
+            await engine.executor_loop.run_until_idle()
+            log = await engine.events.read()
+        finally:
+            go.set()
+            await engine.close()
+            await reviewer.client.aclose()
+    assert killed == "1"
+    assert [e for e in after_loss if e.kind == "awareness-cycle"] == []
+    (failed,) = [e for e in after_loss if e.kind == "effect-failed"]
+    assert "'awareness:ana' was lost while held" in failed.data["error"]
+    assert model.total() == 2
+    (cycle,) = [e for e in log if e.kind == "awareness-cycle"]
+    assert cycle.data["outcome"] == "reviewed"
 
 
 # -- the fleet: four engine processes, one log, one Redis quiet hold -------------------------
