@@ -131,17 +131,17 @@ class EffectIndex:
         if due is not None:
             heapq.heappush(self._timers, (due, entry.id))
 
-    async def checkpoint(self, force: bool = False) -> None:
+    async def checkpoint(self, force: bool = False) -> bool:
         """Save the index when due, or now with `force` (then in a thread: nothing folds into
-        the index while the loop drains)."""
+        the index while the loop drains); whether it was saved now."""
         if self.checkpoints is None:
-            return
+            return False
         if not force and self.cursor - self._saved_cursor < CHECKPOINT_EVERY:
-            return
+            return False
         cursor = self.cursor
         at = await id_at(self.store, cursor)
         if self.cursor != cursor:  # folded on meanwhile: saved at a later call
-            return
+            return False
         if force:
             await asyncio.to_thread(functools.partial(
                 save_checkpoint, self.checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION, cursor,
@@ -150,6 +150,7 @@ class EffectIndex:
             save_checkpoint(self.checkpoints, _CHECKPOINT, _CHECKPOINT_VERSION, cursor,
                             self.entries, at=at)
         self._saved_cursor = cursor
+        return True
 
 
 def _due(entry: EffectEntry) -> int | None:

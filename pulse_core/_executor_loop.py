@@ -225,14 +225,14 @@ class ExecutorLoop:
         """Save the index when due (`force`: now, at drain); a save that fails is reported
         once until one succeeds again: the checkpoint is a cache, claims go on without it."""
         try:
-            await self._index.checkpoint(force)
+            saved = await self._index.checkpoint(force)
         except Exception as exc:
             if not self._checkpoint_failed:
                 self.on_error("executor-loop: checkpoint not saved; the index is rebuilt from "
                               "the log at the next start", exc)
             self._checkpoint_failed = True
-        else:
-            self._checkpoint_failed = False
+        else:  # a save put off (nothing due, or the index moved on) ends no failure episode
+            self._checkpoint_failed = self._checkpoint_failed and not saved
 
     async def run_until_idle(self) -> None:
         """Run everything claimable now, and what those runs make claimable, then return
