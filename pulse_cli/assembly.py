@@ -91,7 +91,7 @@ def bound_host(cfg: Config) -> str:
     """The host the engine of a home with settings `cfg` is bound to, as the engine's
     `placement`: config.json's `host` (else this machine's hostname) when its store is shared
     across hosts (PostgreSQL), '' when the log is the home's alone. Promote and rollback
-    record their events under it (pulse_cli.enginedir.event_key)."""
+    record their events under it (pulse_cli.directory_log.event_key)."""
     return placement(cfg.store, cfg.host)
 
 

@@ -8,13 +8,8 @@ and fast-forwards main to staging (the event first: main never moves unrecorded)
 pulse_cli.rollback brings main's files back to an earlier revision. `reconcile` makes the
 log agree with main again after a process stopped between an event and git. Neither makes
 a running daemon reload: the CLI signals it (SIGHUP), and a daemon passes `on_rollback` to
-GitEngineDirectory for rollbacks the survival layer makes.
-
-Each home records its promotes and rollbacks under a key of its own, and reads that key only
-(`event_key`): `engine-directory@<host>`, naming the host, where hosts share one log
-(PostgreSQL), so one host's promote never puts another's main out of step with the log;
-`engine-directory` in a log of its own (SQLite). A home whose log moves to PostgreSQL
-(`upulse migrate --switch`) keeps its history there through `carry_over`.
+GitEngineDirectory for rollbacks the survival layer makes. What these events say, under
+which key, and how the log is brought to agree with main is pulse_cli.directory_log's.
 
 Two lock files in the home order them across processes: HOME/promote.lock is held by a
 promote from its first look at main to its event, so promotes run one after another;
@@ -29,12 +24,19 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 
 import engine_template
+from pulse_cli.directory_log import (
+    directory_event,
+    event_log,
+    reconcile_held,
+    reconcile_log,
+    record_main,
+)
 from pulse_cli.gate import (
     OPEN_TIMEOUT_S,
     STEP_TIMEOUT_S,
@@ -44,11 +46,9 @@ from pulse_cli.gate import (
     run_gate,
 )
 from pulse_cli.git import GitError, changed_paths, git, head, is_ancestor, run_git, work_tree_state
-from pulse_core import Event, EventDraft, EventStore, PulseError, open_home
+from pulse_core import EventStore, PulseError
 
 TEMPLATE = Path(engine_template.__file__).resolve().parent
-EVENT_KEY = "engine-directory"
-"""The key of promote and rollback events in a log of one home's own (see event_key)."""
 LOCK_NAME = "engine-dir.lock"
 LOCK_TIMEOUT_S = 60.0
 PROMOTE_LOCK_NAME = "promote.lock"
@@ -83,47 +83,6 @@ class PromoteResult(msgspec.Struct, frozen=True):
     steps: tuple[GateStep, ...] = ()
     failed_step: str | None = None
     output: str = ""
-
-
-def event_key(host: str) -> str:
-    """The key of the promote and rollback events of the engine directory bound to `host`
-    (pulse_core._assembly.placement: '' for a log of its own): EVENT_KEY alone for '',
-    `engine-directory@<host>` where engines of several hosts share the log."""
-    return f"{EVENT_KEY}@{host}" if host else EVENT_KEY
-
-
-def directory_event(kind: str, data: dict[str, object], host: str, origin: str) -> EventDraft:
-    """A `promote` or `rollback` event of the engine directory bound to `host`: under
-    event_key(host), naming the host in its data unless it is '' (pulse_core.host_of reads
-    it, so another host's survival ledger leaves the event alone)."""
-    return EventDraft(kind, event_key(host), {**data, "host": host} if host else data,
-                      origin=origin)
-
-
-async def last_recorded(log: EventStore, host: str, kinds: list[str]) -> Event | None:
-    """The latest event of `kinds` (promote, rollback) recorded for the engine directory
-    bound to `host`; None when it has none."""
-    found = await log.read(kinds=kinds, key=event_key(host), limit=1, newest_first=True)
-    return found[0] if found else None
-
-
-async def carry_over(source: EventStore, target: EventStore, from_host: str, to_host: str,
-                     origin: str = "cli") -> list[Event]:
-    """Restate in `target`, under the key of `to_host`, the last `promote` recorded in
-    `source` under the key of `from_host`, then the last `rollback` if one came after it;
-    the events appended ([] when the keys are one, or nothing was recorded). Each has the
-    kind and data of the one it restates, naming `to_host`, and `migrated_from` (that one's
-    seq): reconcile and rollback read it as they read the original."""
-    promoted = await last_recorded(source, from_host, ["promote"])
-    last = await last_recorded(source, from_host, ["promote", "rollback"])
-    restated = {e.seq: e for e in (promoted, last) if e is not None}
-    if event_key(from_host) == event_key(to_host) or not restated:
-        return []
-    drafts = [directory_event(e.kind, {**{k: v for k, v in e.data.items() if k != "host"},
-                                       "migrated_from": e.seq}, to_host, origin)
-              for e in sorted(restated.values(), key=lambda e: e.seq)
-              if isinstance(e.data, dict)]
-    return list((await target.append(drafts)).events) if drafts else []
 
 
 def _dirs(home: Path) -> tuple[Path, Path]:
@@ -206,21 +165,6 @@ def _nothing(main: str, why: str, steps: tuple[GateStep, ...] = ()) -> PromoteRe
                          output=f"nothing to promote: {why} ({main})")
 
 
-@contextlib.asynccontextmanager
-async def event_log(root: Path, events: EventStore | None, store: str | None, *,
-               read_only: bool) -> AsyncIterator[EventStore]:
-    """`events`; without it the log of the home `root` at the store URL `store`, opened for
-    this use only (`read_only`: nothing is written)."""
-    if events is not None:
-        yield events
-        return
-    stores = await open_home(root, store=store, read_only=read_only)
-    try:
-        yield stores.events
-    finally:
-        await stores.close()
-
-
 async def promote(home: Path, *, events: EventStore | None = None, store: str | None = None,
                   host: str = "", dry_run_timeout_s: float = 5.0,
                   waiting: Callable[[str], None] | None = None,
@@ -233,9 +177,9 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
     passes are they committed on `staging` ("promote: staged changes"), main merged into
     staging when staging lacks some of it, and {revision, previous} appended to `events`
     (None: the home's log at the store URL `store`, opened for that append only) under the
-    key of `host`, the host this home is bound to (see event_key; '' for a log of its own,
-    as pulse_core._assembly.placement gives it); then main
-    is fast-forwarded to that revision. The event comes first, so the log never misses a
+    key of `host`, the host this home is bound to (see pulse_cli.directory_log.event_key;
+    '' for a log of its own, as pulse_core._assembly.placement gives it); then main is
+    fast-forwarded to that revision. The event comes first, so the log never misses a
     promote: when it cannot be written, main does not move. A refusal, and a promote with
     nothing to merge, write nothing in the home but promote.lock and the gate's mypy cache:
     main, staging and the log stay as they were. Promotes of one home run one at a time:
@@ -291,7 +235,7 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
         return _nothing(previous, "main already has everything staging has", steps)
     try:
         async with event_log(engine.parent, events, store, read_only=False) as log:
-            await _reconcile(engine, log, previous, "cli", host)
+            await reconcile_log(engine, log, previous, "cli", host)
             await log.append([directory_event("promote",
                                               {"revision": now, "previous": previous},
                                               host, "cli")])
@@ -306,7 +250,7 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
         noted = "a `rollback` event notes it"
         try:
             async with event_log(engine.parent, events, store, read_only=False) as log:
-                await _record_main(log, previous, f"the promote of {now} was recorded but "
+                await record_main(log, previous, f"the promote of {now} was recorded but "
                                    f"main could not move: {exc.said}", "cli", host)
         except PulseError:
             noted = ("the log could not note it either; the next promote, rollback or daemon "
@@ -322,63 +266,14 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
 # -- the log and main agree --------------------------------------------------------------------
 
 
-async def _record_main(log: EventStore, main: str, reason: str, origin: str,
-                       host: str) -> None:
-    """A `rollback` event (of `host`'s engine directory) saying that main is (still) at
-    `main`, and why: it sets the log's word on what runs right without changing git (kept
-    null, staging untouched)."""
-    await log.append([directory_event("rollback",
-                                      {"revision": main, "to": main, "reason": reason,
-                                       "kept": None, "staging": "untouched"}, host, origin)])
-
-
-async def _disagreement(engine: Path, log: EventStore, main: str, host: str) -> str | None:
-    """Why the last promote or rollback recorded for `host`'s engine directory does not name
-    `main`; None when it does (or when nothing was recorded for it yet)."""
-    recorded = await last_recorded(log, host, ["promote", "rollback"])
-    data = recorded.data if recorded is not None else None
-    said = data.get("revision") if isinstance(data, dict) else None
-    if recorded is None or not isinstance(said, str) or said == main:
-        return None
-    if recorded.kind == "promote" and not await is_ancestor(engine, said, main):
-        return (f"a promote to {said} was recorded but main never moved (the process stopped "
-                "in between)")
-    return (f"the log last recorded main at {said} but it is at {main}: main moved without "
-            f"an event (a rollback that stopped before recording it, or a commit made in "
-            f"{engine} by hand)")
-
-
-async def _reconcile(engine: Path, log: EventStore, main: str, origin: str,
-                     host: str) -> str | None:
-    reason = await _disagreement(engine, log, main, host)
-    if reason is not None:
-        await _record_main(log, main, reason, origin, host)
-    return reason
-
-
-async def reconcile_held(engine: Path, events: EventStore | None, store: str | None,
-                         origin: str, *, host: str = "") -> str | None:
-    """`reconcile` for a caller that holds HOME/engine-dir.lock already; the log is opened for
-    writing only when it disagrees with main."""
-    main = await git(engine, "rev-parse", "HEAD")
-    async with event_log(engine.parent, events, store, read_only=True) as log:
-        if events is not None:
-            return await _reconcile(engine, log, main, origin, host)
-        reason = await _disagreement(engine, log, main, host)
-    if reason is not None:
-        async with event_log(engine.parent, None, store, read_only=False) as log:
-            await _record_main(log, main, reason, origin, host)
-    return reason
-
-
 async def reconcile(home: Path, events: EventStore | None = None, *, store: str | None = None,
                     host: str = "", origin: str = "cli") -> str | None:
     """Make the log say what main runs: when the last `promote` or `rollback` event recorded
-    for this home (under the key of `host`, see event_key) names another revision than
-    main's HEAD (a process stopped between recording and moving main), append a `rollback`
-    event to HEAD whose reason says so, and return that reason; None when they agree or the
-    home has no engine directory. `events` None: the home's log at the store URL `store`.
-    Promote and rollback do this first; so does a starting daemon."""
+    for this home (under the key of `host`, see pulse_cli.directory_log.event_key) names
+    another revision than main's HEAD (a process stopped between recording and moving main),
+    append a `rollback` event to HEAD whose reason says so, and return that reason; None when
+    they agree or the home has no engine directory. `events` None: the home's log at the
+    store URL `store`. Promote and rollback do this first; so does a starting daemon."""
     engine, _ = _dirs(home)
     if await asyncio.to_thread(head, engine) is None:
         return None
@@ -406,9 +301,9 @@ class GitEngineDirectory:
 
     Without `events` each rollback opens the home's event log (at `store`, a store URL; None:
     the home's own) for its event, which goes under the key of `host` (the host the home is
-    bound to, '' for a log of its own; see event_key). `on_rollback` is awaited with what
-    each rollback did (its str is a log line naming the branch that keeps the rolled-back
-    code): a daemon asks for a reload there.
+    bound to, '' for a log of its own; see pulse_cli.directory_log.event_key). `on_rollback`
+    is awaited with what each rollback did (its str is a log line naming the branch that
+    keeps the rolled-back code): a daemon asks for a reload there.
     """
 
     def __init__(self, home: Path, events: EventStore | None = None, *,

@@ -16,7 +16,7 @@ and, with `--switch`, effects not yet finished (decided on a log of the home's o
 name no host, so any host's engine could run them once the log is shared). Either refuses
 the migration before the target is touched. After the verified copy, `--switch` restates
 the engine directory's last promote and rollback under the key of the host the home is now
-bound to (pulse_cli.enginedir.carry_over), so rollback and reconcile still find them.
+bound to (pulse_cli.directory_log.carry_over), so rollback and reconcile still find them.
 
 Why `--switch` is asked for rather than implied: without it the command changes nothing
 about how the home runs, so it doubles as a rehearsal that proves the target and times the
@@ -38,7 +38,7 @@ import msgspec
 
 from pulse_cli import config as config_file
 from pulse_cli.assembly import bound_host
-from pulse_cli.enginedir import carry_over, event_key
+from pulse_cli.directory_log import carry_over, event_key
 from pulse_cli.home import CliError, DaemonStateError, Home, UsageError
 from pulse_cli.output import print_json, printable
 from pulse_cli.stores import shown, store_url, unavailable

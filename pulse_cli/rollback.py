@@ -13,16 +13,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from pulse_cli.enginedir import (
-    EngineDirError,
-    RolledBack,
-    directory_event,
-    event_log,
-    hold_engine_dir,
-    last_recorded,
-    reconcile_held,
-    require_dirs,
-)
+from pulse_cli.directory_log import directory_event, event_log, last_recorded, reconcile_held
+from pulse_cli.enginedir import EngineDirError, RolledBack, hold_engine_dir, require_dirs
 from pulse_cli.git import GitError, git, is_ancestor
 from pulse_core import EventStore
 
@@ -137,7 +129,7 @@ async def rollback(home: Path, revision: str | None, *, reason: str,
     a `rollback` event records {revision, to, reason, kept, staging} in `events` (None: the
     home's log at the store URL `store`, read and written only for this rollback) under the
     key of `host`, the host the home is bound to ('' for a log of its own; see
-    pulse_cli.enginedir.event_key). A refused rollback writes nothing, unless the log
+    pulse_cli.directory_log.event_key). A refused rollback writes nothing, unless the log
     disagreed with main beforehand (see pulse_cli.enginedir.reconcile). The running daemon
     is not told: the CLI sends it SIGHUP.
     """
