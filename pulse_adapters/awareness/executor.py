@@ -143,14 +143,19 @@ class AwarenessExecutor(Executor):
     @staticmethod
     def _reviewed_since(effect: AwarenessReview, asked_at: int, cycles: list[Event]
                         ) -> Event | None:
-        """A successful cycle settled after the effect was asked for (seq `asked_at`), of the
-        same source and fingerprint: that world was reviewed already (by another engine)."""
+        """The identity's last successful cycle, when it reviewed the world this effect asks
+        about (same source and fingerprint): reviewed already, by another engine whose
+        review settled before or after this one was asked for (another engine's tick may
+        not have seen it yet). A review the quiet ceiling asks for is redone unless that
+        cycle settled after it was asked (seq `asked_at`)."""
         for event in reversed(cycles):
             data = event.data if isinstance(event.data, dict) else {}
-            if event.seq > asked_at and data.get("outcome") == REVIEWED and \
-                    data.get("source") == effect.source and \
-                    data.get("fingerprint") == effect.fingerprint:
-                return event
+            if data.get("outcome") != REVIEWED:
+                continue
+            same = (data.get("source") == effect.source
+                    and data.get("fingerprint") == effect.fingerprint)
+            fresh = effect.reason != "ceiling" or event.seq > asked_at
+            return event if same and fresh else None
         return None
 
     async def _ask(self, evidence: Evidence, review: AwarenessReview, cycle: _Cycle

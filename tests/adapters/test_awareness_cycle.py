@@ -380,6 +380,25 @@ async def test_a_world_reviewed_after_the_review_was_asked_for_is_not_asked_agai
     assert len(await rig.cycles()) == 2 and len(rig.server.chat_bodies()) == 2
 
 
+async def test_a_change_asked_for_after_another_engine_reviewed_that_world_is_not_asked_again(
+    make_rig: Any,
+) -> None:
+    # Another engine's tick, reading before a review settled, asks for the same world after.
+    rig: Rig = await make_rig()
+    source = await seed(rig)
+    review = AwarenessReview(identity="ana", fingerprint=fingerprint(await rig.identity()),
+                             source=source, reason="changed", route="dedicated")
+    rig.server.script(reply(), reply())
+    await rig.engine.events.append([effect_draft(review, origin="rule:awareness")])
+    await rig.engine.executor_loop.run_until_idle()
+    await rig.engine.events.append([effect_draft(review, origin="rule:awareness")])
+    await rig.engine.executor_loop.run_until_idle()
+    (cycle,) = await rig.cycles()
+    assert cycle.data["outcome"] == "reviewed" and len(rig.server.chat_bodies()) == 1
+    acks = await rig.engine.events.read(kinds=["effect-acked"])
+    assert [a.data["result"]["outcome"] for a in acks] == ["reviewed", ALREADY_REVIEWED]
+
+
 async def test_news_lifts_a_quiet_hold(make_rig: Any) -> None:
     rig: Rig = await make_rig(AwarenessConfig(initial_delay_s=30, quiet_hold_s=1800))
     await seed(rig)
