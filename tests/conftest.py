@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,9 +53,28 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
+def restartable(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
+    """The session's PostgreSQL, for a test that stops or restarts it: running again
+    afterwards, whatever happened (other tests share it)."""
+    yield postgres_server
+    try:
+        postgres_server.sql("SELECT 1")
+    except subprocess.SubprocessError:  # psql could not connect: the server is down
+        postgres_server.start()
+
+
+@pytest.fixture
 def pg_url(postgres_server: PostgresServer) -> str:
     """The URL of a new, empty PostgreSQL database of its own."""
     return postgres_server.create_database()
+
+
+@pytest.fixture
+def restore_redis(redis_server: RedisServer) -> Iterator[RedisServer]:
+    """The session's redis-server, running again after the test whatever it did to it."""
+    yield redis_server
+    if redis_server.process is None:
+        redis_server.start()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -52,16 +52,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], limit_s: float = 10.0
     async with asyncio.timeout(limit_s):
         while not await check():  # noqa: ASYNC110 - the server expires keys on its own
             await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def restore_redis(redis_server: RedisServer) -> Iterator[RedisServer]:
-    """The session's redis-server, running again after the test whatever it did to it."""
-    try:
-        yield redis_server
-    finally:
-        if redis_server.process is None:
-            redis_server.start()
 
 
 async def test_values_expire_by_the_server_and_namespaces_stay_apart(redis_db: str) -> None:

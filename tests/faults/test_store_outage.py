@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -32,19 +31,6 @@ TEST_TIME_LIMIT_S = 120
 
 BROKE = "the rule broke while the store was down"
 OUTAGE_S = 3.0
-
-
-@pytest.fixture
-def restartable(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
-    """The session's server, for a test that stops it: running again afterwards, whatever
-    happened (other tests share it)."""
-    try:
-        yield postgres_server
-    finally:
-        try:
-            postgres_server.sql("SELECT 1")
-        except subprocess.SubprocessError:  # psql could not connect: the server is down
-            postgres_server.start()
 
 
 def now_ms() -> int:

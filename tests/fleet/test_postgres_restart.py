@@ -40,17 +40,6 @@ def spawn_host(tmp_path: Path) -> Iterator[Callable[..., Child]]:
         yield start
 
 
-@pytest.fixture
-def restartable(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
-    """The session's server, for a test that restarts it: up again afterwards, whatever
-    happened (other tests share it)."""
-    yield postgres_server
-    try:
-        postgres_server.sql("SELECT 1")
-    except Exception:
-        postgres_server.start()
-
-
 async def produce(store: EventStore, failed: Counter[str]) -> None:
     """Append EFFECTS Work effects, PER_APPEND to an append, each with an idempotency key; an
     append the store refuses as unavailable is made again, the same drafts (ids and keys),

@@ -228,16 +228,6 @@ def layer_settings(base_url: str, review: AwarenessConfig) -> dict[str, Any]:
             "route_ttl_s": 3600, "review": msgspec.to_builtins(review)}
 
 
-@pytest.fixture
-def restore_redis(redis_server: RedisServer) -> Iterator[RedisServer]:
-    """The session's redis-server, running again after the test whatever it did to it."""
-    try:
-        yield redis_server
-    finally:
-        if redis_server.process is None:
-            redis_server.start()
-
-
 async def stored_holds(url: str) -> dict[str, QuietState]:
     side = await open_side_store(url, read_only=True)
     try:
