@@ -5,6 +5,7 @@ once, and a Redis outage leaves the reviews going (without the stored hold) and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -12,7 +13,6 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -185,6 +185,23 @@ class ReviewModel:
 # -- helpers ---------------------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def reviewing_engine(home: Path, model: ReviewModel, store: str, host: str,
+                           clock: ManualClock, **options: Any) -> AsyncIterator[Engine]:
+    """An engine of `host` on the shared log `store` whose awareness layer asks `model`:
+    opened (not started), and closed with its model client afterwards."""
+    reviewer = build_reviewer(layer_settings(model.base_url, AwarenessConfig(initial_delay_s=30)),
+                              LayerContext(home, clock))
+    engine = Engine(home, store=store, clock=clock, layers=[reviewer.layer], host=host,
+                    **options)
+    await engine.open()
+    try:
+        yield engine
+    finally:
+        await engine.close()
+        await reviewer.client.aclose()
+
+
 def identity_name(index: int) -> str:
     return f"id-{index:05d}"
 
@@ -245,16 +262,9 @@ async def test_a_world_another_engine_is_reviewing_is_waited_for_and_not_asked_a
 ) -> None:
     clock = ManualClock()
     with ReviewModel(delay_s=0.5) as model:
-        mapping = layer_settings(model.base_url, AwarenessConfig(initial_delay_s=30))
-        first = build_reviewer(mapping, LayerContext(tmp_path / "a", clock))
-        second = build_reviewer(mapping, LayerContext(tmp_path / "b", clock))
-        a = Engine(tmp_path / "a", store=pg_url, clock=clock, layers=[first.layer],
-                   executor_concurrency=1, host="host-a")
-        b = Engine(tmp_path / "b", store=pg_url, clock=clock, layers=[second.layer],
-                   host="host-b")
-        await a.open()
-        await b.open()
-        try:
+        async with reviewing_engine(tmp_path / "a", model, pg_url, "host-a", clock,
+                                    executor_concurrency=1) as a, \
+                reviewing_engine(tmp_path / "b", model, pg_url, "host-b", clock) as b:
             board = MemoryBoard(a.events)
             await board.register("ana", "Ana")
             asked = await board.exchange("ana", "I'll stay in Lisbon")
@@ -273,11 +283,6 @@ async def test_a_world_another_engine_is_reviewing_is_waited_for_and_not_asked_a
             await b.executor_loop.run_until_idle()  # claims the other effect: waits for a
             await running
             log = await a.events.read()
-        finally:
-            await b.close()
-            await a.close()
-            await first.client.aclose()
-            await second.client.aclose()
     assert model.total() == 1 and model.overlapping() == []
     (cycle,) = [e for e in log if e.kind == "awareness-cycle"]
     assert cycle.data["outcome"] == "reviewed" and cycle.data["model_calls"] == 1
@@ -328,20 +333,12 @@ async def test_a_lock_lost_after_the_settlement_committed_leaves_the_review_acke
     tmp_path: Path, pg_url: str, postgres_server: PostgresServer,
 ) -> None:
     with ReviewModel() as model:
-        reviewer = build_reviewer(
-            layer_settings(model.base_url, AwarenessConfig(initial_delay_s=30)),
-            LayerContext(tmp_path / "a", ManualClock()))
-        engine = Engine(tmp_path / "a", store=pg_url, clock=ManualClock(),
-                        layers=[reviewer.layer], host="host-a")
-        await engine.open()
-        try:
+        async with reviewing_engine(tmp_path / "a", model, pg_url, "host-a",
+                                    ManualClock()) as engine:
             await ask_review(engine)
             postgres_server.sql(KILL_THE_LOCK_AT_SETTLEMENT, database(pg_url))
             await engine.executor_loop.run_until_idle()
             log = await engine.events.read()
-        finally:
-            await engine.close()
-            await reviewer.client.aclose()
     assert model.total() == 1
     (cycle,) = [e for e in log if e.kind == "awareness-cycle"]
     assert cycle.data["outcome"] == "reviewed"
@@ -360,33 +357,27 @@ async def test_a_review_whose_lock_was_lost_during_the_model_call_settles_nothin
 ) -> None:
     go = threading.Event()
     with ReviewModel(go=go) as model:
-        reviewer = build_reviewer(
-            layer_settings(model.base_url, AwarenessConfig(initial_delay_s=30)),
-            LayerContext(tmp_path / "a", ManualClock()))
-        engine = Engine(tmp_path / "a", store=pg_url, clock=ManualClock(),
-                        layers=[reviewer.layer], host="host-a")
-        await engine.open()
-        try:
-            await ask_review(engine)
-            reviewing = asyncio.create_task(engine.executor_loop.run_until_idle())
+        async with reviewing_engine(tmp_path / "a", model, pg_url, "host-a",
+                                    ManualClock()) as engine:
+            try:
+                await ask_review(engine)
+                reviewing = asyncio.create_task(engine.executor_loop.run_until_idle())
 
-            async def asked() -> bool:
-                return model.in_flight == 1
+                async def asked() -> bool:
+                    return model.in_flight == 1
 
-            await until(asked, 10, "the review asks the model")
-            killed = postgres_server.sql(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
-                "'advisory'", database(pg_url))
-            go.set()
-            await reviewing
-            after_loss = await engine.events.read()
-            await ask_review(engine)  # the rule asks again: the lock is taken afresh
-            await engine.executor_loop.run_until_idle()
-            log = await engine.events.read()
-        finally:
-            go.set()
-            await engine.close()
-            await reviewer.client.aclose()
+                await until(asked, 10, "the review asks the model")
+                killed = postgres_server.sql(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+                    "'advisory'", database(pg_url))
+                go.set()
+                await reviewing
+                after_loss = await engine.events.read()
+                await ask_review(engine)  # the rule asks again: the lock is taken afresh
+                await engine.executor_loop.run_until_idle()
+                log = await engine.events.read()
+            finally:  # the model answers: closing drains no waiting call
+                go.set()
     assert killed == "1"
     assert [e for e in after_loss if e.kind == "awareness-cycle"] == []
     (failed,) = [e for e in after_loss if e.kind == "effect-failed"]
@@ -416,7 +407,7 @@ def fleet_config(home: Path, number: int, store: str, side_store: str,
     (home / "config.json").write_text(json.dumps(config))
 
 
-@contextmanager
+@contextlib.contextmanager
 def reviewer_hosts() -> Iterator[list[Child]]:
     """A list to start reviewer host processes into; every one still running at the end is
     killed."""
