@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -100,14 +100,21 @@ def wait_until(
         value = probe()
         if value:
             return value
-        dead = [c for c in children if not c.alive()]
-        if dead:
-            raise AssertionError(f"a child died while waiting for {what}"
-                                 + "".join(c.describe() for c in dead))
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}"
-                                 + "".join(c.describe() for c in children))
+        fail_if_stuck(deadline, timeout, what, children)
         time.sleep(0.02)
+
+
+def fail_if_stuck(deadline: float, timeout: float, what: str, children: Sequence[Child]
+                  ) -> None:
+    """AssertionError, with what `children` said, once one of them has died or the
+    `deadline` (time.monotonic) of a `timeout`-second wait for `what` has passed."""
+    dead = [c for c in children if not c.alive()]
+    if dead:
+        raise AssertionError(f"a child died while waiting for {what}"
+                             + "".join(c.describe() for c in dead))
+    if time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}"
+                             + "".join(c.describe() for c in children))
 
 
 def read_events(db: Path, kinds: set[str] | None = None) -> list[Event]:

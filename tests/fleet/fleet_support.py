@@ -4,6 +4,7 @@ log against the journal its executors wrote."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from pulse_core import Event
 from pulse_core._effects import effect_draft
 from pulse_core._lease import owner_host
 from pulse_core.store import EventStore
-from tests.e2e.support import Child
+from tests.e2e.support import Child, fail_if_stuck
 from tests.fleet.engine_host import Execution, Work
 
 HOST_SCRIPT = str(Path(__file__).resolve().parent / "engine_host.py")
@@ -42,16 +43,9 @@ async def until(probe: Callable[[], Awaitable[object]], within: float, what: str
                 *children: Child) -> None:
     """Await `probe()` until it is truthy; fail after `within` seconds, or as soon as one of
     `children` has died."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
+    deadline = time.monotonic() + within
     while not await probe():
-        dead = [c for c in children if not c.alive()]
-        if dead:
-            raise AssertionError(f"a host died while waiting for {what}"
-                                 + "".join(c.describe() for c in dead))
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within} s waiting for {what}"
-                                 + "".join(c.describe() for c in children))
+        fail_if_stuck(deadline, within, what, children)
         await asyncio.sleep(0.1)
 
 
