@@ -7,7 +7,7 @@ import asyncio
 import importlib
 import importlib.metadata
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,10 @@ from pulse_cli.home import (
     is_instance_name,
     resolve_home,
 )
+from pulse_cli.operator_commands import add_operator_commands
 from pulse_cli.output import did_you_mean, nearest, printable, without_passwords
+from pulse_cli.parsing import command as _command
+from pulse_cli.parsing import home_options, json_flag
 from pulse_cli.queries import (
     TASK_STATUSES,
     parse_count,
@@ -45,7 +48,6 @@ exit codes:
   4  the promote gate refused the staged code (promote, deploy)
 """
 
-Arguments = Callable[[argparse.Namespace, Home], dict[str, Any]]
 INTERRUPT_IS_EXIT = frozenset({"events", "logs", "dev", "start", "run"})
 DISTRIBUTION = "pulse-engine"
 
@@ -79,33 +81,6 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _home_options(parser: argparse.ArgumentParser, default: Any) -> None:
-    group = parser.add_argument_group("home")
-    group.add_argument("--home", type=Path, default=default,
-                       help="the home folder (default: $UPULSE_HOME, else ~/.upulse)")
-    group.add_argument("--instance", metavar="NAME", default=default,
-                       help="the named instance $UPULSE_HOME/instances/NAME")
-
-
-def _none(args: argparse.Namespace, home: Home) -> dict[str, Any]:
-    return {}
-
-
-def _command(sub: Any, name: str, target: str, help: str, arguments: Arguments = _none
-             ) -> argparse.ArgumentParser:
-    """A subcommand that calls `pulse_cli.<target>(home, **arguments(args, home))`; the
-    module is imported only when the command runs, so every command starts fast."""
-    listed = {"help": help} if help else {}  # without help, a command is not listed
-    parser: argparse.ArgumentParser = sub.add_parser(name, description=help, **listed)
-    _home_options(parser, argparse.SUPPRESS)  # after the command too; never overrides
-    parser.set_defaults(target=target, arguments=arguments, parser=parser)
-    return parser
-
-
-def _json(parser: argparse.ArgumentParser, help: str = "one JSON document") -> None:
-    parser.add_argument("--json", action="store_true", help=help)
-
-
 def _daemon_commands(sub: Any) -> None:
     parser = sub.add_parser("daemon", help="run the engine as a background process",
                             description="run the engine of a home as a background process")
@@ -124,7 +99,7 @@ def _daemon_commands(sub: Any) -> None:
     status = _command(actions, "status", "instances.status",
                       "pid, uptime, revision, tick rate, pending effects, last errors",
                       lambda a, h: {"as_json": a.json})
-    _json(status)
+    json_flag(status)
     logs = _command(actions, "logs", "control.logs", "print the end of daemon.log",
                     lambda a, h: {"lines": a.n, "follow": a.follow})
     logs.add_argument("-n", type=parse_count, default=50, metavar="N",
@@ -134,7 +109,7 @@ def _daemon_commands(sub: Any) -> None:
     _command(actions, "run", "daemon.run", "")  # what `start` spawns; not listed
 
 
-def _query_commands(sub: Any) -> None:
+def _query_commands(sub: Any) -> argparse.ArgumentParser:
     events = _command(sub, "events", "queries.events",
                       "list events of the log (the last --limit, or those after --since)",
                       lambda a, h: {"kinds": a.kind, "key": a.key, "since": a.since,
@@ -157,14 +132,14 @@ def _query_commands(sub: Any) -> None:
     which = effects.add_mutually_exclusive_group()
     which.add_argument("--pending", action="store_true", help="only unfinished effects")
     which.add_argument("--failed", action="store_true", help="only finally failed effects")
-    _json(effects)
+    json_flag(effects)
     effects.add_argument("--limit", type=parse_count, default=100, metavar="N",
                          help="the newest N (0: all)")
     tasks = _command(sub, "tasks", "queries.tasks", "list tasks with their status",
                      lambda a, h: {"as_json": a.json, "status": a.status})
     tasks.add_argument("--status", choices=TASK_STATUSES, metavar="S",
                        help=f"only tasks in this status ({', '.join(TASK_STATUSES)})")
-    _json(tasks)
+    json_flag(tasks)
     vitals = _command(sub, "vitals", "queries.vitals",
                       "the latest reading of every vitals key, or recent samples of KEY",
                       lambda a, h: {"key": a.key, "since_s": a.since, "as_json": a.json,
@@ -175,14 +150,15 @@ def _query_commands(sub: Any) -> None:
                         help="with KEY: how far back (default 1h)")
     vitals.add_argument("--limit", type=parse_count, default=20, metavar="N",
                         help="with KEY: the newest N (default 20; 0: all)")
-    _json(vitals)
+    json_flag(vitals)
     tick = _command(sub, "tick", "dryrun.dry_tick",
                     "one tick against the live snapshot on a scratch copy; writes nothing",
                     lambda a, h: {"verbose": a.verbose, "as_json": a.json,
                                   "code_dir": h.staging if a.staging else None})
     tick.add_argument("--verbose", "-v", action="store_true", help="each rule's decision")
     tick.add_argument("--staging", action="store_true", help="run the staging code")
-    _json(tick)
+    return effects
+    json_flag(tick)
 
 
 _TASK_FIELDS = ("title", "project", "prompt", "priority", "agent", "result", "reason")
@@ -202,7 +178,7 @@ def _task_commands(sub: Any) -> None:
     def task(action: str, help: str) -> argparse.ArgumentParser:
         command = _command(actions, action, "queries.task_command", help, _task_arguments)
         command.add_argument("id", metavar="ID", help="the task's id (its events' key)")
-        _json(command, "print the stored event")
+        json_flag(command, "print the stored event")
         return command
 
     create = task("create", "create a pending task")
@@ -226,7 +202,7 @@ def _release_commands(sub: Any) -> None:
                        "gate the staging code (compile, mypy, tests, dry-run tick), merge it "
                        "into main and make the daemon reload; exit 4 if refused",
                        lambda a, h: {"as_json": a.json})
-    _json(promote)
+    json_flag(promote)
     rollback = _command(sub, "rollback", "release.rollback",
                         "revert main to REV (default: the revision before the last promote) "
                         "with a new commit, and make the daemon reload",
@@ -237,19 +213,19 @@ def _release_commands(sub: Any) -> None:
                                "promote)")
     rollback.add_argument("--reason", default="rolled back from the command line",
                           help="why, recorded in the rollback event")
-    _json(rollback)
+    json_flag(rollback)
     deploy = _command(sub, "deploy", "release.deploy",
                       "promote, then confirm the daemon runs the new revision (starting it "
                       "if stopped)", lambda a, h: {"wait_s": a.timeout, "as_json": a.json})
     deploy.add_argument("--timeout", type=parse_seconds, default=30.0, metavar="S",
                         help="seconds to wait for the daemon (default 30)")
-    _json(deploy)
+    json_flag(deploy)
     dev = _command(sub, "dev", "release.dev",
                    "run the staging code on a scratch copy of the home with hot reload",
                    lambda a, h: {"seconds": a.seconds, "as_json": a.json})
     dev.add_argument("--seconds", type=parse_seconds, default=None, metavar="S",
                      help="stop after this long (default: at Ctrl-C)")
-    _json(dev, "each event the scratch engine writes as a line of JSON")
+    json_flag(dev, "each event the scratch engine writes as a line of JSON")
 
 
 def _instance_name(args: argparse.Namespace, home: Home) -> str:
@@ -268,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version,
                         help=f"print the installed {DISTRIBUTION} version and exit")
-    _home_options(parser, None)
+    home_options(parser, None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     init = _command(sub, "init", "instances.initialise",
                     "lay out a home: config.json, its stores (events, vitals, side, objects), "
@@ -282,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--side-store", metavar="URL",
                       help="keep the side store there: redis://host:6379/0 (checked now; "
                            "default: HOME/state.db)")
-    _json(init, "print the home, the instance and what was created as one JSON document")
+    json_flag(init, "print the home, the instance and what was created as one JSON document")
     migrate = _command(sub, "migrate", "migrate.migrate",
                        "copy this home's event log into an empty PostgreSQL database exactly, "
                        "verify every row, and with --switch point config.json at it",
@@ -295,19 +271,19 @@ def build_parser() -> argparse.ArgumentParser:
                               "kept as it is)")
     migrate.add_argument("--page", type=parse_page, default=5_000, metavar="N",
                          help="events copied (and verified) per transaction (default 5000)")
-    _json(migrate, "print the counts and the verdict as one JSON document (no progress)")
+    json_flag(migrate, "print the counts and the verdict as one JSON document (no progress)")
     listing = _command(sub, "instances", "instances.instances",
                        "list the base home and every named instance with its status",
                        lambda a, h: {"as_json": a.json})
-    _json(listing)
+    json_flag(listing)
     _daemon_commands(sub)
-    _query_commands(sub)
+    add_operator_commands(sub, _query_commands(sub))
     _task_commands(sub)
     _release_commands(sub)
     doctor = _command(sub, "doctor", "doctor.doctor",
                       "check that this machine has what promote and the daemon need",
                       lambda a, h: {"as_json": a.json})
-    _json(doctor)
+    json_flag(doctor)
     completion = _command(sub, "completion", "completion.print_script",
                           "print a shell completion script (eval \"$(upulse completion "
                           "bash)\" in ~/.bashrc)", lambda a, h: {"shell": a.shell})
