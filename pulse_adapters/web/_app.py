@@ -1,0 +1,172 @@
+"""The UI's Starlette app: pages, static files, the JSON API, live streams and /metrics, all
+behind the Guard (Host, cross-site, token)."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from pulse_adapters.web import _views as views
+from pulse_adapters.web._book import LogBook
+from pulse_adapters.web._guard import Guard, allowed_hosts
+from pulse_adapters.web._query import BadQuery, newest, parse_filter
+from pulse_adapters.web._settings import WebSettings
+from pulse_adapters.web._state import WebState
+from pulse_adapters.web._stream import beat_stream, event_stream, vitals_stream
+from pulse_core import Engine, EngineDirectory, PulseError
+
+STATIC = Path(str(files("pulse_adapters.web") / "static"))
+PAGES = {"/": "overview.html", "/vitals": "vitals.html", "/events": "events.html",
+         "/effects": "effects.html", "/rules": "rules.html", "/reviewer": "reviewer.html",
+         "/memory": "memory.html"}
+SSE_HEADERS = {"x-accel-buffering": "no"}
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(data), status_code=status,
+                    media_type="application/json")
+
+
+def _problem(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _params(request: Request) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for name, value in request.query_params.multi_items():
+        found.setdefault(name, []).append(value)
+    return found
+
+
+async def overview(state: WebState) -> dict[str, Any]:
+    """What the Overview page shows (also streamed every `live_every_s`)."""
+    engine = state.engine
+    await state.book.catch_up()
+    keys = [w.key for w in engine.watchers]
+    latest = await engine.vitals.latest(keys)
+    next_tick_at = getattr(engine, "next_tick_at", None)
+    return {
+        "engine": {"ticks": engine.ticks, "last_tick_at": engine.last_tick_at,
+                   "tick_ms": engine.last_tick_ms, "next_tick_at": next_tick_at,
+                   "ticks_per_minute": state.tick_rate.per_minute(engine.ticks),
+                   "started_at": engine.started_at, "host": engine.placement,
+                   "revision": views.revision(state.home), "seq": state.book.seq,
+                   "now": engine.clock.now_ms()},
+        "effects": views.effect_counts(state.book),
+        "loops": [msgspec.to_builtins(s) for s in engine.loops()],
+        "processes": await views.processes(engine),
+        "survival": list(reversed(state.book.survival))[:20],
+        "watchers": [{"key": key, "ts": s.ts if s else None, "ok": s.ok if s else None,
+                      "data": s.data if s else None, "error": s.error if s else None}
+                     for key in keys for s in [latest.get(key)]],
+    }
+
+
+def _routes(state: WebState) -> list[BaseRoute]:
+    engine = state.engine
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / PAGES[request.url.path])
+
+    async def api_overview(request: Request) -> Response:
+        return _json(await overview(state))
+
+    async def api_events(request: Request) -> Response:
+        try:
+            f = parse_filter(_params(request), views.EVENT_PAGE_MAX)
+        except BadQuery as exc:
+            return _problem(400, str(exc))
+        found, older = await newest(engine.events, f)
+        return _json({"events": [views.event_json(e) for e in found], "older": older,
+                      "head": await engine.events.last_seq()})
+
+    async def api_event(request: Request) -> Response:
+        detail = await views.event_detail(engine, request.path_params["seq"])
+        return _problem(404, "no such event") if detail is None else _json(detail)
+
+    async def api_effects(request: Request) -> Response:
+        await state.book.catch_up()
+        status = request.query_params.get("status") or None
+        return _json({"effects": views.effects(state.book, status, 500),
+                      "counts": views.effect_counts(state.book)})
+
+    async def api_tasks(request: Request) -> Response:
+        return _json({"tasks": await views.tasks(engine)})
+
+    async def control(request: Request) -> Response:
+        body = await _body(request)
+        if isinstance(body, Response):
+            return body
+        action = request.path_params["action"]
+        try:
+            event = await views.control_effect(engine, action, request.path_params["id"],
+                                               str(body.get("reason") or f"{action} from the UI"))
+        except views.NotFound as exc:
+            return _problem(404, str(exc))
+        except PulseError as exc:
+            return _problem(409, str(exc))
+        return _json(views.event_json(event))
+
+    async def stream_events(request: Request) -> Response:
+        try:
+            f = parse_filter(_params(request), views.EVENT_PAGE_MAX)
+        except BadQuery as exc:
+            return _problem(400, str(exc))
+        resume = request.headers.get("last-event-id") or request.query_params.get("after")
+        after = int(resume) if resume and resume.isdigit() else await engine.events.last_seq()
+        return StreamingResponse(event_stream(engine.events, f, after, views.event_json),
+                                 media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def stream_overview(request: Request) -> Response:
+        return StreamingResponse(
+            beat_stream("overview", state.settings.live_every_s, lambda: overview(state)),
+            media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def stream_vitals(request: Request) -> Response:
+        return StreamingResponse(vitals_stream(engine.vitals, state.settings.live_every_s),
+                                 media_type="text/event-stream", headers=SSE_HEADERS)
+
+    return [
+        *(Route(path, page) for path in PAGES),
+        Route("/api/overview", api_overview),
+        Route("/api/events", api_events),
+        Route("/api/events/{seq:int}", api_event),
+        Route("/api/effects", api_effects),
+        Route("/api/effects/{id}/{action:str}", control, methods=["POST"]),
+        Route("/api/tasks", api_tasks),
+        Route("/stream/events", stream_events),
+        Route("/stream/overview", stream_overview),
+        Route("/stream/vitals", stream_vitals),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+
+async def _body(request: Request) -> dict[str, Any] | Response:
+    """A JSON object body ({} when empty), or the 400 response saying what is wrong."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        return _problem(400, f"the body is not JSON: {exc}")
+    return body if isinstance(body, dict) else _problem(400, "the body must be a JSON object")
+
+
+def build_app(engine: Engine, settings: WebSettings, token: str, port: int,
+              directory: EngineDirectory | None = None) -> Starlette:
+    """The UI of `engine` on `port`, guarded by `token`."""
+    state = WebState(engine, settings, LogBook(engine.events, views.survival_tags(engine)),
+                     directory)
+    guard = Middleware(Guard, token=token, hosts=allowed_hosts(port, settings.allowed_hosts),
+                       cookie=f"pulse_ui_{port}")
+    return Starlette(routes=_routes(state), middleware=[guard])

@@ -1,0 +1,94 @@
+"""The Events page's query: the newest events that match a filter, a page at a time, newest
+first. Without an origin, a time bound or an older page it is one indexed read; otherwise it
+walks back through the log in bounded windows and says where to go on."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from pulse_core import Event, EventStore
+
+WINDOW = 1_000
+MAX_WINDOWS = 200
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class BadQuery(ValueError):
+    """A query parameter the Events page cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events: kinds (any of), key, origin (prefix), since (a seq, or ms epoch for a
+    duration), before (a seq: older than it), at most `limit`."""
+
+    kinds: tuple[str, ...] = ()
+    key: str | None = None
+    origin: str | None = None
+    after_seq: int = 0
+    since_ms: int | None = None
+    before: int | None = None
+    limit: int = 100
+
+
+def parse_filter(params: dict[str, list[str]], max_limit: int) -> EventFilter:
+    """An EventFilter from query parameters (`kind` may repeat); BadQuery names the bad one."""
+    def one(name: str) -> str | None:
+        values = params.get(name) or []
+        return values[-1] if values and values[-1] != "" else None
+
+    since, after_seq, since_ms = one("since"), 0, None
+    if since is not None:
+        if since.isdigit():
+            after_seq = int(since)
+        elif (match := _DURATION.match(since)) is not None:
+            since_ms = int((time.time() - float(match[1]) * _UNIT_S[match[2]]) * 1000)
+        else:
+            raise BadQuery(f"since={since!r}: give a seq (120) or a duration (90s, 10m, 2h, 1d)")
+    before = one("before")
+    if before is not None and not before.isdigit():
+        raise BadQuery(f"before={before!r}: give a seq")
+    limit = one("limit") or "100"
+    if not limit.isdigit() or not 1 <= int(limit) <= max_limit:
+        raise BadQuery(f"limit={limit!r}: give 1..{max_limit}")
+    return EventFilter(tuple(k for k in params.get("kind", []) if k), one("key"), one("origin"),
+                       after_seq, since_ms, int(before) if before else None, int(limit))
+
+
+def matches(event: Event, f: EventFilter) -> bool:
+    return (f.origin is None or event.origin.startswith(f.origin)) and (
+        f.since_ms is None or event.ts >= f.since_ms)
+
+
+async def newest(store: EventStore, f: EventFilter) -> tuple[list[Event], int | None]:
+    """The newest events matching `f`, newest first, and the seq to pass as `before` for the
+    next older page (None when there is none)."""
+    kinds = list(f.kinds) or None
+    if f.origin is None and f.since_ms is None and f.before is None:
+        found = await store.read(f.after_seq, kinds=kinds, key=f.key, limit=f.limit,
+                                 newest_first=True)
+        older = found[-1].seq if len(found) == f.limit and found[-1].seq > f.after_seq + 1 \
+            else None
+        return found, older
+    high = f.before if f.before is not None else await store.last_seq() + 1
+    found = []
+    for _ in range(MAX_WINDOWS):
+        if high <= f.after_seq + 1 or len(found) >= f.limit:
+            break
+        low = max(f.after_seq, high - 1 - WINDOW)
+        window = [e for e in await store.read(low, kinds=kinds, key=f.key, limit=WINDOW)
+                  if e.seq < high]
+        window.reverse()
+        for event in window:
+            if f.since_ms is not None and event.ts < f.since_ms:
+                return found, None  # older than the time bound: nothing older can match
+            if matches(event, f):
+                found.append(event)
+                if len(found) == f.limit:
+                    return found, event.seq
+        high = low + 1
+    return found, (high if high > f.after_seq + 1 else None)
+

@@ -1,0 +1,158 @@
+"""The JSON the UI's pages read: each function takes the running engine (and the UI's
+LogBook) and returns plain data. Nothing here writes, except the two effect controls."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_adapters.web._book import LogBook
+from pulse_core import (
+    EffectEntry,
+    EffectStatus,
+    Engine,
+    Event,
+    Tasks,
+)
+from pulse_core._rules import declared_effects
+
+EVENT_PAGE_MAX = 500
+CAUSE_DEPTH = 10
+ATTACHMENT_PREVIEW = 4_096
+
+
+def survival_tags(engine: Engine) -> frozenset[str]:
+    """The effect and mark types the survival layer's rules make."""
+    layer = engine.survival
+    types = {t for rule in layer.rules for t in declared_effects(rule)} | set(layer.emits)
+    return frozenset(t.tag() for t in types)
+
+
+class TickRate:
+    """Ticks per minute over the last few minutes, from the tick counter as sampled."""
+
+    def __init__(self, window_s: float = 300.0) -> None:
+        self.window_s = window_s
+        self._seen: deque[tuple[float, int]] = deque()
+
+    def per_minute(self, ticks: int) -> float | None:
+        now = time.monotonic()
+        self._seen.append((now, ticks))
+        while self._seen and now - self._seen[0][0] > self.window_s:
+            self._seen.popleft()
+        first_at, first = self._seen[0]
+        if now - first_at < 1.0:
+            return None
+        return round((ticks - first) * 60.0 / (now - first_at), 2)
+
+
+def revision(home: Path) -> str | None:
+    """The engine directory's revision the daemon reports (HOME/daemon.status.json)."""
+    try:
+        found = json.loads((home / "daemon.status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = found.get("revision") if isinstance(found, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def effect_json(entry: EffectEntry) -> dict[str, Any]:
+    """One effect as the Effects page shows it."""
+    return {"id": entry.id, "seq": entry.seq, "type": entry.tag, "status": str(entry.status),
+            "attempt": entry.attempt, "owner": entry.owner, "host": entry.host,
+            "lease_until": entry.lease_until or None, "retry_at": entry.retry_at or None,
+            "created_at": entry.created_at, "updated_at": entry.updated_at,
+            "duration_ms": (entry.updated_at - entry.created_at) if entry.finished else None,
+            "origin": entry.origin, "error": entry.error, "result": entry.result,
+            "body": entry.body}
+
+
+def effect_counts(book: LogBook) -> dict[str, int]:
+    """How many effects are in each state."""
+    counts = {str(status): 0 for status in EffectStatus}
+    for entry in book.effects.values():
+        counts[str(entry.status)] = counts.get(str(entry.status), 0) + 1
+    return counts
+
+
+def effects(book: LogBook, status: str | None, limit: int) -> list[dict[str, Any]]:
+    """The newest `limit` effects, only those in `status` when given."""
+    chosen = [e for e in book.effects.values() if status in (None, str(e.status))]
+    chosen.sort(key=lambda e: e.seq, reverse=True)
+    return [effect_json(e) for e in chosen[:limit]]
+
+
+async def tasks(engine: Engine) -> list[dict[str, Any]]:
+    """Every task, newest first."""
+    snapshot = await engine.snapshot()
+    found = sorted(snapshot.state(Tasks).values(), key=lambda t: t.created_at, reverse=True)
+    return [msgspec.to_builtins(t) for t in found]
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """One event as the Events page shows it."""
+    return {"seq": event.seq, "id": event.id, "kind": event.kind, "key": event.key,
+            "version": event.version, "ts": event.ts, "origin": event.origin,
+            "cause": event.cause, "attachment": event.hash, "data": event.data}
+
+
+async def event_at(engine: Engine, seq: int) -> Event | None:
+    """The stored event `seq` (None when there is none, or it is quarantined)."""
+    found = await engine.events.read(seq - 1, limit=1) if seq > 0 else []
+    return found[0] if found and found[0].seq == seq else None
+
+
+async def event_detail(engine: Engine, seq: int) -> dict[str, Any] | None:
+    """An event with its cause chain (up to CAUSE_DEPTH events back) and its attachment."""
+    event = await event_at(engine, seq)
+    if event is None:
+        return None
+    chain: list[dict[str, Any]] = []
+    cause = event.cause
+    while cause is not None and len(chain) < CAUSE_DEPTH:
+        found = await event_at(engine, cause)
+        if found is None:
+            chain.append({"seq": cause, "missing": True})
+            break
+        chain.append(event_json(found))
+        cause = found.cause
+    detail = {**event_json(event), "causes": chain, "attachment_info": None}
+    if event.hash:
+        detail["attachment_info"] = await _attachment(engine, event.hash)
+    return detail
+
+
+async def _attachment(engine: Engine, digest: str) -> dict[str, Any]:
+    try:
+        payload = await engine.objects.get(digest)
+    except (OSError, KeyError, ValueError) as exc:
+        return {"digest": digest, "stored": False, "reason": str(exc)}
+    text = payload[:ATTACHMENT_PREVIEW].decode("utf-8", errors="replace")
+    return {"digest": digest, "stored": True, "size": len(payload), "preview": text,
+            "truncated": len(payload) > ATTACHMENT_PREVIEW}
+
+
+class NotFound(LookupError):
+    """The UI was asked about something that does not exist (an action, an effect)."""
+
+
+async def control_effect(engine: Engine, action: str, effect_id: str, reason: str) -> Event:
+    """Cancel or retry effect `effect_id` as the UI's operator (origin `web`)."""
+    from pulse_core import cancel_effect, retry_effect
+
+    if action not in ("cancel", "retry"):
+        raise NotFound(f"no effect action {action!r}: cancel or retry")
+    act = cancel_effect if action == "cancel" else retry_effect
+    return await act(engine.events, effect_id, reason=reason, origin="web")
+
+
+async def processes(engine: Engine) -> list[dict[str, Any]]:
+    """The survival layer's essential processes as supervisorctl shows them."""
+    from pulse_survival import process_states
+
+    return [msgspec.to_builtins(p) for p in await process_states(engine)]
