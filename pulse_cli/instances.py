@@ -54,6 +54,7 @@ async def initialise(home: Home, instance: str, *, store: str | None = None,
     store); each is checked first (reachable, the log's schema created), so nothing is laid
     out for a URL that does not work. Prints what was created (with `as_json`: the home,
     the instance and the created names)."""
+    from pulse_adapters.web._settings import TOKEN_FILE, ensure_token, token_path
     from pulse_cli.enginedir import init_engine_dir  # git and the template: only for init
 
     created: list[str] = []
@@ -79,6 +80,9 @@ async def initialise(home: Home, instance: str, *, store: str | None = None,
         await (await open_stores(home, cfg.store, side_store=cfg.side_store,
                                  read_only=False)).close()
         created += missing
+    if not token_path(home.root).exists():  # the web UI's token, whether or not it is on
+        ensure_token(home.root)
+        created.append(TOKEN_FILE)
     engine_dir = await asyncio.to_thread(init_engine_dir, home.root)
     if engine_dir:
         created += ["engine/", "staging/"]
