@@ -15,14 +15,16 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from pulse_adapters.web import _memory, _reviewer, _rules, _vitals
 from pulse_adapters.web import _views as views
 from pulse_adapters.web._book import LogBook
 from pulse_adapters.web._guard import Guard, allowed_hosts
 from pulse_adapters.web._query import BadQuery, newest, parse_filter
 from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
-from pulse_adapters.web._stream import beat_stream, event_stream, vitals_stream
-from pulse_core import Engine, EngineDirectory, PulseError
+from pulse_adapters.web._stream import Feed, beat_stream, event_stream, vitals_stream
+from pulse_adapters.web._view import EngineView
+from pulse_core import PulseError
 
 STATIC = Path(str(files("pulse_adapters.web") / "static"))
 PAGES = {"/": "overview.html", "/vitals": "vitals.html", "/events": "events.html",
@@ -50,7 +52,7 @@ def _params(request: Request) -> dict[str, list[str]]:
 async def overview(state: WebState) -> dict[str, Any]:
     """What the Overview page shows (also streamed every `live_every_s`)."""
     engine = state.engine
-    await state.book.catch_up()
+    await state.book.catch_up(frozenset(engine.report.survival_tags))
     keys = [w.key for w in engine.watchers]
     latest = await engine.vitals.latest(keys)
     next_tick_at = getattr(engine, "next_tick_at", None)
@@ -63,7 +65,7 @@ async def overview(state: WebState) -> dict[str, Any]:
                    "now": engine.clock.now_ms()},
         "effects": views.effect_counts(state.book),
         "loops": [msgspec.to_builtins(s) for s in engine.loops()],
-        "processes": await views.processes(engine),
+        "processes": list(engine.report.processes),
         "survival": list(reversed(state.book.survival))[:20],
         "watchers": [{"key": key, "ts": s.ts if s else None, "ok": s.ok if s else None,
                       "data": s.data if s else None, "error": s.error if s else None}
@@ -94,7 +96,7 @@ def _routes(state: WebState) -> list[BaseRoute]:
         return _problem(404, "no such event") if detail is None else _json(detail)
 
     async def api_effects(request: Request) -> Response:
-        await state.book.catch_up()
+        await state.book.catch_up(frozenset(engine.report.survival_tags))
         status = request.query_params.get("status") or None
         return _json({"effects": views.effects(state.book, status, 500),
                       "counts": views.effect_counts(state.book)})
@@ -123,7 +125,7 @@ def _routes(state: WebState) -> list[BaseRoute]:
             return _problem(400, str(exc))
         resume = request.headers.get("last-event-id") or request.query_params.get("after")
         after = int(resume) if resume and resume.isdigit() else await engine.events.last_seq()
-        return StreamingResponse(event_stream(engine.events, f, after, views.event_json),
+        return StreamingResponse(event_stream(state.feed, f, after, views.event_json),
                                  media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def stream_overview(request: Request) -> Response:
@@ -146,6 +148,10 @@ def _routes(state: WebState) -> list[BaseRoute]:
         Route("/stream/events", stream_events),
         Route("/stream/overview", stream_overview),
         Route("/stream/vitals", stream_vitals),
+        *_vitals.routes(state),
+        *_rules.routes(state),
+        *_reviewer.routes(state),
+        *_memory.routes(state),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 
@@ -162,11 +168,9 @@ async def _body(request: Request) -> dict[str, Any] | Response:
     return body if isinstance(body, dict) else _problem(400, "the body must be a JSON object")
 
 
-def build_app(engine: Engine, settings: WebSettings, token: str, port: int,
-              directory: EngineDirectory | None = None) -> Starlette:
+def build_app(engine: EngineView, settings: WebSettings, token: str, port: int) -> Starlette:
     """The UI of `engine` on `port`, guarded by `token`."""
-    state = WebState(engine, settings, LogBook(engine.events, views.survival_tags(engine)),
-                     directory)
+    state = WebState(engine, settings, LogBook(engine.events), Feed(engine.events))
     guard = Middleware(Guard, token=token, hosts=allowed_hosts(port, settings.allowed_hosts),
                        cookie=f"pulse_ui_{port}")
     return Starlette(routes=_routes(state), middleware=[guard])

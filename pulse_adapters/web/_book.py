@@ -17,20 +17,23 @@ EFFECT_KINDS = ("effect", "effect-executing", "effect-acked", "effect-failed",
 
 
 class LogBook:
-    """Every effect's entry and the last SURVIVAL_KEPT survival decisions, kept current by
-    `catch_up`; `survival_tags` names the effect and mark types the survival layer makes."""
+    """Every effect's entry and the last SURVIVAL_KEPT survival decisions (effects and marks
+    of the types `catch_up` is told the survival layer makes), kept current by `catch_up`."""
 
-    def __init__(self, events: EventStore, survival_tags: frozenset[str]) -> None:
+    def __init__(self, events: EventStore) -> None:
         self.events = events
-        self.survival_tags = survival_tags
+        self.survival_tags: frozenset[str] = frozenset()
         self.effects: dict[str, EffectEntry] = {}
         self.survival: deque[dict[str, Any]] = deque(maxlen=SURVIVAL_KEPT)
         self.seq = 0
         self._lock = asyncio.Lock()
 
-    async def catch_up(self) -> None:
-        """Fold what was appended since the last call."""
+    async def catch_up(self, survival_tags: frozenset[str] | None = None) -> None:
+        """Fold what was appended since the last call (`survival_tags`: the survival layer's
+        effect and mark types, when known)."""
         async with self._lock:
+            if survival_tags:
+                self.survival_tags = survival_tags
             while True:
                 page = await self.events.read_page(self.seq, limit=PAGE)
                 for event in page.events:

@@ -1,41 +1,47 @@
-"""The web layer's service: the UI's ASGI app served by uvicorn inside the engine's loop.
+"""The web layer's service: the UI in a process of its own, started and watched by the engine.
 
-It runs under the engine's supervisor like every service: a port already taken is an
-`error` event and a retry after the shared backoff, never a daemon that exits. The socket is
-bound here, before uvicorn sees it, so a bind failure is an ordinary OSError; uvicorn's own
-signal handling is off (the daemon owns SIGTERM and SIGHUP) and it logs nothing of its own
-(an access log would carry the token of a first visit).
+Run under the engine's supervisor like every service, it starts `python -m
+pulse_adapters.web` (pulse_adapters.web._child), hands it its settings on stdin, waits for the
+address it serves, writes HOME/web.json, then sends it the engine's report every
+`live_every_s`. Pages, streams and /metrics are served in that process, so no request ever
+waits on the engine's loop, nor the engine on a request. If the process exits (a port in use,
+a crash), the service raises with what it said on stderr: an `error` event, and a new process
+after the supervisor's backoff. When the engine stops, the process is stopped with it; if the
+engine dies, the process sees its stdin end and stops too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
+import logging
 import os
 import socket
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import uvicorn
+import msgspec
 
+from pulse_adapters.web._report import report_of
 from pulse_adapters.web._settings import WebSettings, address_path, ensure_token
 from pulse_core._homelock import write_private
+from pulse_core._redact import redact_urls
 
 if TYPE_CHECKING:
     from pulse_core import Engine, EngineDirectory
 
-SHUTDOWN_GRACE_S = 2
-"""How long open streams get to finish when the service stops (a reload, the daemon's stop)."""
+log = logging.getLogger("pulse.web")
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+STDERR_KEPT = 20
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: the engine's owner decides when it stops."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+class WebUnavailable(RuntimeError):
+    """The UI's process did not start, or stopped; the message holds what it said."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -63,7 +69,9 @@ def url_of(sock: socket.socket) -> str:
 
 
 class WebService:
-    """The `web` service: serve the UI of the engine it is started with, until cancelled."""
+    """The `web` service: the UI's process for the engine it is started with."""
+
+    name = "web"  # the service's name under the supervisor: `service:web`
 
     def __init__(self, home: Path, settings: WebSettings,
                  directory: EngineDirectory | None = None) -> None:
@@ -71,51 +79,95 @@ class WebService:
         self.settings = settings
         self.directory = directory
         self.url: str | None = None  # while it serves
-
-    name = "web"  # the service's name under the supervisor: `service:web`
+        self._said: collections.deque[str] = collections.deque(maxlen=STDERR_KEPT)
 
     async def __call__(self, engine: Engine) -> None:
-        from pulse_adapters.web._app import build_app
-
-        token = await asyncio.to_thread(ensure_token, self.home)
-        sock = bind(self.settings.host, self.settings.port)
-        port = sock.getsockname()[1]
-        app = build_app(engine, self.settings, token, port, self.directory)
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-                                proxy_headers=False, server_header=False)
-        server = _Server(config)
-        serving = asyncio.create_task(server.serve(sockets=[sock]), name="pulse-web-uvicorn")
+        await asyncio.to_thread(ensure_token, self.home)
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "pulse_adapters.web", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        listening = asyncio.create_task(self._listen(child))
         try:
-            while not server.started:
-                if serving.done():
-                    break
-                await asyncio.sleep(0.01)
-            if server.started:
-                self.url = url_of(sock)
-                await asyncio.to_thread(self._announce, self.url)
-            try:
-                await serving
-            except SystemExit as exc:  # uvicorn's way to say it could not start
-                raise RuntimeError(f"uvicorn stopped serving the web UI (exit {exc.code})"
-                                   ) from None
+            await self._send(child, {
+                "home": str(self.home), "store": engine.store_url,
+                "placement": engine.placement, "settings": msgspec.to_builtins(self.settings),
+                "report": msgspec.to_builtins(await report_of(engine, self.directory is not None))})
+            self.url = await self._address(child)
+            await asyncio.to_thread(self._announce, self.url, child.pid)
+            while child.returncode is None:
+                report = await report_of(engine, self.directory is not None)
+                await self._send(child, msgspec.to_builtins(report))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(listening), self.settings.live_every_s)
+            raise WebUnavailable(self._ended(child))
         finally:
             self.url = None
-            server.should_exit = True
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(serving), SHUTDOWN_GRACE_S + 1)
-            serving.cancel()
-            sock.close()
+            await _stop(child)
+            listening.cancel()
             with contextlib.suppress(OSError):
-                self._withdraw()
+                await asyncio.to_thread(self._withdraw, child.pid)
 
-    def _announce(self, url: str) -> None:
+    async def _send(self, child: asyncio.subprocess.Process, data: object) -> None:
+        assert child.stdin is not None
+        try:
+            child.stdin.write(json.dumps(data, separators=(",", ":")).encode() + b"\n")
+            await child.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            await child.wait()
+            raise WebUnavailable(self._ended(child)) from None
+
+    async def _address(self, child: asyncio.subprocess.Process) -> str:
+        assert child.stdout is not None
+        try:
+            line = await asyncio.wait_for(child.stdout.readline(), START_TIMEOUT_S)
+        except TimeoutError:
+            raise WebUnavailable(f"the web UI's process did not serve within "
+                                 f"{START_TIMEOUT_S:g} s") from None
+        try:
+            return str(json.loads(line)["url"])
+        except (ValueError, KeyError, TypeError):
+            await child.wait()
+            raise WebUnavailable(self._ended(child)) from None
+
+    async def _listen(self, child: asyncio.subprocess.Process) -> None:
+        """Keep (and log) what the UI's process says on stderr, until it ends."""
+        assert child.stderr is not None
+        while line := await child.stderr.readline():
+            text = redact_urls(line.decode(errors="replace").rstrip())
+            self._said.append(text)
+            log.warning("pulse web (pid %d): %s", child.pid, text)
+        await child.wait()
+
+    def _ended(self, child: asyncio.subprocess.Process) -> str:
+        said = " / ".join(self._said) or "nothing on stderr"
+        return f"the web UI's process (pid {child.pid}) exited with status " \
+               f"{child.returncode}: {said}"
+
+    def _announce(self, url: str, pid: int) -> None:
         write_private(address_path(self.home),
-                      json.dumps({"url": url, "pid": os.getpid()}).encode() + b"\n")
+                      json.dumps({"url": url, "pid": pid, "engine_pid": os.getpid()}
+                                 ).encode() + b"\n")
 
-    def _withdraw(self) -> None:
+    def _withdraw(self, pid: int) -> None:
         path = address_path(self.home)
         with contextlib.suppress(OSError, ValueError):
-            if json.loads(path.read_text()).get("pid") != os.getpid():
-                return  # another process's service wrote it since
+            if json.loads(path.read_text()).get("pid") != pid:
+                return  # a newer process's address
         path.unlink(missing_ok=True)
+
+
+async def _stop(child: asyncio.subprocess.Process) -> None:
+    """End the UI's process: its stdin closed (it stops serving), then SIGTERM, then SIGKILL."""
+    if child.returncode is not None:
+        return
+    if child.stdin is not None:
+        child.stdin.close()
+    for signal_it in (None, child.terminate, child.kill):
+        if signal_it is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal_it()
+        try:
+            await asyncio.wait_for(asyncio.shield(child.wait()), STOP_TIMEOUT_S)
+            return
+        except TimeoutError:
+            continue

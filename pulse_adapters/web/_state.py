@@ -8,19 +8,20 @@ from pathlib import Path
 
 from pulse_adapters.web._book import LogBook
 from pulse_adapters.web._settings import WebSettings
+from pulse_adapters.web._stream import Feed
+from pulse_adapters.web._view import EngineView
 from pulse_adapters.web._views import TickRate
-from pulse_core import Engine, EngineDirectory
 
 
 @dataclass
 class WebState:
-    """The running engine, the UI's settings, the engine directory (None without one), the
-    UI's LogBook of the log, and its tick-rate sampler."""
+    """The engine as the UI's process sees it, the UI's settings, its LogBook of the log,
+    the Feed of its live streams, and its tick-rate sampler."""
 
-    engine: Engine
+    engine: EngineView
     settings: WebSettings
     book: LogBook
-    directory: EngineDirectory | None = None
+    feed: Feed
     tick_rate: TickRate = field(default_factory=TickRate)
     rollback_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pulse_adapters.web._query import EventFilter, matches
-from pulse_core import EventStore, VitalsStore
+from pulse_core import Event, EventStore, VitalsStore
 
 KEEPALIVE_S = 15.0
 RETRY_MS = 2_000
@@ -55,15 +55,73 @@ async def _with_keepalive(source: AsyncIterator[str]) -> AsyncIterator[str]:
             await source.aclose()  # type: ignore[attr-defined]
 
 
-def event_stream(store: EventStore, f: EventFilter, after: int,
+class Feed:
+    """One follower of the log for every live stream of the UI's process: each new event is
+    read once and handed to every subscriber. Commits by the engine's process are seen within
+    `poll_s` on SQLite (PostgreSQL wakes it at once). A subscriber that falls QUEUE_MAX
+    events behind is dropped (its browser reconnects and resumes from its last id)."""
+
+    QUEUE_MAX = 10_000
+
+    def __init__(self, store: EventStore, poll_s: float = 0.25) -> None:
+        self.store = store
+        self.poll_s = poll_s
+        self._queues: set[asyncio.Queue[Event | None]] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self) -> asyncio.Queue[Event | None]:
+        """A queue of every event committed from now on (None: you fell behind; stop)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._follow(), name="pulse-web-feed")
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(self.QUEUE_MAX)
+        self._queues.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[Event | None]) -> None:
+        self._queues.discard(queue)
+
+    async def _follow(self) -> None:
+        async for event in self.store.changes(await self.store.last_seq(),
+                                              poll_interval=self.poll_s):
+            for queue in list(self._queues):
+                try:
+                    queue.put_nowait(event)
+                except asyncio.QueueFull:
+                    self._queues.discard(queue)
+                    with contextlib.suppress(asyncio.QueueEmpty):
+                        queue.get_nowait()
+                    queue.put_nowait(None)
+
+
+def event_stream(feed: Feed, f: EventFilter, after: int,
                  to_json: Callable[[Any], dict[str, Any]]) -> AsyncIterator[str]:
     """Every event after seq `after` that matches `f`, as it commits (`event` messages whose
     id is the seq, so a reconnecting browser resumes where it was)."""
+    kinds = set(f.kinds)
+
+    def wanted(event: Event) -> bool:
+        return (not kinds or event.kind in kinds) and (
+            f.key is None or event.key == f.key) and matches(event, f)
+
     async def events() -> AsyncIterator[str]:
-        async for event in store.changes(after, kinds=list(f.kinds) or None,
-                                         poll_interval=1.0):
-            if (f.key is None or event.key == f.key) and matches(event, f):
-                yield message("event", to_json(event), id=event.seq)
+        queue = feed.subscribe()
+        try:
+            last = after
+            while True:  # what committed before the feed took over
+                backlog = await feed.store.read(last, kinds=list(kinds) or None, key=f.key,
+                                                limit=500)
+                for old in backlog:
+                    last = old.seq
+                    if matches(old, f):
+                        yield message("event", to_json(old), id=old.seq)
+                if len(backlog) < 500:
+                    break
+            while (event := await queue.get()) is not None:
+                if event.seq > last and wanted(event):
+                    last = event.seq
+                    yield message("event", to_json(event), id=event.seq)
+        finally:
+            feed.unsubscribe(queue)
     return _with_keepalive(events())
 
 

@@ -12,25 +12,12 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.web._book import LogBook
-from pulse_core import (
-    EffectEntry,
-    EffectStatus,
-    Engine,
-    Event,
-    Tasks,
-)
-from pulse_core._rules import declared_effects
+from pulse_adapters.web._view import EngineView
+from pulse_core import EffectEntry, EffectStatus, Event, Tasks
 
 EVENT_PAGE_MAX = 500
 CAUSE_DEPTH = 10
 ATTACHMENT_PREVIEW = 4_096
-
-
-def survival_tags(engine: Engine) -> frozenset[str]:
-    """The effect and mark types the survival layer's rules make."""
-    layer = engine.survival
-    types = {t for rule in layer.rules for t in declared_effects(rule)} | set(layer.emits)
-    return frozenset(t.tag() for t in types)
 
 
 class TickRate:
@@ -87,7 +74,7 @@ def effects(book: LogBook, status: str | None, limit: int) -> list[dict[str, Any
     return [effect_json(e) for e in chosen[:limit]]
 
 
-async def tasks(engine: Engine) -> list[dict[str, Any]]:
+async def tasks(engine: EngineView) -> list[dict[str, Any]]:
     """Every task, newest first."""
     snapshot = await engine.snapshot()
     found = sorted(snapshot.state(Tasks).values(), key=lambda t: t.created_at, reverse=True)
@@ -101,13 +88,13 @@ def event_json(event: Event) -> dict[str, Any]:
             "cause": event.cause, "attachment": event.hash, "data": event.data}
 
 
-async def event_at(engine: Engine, seq: int) -> Event | None:
+async def event_at(engine: EngineView, seq: int) -> Event | None:
     """The stored event `seq` (None when there is none, or it is quarantined)."""
     found = await engine.events.read(seq - 1, limit=1) if seq > 0 else []
     return found[0] if found and found[0].seq == seq else None
 
 
-async def event_detail(engine: Engine, seq: int) -> dict[str, Any] | None:
+async def event_detail(engine: EngineView, seq: int) -> dict[str, Any] | None:
     """An event with its cause chain (up to CAUSE_DEPTH events back) and its attachment."""
     event = await event_at(engine, seq)
     if event is None:
@@ -127,7 +114,7 @@ async def event_detail(engine: Engine, seq: int) -> dict[str, Any] | None:
     return detail
 
 
-async def _attachment(engine: Engine, digest: str) -> dict[str, Any]:
+async def _attachment(engine: EngineView, digest: str) -> dict[str, Any]:
     try:
         payload = await engine.objects.get(digest)
     except (OSError, KeyError, ValueError) as exc:
@@ -141,18 +128,13 @@ class NotFound(LookupError):
     """The UI was asked about something that does not exist (an action, an effect)."""
 
 
-async def control_effect(engine: Engine, action: str, effect_id: str, reason: str) -> Event:
+async def control_effect(engine: EngineView, action: str, effect_id: str, reason: str
+                         ) -> Event:
     """Cancel or retry effect `effect_id` as the UI's operator (origin `web`)."""
     from pulse_core import cancel_effect, retry_effect
 
     if action not in ("cancel", "retry"):
         raise NotFound(f"no effect action {action!r}: cancel or retry")
     act = cancel_effect if action == "cancel" else retry_effect
-    return await act(engine.events, effect_id, reason=reason, origin="web")
-
-
-async def processes(engine: Engine) -> list[dict[str, Any]]:
-    """The survival layer's essential processes as supervisorctl shows them."""
-    from pulse_survival import process_states
-
-    return [msgspec.to_builtins(p) for p in await process_states(engine)]
+    async with engine.writable() as store:
+        return await act(store, effect_id, reason=reason, origin="web")

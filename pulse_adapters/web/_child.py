@@ -1,0 +1,107 @@
+"""The UI's own process: `python -m pulse_adapters.web`, started by the web service.
+
+It reads one JSON line of settings on stdin (home, store URL, placement, the layer's
+settings), opens the home's stores read-only, binds its port, prints one JSON line
+`{"url": ...}` on stdout once it serves, then takes each further stdin line as the engine's
+newest EngineReport. When stdin ends (the engine stopped it, or died) it stops serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvicorn
+
+from pulse_adapters.web._report import EngineReport
+from pulse_adapters.web._settings import load_settings, read_token
+from pulse_adapters.web._view import EngineView
+from pulse_core import HomeLayout
+from pulse_core.store import ObjectStore, SqliteVitalsStore, open_event_store
+
+SHUTDOWN_GRACE_S = 2
+NICENESS = 10
+"""How much lower the UI's process runs than its engine: a busy page never takes a core a
+tick needs."""
+
+
+class Server(uvicorn.Server):
+    """uvicorn whose stop comes from the engine (stdin's end), not from signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+
+async def _follow_reports(view: EngineView, server: Server) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 22)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    decoder = msgspec.json.Decoder(EngineReport)
+    while line := await reader.readline():
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            view.update(decoder.decode(line))
+    server.should_exit = True  # the engine is gone, or asked us to stop
+
+
+async def serve(setup: dict[str, Any]) -> None:
+    """Serve the UI of the home `setup` names until stdin ends."""
+    from pulse_adapters.web._app import build_app
+    from pulse_adapters.web._service import bind, url_of
+
+    home = Path(setup["home"])
+    layout = HomeLayout.at(home)
+    settings = load_settings(setup.get("settings"))
+    url = str(setup.get("store") or layout.store_url())
+    objects = ObjectStore(layout.objects, read_only=True)
+    events = await open_event_store(url, read_only=True, objects=objects)
+    vitals = await SqliteVitalsStore.open(layout.vitals_db, read_only=True)
+    try:
+        view = EngineView(home, events=events, vitals=vitals, objects=objects, store_url=url,
+                          placement=str(setup.get("placement", "")))
+        view.update(msgspec.convert(setup.get("report") or {}, EngineReport))
+        sock = bind(settings.host, settings.port)
+        app = build_app(view, settings, read_token(home), sock.getsockname()[1])
+        server = Server(uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="off", proxy_headers=False,
+            server_header=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not serving.done():  # noqa: ASYNC110 (no start event)
+            await asyncio.sleep(0.01)
+        if server.started:
+            print(json.dumps({"url": url_of(sock)}), flush=True)
+        following = asyncio.create_task(_follow_reports(view, server))
+        try:
+            await serving
+        finally:
+            following.cancel()
+            sock.close()
+    finally:
+        await events.close()
+        await vitals.close()
+
+
+def main() -> int:
+    """The child's entry: settings from stdin's first line, then serve."""
+    with contextlib.suppress(OSError):  # the UI yields the CPU to the engine it shows
+        os.nice(NICENESS)
+    line = sys.stdin.buffer.readline()
+    try:
+        setup = json.loads(line)
+    except ValueError:
+        print("pulse web: the first line on stdin must be the JSON settings", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(setup))
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # told to the engine, which records it as an error event
+        print(f"pulse web: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0

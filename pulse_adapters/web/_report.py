@@ -1,0 +1,60 @@
+"""What the engine tells its UI process every beat: the part of its state that is not in the
+log (ticks, loops, the last tick's trace, its processes), one JSON line on the child's stdin."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from pulse_core import LoopStatus, RuleTrace
+from pulse_core._rules import declared_effects
+
+if TYPE_CHECKING:
+    from pulse_core import Engine
+
+
+class EngineReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The running engine as the UI shows it, at `now` (engine clock, ms)."""
+
+    now: int = 0
+    ticks: int = 0
+    last_tick_at: int | None = None
+    last_tick_ms: int = 0
+    next_tick_at: int | None = None
+    started_at: int = 0
+    placement: str = ""
+    loops: tuple[LoopStatus, ...] = ()
+    trace: tuple[RuleTrace, ...] = ()
+    rules: tuple[str, ...] = ()
+    processes: tuple[dict[str, Any], ...] = ()
+    survival_tags: tuple[str, ...] = ()
+    watchers: tuple[str, ...] = ()
+    layers: tuple[str, ...] = ()
+    has_directory: bool = False
+
+
+def survival_tags(engine: Engine) -> tuple[str, ...]:
+    """The effect and mark types the survival layer's rules make."""
+    layer = engine.survival
+    types = {t for rule in layer.rules for t in declared_effects(rule)} | set(layer.emits)
+    return tuple(sorted(t.tag() for t in types))
+
+
+async def processes(engine: Engine) -> tuple[dict[str, Any], ...]:
+    """The survival layer's essential processes as supervisorctl shows them."""
+    from pulse_survival import process_states
+
+    return tuple(msgspec.to_builtins(p) for p in await process_states(engine))
+
+
+async def report_of(engine: Engine, has_directory: bool) -> EngineReport:
+    """`engine` now."""
+    return EngineReport(
+        now=engine.clock.now_ms(), ticks=engine.ticks, last_tick_at=engine.last_tick_at,
+        last_tick_ms=engine.last_tick_ms, next_tick_at=engine.next_tick_at,
+        started_at=engine.started_at, placement=engine.placement,
+        loops=tuple(engine.loops()), trace=tuple(engine.trace), rules=engine.rule_names,
+        processes=await processes(engine), survival_tags=survival_tags(engine),
+        watchers=tuple(w.key for w in engine.watchers),
+        layers=tuple(layer.name for layer in engine.layers), has_directory=has_directory)

@@ -1,0 +1,135 @@
+"""The engine as the UI process sees it: the home's stores, read-only, the log's projections
+folded here, and the engine's last report for what only the engine knows.
+
+The UI runs in a process of its own (pulse_adapters.web._child), so a busy page never slows a
+tick. `EngineView` offers the parts of `pulse_core.Engine` the pages read, under the same
+names; a write (an operator's control) opens the log for writing just for that append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_adapters.awareness.ledger import AwarenessLedger
+from pulse_adapters.web._report import EngineReport
+from pulse_core import (
+    AgentCapabilityStats,
+    Clock,
+    Event,
+    EventDraft,
+    LoopStatus,
+    PendingTasks,
+    Projection,
+    RuleTrace,
+    Snapshot,
+    SystemClock,
+    Tasks,
+)
+from pulse_core._projections import RecentErrors
+from pulse_core._projector import Projector
+from pulse_core.memory import Memory
+from pulse_core.store import EventStore, ObjectStore, VitalsStore, open_event_store
+from pulse_survival.ledger import SurvivalLedger
+
+
+class WatcherInfo(msgspec.Struct, frozen=True):
+    """A watcher of the engine, as the UI knows it: its vitals key."""
+
+    key: str
+
+
+def ui_projections(host: str) -> list[Projection[Any]]:
+    """The projections the UI folds for its pages: the engine's built-in ones, the survival
+    ledger of `host`, and the awareness reviewer's ledger."""
+    return [Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
+            SurvivalLedger(host), AwarenessLedger()]
+
+
+class EngineView:
+    """A running engine seen from its UI process (see the module's docstring)."""
+
+    def __init__(self, home: Path, *, events: EventStore, vitals: VitalsStore,
+                 objects: ObjectStore, store_url: str, placement: str,
+                 clock: Clock | None = None) -> None:
+        self.home = home
+        self.events = events
+        self.vitals = vitals
+        self.objects = objects
+        self.store_url = store_url
+        self.placement = placement
+        self.clock: Clock = clock or SystemClock()
+        self.report = EngineReport(placement=placement)
+        self.reported = asyncio.Event()
+        self._projector = Projector(events, ui_projections(placement))
+        self._write_lock = asyncio.Lock()
+
+    def update(self, report: EngineReport) -> None:
+        """Take the engine's newest report."""
+        self.report = report
+        self.reported.set()
+
+    @property
+    def ticks(self) -> int:
+        return self.report.ticks
+
+    @property
+    def last_tick_at(self) -> int | None:
+        return self.report.last_tick_at
+
+    @property
+    def last_tick_ms(self) -> int:
+        return self.report.last_tick_ms
+
+    @property
+    def next_tick_at(self) -> int | None:
+        return self.report.next_tick_at
+
+    @property
+    def started_at(self) -> int:
+        return self.report.started_at
+
+    @property
+    def trace(self) -> list[RuleTrace]:
+        """What each rule did in the engine's last tick, outermost first."""
+        return list(self.report.trace)
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        return self.report.rules
+
+    @property
+    def watchers(self) -> list[WatcherInfo]:
+        return [WatcherInfo(key) for key in self.report.watchers]
+
+    def loops(self) -> list[LoopStatus]:
+        """The engine's supervised loops, as last reported."""
+        return list(self.report.loops)
+
+    async def snapshot(self) -> Snapshot:
+        """The log's projections as folded here (`state(Tasks)`, `state(Memory)`, ...); no
+        vitals (read them from `vitals`)."""
+        states = await self._projector.catch_up()
+        return Snapshot(seq=self._projector.seq, at=self.clock.now_ms(), number=self.ticks,
+                        vitals={}, projections=states)
+
+    @contextlib.asynccontextmanager
+    async def writable(self) -> AsyncIterator[EventStore]:
+        """The event log opened for writing, for one operator's control, then closed."""
+        async with self._write_lock:
+            store = await open_event_store(self.store_url, clock=self.clock,
+                                           objects=self.objects)
+            try:
+                yield store
+            finally:
+                await store.close()
+
+    async def append(self, drafts: Sequence[EventDraft]) -> list[Event]:
+        """Append `drafts` (see `writable`)."""
+        async with self.writable() as store:
+            return list((await store.append(list(drafts))).events)
