@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -21,6 +21,8 @@ from pulse_core._events import EventDraft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._homelock import lock_home
+from pulse_core._housekeeping import housekeeping, save_memo
+from pulse_core._instruments import InstrumentFanOut, Instruments
 from pulse_core._layer import EngineDirectory, Layer
 from pulse_core._projector import Projector
 from pulse_core._rules import Decision, Rule, RuleTrace, rule_name
@@ -37,9 +39,6 @@ from pulse_core.store._vitals import Retention, VitalsStore
 __all__ = ["Engine", "default_builtin_rules"]  # the second is re-exported from _assembly
 
 T = TypeVar("T")
-
-MEMO_EVERY_S = 10.0
-"""How often a running engine persists its last snapshot (and at close)."""
 
 
 class Engine:
@@ -115,6 +114,8 @@ class Engine:
         # error events while open (logged otherwise), naming the host on a shared log
         self._errors = ErrorReports(self.clock, self.placement)
         self.supervisor = Supervisor(self._errors.report, clock=self.clock)
+        #: every listener `instrument` attached, told of each tick and attempt
+        self.instruments = InstrumentFanOut(self._errors.report)
         self._stack: contextlib.AsyncExitStack | None = None
         self._closing = Once("engine close")
         self._stores: HomeStores | None = None
@@ -126,6 +127,7 @@ class Engine:
                              default_tick_ms)
         self.ticker.host = self.placement
         self.ticker.unrecorded = self._errors.keep
+        self.ticker.instruments = self.instruments
 
     # -- parts, available once open ----------------------------------------------------------
 
@@ -185,6 +187,13 @@ class Engine:
         return self.ticker.last_tick_ms
 
     @property
+    def next_tick_at(self) -> int | None:
+        """When (engine clock, ms) the next tick is due: the last tick's time plus the
+        interval it chose (a wake comes sooner); None before the first tick."""
+        at = self.ticker.last_tick_at
+        return None if at is None else at + self.ticker.last_tick_ms
+
+    @property
     def started_at(self) -> int:
         """When (engine clock, ms) this engine opened its home; 0 before."""
         return self.ticker.started_at
@@ -197,6 +206,11 @@ class Engine:
     def loops(self) -> list[LoopStatus]:
         """Every supervised loop and its state."""
         return self.supervisor.status()
+
+    def instrument(self, listener: Instruments) -> Callable[[], None]:
+        """Tell `listener` of every tick and attempt from now on (see Instruments); returns
+        the function that detaches it. A listener that raises is detached and reported."""
+        return self.instruments.attach(listener)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -220,6 +234,7 @@ class Engine:
                 checkpoints=checkpoints, vitals=stores.vitals, side=stores.side,
                 on_error=self._errors.report, host=self.host,
             )
+            self._executor_loop.instruments = self.instruments
             await self._projector.catch_up()
             await self._executor_loop.refresh()
             await self.ticker.resume(stores.events, stores.vitals)
@@ -253,7 +268,8 @@ class Engine:
                 lambda w=watcher: watch_forever(w, vitals, self.wake))  # type: ignore[misc]
         self.supervisor.start("tick", self._tick_loop)
         self.supervisor.start("executors", self.executor_loop.run)
-        self.supervisor.start("housekeeping", self._housekeeping)
+        self.supervisor.start("housekeeping", lambda: housekeeping(
+            self.ticker, vitals, self.retention, self._errors.report))
 
     async def __aenter__(self) -> Engine:
         await self.open()
@@ -315,7 +331,7 @@ class Engine:
         await self._errors.settle()  # the reports an outage kept, before engine-stopped
         with contextlib.suppress(PulseError, OSError):
             await self._projector.checkpoint()
-        await self._save_memo()
+        await save_memo(self.ticker, self._errors.report)
         with contextlib.suppress(PulseError):
             await self.events.append([EventDraft(
                 "engine-stopped", "engine",
@@ -381,19 +397,3 @@ class Engine:
             decision = await self.tick()
             await wait_signal(self._wake, decision.tick_ms / 1000)
             self._wake.clear()
-
-    async def _save_memo(self) -> None:
-        try:
-            await self.ticker.save_memo()
-        except OSError as exc:
-            self._errors.report("engine:tick-memo", exc)
-
-    async def _housekeeping(self, gc_every: float = 60.0) -> None:
-        loop = asyncio.get_running_loop()
-        last_gc = loop.time()
-        while True:
-            await asyncio.sleep(MEMO_EVERY_S)
-            await self._save_memo()
-            if loop.time() - last_gc >= gc_every:
-                last_gc = loop.time()
-                await self.vitals.gc(self.retention)

@@ -4,6 +4,7 @@ tick, the first `prev` after a restart, tick numbers, and the memo that makes bo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from pulse_core._effects import Mark, effect_draft, mark_draft
 from pulse_core._errors import PayloadNotEncodable, PulseError, StoreUnavailable
 from pulse_core._events import EventDraft, encode_data, error_draft
 from pulse_core._executor_loop import ExecutorLoop
+from pulse_core._instruments import Instruments
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
 from pulse_core._rules import Decision, RuleChain, RuleTrace
 from pulse_core._snapshot import Snapshot, VitalReading
@@ -58,6 +60,8 @@ class Ticker:
         self.host = ""
         #: given the `error` drafts of a tick the store refused as unavailable, to record late
         self.unrecorded: Callable[[list[EventDraft]], None] | None = None
+        #: told of each tick that completes (the engine sets its instruments)
+        self.instruments = Instruments()
         self._prev: Snapshot | None = None
         self._resumed: TickMemo | None = None
         self._cursor = 0
@@ -126,6 +130,7 @@ class Ticker:
                    events: EventStore) -> Decision:
         """Run the chain once; append its effects, marks, errors and a tick record together."""
         async with self.lock:
+            started = time.perf_counter()
             curr, cursor = await self.snapshot(projector, executors, vitals)
             prev = self._prev or self._first_prev(curr)
             decision, errors, self.trace = await self.chain.run(prev, curr)
@@ -152,6 +157,7 @@ class Ticker:
             self.number = curr.number
             self.last_tick_ms = decision.tick_ms
             self.last_tick_at = curr.at
+            self.instruments.tick(curr.number, time.perf_counter() - started)
             return decision
 
     async def save_memo(self) -> None:
