@@ -1,6 +1,7 @@
 """pulse_core: the event-sourced engine. Watchers sense, rules decide, executors act."""
 
 from pulse_core._clock import Clock, ManualClock, SystemClock
+from pulse_core._effect_control import cancel_effect, retry_effect
 from pulse_core._effects import (
     Backoff,
     Effect,
@@ -19,6 +20,8 @@ from pulse_core._effects import (
 from pulse_core._engine import Engine, default_builtin_rules
 from pulse_core._errors import (
     AppendRejected,
+    EffectNotFound,
+    EffectStateConflict,
     EventLogLost,
     EventUnreadable,
     HomeLocked,
@@ -54,6 +57,7 @@ from pulse_core._events import (
 )
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._home import HomeLayout, HomeStores, open_home
+from pulse_core._instruments import Instruments
 from pulse_core._layer import (
     EngineDirectory,
     Layer,
@@ -63,6 +67,13 @@ from pulse_core._layer import (
     available_layers,
     load_layer,
     load_layers,
+)
+from pulse_core._memory_view import (
+    IdentityRecords,
+    IdentitySummary,
+    read_identities,
+    read_identity,
+    summarise_identities,
 )
 from pulse_core._pmap import PersistentMap
 from pulse_core._projections import RecentErrors
@@ -125,7 +136,9 @@ __all__ = [
     "Decision",
     "Effect",
     "EffectEntry",
+    "EffectNotFound",
     "EffectOutcome",
+    "EffectStateConflict",
     "EffectStatus",
     "Engine",
     "EngineDirectory",
@@ -143,7 +156,10 @@ __all__ = [
     "HomeStores",
     "IdempotencyConflict",
     "IdentityMemory",
+    "IdentityRecords",
+    "IdentitySummary",
     "Inner",
+    "Instruments",
     "InvalidEvent",
     "InvalidTransition",
     "KindSpec",
@@ -205,6 +221,7 @@ __all__ = [
     "Watcher",
     "adaptive_interval",
     "available_layers",
+    "cancel_effect",
     "clamp_tick",
     "compose",
     "decode_effect",
@@ -225,7 +242,11 @@ __all__ = [
     "open_home",
     "parse_store_url",
     "purge_payload",
+    "read_identities",
+    "read_identity",
     "redact_urls",
     "register_kind",
+    "retry_effect",
+    "summarise_identities",
     "wait_signal",
 ]

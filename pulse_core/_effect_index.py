@@ -1,4 +1,7 @@
-"""The index of unfinished effects: folded from the log, paged, checkpointed."""
+"""The index of unfinished effects: folded from the log, paged, checkpointed.
+
+It forgets an effect once it is finished; an operator's retry brings one back, folded again
+from its own events (`effect-retried` is the one event that can follow a finish)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from pulse_core._effects import EFFECT_KINDS, EffectEntry, EffectStatus, advance
+from pulse_core._effects import EFFECT_KINDS, EffectEntry, EffectStatus, advance, fold_effect
 from pulse_core._events import QUARANTINED, Event
 from pulse_core._projector import (
     INLINE_FOLD,
@@ -22,7 +25,7 @@ from pulse_core._projector import (
 from pulse_core.store._base import EventStore
 
 _CHECKPOINT = "executor-loop"
-_CHECKPOINT_VERSION = 1
+_CHECKPOINT_VERSION = 2  # 2: EffectEntry.attempts_before_retry
 PAGE = 5_000
 CHECKPOINT_EVERY = 10_000
 FOLDED = EFFECT_KINDS | {QUARANTINED}
@@ -30,7 +33,8 @@ FOLDED = EFFECT_KINDS | {QUARANTINED}
 
 
 class EffectIndex:
-    """Every effect not yet acked or finally failed, by id, as of `cursor` in the log.
+    """Every effect not yet acked, finally failed or cancelled, by id, as of `cursor` in the
+    log.
 
     With `checkpoints`, the index starts from its last checkpoint and is saved again once the
     log has moved `CHECKPOINT_EVERY` events past it (and on `checkpoint(force=True)`).
@@ -77,6 +81,12 @@ class EffectIndex:
         it."""
         head = 0
         async for page in self.store.pages(self.cursor, kinds=FOLDED, limit=PAGE):
+            # Every event up to the read's head was seen (the last page's head ends it).
+            end = page.last_seq if len(page.events) < PAGE else page.events[-1].seq
+            # Read before folding: the inline fold changes entries in place, and the loop
+            # must not see them between that and the removal of finished ones.
+            revived = {key: await self._refold(key, end)
+                       for key in {e.key for e in page.events if e.kind == "effect-retried"}}
             if len(page.events) > INLINE_FOLD:
                 changes = await asyncio.to_thread(self._fold_apart, page.events)
             else:
@@ -85,17 +95,26 @@ class EffectIndex:
                     changes[event.key] = advance(
                         changes[event.key] if event.key in changes
                         else self.entries.get(event.key), event)
+            changes.update(revived)
             for key, entry in changes.items():
                 if entry is None:
                     self.entries.pop(key, None)
                 else:
                     self.entries[key] = entry
                     self._time(entry)
-            # Every event up to the read's head was seen (the last page's head ends it).
-            self.cursor = max(self.cursor, page.last_seq if len(page.events) < PAGE
-                              else page.events[-1].seq)
+            self.cursor = max(self.cursor, end)
             head = page.last_seq
         return head
+
+    async def _refold(self, key: str, end: int) -> EffectEntry | None:
+        """Effect `key` as its events up to seq `end` leave it (None once finished): a retry
+        follows a finish, which this index had already forgotten."""
+        entry: EffectEntry | None = None
+        for event in await self.store.read(kinds=FOLDED, key=key):
+            if event.seq > end:
+                break
+            entry = fold_effect(entry, event)
+        return None if entry is None or entry.finished else entry
 
     def _fold_apart(self, events: list[Event]) -> dict[str, EffectEntry | None]:
         """In a worker thread: the entries `events` change, folded on copies, so the index

@@ -8,7 +8,9 @@ An effect's life is a run of events on one key, the effect id::
                                        └─(final)
 
 A claim (`effect-executing`) carries a lease; when the lease runs out, or its owner process
-is gone, the effect can be claimed again with the next attempt number.
+is gone, the effect can be claimed again with the next attempt number. An operator may cancel
+a pending or retrying effect (`effect-cancelled`: it never runs) and retry one that failed for
+good or was cancelled (`effect-retried`: pending again; see pulse_core._effect_control).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from pulse_core.store._base import EventStore
 from pulse_core.store._side import SideStore
 from pulse_core.store._vitals import VitalsStore
 
-EFFECT_KINDS = frozenset({"effect", "effect-executing", "effect-acked", "effect-failed"})
+EFFECT_KINDS = frozenset({"effect", "effect-executing", "effect-acked", "effect-failed",
+                          "effect-cancelled", "effect-retried"})
 
 _effect_types: dict[str, type[Effect]] = {}
 
@@ -252,13 +255,24 @@ class EffectStatus(enum.StrEnum):
     RETRYING = "retrying"
     ACKED = "acked"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED = frozenset({EffectStatus.ACKED, EffectStatus.FAILED, EffectStatus.CANCELLED})
+"""The statuses no executor leaves: only an operator's retry moves a failed or cancelled
+effect on."""
 
 
 class EffectEntry(msgspec.Struct, gc=False):
     """Where one effect is in its life, folded from its events (the one fold of the effect
     lifecycle: the executor loop, the CLI and the survival ledger all read it).
 
-    `status` is pending, executing, retrying (unfinished), acked or failed (finished).
+    `status` is pending, executing, retrying (unfinished), acked, failed or cancelled
+    (finished). `attempt` counts every attempt since the effect was recorded;
+    `attempts_before_retry` those made before an operator's last retry, so the executor's
+    `max_attempts` counts the attempts after it while attempt numbers (and the idempotency
+    keys made of them) never repeat. `error` is the last attempt's error, kept through a
+    retry.
     """
 
     id: str
@@ -267,6 +281,7 @@ class EffectEntry(msgspec.Struct, gc=False):
     version: int
     status: EffectStatus
     attempt: int = 0
+    attempts_before_retry: int = 0
     lease_until: int = 0
     owner: str = ""
     owner_pid: int = 0
@@ -303,8 +318,8 @@ class EffectEntry(msgspec.Struct, gc=False):
 
     @property
     def finished(self) -> bool:
-        """Acked, or failed for good."""
-        return self.status in (EffectStatus.ACKED, EffectStatus.FAILED)
+        """Acked, failed for good, or cancelled."""
+        return self.status in FINISHED
 
 
 def _number(value: Any, default: float) -> float:
@@ -358,11 +373,21 @@ def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
         else:
             entry.status = EffectStatus.RETRYING
             entry.retry_at = int(_number(data.get("retry_at"), 0))
+    elif event.kind == "effect-cancelled":
+        entry.status = EffectStatus.CANCELLED
+        entry.retry_at = 0
+    elif event.kind == "effect-retried":
+        # Pending again, as if new, except that attempts go on numbering from the last one.
+        entry.status = EffectStatus.PENDING
+        entry.attempts_before_retry = entry.attempt
+        entry.retry_at = entry.lease_until = entry.owner_pid = 0
+        entry.owner, entry.owner_started, entry.result = "", 0.0, None
     return entry
 
 
 def advance(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
-    """The entry after `event`, or None once the effect is finished (acked or finally
-    failed): the executor loop's index keeps unfinished effects only."""
+    """The entry after `event`, or None once the effect is finished (acked, finally failed
+    or cancelled): the executor loop's index keeps unfinished effects only (and reads an
+    effect's events again when a retry brings it back)."""
     folded = fold_effect(entry, event)
     return None if folded is None or folded.finished else folded

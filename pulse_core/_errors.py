@@ -26,6 +26,8 @@
     ├── UnhandledEffect             a rule can emit an effect type no executor handles
     ├── SurvivalLocked              user code tried to switch off or reorder a survival rule
     ├── UnknownEffect               an effect tag no Effect class declares
+    ├── EffectNotFound              cancel or retry named an id no effect in the log has
+    ├── EffectStateConflict         cancel or retry of an effect whose state does not allow it
     └── InvalidTransition           a task event that its current status does not allow
 
 Messages say what was wrong, where, and what to do.
@@ -166,6 +168,24 @@ class SurvivalLocked(PulseError):
 
 class UnknownEffect(PulseError):
     """An `effect` event names a tag that no Effect class in this process declares."""
+
+
+class EffectNotFound(PulseError):
+    """Cancel or retry named an effect id that no `effect` event in the log has."""
+
+    def __init__(self, effect_id: str, message: str) -> None:
+        self.effect_id = effect_id
+        super().__init__(message)
+
+
+class EffectStateConflict(PulseError):
+    """Cancel or retry of an effect whose state does not allow it (cancel: pending or
+    retrying; retry: failed for good or cancelled); `status` is the state it is in."""
+
+    def __init__(self, effect_id: str, status: str, message: str) -> None:
+        self.effect_id = effect_id
+        self.status = status
+        super().__init__(message)
 
 
 class InvalidTransition(PulseError):

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -342,3 +342,20 @@ class Quarantined(msgspec.Struct, frozen=True):
 
 register_kind(QUARANTINED, "a stored row cannot be read and every read leaves it out; key: "
                            "the row's key; data: seq, kind, key, version, reason", Quarantined)
+
+
+class EffectControlled(msgspec.Struct, frozen=True):
+    """The data of `effect-cancelled` and `effect-retried`: why an operator cancelled or
+    retried the effect, and the status it `was` in (what the append's expected version
+    vouches for). Who did it is the event's origin (`human:<who>`)."""
+
+    reason: str
+    was: Literal["pending", "retrying", "failed", "cancelled"]
+
+
+register_kind("effect-cancelled", "an operator cancelled a pending or retrying effect: no "
+                                  "executor runs it; key: effect id; data: reason, was",
+              EffectControlled)
+register_kind("effect-retried", "an operator made a finally failed or cancelled effect "
+                                "pending again, its executor's max_attempts counted afresh; "
+                                "key: effect id; data: reason, was", EffectControlled)

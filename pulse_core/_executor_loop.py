@@ -46,6 +46,7 @@ from pulse_core._errors import (
     VersionConflict,
 )
 from pulse_core._events import EventDraft, encode_data
+from pulse_core._instruments import Instruments, timed_attempt, waited_s
 from pulse_core._lease import Owner
 from pulse_core._supervisor import Reporter, StoreOutage, wait_signal
 from pulse_core.store._base import EventStore
@@ -108,6 +109,8 @@ class ExecutorLoop:
         self.fail_unhandled = fail_unhandled
         self.vitals = vitals
         self.side = side
+        #: told of each attempt's claim and end (the engine sets its instruments)
+        self.instruments = Instruments()
         self._me = Owner.here(host)
         self.owner = self._me.id
         self.host = self._me.host
@@ -138,7 +141,7 @@ class ExecutorLoop:
 
     @property
     def unfinished(self) -> int:
-        """How many effects are not yet acked or finally failed."""
+        """How many effects are not yet acked, finally failed or cancelled."""
         return len(self._entries)
 
     def _claimable(self, entry: EffectEntry, now: int) -> bool:
@@ -295,6 +298,12 @@ class ExecutorLoop:
         self._outage.answered()
         claim = Claim(entry, claimed.events[0].version, lease_until, entry.attempt + 1,
                        draft.origin, executor)
+        self.instruments.dispatched(entry.tag, waited_s(entry, self.clock.now_ms()))
+        return await timed_attempt(self.instruments, entry.tag, self._run(claim))
+
+    async def _run(self, claim: Claim) -> EffectOutcome:
+        """Run the attempt `claim` opened, and record how it ended."""
+        entry, executor = claim.entry, claim.executor
         if executor is None:
             known = ", ".join(sorted(self._by_tag)) or "none"
             return await self._finish(claim, error=f"no executor handles effect {entry.tag!r} "
@@ -305,7 +314,7 @@ class ExecutorLoop:
             return await self._finish(claim, error=str(exc))
         ctx = ExecutionContext(entry.id, claim.attempt, entry.seq, claim.origin, self.clock,
                                self.store, self.vitals, self.side)
-        last = claim.attempt >= executor.max_attempts
+        last = claim.attempt - entry.attempts_before_retry >= executor.max_attempts
         started = time.perf_counter()
         try:
             async with asyncio.timeout(executor.timeout):

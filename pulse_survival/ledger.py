@@ -113,12 +113,17 @@ def _with_process(state: SurvivalLedgerData, name: str, **changes: Any) -> Survi
 class SurvivalLedger(Projection[SurvivalLedgerData]):
     """Per essential process: restarts, failed starts, given up; streaks of the sample-counting
     rules; the LLM restart backoff; the survival effects' failure streak; the last promotion
-    and the errors since; whether a network outage is announced; the last error digest."""
+    and the errors since; whether a network outage is announced; the last error digest.
+
+    An effect an operator cancels leaves the failure streak as it was (it neither failed nor
+    ran); one an operator retries after it finished is outside the streak: the streak counts
+    the reflexes' own attempts.
+    """
 
     name = "survival"
     version = 3
-    kinds = frozenset({"effect", "effect-acked", "effect-failed", "promote", "rollback",
-                       "error", "mark"})
+    kinds = frozenset({"effect", "effect-acked", "effect-failed", "effect-cancelled",
+                       "promote", "rollback", "error", "mark"})
 
     def __init__(self, host: str = "") -> None:
         #: where engines of several hosts share the log, the host whose survival this folds:
@@ -141,7 +146,7 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
             return self._mark(state, event)
         if event.kind == "effect":
             return self._effect(state, event)
-        if event.kind in ("effect-acked", "effect-failed"):
+        if event.kind in ("effect-acked", "effect-failed", "effect-cancelled"):
             return self._outcome(state, event)
         if event.kind == "promote":
             revision = event.data.get("revision") if isinstance(event.data, dict) else None
@@ -167,7 +172,8 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
         if not after.finished:
             open_[event.key] = after
         streak = state.failure_streak
-        if after.tag not in (Rollback.tag(), Notify.tag()):
+        if (after.tag not in (Rollback.tag(), Notify.tag())
+                and after.status is not EffectStatus.CANCELLED):
             streak = 0 if after.status is EffectStatus.ACKED else streak + 1
         return msgspec.structs.replace(state, open=open_, failure_streak=streak)
 

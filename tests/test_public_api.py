@@ -9,12 +9,15 @@ import pulse_core.store
 
 EXPECTED_CORE = {
     "AgentCapabilityStats", "AgentStats", "AppendRejected", "AppendResult", "Backoff",
-    "CapabilityData", "Clock", "Decision", "Effect", "EffectEntry", "EffectOutcome",
-    "EffectStatus", "Engine", "EngineDirectory", "Event", "EventDraft", "EventLogLost",
+    "CapabilityData", "Clock", "Decision", "Effect", "EffectEntry", "EffectNotFound",
+    "EffectOutcome", "EffectStateConflict", "EffectStatus", "Engine", "EngineDirectory", "Event",
+    "EventDraft", "EventLogLost",
     "EventStore", "EventUnreadable",
     "ExecutionContext", "Executor", "ExecutorLoop", "HomeLayout", "HomeLocked", "HomeStores",
     "HomePermissionDenied",
-    "IdempotencyConflict", "IdentityMemory", "Inner", "InvalidEvent", "InvalidTransition",
+    "IdempotencyConflict", "IdentityMemory", "IdentityRecords", "IdentitySummary", "Inner",
+    "Instruments",
+    "InvalidEvent", "InvalidTransition",
     "KindSpec", "Layer", "LayerContext", "LayerError", "LayerFactory", "LoopState", "LoopStatus",
     "ManualClock", "Mark", "Memory", "MemoryBoard", "NotAPulseDatabase", "ObjectMissing",
     "ObjectStore", "Page", "PayloadNotEncodable", "PendingTasks", "PendingTasksData",
@@ -26,12 +29,15 @@ EXPECTED_CORE = {
     "Supervisor", "SurvivalLocked", "SystemClock", "TaskBoard", "TaskState", "Tasks",
     "UnhandledEffect", "UnknownEffect", "UnknownKind", "UnreadableEvent", "VersionConflict",
     "VitalReading",
-    "VitalsStore", "Watcher", "adaptive_interval", "available_layers", "clamp_tick", "compose",
+    "VitalsStore", "Watcher", "adaptive_interval", "available_layers", "cancel_effect",
+    "clamp_tick", "compose",
     "decode_effect", "decode_mark", "dedup", "default_builtin_rules", "effect_type", "emits",
     "error_backoff", "error_draft", "fold_effect", "guarded", "host_of", "identity_key",
     "known_kinds",
-    "load_layer", "load_layers", "open_home", "parse_store_url", "purge_payload", "redact_urls",
-    "register_kind", "wait_signal",
+    "load_layer", "load_layers", "open_home", "parse_store_url", "purge_payload",
+    "read_identities", "read_identity", "redact_urls", "register_kind", "retry_effect",
+    "summarise_identities",
+    "wait_signal",
 }
 
 
