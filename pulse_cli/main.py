@@ -157,8 +157,8 @@ def _query_commands(sub: Any) -> argparse.ArgumentParser:
                                   "code_dir": h.staging if a.staging else None})
     tick.add_argument("--verbose", "-v", action="store_true", help="each rule's decision")
     tick.add_argument("--staging", action="store_true", help="run the staging code")
-    return effects
     json_flag(tick)
+    return effects
 
 
 _TASK_FIELDS = ("title", "project", "prompt", "priority", "agent", "result", "reason")

@@ -34,13 +34,15 @@ def _memory(sub: Any) -> None:
     json_flag(listing)
     show = command(actions, "show", "memory.show", "one identity's records",
                    lambda a, h: {"identity": a.identity, "as_json": a.json})
-    show.add_argument("identity", metavar="IDENTITY")
+    show.add_argument("identity", metavar="IDENTITY",
+                      help="the identity's id (`upulse memory list` lists them)")
     json_flag(show)
     exchange = command(actions, "exchange", "memory.exchange",
                        "record an exchange with IDENTITY (registered if new)",
                        lambda a, h: {"identity": a.identity, "text": a.text, "role": a.role,
                                      "as_json": a.json})
-    exchange.add_argument("identity", metavar="IDENTITY")
+    exchange.add_argument("identity", metavar="IDENTITY",
+                          help="the identity's id (a new one is registered)")
     exchange.add_argument("text", metavar="TEXT", help="what was said")
     exchange.add_argument("--role", choices=("human", "agent"), default="human",
                           help="who said it (default: human)")

@@ -17,7 +17,8 @@ from pulse_cli.main import build_parser, main
 from pulse_core import Engine, EventDraft, VitalsStore, register_kind
 from tests.cli.runner import Upulse
 
-READ_ONLY = (["events"], ["effects"], ["tasks"], ["vitals"], ["vitals", "load"], ["tick"])
+READ_ONLY = (["events"], ["effects"], ["tasks"], ["vitals"], ["vitals", "load"], ["tick"],
+             ["memory", "list"], ["metrics"])
 
 
 def embedded_home(home: Path) -> Path:
