@@ -37,6 +37,7 @@ from pulse_adapters.llm import (
     LlmError,
     Preempted,
     RouteHealth,
+    Usage,
     json_schema_format,
 )
 from pulse_adapters.llm.errors import excerpt
@@ -84,11 +85,20 @@ class _Failed(Exception):
 
 
 class _Cycle:
-    """One review in progress: its record so far and the model calls it has made."""
+    """One review in progress: its record so far, the model calls it has made and the tokens
+    they used."""
 
     def __init__(self, record: CycleRecord) -> None:
         self.record = record
         self.calls = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def used(self, usage: Usage | None) -> None:
+        """Count the tokens a model call used, as its server reported them."""
+        if usage is not None:
+            self.prompt_tokens += usage.prompt_tokens
+            self.completion_tokens += usage.completion_tokens
 
 
 def _verb_draft(verb: Verb, memory: IdentityMemory, cause: int) -> EventDraft:
@@ -174,6 +184,7 @@ class AwarenessExecutor(Executor):
             reply = await self.client.complete(messages, response_format=fmt, cancel=cancel,
                                                max_tokens=self.config.max_tokens,
                                                max_chars=REPLY_CHARS)
+            cycle.used(reply.usage)
             try:
                 envelope = parse_envelope(reply.text, self.config)
             except InvalidEnvelope as bad:
@@ -185,6 +196,7 @@ class AwarenessExecutor(Executor):
                 reply = await self.client.complete(repair, response_format=fmt, cancel=cancel,
                                                    max_tokens=self.config.max_tokens,
                                                    max_chars=REPLY_CHARS)
+                cycle.used(reply.usage)
                 envelope = parse_envelope(reply.text, self.config)
         except Preempted as exc:
             raise _Failed("preempted", str(exc)) from None
@@ -217,7 +229,7 @@ class AwarenessExecutor(Executor):
                 try:
                     settled = await self._review(effect, ctx, cycle)
                 except Exception as exc:  # every failure, foreseen or not, becomes the record
-                    settled = await self._settle(ctx, effect.identity, msgspec.structs.replace(
+                    settled = await self._settle(ctx, cycle, msgspec.structs.replace(
                         cycle.record, outcome="failed", model_calls=cycle.calls,
                         error=excerpt(f"unexpected {type(exc).__name__}: {exc}", ERROR_CHARS)),
                         [], None)
@@ -252,7 +264,7 @@ class AwarenessExecutor(Executor):
         base = cycle.record
         human = memory.last_human if memory else None
         if memory is None or human is None or effect.source in memory.removed:
-            return await self._settle(ctx, identity, msgspec.structs.replace(
+            return await self._settle(ctx, cycle, msgspec.structs.replace(
                 base, outcome="source-gone", error="the source exchange is gone"), [], None)
         if human.record != effect.source:  # a newer exchange came: review the world as it is
             base = msgspec.structs.replace(base, source=human.record,
@@ -264,7 +276,7 @@ class AwarenessExecutor(Executor):
         try:
             envelope, took = await self._ask(evidence, effect, cycle)
         except _Failed as failed:
-            return await self._settle(ctx, identity, msgspec.structs.replace(
+            return await self._settle(ctx, cycle, msgspec.structs.replace(
                 base, outcome=failed.outcome, error=failed.error, model_calls=cycle.calls),
                 [], None)
         calls = cycle.calls
@@ -276,7 +288,7 @@ class AwarenessExecutor(Executor):
                     base, outcome="source-gone", model_calls=calls, inference_ms=took,
                     narration=envelope.narration,
                     error="the source exchange was forgotten or quarantined during review")
-                return await self._settle(ctx, identity, record, [], None)
+                return await self._settle(ctx, cycle, record, [], None)
             measured = gate(envelope.verbs, evidence.allowlist, memory, self.config)
             result = (gate(envelope.verbs, evidence.allowlist, memory, self.config,
                            narration_only=True) if effect.narration_only else measured)
@@ -284,11 +296,11 @@ class AwarenessExecutor(Executor):
                                   took=took)
             drafts = [_verb_draft(v, memory, ctx.seq) for v in result.accepted]
             try:
-                return await self._settle(ctx, identity, record, drafts, head,
+                return await self._settle(ctx, cycle, record, drafts, head,
                                           journal=envelope.meaningful_change)
             except VersionConflict:
                 continue  # the identity's memory changed meanwhile (a writer outside the lock)
-        return await self._settle(ctx, identity, msgspec.structs.replace(
+        return await self._settle(ctx, cycle, msgspec.structs.replace(
             base, outcome="failed", model_calls=calls, inference_ms=took,
             error="identity kept changing during settlement"), [], None)
 
@@ -302,10 +314,12 @@ class AwarenessExecutor(Executor):
             rejected=[msgspec.to_builtins(r) for r in result.rejected],
             proposed=len(envelope.verbs), would_reject=len(measured.rejected))
 
-    async def _settle(self, ctx: ExecutionContext, identity: str, record: CycleRecord,
+    async def _settle(self, ctx: ExecutionContext, cycle: _Cycle, record: CycleRecord,
                       drafts: list[EventDraft], version: int | None, *,
                       journal: bool = False) -> dict[str, Any]:
-        key = identity_key(identity)
+        record = msgspec.structs.replace(record, prompt_tokens=cycle.prompt_tokens,
+                                         completion_tokens=cycle.completion_tokens)
+        key = identity_key(record.identity)
         all_drafts = [*drafts, EventDraft("awareness-cycle", key, msgspec.to_builtins(record),
                                           origin=ORIGIN, cause=ctx.seq)]
         if journal and record.outcome == REVIEWED and record.narration:

@@ -23,6 +23,8 @@ class CycleRecord(msgspec.Struct, frozen=True, kw_only=True):
     route: str = ""
     model: str = ""
     model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     inference_ms: int = 0
     quiet_skips: int = 0
     fingerprint: str = ""
