@@ -12,6 +12,12 @@ from typing import Any
 
 from pulse_adapters.web._app import build_app
 from pulse_adapters.web._guard import Guard, allowed_hosts
+from pulse_adapters.web._metrics import (
+    EngineMetrics,
+    InstrumentReadings,
+    InstrumentTally,
+    log_exposition,
+)
 from pulse_adapters.web._service import WebService
 from pulse_adapters.web._settings import (
     LAYER,
@@ -26,7 +32,10 @@ from pulse_adapters.web._settings import (
 from pulse_core import Layer, LayerContext
 
 __all__ = [
+    "EngineMetrics",
     "Guard",
+    "InstrumentReadings",
+    "InstrumentTally",
     "TokenMissing",
     "WebService",
     "WebSettings",
@@ -36,6 +45,7 @@ __all__ = [
     "ensure_token",
     "layer",
     "load_settings",
+    "log_exposition",
     "read_token",
     "served_address",
 ]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -19,6 +20,7 @@ from pulse_adapters.web import _memory, _reviewer, _rules, _vitals
 from pulse_adapters.web import _views as views
 from pulse_adapters.web._book import LogBook
 from pulse_adapters.web._guard import Guard, allowed_hosts
+from pulse_adapters.web._metrics import EngineMetrics
 from pulse_adapters.web._query import BadQuery, newest, parse_filter
 from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
@@ -118,6 +120,9 @@ def _routes(state: WebState) -> list[BaseRoute]:
             return _problem(409, str(exc))
         return _json(views.event_json(event))
 
+    async def metrics(request: Request) -> Response:
+        return Response(await state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
     async def stream_events(request: Request) -> Response:
         try:
             f = parse_filter(_params(request), views.EVENT_PAGE_MAX)
@@ -145,6 +150,7 @@ def _routes(state: WebState) -> list[BaseRoute]:
         Route("/api/effects", api_effects),
         Route("/api/effects/{id}/{action:str}", control, methods=["POST"]),
         Route("/api/tasks", api_tasks),
+        Route("/metrics", metrics),
         Route("/stream/events", stream_events),
         Route("/stream/overview", stream_overview),
         Route("/stream/vitals", stream_vitals),
@@ -170,7 +176,8 @@ async def _body(request: Request) -> dict[str, Any] | Response:
 
 def build_app(engine: EngineView, settings: WebSettings, token: str, port: int) -> Starlette:
     """The UI of `engine` on `port`, guarded by `token`."""
-    state = WebState(engine, settings, LogBook(engine.events), Feed(engine.events))
+    state = WebState(engine, settings, LogBook(engine.events), Feed(engine.events),
+                     EngineMetrics(engine, readings=lambda: engine.report.instruments))
     guard = Middleware(Guard, token=token, hosts=allowed_hosts(port, settings.allowed_hosts),
                        cookie=f"pulse_ui_{port}")
     return Starlette(routes=_routes(state), middleware=[guard])

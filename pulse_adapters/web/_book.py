@@ -1,31 +1,39 @@
-"""What the UI keeps folded from the log as it grows: every effect (finished ones included)
-and the recent survival decisions. It reads only what was appended since its last read, in
-bounded pages, yielding to the loop between them, so a long log never stalls a tick."""
+"""What the UI keeps folded from the log as it grows: the effects the Effects page lists, how
+many effects are in each state, and the recent survival decisions. It reads only the kinds it
+folds, only what was appended since its last read, in bounded pages, yielding between them.
+
+Kept whole: every unfinished effect, every finally failed or cancelled one (what an operator
+acts on), and the newest ACKED_KEPT acked ones; older acked effects are only counted.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
-from pulse_core import EffectEntry, Event, EventStore, fold_effect
+from pulse_core import EffectEntry, EffectStatus, Event, EventStore, fold_effect
+from pulse_core._effects import EFFECT_KINDS, MARK_KIND
+from pulse_core._events import QUARANTINED
 
 PAGE = 2_000
 SURVIVAL_KEPT = 50
-EFFECT_KINDS = ("effect", "effect-executing", "effect-acked", "effect-failed",
-                "effect-cancelled", "effect-retried", "quarantined")
+ACKED_KEPT = 1_000
+KINDS = sorted(EFFECT_KINDS | {MARK_KIND, QUARANTINED})
 
 
 class LogBook:
-    """Every effect's entry and the last SURVIVAL_KEPT survival decisions (effects and marks
-    of the types `catch_up` is told the survival layer makes), kept current by `catch_up`."""
+    """The effects and survival decisions the UI shows (see the module's docstring), kept
+    current by `catch_up`."""
 
     def __init__(self, events: EventStore) -> None:
         self.events = events
         self.survival_tags: frozenset[str] = frozenset()
         self.effects: dict[str, EffectEntry] = {}
+        self.counts: Counter[str] = Counter()
         self.survival: deque[dict[str, Any]] = deque(maxlen=SURVIVAL_KEPT)
         self.seq = 0
+        self._acked: deque[str] = deque()
         self._lock = asyncio.Lock()
 
     async def catch_up(self, survival_tags: frozenset[str] | None = None) -> None:
@@ -35,24 +43,41 @@ class LogBook:
             if survival_tags:
                 self.survival_tags = survival_tags
             while True:
-                page = await self.events.read_page(self.seq, limit=PAGE)
+                page = await self.events.read_page(self.seq, kinds=KINDS, limit=PAGE)
                 for event in page.events:
                     self._fold(event)
-                self.seq = max(self.seq, page.last_seq if len(page.events) < PAGE
-                               else page.events[-1].seq)
-                if len(page.events) < PAGE:
+                short = len(page.events) < PAGE
+                self.seq = max(self.seq, page.last_seq if short else page.events[-1].seq)
+                if short:
                     return
                 await asyncio.sleep(0)
 
     def _fold(self, event: Event) -> None:
-        if event.kind in EFFECT_KINDS:
-            folded = fold_effect(self.effects.get(event.key), event)
-            if folded is not None:
-                self.effects[event.key] = folded
+        if event.kind != MARK_KIND:
+            self._effect(event)
         tag = _tag(event)
         if tag in self.survival_tags:
             self.survival.append({"seq": event.seq, "ts": event.ts, "kind": event.kind,
                                   "type": tag, "key": event.key, "body": _body(event)})
+
+    def _effect(self, event: Event) -> None:
+        before = self.effects.get(event.key)
+        if before is not None:
+            self.counts[str(before.status)] -= 1
+        elif event.kind != "effect":
+            return  # an effect older than what is kept: only `effect` starts one anew
+        entry = fold_effect(before, event)
+        if entry is None:
+            return
+        self.effects[event.key] = entry
+        self.counts[str(entry.status)] += 1
+        if entry.status is EffectStatus.ACKED:
+            self._acked.append(entry.id)
+            while len(self._acked) > ACKED_KEPT:
+                gone = self._acked.popleft()
+                kept = self.effects.get(gone)
+                if kept is not None and kept.status is EffectStatus.ACKED:
+                    del self.effects[gone]  # still counted, no longer listed
 
 
 def _body(event: Event) -> Any:
@@ -61,7 +86,7 @@ def _body(event: Event) -> Any:
 
 
 def _tag(event: Event) -> str | None:
-    if event.kind not in ("effect", "mark"):
+    if event.kind not in ("effect", MARK_KIND):
         return None
     body = _body(event)
     tag = body.get("type") if isinstance(body, dict) else None

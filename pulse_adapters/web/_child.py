@@ -60,10 +60,13 @@ async def serve(setup: dict[str, Any]) -> None:
     settings = load_settings(setup.get("settings"))
     url = str(setup.get("store") or layout.store_url())
     objects = ObjectStore(layout.objects, read_only=True)
+    # The writer first: SQLite maps a file's shared memory once per process, read-only when
+    # a read-only connection opened it first, and a writer opened after could not write.
+    writer = await open_event_store(url, objects=objects)
     events = await open_event_store(url, read_only=True, objects=objects)
     vitals = await SqliteVitalsStore.open(layout.vitals_db, read_only=True)
     try:
-        view = EngineView(home, events=events, vitals=vitals, objects=objects, store_url=url,
+        view = EngineView(home, events=events, writer=writer, vitals=vitals, objects=objects,
                           placement=str(setup.get("placement", "")))
         view.update(msgspec.convert(setup.get("report") or {}, EngineReport))
         sock = bind(settings.host, settings.port)
@@ -85,6 +88,7 @@ async def serve(setup: dict[str, Any]) -> None:
     finally:
         await events.close()
         await vitals.close()
+        await writer.close()
 
 
 def main() -> int:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from pulse_adapters.web._metrics import InstrumentReadings
 from pulse_core import LoopStatus, RuleTrace
 from pulse_core._rules import declared_effects
 
@@ -32,6 +33,7 @@ class EngineReport(msgspec.Struct, frozen=True, kw_only=True):
     watchers: tuple[str, ...] = ()
     layers: tuple[str, ...] = ()
     has_directory: bool = False
+    instruments: InstrumentReadings = msgspec.field(default_factory=InstrumentReadings)
 
 
 def survival_tags(engine: Engine) -> tuple[str, ...]:
@@ -48,13 +50,22 @@ async def processes(engine: Engine) -> tuple[dict[str, Any], ...]:
     return tuple(msgspec.to_builtins(p) for p in await process_states(engine))
 
 
-async def report_of(engine: Engine, has_directory: bool) -> EngineReport:
-    """`engine` now."""
+def _trace(engine: Engine) -> tuple[RuleTrace, ...]:
+    """The last tick's trace; before the first tick, every rule in its tier, not reached."""
+    if engine.trace:
+        return tuple(engine.trace)
+    return tuple(RuleTrace(name, tier, reached=False) for tier, name in engine.chain.tiers)
+
+
+async def report_of(engine: Engine, has_directory: bool,
+                    instruments: InstrumentReadings) -> EngineReport:
+    """`engine` now, with what its instruments measured."""
     return EngineReport(
         now=engine.clock.now_ms(), ticks=engine.ticks, last_tick_at=engine.last_tick_at,
         last_tick_ms=engine.last_tick_ms, next_tick_at=engine.next_tick_at,
         started_at=engine.started_at, placement=engine.placement,
-        loops=tuple(engine.loops()), trace=tuple(engine.trace), rules=engine.rule_names,
+        loops=tuple(engine.loops()), trace=_trace(engine), rules=engine.rule_names,
         processes=await processes(engine), survival_tags=survival_tags(engine),
         watchers=tuple(w.key for w in engine.watchers),
-        layers=tuple(layer.name for layer in engine.layers), has_directory=has_directory)
+        layers=tuple(layer.name for layer in engine.layers), has_directory=has_directory,
+        instruments=instruments)

@@ -20,12 +20,14 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from pulse_adapters.web._report import report_of
+from pulse_adapters.web._metrics import InstrumentTally
+from pulse_adapters.web._report import EngineReport, report_of
 from pulse_adapters.web._settings import WebSettings, address_path, ensure_token
 from pulse_core._homelock import write_private
 from pulse_core._redact import redact_urls
@@ -83,6 +85,19 @@ class WebService:
 
     async def __call__(self, engine: Engine) -> None:
         await asyncio.to_thread(ensure_token, self.home)
+        tally = InstrumentTally()
+        detach = engine.instrument(tally)
+
+        async def report() -> EngineReport:
+            return await report_of(engine, self.directory is not None, tally.readings())
+
+        try:
+            await self._serve(engine, report)
+        finally:
+            detach()
+
+    async def _serve(self, engine: Engine, report: Callable[[], Awaitable[EngineReport]]
+                     ) -> None:
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "pulse_adapters.web", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -91,12 +106,11 @@ class WebService:
             await self._send(child, {
                 "home": str(self.home), "store": engine.store_url,
                 "placement": engine.placement, "settings": msgspec.to_builtins(self.settings),
-                "report": msgspec.to_builtins(await report_of(engine, self.directory is not None))})
+                "report": msgspec.to_builtins(await report())})
             self.url = await self._address(child)
             await asyncio.to_thread(self._announce, self.url, child.pid)
             while child.returncode is None:
-                report = await report_of(engine, self.directory is not None)
-                await self._send(child, msgspec.to_builtins(report))
+                await self._send(child, msgspec.to_builtins(await report()))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(listening), self.settings.live_every_s)
             raise WebUnavailable(self._ended(child))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pulse_adapters.web._book import LogBook
+from pulse_adapters.web._metrics import EngineMetrics
 from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._stream import Feed
 from pulse_adapters.web._view import EngineView
@@ -16,12 +17,13 @@ from pulse_adapters.web._views import TickRate
 @dataclass
 class WebState:
     """The engine as the UI's process sees it, the UI's settings, its LogBook of the log,
-    the Feed of its live streams, and its tick-rate sampler."""
+    the Feed of its live streams, its metrics, and its tick-rate sampler."""
 
     engine: EngineView
     settings: WebSettings
     book: LogBook
     feed: Feed
+    metrics: EngineMetrics
     tick_rate: TickRate = field(default_factory=TickRate)
     rollback_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

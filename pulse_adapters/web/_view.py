@@ -3,7 +3,7 @@ folded here, and the engine's last report for what only the engine knows.
 
 The UI runs in a process of its own (pulse_adapters.web._child), so a busy page never slows a
 tick. `EngineView` offers the parts of `pulse_core.Engine` the pages read, under the same
-names; a write (an operator's control) opens the log for writing just for that append.
+names; an operator's control writes through `writer`, the one store it opens for writing.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pulse_adapters.web._report import EngineReport
 from pulse_core import (
     AgentCapabilityStats,
     Clock,
+    Engine,
     Event,
     EventDraft,
     LoopStatus,
@@ -34,7 +35,7 @@ from pulse_core import (
 from pulse_core._projections import RecentErrors
 from pulse_core._projector import Projector
 from pulse_core.memory import Memory
-from pulse_core.store import EventStore, ObjectStore, VitalsStore, open_event_store
+from pulse_core.store import EventStore, ObjectStore, VitalsStore
 from pulse_survival.ledger import SurvivalLedger
 
 
@@ -54,20 +55,28 @@ def ui_projections(host: str) -> list[Projection[Any]]:
 class EngineView:
     """A running engine seen from its UI process (see the module's docstring)."""
 
-    def __init__(self, home: Path, *, events: EventStore, vitals: VitalsStore,
-                 objects: ObjectStore, store_url: str, placement: str,
+    def __init__(self, home: Path, *, events: EventStore, writer: EventStore,
+                 vitals: VitalsStore, objects: ObjectStore, placement: str,
                  clock: Clock | None = None) -> None:
         self.home = home
         self.events = events
+        self.writer = writer
         self.vitals = vitals
         self.objects = objects
-        self.store_url = store_url
         self.placement = placement
         self.clock: Clock = clock or SystemClock()
         self.report = EngineReport(placement=placement)
         self.reported = asyncio.Event()
         self._projector = Projector(events, ui_projections(placement))
         self._write_lock = asyncio.Lock()
+
+    @classmethod
+    def beside(cls, engine: Engine) -> EngineView:
+        """A view of `engine` in its own process, through its own stores (for tests and for
+        serving the UI's app in the engine's process)."""
+        return cls(engine.home, events=engine.events, writer=engine.events,
+                   vitals=engine.vitals, objects=engine.objects, placement=engine.placement,
+                   clock=engine.clock)
 
     def update(self, report: EngineReport) -> None:
         """Take the engine's newest report."""
@@ -120,14 +129,9 @@ class EngineView:
 
     @contextlib.asynccontextmanager
     async def writable(self) -> AsyncIterator[EventStore]:
-        """The event log opened for writing, for one operator's control, then closed."""
+        """The event log for writing, for one operator's control at a time."""
         async with self._write_lock:
-            store = await open_event_store(self.store_url, clock=self.clock,
-                                           objects=self.objects)
-            try:
-                yield store
-            finally:
-                await store.close()
+            yield self.writer
 
     async def append(self, drafts: Sequence[EventDraft]) -> list[Event]:
         """Append `drafts` (see `writable`)."""

@@ -61,14 +61,11 @@ def effect_json(entry: EffectEntry) -> dict[str, Any]:
 
 def effect_counts(book: LogBook) -> dict[str, int]:
     """How many effects are in each state."""
-    counts = {str(status): 0 for status in EffectStatus}
-    for entry in book.effects.values():
-        counts[str(entry.status)] = counts.get(str(entry.status), 0) + 1
-    return counts
+    return {str(status): book.counts[str(status)] for status in EffectStatus}
 
 
 def effects(book: LogBook, status: str | None, limit: int) -> list[dict[str, Any]]:
-    """The newest `limit` effects, only those in `status` when given."""
+    """The newest `limit` effects the book keeps, only those in `status` when given."""
     chosen = [e for e in book.effects.values() if status in (None, str(e.status))]
     chosen.sort(key=lambda e: e.seq, reverse=True)
     return [effect_json(e) for e in chosen[:limit]]

@@ -1,0 +1,62 @@
+"""The UI's LogBook: every effect counted, the ones an operator acts on kept whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pulse_adapters.web import _book
+from pulse_adapters.web._book import LogBook
+from pulse_core import EventDraft, SqliteEventStore
+
+
+def lifecycle(n: int, outcome: str) -> list[EventDraft]:
+    key = f"e-{n}"
+    drafts = [EventDraft("effect", key, {"effect": {"type": "ping"}, "dedup": key},
+                         origin="engine:tick"),
+              EventDraft("effect-executing", key, {"attempt": 1, "lease_until": 0,
+                                                   "owner": "t"})]
+    if outcome == "acked":
+        drafts.append(EventDraft("effect-acked", key, {"attempt": 1, "result": None}))
+    elif outcome == "failed":
+        drafts.append(EventDraft("effect-failed", key, {"attempt": 1, "error": "no",
+                                                        "final": True}))
+    return drafts
+
+
+async def test_old_acked_effects_are_counted_not_kept_and_failed_ones_are_kept(
+        tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    saved, _book.ACKED_KEPT = _book.ACKED_KEPT, 3
+    try:
+        book = LogBook(store)
+        for n in range(10):
+            await store.append(lifecycle(n, "failed" if n == 1 else "acked"))
+        await store.append(lifecycle(10, "running"))
+        await book.catch_up()
+        assert book.counts["acked"] == 9 and book.counts["failed"] == 1
+        assert book.counts["executing"] == 1
+        assert set(book.effects) == {"e-1", "e-7", "e-8", "e-9", "e-10"}
+        await store.append([EventDraft("effect-acked", "e-10", {"attempt": 1})])
+        await book.catch_up()
+        assert book.counts["executing"] == 0 and book.counts["acked"] == 10
+        assert "e-7" not in book.effects and "e-10" in book.effects
+    finally:
+        _book.ACKED_KEPT = saved
+        await store.close()
+
+
+async def test_survival_decisions_are_kept_once_their_types_are_known(tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        await store.append([
+            EventDraft("effect", "r-1", {"effect": {"type": "restart-process", "name": "x"}},
+                       origin="engine:tick"),
+            EventDraft("mark", "mark:process-gave-up", {"mark": {"type": "process-gave-up",
+                                                                 "name": "x"}}),
+            EventDraft("effect", "n-1", {"effect": {"type": "other"}}, origin="engine:tick")])
+        book = LogBook(store)
+        await book.catch_up(frozenset({"restart-process", "process-gave-up"}))
+        assert [(d["kind"], d["type"]) for d in book.survival] == [
+            ("effect", "restart-process"), ("mark", "process-gave-up")]
+    finally:
+        await store.close()
