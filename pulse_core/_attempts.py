@@ -48,7 +48,9 @@ def ending(claim: Claim, now: int, *, acked: dict[str, Any] | None = None, error
                            origin=claim.origin, cause=entry.seq), EffectOutcome.ACKED)
     data: dict[str, Any] = {"attempt": attempt, "error": redact_urls(error), "final": final}
     if not final:
-        delay = 0 if interrupted or executor is None else executor.backoff.delay_ms(attempt)
+        # after an operator's retry the backoff starts over, as max_attempts does
+        delay = 0 if interrupted or executor is None else executor.backoff.delay_ms(
+            attempt - entry.attempts_before_retry)
         data["retry_at"] = now + delay
     if interrupted:
         data["interrupted"] = True

@@ -26,7 +26,7 @@ from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
 from pulse_adapters.web._stream import Feed, beat_stream, event_stream, vitals_stream
 from pulse_adapters.web._view import EngineView
-from pulse_core import PulseError
+from pulse_core import EffectNotFound, PulseError
 
 STATIC = Path(str(files("pulse_adapters.web") / "static"))
 PAGES = {"/": "overview.html", "/vitals": "vitals.html", "/events": "events.html",
@@ -114,7 +114,7 @@ def _routes(state: WebState) -> list[BaseRoute]:
         try:
             event = await views.control_effect(engine, action, request.path_params["id"],
                                                str(body.get("reason") or f"{action} from the UI"))
-        except views.NotFound as exc:
+        except (views.NotFound, EffectNotFound) as exc:
             return _problem(404, str(exc))
         except PulseError as exc:
             return _problem(409, str(exc))

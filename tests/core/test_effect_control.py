@@ -181,6 +181,21 @@ async def test_a_retried_failed_effect_runs_to_ack_with_its_max_attempts_afresh(
     assert len(set(keys)) == 4  # attempt numbers, and the idempotency keys, never repeat
 
 
+async def test_after_a_retry_the_backoff_starts_over(store: SqliteEventStore) -> None:
+    class Doubling(Chores):
+        backoff = Backoff(initial_ms=1_000, factor=2.0, max_ms=60_000, jitter=0.0)
+
+    clock = ManualClock()
+    worker = Doubling()
+    (effect_id,) = await failed_for_good(store, worker, Chore(n=1, fail_times=3))
+    loop = ExecutorLoop(store, [worker], clock=clock)
+    await retry_effect(store, effect_id, reason="try again")
+    await loop.run_until_idle()  # attempt 3, the first after the retry, fails
+    entry = await entry_of(store, effect_id)
+    assert entry.status is EffectStatus.RETRYING
+    assert entry.retry_at - clock.now_ms() == worker.backoff.delay_ms(1) == 1_000
+
+
 async def test_a_cancelled_effect_no_longer_holds_back_an_equal_one(
         store: SqliteEventStore) -> None:
     loop = ExecutorLoop(store, [Chores()], clock=ManualClock())
