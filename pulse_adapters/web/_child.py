@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,21 @@ async def _follow_reports(view: EngineView, server: Server) -> None:
     server.should_exit = True  # the engine is gone, or asked us to stop
 
 
+def _bind(host: str, port: int, prefer: object) -> socket.socket:
+    """The UI's socket: on `port`; with port 0, on the port it had before a reload (`prefer`)
+    when that is still free, else any."""
+    from pulse_adapters.web._service import bind
+
+    if port == 0 and isinstance(prefer, int) and prefer > 0:
+        with contextlib.suppress(OSError):
+            return bind(host, prefer)
+    return bind(host, port)
+
+
 async def serve(setup: dict[str, Any]) -> None:
     """Serve the UI of the home `setup` names until stdin ends."""
     from pulse_adapters.web._app import build_app
-    from pulse_adapters.web._service import bind, url_of
+    from pulse_adapters.web._service import url_of
 
     home = Path(setup["home"])
     layout = HomeLayout.at(home)
@@ -69,7 +81,7 @@ async def serve(setup: dict[str, Any]) -> None:
         view = EngineView(home, events=events, writer=writer, vitals=vitals, objects=objects,
                           placement=str(setup.get("placement", "")))
         view.update(msgspec.convert(setup.get("report") or {}, EngineReport))
-        sock = bind(settings.host, settings.port)
+        sock = _bind(settings.host, settings.port, setup.get("prefer_port"))
         app = build_app(view, settings, read_token(home), sock.getsockname()[1])
         server = Server(uvicorn.Config(
             app, log_config=None, access_log=False, lifespan="off", proxy_headers=False,

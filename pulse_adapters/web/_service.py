@@ -41,6 +41,10 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 STDERR_KEPT = 20
 
+_last_port: dict[Path, int] = {}
+"""The port each home's UI last served on in this process: with `port` 0 a reload (a new
+engine, a new UI process) asks for it again, so an open page reconnects where it was."""
+
 
 class WebUnavailable(RuntimeError):
     """The UI's process did not start, or stopped; the message holds what it said."""
@@ -106,8 +110,10 @@ class WebService:
             await self._send(child, {
                 "home": str(self.home), "store": engine.store_url,
                 "placement": engine.placement, "settings": msgspec.to_builtins(self.settings),
+                "prefer_port": _last_port.get(self.home),
                 "report": msgspec.to_builtins(await report())})
             self.url = await self._address(child)
+            _last_port[self.home] = int(self.url.rstrip("/").rsplit(":", 1)[1])
             await asyncio.to_thread(self._announce, self.url, child.pid)
             while child.returncode is None:
                 await self._send(child, msgspec.to_builtins(await report()))

@@ -1,0 +1,147 @@
+"""The web service: the UI's own process, started, watched, restarted and stopped with its
+engine; its faults recorded, never silent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from pulse_adapters.web import layer, read_token
+from pulse_core import Engine, LayerContext, SystemClock
+
+
+def web_engine(home: Path, port: int = 0) -> Engine:
+    return Engine(home, layers=[layer({"port": port}, LayerContext(home, SystemClock()))])
+
+
+async def served(home: Path, other_than: int | None = None, timeout: float = 30.0
+                 ) -> dict[str, object]:
+    """HOME/web.json once a UI process (not `other_than`) serves."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = json.loads((home / "web.json").read_text())
+        except (OSError, ValueError):
+            found = None
+        if isinstance(found, dict) and found.get("pid") != other_than:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no UI process served within {timeout} s")
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    async with web_engine(tmp_path / "home") as running:
+        yield running
+
+
+async def test_the_ui_serves_from_a_niced_process_of_its_own(engine: Engine) -> None:
+    found = await served(engine.home)
+    child = psutil.Process(int(str(found["pid"])))
+    assert child.pid != os.getpid() and child.ppid() == os.getpid()
+    assert child.nice() >= psutil.Process().nice() + 10
+    assert found["engine_pid"] == os.getpid()
+    headers = {"authorization": f"Bearer {read_token(engine.home)}"}
+    async with httpx.AsyncClient(headers=headers) as http:
+        overview = (await http.get(f"{found['url']}api/overview")).json()
+    assert overview["engine"]["started_at"] == engine.started_at
+
+
+async def test_a_ui_process_that_dies_is_recorded_and_started_again(engine: Engine) -> None:
+    first = await served(engine.home)
+    os.kill(int(str(first["pid"])), signal.SIGKILL)
+    second = await served(engine.home, other_than=int(str(first["pid"])))
+    assert psutil.pid_exists(int(str(second["pid"])))
+    errors = await engine.events.read(kinds=["error"])
+    assert any("web UI's process" in str(e.data) and "exited" in str(e.data)
+               for e in errors), errors
+    (web,) = [loop for loop in engine.loops() if loop.name == "service:web"]
+    assert web.restarts >= 1
+
+
+async def test_a_port_in_use_is_an_error_naming_it_and_the_engine_runs_on(
+        tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with web_engine(tmp_path / "home", port) as engine:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                errors = await engine.events.read(kinds=["error"])
+                if any(f"127.0.0.1:{port}" in str(e.data) for e in errors):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the port in use was never reported")
+            assert "port" in str(errors[-1].data)
+            await engine.tick()  # the engine itself is unharmed
+            assert not (engine.home / "web.json").exists()
+
+
+async def test_closing_the_engine_stops_the_ui_and_withdraws_its_address(tmp_path: Path
+                                                                         ) -> None:
+    async with web_engine(tmp_path / "home") as engine:
+        pid = int(str((await served(engine.home))["pid"]))
+    assert not (tmp_path / "home" / "web.json").exists()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_with_port_0_a_new_engine_in_the_same_process_serves_on_the_same_port(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    async with web_engine(home):
+        first = (await served(home))["url"]
+    async with web_engine(home):
+        again = (await served(home))["url"]
+    assert again == first
+
+
+def test_the_ui_stops_when_its_engine_is_killed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    script = textwrap.dedent(f"""
+        import asyncio
+        from pathlib import Path
+        from pulse_adapters.web import layer
+        from pulse_core import Engine, LayerContext, SystemClock
+
+        async def main() -> None:
+            home = Path({str(home)!r})
+            web = layer({{"port": 0}}, LayerContext(home, SystemClock()))
+            async with Engine(home, layers=[web]):
+                await asyncio.sleep(120)
+
+        asyncio.run(main())
+    """)
+    engine = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        found = asyncio.run(served(home))
+        child = int(str(found["pid"]))
+        assert psutil.pid_exists(child)
+        engine.kill()
+        engine.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and psutil.pid_exists(child):
+            try:
+                if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the UI's process outlived its engine")
+    finally:
+        engine.kill()
