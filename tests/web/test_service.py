@@ -27,10 +27,12 @@ def web_engine(home: Path, port: int = 0) -> Engine:
     return Engine(home, layers=[layer({"port": port}, LayerContext(home, SystemClock()))])
 
 
-async def served(home: Path, other_than: int | None = None, timeout: float = 30.0
-                 ) -> dict[str, object]:
+SERVE_WITHIN_S = 30.0
+
+
+async def served(home: Path, other_than: int | None = None) -> dict[str, object]:
     """HOME/web.json once a UI process (not `other_than`) serves."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + SERVE_WITHIN_S
     while time.monotonic() < deadline:
         try:
             found = json.loads((home / "web.json").read_text())
@@ -39,7 +41,7 @@ async def served(home: Path, other_than: int | None = None, timeout: float = 30.
         if isinstance(found, dict) and found.get("pid") != other_than:
             return found
         await asyncio.sleep(0.05)
-    raise AssertionError(f"no UI process served within {timeout} s")
+    raise AssertionError(f"no UI process served within {SERVE_WITHIN_S} s")
 
 
 @pytest.fixture
