@@ -45,6 +45,12 @@ from pulse_survival.marks import (
     StartHeld,
     StreakCounted,
 )
+from pulse_survival.supervised import (
+    ProcessState,
+    SupervisedState,
+    process_states,
+    supervised_states,
+)
 
 __all__ = [
     "RULE_ORDER",
@@ -70,6 +76,7 @@ __all__ = [
     "NotifySinks",
     "ProcessPolicy",
     "ProcessRecord",
+    "ProcessState",
     "Recovered",
     "ResourceThresholds",
     "RestartProcess",
@@ -78,12 +85,15 @@ __all__ = [
     "StartFailed",
     "StartHeld",
     "StreakCounted",
+    "SupervisedState",
     "SurvivalConfig",
     "SurvivalConfigError",
     "SurvivalLedger",
     "SurvivalLedgerData",
     "WebhookFailed",
     "load_config",
+    "process_states",
+    "supervised_states",
     "survival_config",
     "survival_layer",
 ]
