@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import msgspec
@@ -40,11 +41,18 @@ class ConfigError(CliError):
     """config.json is missing, not JSON, or has a field that is unknown or out of range."""
 
 
+LogFormat = Literal["text", "json"]
+"""What daemon.log's lines are: text for people, or one JSON object a line (JSON lines)."""
+LOG_FORMATS: tuple[str, ...] = typing.get_args(LogFormat)
+
+
 class DaemonSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """How the daemon stops and how big its log may grow before it is rotated."""
+    """How the daemon stops, how big its log may grow before it is rotated, and whether its
+    lines are text or JSON (pulse_cli.daemon_log)."""
 
     drain_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0
     log_max_bytes: Annotated[int, msgspec.Meta(ge=4096)] = 10 * 1024 * 1024
+    log_format: LogFormat = "text"
 
 
 class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -84,9 +92,10 @@ ALLOWED: dict[str, str] = {
     "": "a JSON object",
     "instance": "an instance name (letters, digits, '.', '_', '-')",
     "default_tick_ms": f"an integer from {MIN_TICK_MS} to {MAX_TICK_MS}",
-    "daemon": "an object with drain_timeout_s and log_max_bytes",
+    "daemon": "an object with drain_timeout_s, log_max_bytes and log_format",
     "daemon.drain_timeout_s": "a number > 0 and <= 3600",
     "daemon.log_max_bytes": "an integer >= 4096",
+    "daemon.log_format": " or ".join(f'"{f}"' for f in LOG_FORMATS) + " (default \"text\")",
     "survival": "an object of pulse_survival.SurvivalConfig settings",
     "store": ("a store URL such as \"sqlite:///abs/path/events.db\" or "
               "\"postgresql://user@host:5432/db\" (null: the home's own log)"),

@@ -26,11 +26,12 @@ import contextlib
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import psutil
 
-from pulse_core import HomeLayout, PulseError
+from pulse_core import HomeLayout, LoopStatus, PulseError
 from pulse_core._homelock import write_private
 
 EXIT_OK = 0
@@ -100,10 +101,25 @@ def resolve_home(home: Path | None, instance: str | None) -> Path:
     return base_home().absolute()
 
 
+class Notice(msgspec.Struct, frozen=True):
+    """A `notification` the daemon saw in the log: when (ms), its topic, level and text."""
+
+    ts: int
+    topic: str
+    level: str
+    text: str
+
+
 class DaemonStatus(msgspec.Struct):
     """HOME/daemon.status.json: what `upulse daemon status` shows besides the log, and what
     `daemon stop` and `status` need of the running daemon's settings (its drain timeout, the
-    store URL of its log) when config.json cannot be read."""
+    store URL of its log) when config.json cannot be read.
+
+    `processes` holds each essential process as `pulse_survival.ProcessState` builtins (kept
+    untyped here so that reading the file needs no survival layer), `loops` the engine's
+    supervised loops, `notices` the last NOTICES_KEPT notifications, newest last, and
+    `next_tick_at` when the next tick is due (ms; None before the first).
+    """
 
     pid: int
     state: str
@@ -120,6 +136,14 @@ class DaemonStatus(msgspec.Struct):
     stopped_at: int | None = None
     drain_timeout_s: float | None = None
     store: str | None = None
+    next_tick_at: int | None = None
+    processes: list[dict[str, Any]] = []
+    loops: list[LoopStatus] = []
+    notices: list[Notice] = []
+
+
+NOTICES_KEPT = 10
+"""How many of the latest notifications daemon.status.json keeps."""
 
 
 class Home:

@@ -24,6 +24,7 @@ from pulse_cli.output import (
     print_table,
     printable,
     span,
+    table,
     without_passwords,
 )
 from pulse_cli.queries import read_effects
@@ -38,10 +39,11 @@ from pulse_cli.stores import (
     store_url,
     unavailable,
 )
-from pulse_core import Event, EventStore, StoreError
+from pulse_core import Event, EventStore, LoopState, StoreError
 from pulse_core._homelock import private_folder
 from pulse_core.store import open_event_store
 from pulse_core.store._side import open_side_store
+from pulse_survival import ProcessState, SupervisedState
 
 ERRORS_SHOWN = 3
 ERROR_LOOKBACK = 100_000  # events searched back from the head for the last errors
@@ -183,7 +185,10 @@ async def _from_log(home: Home, store: str | None) -> tuple[int, list[Event]]:
 
 
 async def status(home: Home, *, as_json: bool) -> int:
-    """Show the daemon's pid, uptime, revision, ticks, pending effects and last errors.
+    """Show the daemon's pid, uptime, revision, ticks and the time to the next, pending
+    effects and last errors (never "none" while restarts or give-ups happened in the last
+    hour), then its essential processes as supervisorctl shows them, its engine loops that
+    are not running and the last notices (docs/cli.md, `upulse daemon status`).
 
     Works on any home with an event log (without config.json: an embedded engine's), and
     whatever config.json says: when it cannot be read, the report says why, and the log is
@@ -221,13 +226,20 @@ async def status(home: Home, *, as_json: bool) -> int:
         "log_error": None if log_error is None else str(log_error),
         "pending_effects": pending, "last_errors": [msgspec.to_builtins(e) for e in errors],
     }
-    if pid is not None and last is not None and last.pid == pid:
+    running = pid is not None and last is not None and last.pid == pid
+    if running and last is not None:
         report["uptime_s"] = (now - last.started_at) / 1000
         report["tick_rate_per_min"] = round(_tick_rate(last, now), 2)
+    processes = _processes(last)
+    report["processes"] = [msgspec.to_builtins(p) for p in processes]
+    report["next_tick_in_s"] = (None if not running or last is None or last.next_tick_at is None
+                                else round((last.next_tick_at - now) / 1000, 1))
+    report["trouble"] = _trouble(processes, last)
     if as_json:
         print_json(report)
     else:
         _print_status(report, last, now)
+        _print_supervised(processes, last, now, running=running)
     if pid is None:
         unread = "" if log_error is None else f" (and its log cannot be read: {log_error})"
         raise DaemonStateError(f"the daemon of {home.root} is not running{unread}")
@@ -259,9 +271,11 @@ def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -
                                          f"engine/ ({shown}): promote them through staging"))
     if report["uptime_s"] is not None and last is not None:
         lines.append(("uptime", span(report["uptime_s"])))
+        left = report["next_tick_in_s"]
+        due = "next tick not yet due" if left is None else \
+            "next tick due now" if left <= 0 else f"next tick in {left:g} s"
         lines.append(("ticks", f"{last.ticks} ({report['tick_rate_per_min']:g}/min), last "
-                               f"{ago(last.last_tick_at, now)}, next in "
-                               f"{last.tick_ms if last.tick_ms is not None else '-'} ms"))
+                               f"{ago(last.last_tick_at, now)}, {due}"))
         if last.reloads:
             lines.append(("reloads", f"{last.reloads}, last {ago(last.last_reload_at, now)}"))
     if report["config_error"] is not None:
@@ -278,9 +292,76 @@ def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -
         print(printable(f"{key.ljust(width)}  {value}"))
     errors = report["last_errors"]
     none = "unknown" if unknown else "none"
-    print(f"{'errors'.ljust(width)}  {none if not errors else ''}".rstrip())
+    if report["trouble"]:  # restarts and give-ups are no `error` events, yet never "none"
+        none = f"no error events, but {'; '.join(report['trouble'])}"
+    print(printable(f"{'errors'.ljust(width)}  {none if not errors else ''}".rstrip()))
     for error in errors:
         data = error["data"] if isinstance(error["data"], dict) else {}
         message = f"{data.get('type', '')}: {data.get('message', '')}"
         print(printable(f"  #{error['seq']}  {ago(error['ts'], now)}  {error['key']}  "
                         f"{clip(message, 80)}"))
+
+
+def _processes(last: DaemonStatus | None) -> list[ProcessState]:
+    """The essential processes the daemon last reported ([] for none, or an older file)."""
+    try:
+        return msgspec.convert(last.processes if last is not None else [], list[ProcessState])
+    except msgspec.ValidationError:
+        return []
+
+
+def _trouble(processes: list[ProcessState], last: DaemonStatus | None) -> list[str]:
+    """The restarts and give-ups of the last report, in words: what makes "errors none" a
+    lie even when no `error` event was recorded."""
+    said: list[str] = []
+    for process in processes:
+        restarts = f"{process.restarts_last_hour} restart(s) in the last hour"
+        if process.state is SupervisedState.FATAL:
+            said.append(f"{process.name} given up after {restarts}: {process.given_up_why}")
+        elif process.restarts_last_hour:
+            said.append(f"{process.name}: {restarts}")
+    for loop in last.loops if last is not None else []:
+        if loop.restarts:
+            said.append(f"engine loop {loop.name}: {loop.restarts} restart(s)")
+    return said
+
+
+def _note(process: ProcessState, now: int) -> str:
+    """What supervisorctl would say beside a process's state."""
+    if process.state is SupervisedState.FATAL:
+        return f"gave up: {process.given_up_why}"
+    if process.state is SupervisedState.BACKOFF:
+        return "restart due" if process.next_restart_at is None else \
+            f"restart {ago(process.next_restart_at, now)}"
+    if process.state is SupervisedState.STARTING and process.last_restart_at is not None:
+        return f"restarted {ago(process.last_restart_at, now)}"
+    if process.state is SupervisedState.EXITED:
+        return "not running; no argv to restart it with"
+    if process.state is SupervisedState.UNKNOWN:
+        return "not sampled yet"
+    return ""
+
+
+def _print_supervised(processes: list[ProcessState], last: DaemonStatus | None, now: int,
+                      *, running: bool) -> None:
+    """The essential processes as supervisorctl shows them, the engine's loops that are not
+    running (while the daemon runs), and the last notices."""
+    if last is None:
+        return
+    if processes:
+        print("\nessential processes" + ("" if running else " (as the last run left them)"))
+        print(table(("NAME", "STATE", "PID", "UPTIME", "RESTARTS/1h", "NOTE"), [
+            [p.name, p.state.value, p.pid or "-",
+             "-" if p.uptime_s is None else span(p.uptime_s), p.restarts_last_hour,
+             _note(p, now)] for p in processes]))
+    stuck = [loop for loop in last.loops if loop.state is not LoopState.RUNNING]
+    if running and stuck:
+        print("\nengine loops not running")
+        print(table(("LOOP", "STATE", "RESTARTS", "LAST ERROR"), [
+            [loop.name, loop.state.value.upper(), loop.restarts, clip(loop.last_error or "", 100)]
+            for loop in stuck]))
+    if last.notices:
+        print(f"\nlast {len(last.notices)} notice(s)")
+        print(table(("WHEN", "TOPIC", "LEVEL", "TEXT"), [
+            [ago(n.ts, now), n.topic, n.level, clip(n.text, 100)]
+            for n in reversed(last.notices)]))

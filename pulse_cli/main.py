@@ -126,7 +126,7 @@ def _query_commands(sub: Any) -> argparse.ArgumentParser:
                         help="at most N events (0: all)")
     effects = _command(sub, "effects", "queries.effects",
                        "list effects with their status (pending, executing, retrying, acked, "
-                       "failed)",
+                       "failed, cancelled); cancel or retry one",
                        lambda a, h: {"pending": a.pending, "failed": a.failed,
                                      "as_json": a.json, "limit": a.limit})
     which = effects.add_mutually_exclusive_group()

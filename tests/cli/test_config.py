@@ -46,7 +46,8 @@ def test_a_number_out_of_range_is_refused_with_the_range() -> None:
 
 def test_an_unknown_field_is_refused_with_the_fields_allowed_there() -> None:
     assert refused({"daemon": {"drain": 3}}) == (
-        "config.json: daemon: unknown field 'drain' — allowed: drain_timeout_s, log_max_bytes")
+        "config.json: daemon: unknown field 'drain' — allowed: drain_timeout_s, log_max_bytes, "
+        "log_format")
     assert refused({"tick": 3}) == (
         "config.json: unknown field 'tick' — allowed: instance, default_tick_ms, daemon, "
         "survival, store, side_store, host, layers")
