@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from pulse_adapters.web import served_address
 from pulse_cli import config as config_file
 from pulse_cli.home import (
     CliError,
@@ -235,6 +236,7 @@ async def status(home: Home, *, as_json: bool) -> int:
     report["next_tick_in_s"] = (None if not running or last is None or last.next_tick_at is None
                                 else round((last.next_tick_at - now) / 1000, 1))
     report["trouble"] = _trouble(processes, last)
+    report["web_ui"] = served_address(home.root) if running else None
     if as_json:
         print_json(report)
     else:
@@ -282,6 +284,8 @@ def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -
         lines.append(("config", f"cannot be read: {report['config_error']}"))
     if report["store"] is not None:
         lines.append(("log", report["store"]))
+    if report["web_ui"] is not None:
+        lines.append(("web UI", f"{report['web_ui']} (`upulse ui` prints the token)"))
     if report["log_error"] is not None:
         lines.append(("log", f"cannot be read: {report['log_error']}"))
     unknown = report["pending_effects"] is None

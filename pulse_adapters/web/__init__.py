@@ -4,21 +4,16 @@ Switched on by config.json (`"layers": {"web": {}}`), the daemon serves it on
 http://127.0.0.1:8421/ (docs/web.md); `upulse ui` prints the address with the token. Every
 request passes the Guard: a Host the UI answers to, not from another site, with the token of
 HOME/ui.token.
+
+The settings and the home's files are light to import (the CLI reads them); the server, the
+app and the metrics load when first named.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from pulse_adapters.web._app import build_app
-from pulse_adapters.web._guard import Guard, allowed_hosts
-from pulse_adapters.web._metrics import (
-    EngineMetrics,
-    InstrumentReadings,
-    InstrumentTally,
-    log_exposition,
-)
-from pulse_adapters.web._service import WebService
 from pulse_adapters.web._settings import (
     LAYER,
     TokenMissing,
@@ -30,6 +25,17 @@ from pulse_adapters.web._settings import (
     served_address,
 )
 from pulse_core import Layer, LayerContext
+
+if TYPE_CHECKING:
+    from pulse_adapters.web._app import build_app
+    from pulse_adapters.web._guard import Guard, allowed_hosts
+    from pulse_adapters.web._metrics import (
+        EngineMetrics,
+        InstrumentReadings,
+        InstrumentTally,
+        log_exposition,
+    )
+    from pulse_adapters.web._service import WebService
 
 __all__ = [
     "EngineMetrics",
@@ -50,8 +56,22 @@ __all__ = [
     "served_address",
 ]
 
+_LAZY = {"build_app": "_app", "Guard": "_guard", "allowed_hosts": "_guard",
+         "EngineMetrics": "_metrics", "InstrumentReadings": "_metrics",
+         "InstrumentTally": "_metrics", "log_exposition": "_metrics",
+         "WebService": "_service"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 def layer(settings: Any, context: LayerContext) -> Layer:
     """The web layer (entry point `web` in group `pulse.layers`): one service, the UI."""
+    from pulse_adapters.web._service import WebService
+
     return Layer(LAYER, services=[WebService(context.home, load_settings(settings),
                                              context.engine_directory)])

@@ -5,6 +5,7 @@ logs, and its file is the owner's only."""
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
@@ -201,3 +202,14 @@ def test_the_token_never_reaches_the_daemons_logs(daemon: WebDaemon,
     assert (daemon.home / "daemon.log").stat().st_size > 0
     for log in logs:
         assert daemon.token not in log.read_text(errors="replace"), f"the token is in {log}"
+
+
+def test_daemon_status_names_where_the_ui_serves_but_never_its_token(daemon: WebDaemon
+                                                                      ) -> None:
+    shown = daemon.upulse("daemon", "status", "--home", daemon.home)
+    (line,) = [row for row in shown.stdout.splitlines() if row.startswith("web UI")]
+    assert daemon.url in line
+    assert daemon.token not in shown.stdout + shown.stderr
+    report = json.loads(daemon.upulse("daemon", "status", "--json", "--home",
+                                      daemon.home).stdout)
+    assert report["web_ui"] == daemon.url
