@@ -8,51 +8,41 @@ acts on), and the newest ACKED_KEPT acked ones; older acked effects are only cou
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter, deque
 from typing import Any
 
+from pulse_adapters.web._folding import LogFold
 from pulse_core import EffectEntry, EffectStatus, Event, EventStore, fold_effect
 from pulse_core._effects import EFFECT_KINDS, MARK_KIND
 from pulse_core._events import QUARANTINED
 
-PAGE = 2_000
 SURVIVAL_KEPT = 50
 ACKED_KEPT = 1_000
 KINDS = sorted(EFFECT_KINDS | {MARK_KIND, QUARANTINED})
 
 
-class LogBook:
+class LogBook(LogFold):
     """The effects and survival decisions the UI shows (see the module's docstring), kept
     current by `catch_up`."""
 
+    kinds = KINDS
+
     def __init__(self, events: EventStore) -> None:
-        self.events = events
+        super().__init__(events)
         self.survival_tags: frozenset[str] = frozenset()
         self.effects: dict[str, EffectEntry] = {}
         self.counts: Counter[str] = Counter()
         self.survival: deque[dict[str, Any]] = deque(maxlen=SURVIVAL_KEPT)
-        self.seq = 0
         self._acked: deque[str] = deque()
-        self._lock = asyncio.Lock()
 
     async def catch_up(self, survival_tags: frozenset[str] | None = None) -> None:
         """Fold what was appended since the last call (`survival_tags`: the survival layer's
         effect and mark types, when known)."""
-        async with self._lock:
-            if survival_tags:
-                self.survival_tags = survival_tags
-            while True:
-                page = await self.events.read_page(self.seq, kinds=KINDS, limit=PAGE)
-                for event in page.events:
-                    self._fold(event)
-                short = len(page.events) < PAGE
-                self.seq = max(self.seq, page.last_seq if short else page.events[-1].seq)
-                if short:
-                    return
-                await asyncio.sleep(0)
+        if survival_tags:
+            self.survival_tags = survival_tags
+        await super().catch_up()
 
-    def _fold(self, event: Event) -> None:
+    def fold(self, event: Event) -> None:
         if event.kind != MARK_KIND:
             self._effect(event)
         tag = _tag(event)

@@ -30,6 +30,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from pulse_adapters.awareness.ledger import CycleRecord
+from pulse_adapters.web._folding import LogFold
 from pulse_core import (
     EffectEntry,
     EffectOutcome,
@@ -64,11 +65,8 @@ VITAL_FIELDS_MAX = 64
 VITAL_DEPTH = 3
 """How deep nested objects of a sample's data are followed (`disk_pct./home`)."""
 
-PAGE = 2_000
-"""Events read per page when the log is folded."""
-
 CYCLE = "awareness-cycle"
-LOG_KINDS = frozenset(EFFECT_KINDS | {QUARANTINED, MARK_KIND, CYCLE})
+LOG_KINDS = sorted(EFFECT_KINDS | {QUARANTINED, MARK_KIND, CYCLE})
 _GAVE_UP_KEY = f"{MARK_KIND}:{GaveUp.tag()}"
 _RESTART = RestartProcess.tag()
 
@@ -133,16 +131,16 @@ class InstrumentTally(Instruments):
         found.observe(WAIT_BUCKETS, duration_s)
 
 
-class LogTally:
+class LogTally(LogFold):
     """What the log says, folded as it grows: every effect's state and type (finished ones
     included), restarts and give-ups per essential process, and the awareness reviewer's
     cycles, model calls and verbs. `catch_up` reads only what was appended since its last
     read; an effect is kept as its state and type alone, so a long log stays small here."""
 
+    kinds = LOG_KINDS
+
     def __init__(self, events: EventStore) -> None:
-        self.events = events
-        self.seq = 0  # folded up to here
-        self.head = 0  # the newest seq the last read saw
+        super().__init__(events)
         self.effects: collections.Counter[tuple[str, str]] = collections.Counter()
         self.restarts: collections.Counter[str] = collections.Counter()
         self.give_ups: collections.Counter[str] = collections.Counter()
@@ -152,23 +150,8 @@ class LogTally:
         self.rejected = 0
         self._entries: dict[str, EffectEntry] = {}
         self._bodies: dict[str, dict[str, Any]] = {}  # one stored body per effect type
-        self._lock = asyncio.Lock()
 
-    async def catch_up(self) -> None:
-        """Fold the events appended since the last call, a page at a time."""
-        async with self._lock:
-            while True:
-                page = await self.events.read_page(self.seq, kinds=LOG_KINDS, limit=PAGE)
-                for event in page.events:
-                    self._fold(event)
-                short = len(page.events) < PAGE
-                self.seq = max(self.seq, page.last_seq if short else page.events[-1].seq)
-                self.head = max(self.head, page.last_seq)
-                if short:
-                    return
-                await asyncio.sleep(0)  # a long log never holds the loop
-
-    def _fold(self, event: Event) -> None:
+    def fold(self, event: Event) -> None:
         if event.kind == MARK_KIND:
             if event.key == _GAVE_UP_KEY:
                 mark = decode_mark(event)

@@ -9,7 +9,6 @@ Days are UTC days, as the reviewer's own daily budgets count them
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from typing import Any
@@ -17,11 +16,11 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.awareness.ledger import DAY_MS, CycleRecord
+from pulse_adapters.web._folding import LogFold
 from pulse_core import Event, EventStore, InvalidEvent
 
 CYCLE, JOURNAL = "awareness-cycle", "awareness-journal"
 KINDS = (CYCLE, JOURNAL)
-PAGE = 2_000
 CYCLES_KEPT = 200
 """The newest cycles the page can list."""
 JOURNAL_KEPT = 50
@@ -63,33 +62,20 @@ def cycle_json(event: Event, record: CycleRecord) -> dict[str, Any]:
             "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens}
 
 
-class ReviewerLog:
+class ReviewerLog(LogFold):
     """The review cycles the page shows (see the module's docstring), kept current by
     `catch_up`."""
 
+    kinds = KINDS
+
     def __init__(self, events: EventStore) -> None:
-        self.events = events
-        self.seq = 0
+        super().__init__(events)
         self.cycles: deque[dict[str, Any]] = deque(maxlen=CYCLES_KEPT)
         self.journal: deque[dict[str, Any]] = deque(maxlen=JOURNAL_KEPT)
         self.days: dict[int, DayTally] = {}
         self.unreadable = 0
-        self._lock = asyncio.Lock()
 
-    async def catch_up(self) -> None:
-        """Fold what was appended since the last call."""
-        async with self._lock:
-            while True:
-                page = await self.events.read_page(self.seq, kinds=KINDS, limit=PAGE)
-                for event in page.events:
-                    self._fold(event)
-                short = len(page.events) < PAGE
-                self.seq = max(self.seq, page.last_seq if short else page.events[-1].seq)
-                if short:
-                    return
-                await asyncio.sleep(0)
-
-    def _fold(self, event: Event) -> None:
+    def fold(self, event: Event) -> None:
         if event.kind == JOURNAL:
             data = event.data if isinstance(event.data, dict) else {}
             self.journal.append({"seq": event.seq, "ts": event.ts, "key": event.key,
