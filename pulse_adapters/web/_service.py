@@ -40,6 +40,8 @@ log = logging.getLogger("pulse.web")
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 STDERR_KEPT = 20
+STALLED_S = 30.0
+"""A UI process that takes no report for this long (its stdin full) is stopped and restarted."""
 
 _last_port: dict[Path, int] = {}
 """The port each home's UI last served on in this process: with `port` 0 a reload (a new
@@ -131,10 +133,14 @@ class WebService:
         assert child.stdin is not None
         try:
             child.stdin.write(json.dumps(data, separators=(",", ":")).encode() + b"\n")
-            await child.stdin.drain()
+            await asyncio.wait_for(child.stdin.drain(), STALLED_S)
         except (BrokenPipeError, ConnectionResetError):
             await child.wait()
             raise WebUnavailable(self._ended(child)) from None
+        except TimeoutError:
+            raise WebUnavailable(
+                f"the web UI's process (pid {child.pid}) took no report for {STALLED_S:g} s "
+                "(stopped or hung); it is stopped and started again") from None
 
     async def _address(self, child: asyncio.subprocess.Process) -> str:
         assert child.stdout is not None

@@ -4,6 +4,7 @@ engine; its faults recorded, never silent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -147,3 +148,27 @@ def test_the_ui_stops_when_its_engine_is_killed(tmp_path: Path) -> None:
             raise AssertionError("the UI's process outlived its engine")
     finally:
         engine.kill()
+
+
+async def test_a_ui_process_that_stops_reading_is_replaced_and_the_engine_ticks_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pulse_adapters.web import _service
+
+    monkeypatch.setattr(_service, "STALLED_S", 1.0)
+    monkeypatch.setattr(_service, "STOP_TIMEOUT_S", 1.0)
+    home = tmp_path / "home"
+    web = layer({"port": 0, "live_every_s": 0.1}, LayerContext(home, SystemClock()))
+    async with Engine(home, layers=[web]) as engine:
+        first = int(str((await served(home))["pid"]))
+        os.kill(first, signal.SIGSTOP)  # its stdin fills: the reports can no longer go in
+        try:
+            ticks = engine.ticks
+            second = await served(home, other_than=first)
+            await engine.tick()
+            assert engine.ticks > ticks
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(first, signal.SIGCONT)
+        assert psutil.pid_exists(int(str(second["pid"])))
+        errors = await engine.events.read(kinds=["error"])
+        assert any("took no report" in str(e.data) for e in errors), errors
