@@ -55,7 +55,7 @@ class WebUnavailable(RuntimeError):
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (OSError, naming both, when it cannot be had)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets NODELAY
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

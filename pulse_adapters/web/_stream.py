@@ -80,6 +80,10 @@ class Feed:
     def unsubscribe(self, queue: asyncio.Queue[Event | None]) -> None:
         self._queues.discard(queue)
 
+    def subscribed(self, queue: asyncio.Queue[Event | None]) -> bool:
+        """Whether `queue` still gets events (it is dropped when it falls behind)."""
+        return queue in self._queues
+
     async def _follow(self) -> None:
         async for event in self.store.changes(await self.store.last_seq(),
                                               poll_interval=self.poll_s):
@@ -117,9 +121,16 @@ def event_stream(feed: Feed, f: EventFilter, after: int,
                 if len(backlog) < 500:
                     break
             while (event := await queue.get()) is not None:
-                if event.seq > last and wanted(event):
-                    last = event.seq
-                    yield message("event", to_json(event), id=event.seq)
+                chunk: list[str] = []  # what arrived together goes out in one write
+                while event is not None:
+                    if event.seq > last and wanted(event):
+                        last = event.seq
+                        chunk.append(message("event", to_json(event), id=event.seq))
+                    event = queue.get_nowait() if not queue.empty() else None
+                if chunk:
+                    yield "".join(chunk)
+                if queue.empty() and not feed.subscribed(queue):
+                    return  # fell behind and was dropped: the browser resumes from its id
         finally:
             feed.unsubscribe(queue)
     return _with_keepalive(events())
