@@ -24,6 +24,7 @@ from pulse_core._homelock import lock_home
 from pulse_core._housekeeping import housekeeping, save_memo
 from pulse_core._instruments import InstrumentFanOut, Instruments
 from pulse_core._layer import EngineDirectory, Layer
+from pulse_core._projections import SERVICE_PREFIX
 from pulse_core._projector import Projector
 from pulse_core._rules import Decision, Rule, RuleTrace, rule_name
 from pulse_core._run import stop_signals
@@ -260,7 +261,7 @@ class Engine:
         self.supervisor.start("error-reports", self._errors.record_late)
         for layer in self.layers:  # services first: they may bind state the first tick reads
             for service in layer.services:
-                self.supervisor.start(f"service:{rule_name(service)}",
+                self.supervisor.start(f"{SERVICE_PREFIX}{rule_name(service)}",
                                       lambda s=service: s(self))  # type: ignore[misc]
         for watcher in self.watchers:
             self.supervisor.start(

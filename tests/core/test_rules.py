@@ -168,3 +168,22 @@ def test_an_error_recorded_late_counts_when_it_was_reported_not_when_it_was_stor
     state = errors.apply(state, error(3, 91_000, late=True, reported_at=95_000))  # not late
     state = errors.apply(state, error(4, 92_000, reported_at=1_000))  # not marked late
     assert state == (3_000, 5_000, 91_000, 92_000)
+
+
+async def test_a_services_failures_never_slow_the_ticks() -> None:
+    from pulse_core import Event, RecentErrors
+
+    def error(seq: int, key: str) -> Event:
+        return Event(seq, f"e{seq}", "error", key, 1, 1_000 + seq, "engine", None, "tx", None,
+                     {"error": "x"}, None)
+
+    errors = RecentErrors()
+    state = errors.initial()
+    for seq in range(1, 21):  # the web UI's process failing again and again
+        state = errors.apply(state, error(seq, "service:web"))
+    assert state == ()
+    state = errors.apply(state, error(21, "rule:mine"))
+    assert state == (1_021,)
+    decision = await compose([error_backoff()], 5_000)(
+        snap(), snap(projections={"errors": errors.apply((), error(1, "service:web"))}))
+    assert decision.tick_ms == 5_000
