@@ -12,7 +12,8 @@ from pulse_cli.parsing import command, json_flag
 def _effect_control(sub: Any) -> None:
     for action, help in (
         ("cancel", "cancel a pending (or retrying) effect: the executor loop never runs it"),
-        ("retry", "run a finally failed (or cancelled) effect again, from its first attempt"),
+        ("retry", "run a finally failed (or cancelled) effect again: its max attempts and backoff "
+                  "start over"),
     ):
         parser = command(sub, action, f"effect_control.{action}", help,
                          lambda a, h: {"effect_id": a.id, "reason": a.reason,

@@ -21,7 +21,7 @@ from pulse_adapters.web import _views as views
 from pulse_adapters.web._book import LogBook
 from pulse_adapters.web._guard import Guard, allowed_hosts
 from pulse_adapters.web._metrics import EngineMetrics
-from pulse_adapters.web._query import BadQuery, newest, parse_filter
+from pulse_adapters.web._query import BadQuery, newest, number, parse_filter
 from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
 from pulse_adapters.web._stream import Feed, beat_stream, event_stream, vitals_stream
@@ -94,7 +94,8 @@ def _routes(state: WebState) -> list[BaseRoute]:
                       "head": await engine.events.last_seq()})
 
     async def api_event(request: Request) -> Response:
-        detail = await views.event_detail(engine, request.path_params["seq"])
+        seq = request.path_params["seq"]
+        detail = await views.event_detail(engine, seq) if seq < 2**63 else None
         return _problem(404, "no such event") if detail is None else _json(detail)
 
     async def api_effects(request: Request) -> Response:
@@ -129,7 +130,9 @@ def _routes(state: WebState) -> list[BaseRoute]:
         except BadQuery as exc:
             return _problem(400, str(exc))
         resume = request.headers.get("last-event-id") or request.query_params.get("after")
-        after = int(resume) if resume and resume.isdigit() else await engine.events.last_seq()
+        after = number(resume)
+        if after is None:
+            after = await engine.events.last_seq()
         return StreamingResponse(event_stream(state.feed, f, after, views.event_json),
                                  media_type="text/event-stream", headers=SSE_HEADERS)
 
@@ -178,6 +181,6 @@ def build_app(engine: EngineView, settings: WebSettings, token: str, port: int) 
     """The UI of `engine` on `port`, guarded by `token`."""
     state = WebState(engine, settings, LogBook(engine.events), Feed(engine.events),
                      EngineMetrics(engine, readings=lambda: engine.report.instruments))
-    guard = Middleware(Guard, token=token, hosts=allowed_hosts(port, settings.allowed_hosts),
-                       cookie=f"pulse_ui_{port}")
+    hosts = allowed_hosts(port, settings.allowed_hosts, settings.host)
+    guard = Middleware(Guard, token=token, hosts=hosts, cookie=f"pulse_ui_{port}")
     return Starlette(routes=_routes(state), middleware=[guard])

@@ -45,9 +45,19 @@ async def _follow_reports(view: EngineView, server: Server) -> None:
     reader = asyncio.StreamReader(limit=1 << 22)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     decoder = msgspec.json.Decoder(EngineReport)
-    while line := await reader.readline():
-        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-            view.update(decoder.decode(line))
+    told = False
+    try:
+        while line := await reader.readline():
+            try:
+                view.update(decoder.decode(line))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                if not told:  # an engine of another version: say it once, keep serving
+                    print(f"pulse web: a report from the engine cannot be read: {exc}",
+                          file=sys.stderr, flush=True)
+                    told = True
+    except Exception as exc:  # a line too long, a broken pipe: stop, and the engine restarts us
+        print(f"pulse web: reading the engine's reports failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
     server.should_exit = True  # the engine is gone, or asked us to stop
 
 

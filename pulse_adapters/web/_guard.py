@@ -7,14 +7,17 @@ alike; nothing is served before all three pass:
    `allowed_hosts`): a page on another site that rebinds its DNS name to 127.0.0.1 is refused;
 2. a request a browser marks as coming from another site (Sec-Fetch-Site, or an Origin that
    is not the UI's) is refused, so no other page can drive the controls or read the data;
-3. the token, from `Authorization: Bearer`, or from the cookie a browser is given when it
-   opens `/?token=...` (the address `upulse ui` prints; the token is then dropped from the
-   address bar). A request authenticated by the cookie that changes anything must also say
-   it comes from the UI's own origin. Tokens are compared in constant time.
+3. the token, from `Authorization: Bearer`, or the cookie a browser is given when it opens
+   `/?token=...` (the address `upulse ui` prints; the token is then dropped from the address
+   bar). The cookie holds a value derived from the token, never the token itself: browsers
+   send a localhost cookie to every port of the host, and what another local server sees
+   must not open the API as a bearer. A request authenticated by the cookie that changes
+   anything must also say it comes from the UI's own origin. Compared in constant time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from urllib.parse import parse_qsl, urlencode
 
@@ -37,10 +40,14 @@ _NEED_TOKEN = ("this pulse UI needs its token: run `upulse ui` and open the addr
                "(programs send `Authorization: Bearer <token>`)\n")
 
 
-def allowed_hosts(port: int, extra: tuple[str, ...] = ()) -> frozenset[str]:
+def allowed_hosts(port: int, extra: tuple[str, ...] = (), bound: str = "127.0.0.1"
+                  ) -> frozenset[str]:
     """Host header values the UI on `port` answers to: the loopback names on that port
-    (and, for port 80, without it), plus `extra` as given."""
+    (and, for port 80, without it), the address it is `bound` to (unless a wildcard), plus
+    `extra` as given."""
     names = {f"{name}:{port}" for name in LOOPBACK_NAMES}
+    if bound not in ("0.0.0.0", "::"):
+        names.add(f"[{bound}]:{port}" if ":" in bound else f"{bound}:{port}")
     if port == 80:
         names |= set(LOOPBACK_NAMES)
     return frozenset(name.lower() for name in names | set(extra))
@@ -53,11 +60,16 @@ class Guard:
     def __init__(self, app: ASGIApp, *, token: str, hosts: frozenset[str], cookie: str) -> None:
         self.app = app
         self._token = token.encode()
+        self._session = hmac.new(self._token, b"pulse-ui-cookie", hashlib.sha256).hexdigest()
         self.hosts = hosts
         self.cookie = cookie
 
     def _matches(self, offered: str | None) -> bool:
         return offered is not None and hmac.compare_digest(offered.encode(), self._token)
+
+    def _session_matches(self, offered: str | None) -> bool:
+        return offered is not None and hmac.compare_digest(offered.encode(),
+                                                           self._session.encode())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # no websockets, no lifespan: nothing else is served
@@ -89,7 +101,7 @@ class Guard:
         if "token" in query and scope["method"] in SAFE_METHODS:
             return self._welcome(scope, query) if self._matches(query["token"]) else \
                 _unauthorised(headers)
-        if not self._matches(_cookie(headers, self.cookie)):
+        if not self._session_matches(_cookie(headers, self.cookie)):
             return _unauthorised(headers)
         if scope["method"] not in SAFE_METHODS and site != "same-origin" and origin is None:
             return PlainTextResponse("refused: a change must come from the UI's own pages\n",
@@ -103,8 +115,8 @@ class Guard:
         rest = urlencode(query)
         target = scope["path"] + (f"?{rest}" if rest else "")
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(self.cookie, self._token.decode(), httponly=True,
-                            samesite="strict", path="/")
+        response.set_cookie(self.cookie, self._session, httponly=True, samesite="strict",
+                            path="/")
         return response
 
 

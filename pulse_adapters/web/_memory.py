@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from pulse_adapters.web._query import number
 from pulse_adapters.web._state import WebState
 from pulse_core import Memory, read_identity, summarise_identities
 from pulse_core._memory_view import SHOWN
@@ -34,7 +35,7 @@ def routes(state: WebState) -> list[BaseRoute]:
     async def api_identity(request: Request) -> Response:
         identity = request.path_params["identity"]
         raw = request.query_params.get("shown", str(SHOWN))
-        if not raw.isdigit() or int(raw) > SHOWN_MAX:
+        if number(raw) is None or int(raw) > SHOWN_MAX:
             return JSONResponse({"error": f"shown={raw!r}: give a number of records from 0 to "
                                           f"{SHOWN_MAX} (default {SHOWN})"}, status_code=400)
         found = await read_identity(state.engine.events, identity, shown=int(raw))

@@ -12,6 +12,7 @@ from pulse_core import Event, EventStore
 
 WINDOW = 1_000
 MAX_WINDOWS = 200
+_NUMBER = re.compile(r"[0-9]{1,18}")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -34,6 +35,11 @@ class EventFilter:
     limit: int = 100
 
 
+def number(text: str | None) -> int | None:
+    """`text` as a seq or a count (ASCII digits, below 10**18), else None."""
+    return int(text) if text is not None and _NUMBER.fullmatch(text) else None
+
+
 def parse_filter(params: dict[str, list[str]], max_limit: int) -> EventFilter:
     """An EventFilter from query parameters (`kind` may repeat); BadQuery names the bad one."""
     def one(name: str) -> str | None:
@@ -42,17 +48,18 @@ def parse_filter(params: dict[str, list[str]], max_limit: int) -> EventFilter:
 
     since, after_seq, since_ms = one("since"), 0, None
     if since is not None:
-        if since.isdigit():
-            after_seq = int(since)
+        if (seq := number(since)) is not None:
+            after_seq = seq
         elif (match := _DURATION.match(since)) is not None:
             since_ms = int((time.time() - float(match[1]) * _UNIT_S[match[2]]) * 1000)
         else:
             raise BadQuery(f"since={since!r}: give a seq (120) or a duration (90s, 10m, 2h, 1d)")
     before = one("before")
-    if before is not None and not before.isdigit():
+    if before is not None and number(before) is None:
         raise BadQuery(f"before={before!r}: give a seq")
     limit = one("limit") or "100"
-    if not limit.isdigit() or not 1 <= int(limit) <= max_limit:
+    count = number(limit)
+    if count is None or not 1 <= count <= max_limit:
         raise BadQuery(f"limit={limit!r}: give 1..{max_limit}")
     return EventFilter(tuple(k for k in params.get("kind", []) if k), one("key"), one("origin"),
                        after_seq, since_ms, int(before) if before else None, int(limit))
@@ -73,7 +80,8 @@ async def newest(store: EventStore, f: EventFilter) -> tuple[list[Event], int | 
         older = found[-1].seq if len(found) == f.limit and found[-1].seq > f.after_seq + 1 \
             else None
         return found, older
-    high = f.before if f.before is not None else await store.last_seq() + 1
+    head = await store.last_seq()
+    high = head + 1 if f.before is None else min(f.before, head + 1)
     found = []
     for _ in range(MAX_WINDOWS):
         if high <= f.after_seq + 1 or len(found) >= f.limit:

@@ -50,10 +50,18 @@ async def processes(engine: Engine) -> tuple[dict[str, Any], ...]:
     return tuple(msgspec.to_builtins(p) for p in await process_states(engine))
 
 
+TEXT_MAX = 2_000
+"""The longest error text a report carries (a rule may raise with megabytes of text)."""
+
+
+def _clipped(text: str | None) -> str | None:
+    return text if text is None or len(text) <= TEXT_MAX else text[:TEXT_MAX] + "…"
+
+
 def _trace(engine: Engine) -> tuple[RuleTrace, ...]:
     """The last tick's trace; before the first tick, every rule in its tier, not reached."""
     if engine.trace:
-        return tuple(engine.trace)
+        return tuple(msgspec.structs.replace(t, error=_clipped(t.error)) for t in engine.trace)
     return tuple(RuleTrace(name, tier, reached=False) for tier, name in engine.chain.tiers)
 
 
@@ -64,7 +72,8 @@ async def report_of(engine: Engine, has_directory: bool,
         now=engine.clock.now_ms(), ticks=engine.ticks, last_tick_at=engine.last_tick_at,
         last_tick_ms=engine.last_tick_ms, next_tick_at=engine.next_tick_at,
         started_at=engine.started_at, placement=engine.placement,
-        loops=tuple(engine.loops()), trace=_trace(engine), rules=engine.rule_names,
+        loops=tuple(msgspec.structs.replace(loop, last_error=_clipped(loop.last_error))
+                    for loop in engine.loops()), trace=_trace(engine), rules=engine.rule_names,
         processes=await processes(engine), survival_tags=survival_tags(engine),
         watchers=tuple(w.key for w in engine.watchers),
         layers=tuple(layer.name for layer in engine.layers), has_directory=has_directory,

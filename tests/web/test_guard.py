@@ -155,12 +155,14 @@ def test_a_change_with_the_cookie_but_without_an_origin_is_refused(
     """A control sent with the cookie must say it comes from the UI's own pages."""
     pending = pending_effect(daemon)
     http.cookies.clear()
-    response = http.post(f"/api/effects/{pending}/cancel", headers=cookie(daemon, daemon.token))
+    session = http.get("/", params={"token": daemon.token}).cookies[cookie_name(daemon)]
+    http.cookies.clear()
+    response = http.post(f"/api/effects/{pending}/cancel", headers=cookie(daemon, session))
     assert response.status_code == 403
     assert "from the UI's own pages" in response.text
     assert status_of(http, daemon, pending) == "pending"
     allowed = http.post(f"/api/effects/{pending}/cancel",
-                        headers={**cookie(daemon, daemon.token), "origin": origin(daemon)})
+                        headers={**cookie(daemon, session), "origin": origin(daemon)})
     assert allowed.status_code == 200, allowed.text
     assert allowed.json()["kind"] == "effect-cancelled"
 
@@ -173,7 +175,11 @@ def test_the_address_with_the_token_sets_a_strict_cookie_and_drops_the_token(
     assert response.headers["location"] == "/events?kind=task-created"
     set_cookie = response.headers["set-cookie"]
     attributes = {part.strip().lower() for part in set_cookie.split(";")}
-    assert set_cookie.startswith(f"{cookie_name(daemon)}={daemon.token};")
+    assert set_cookie.startswith(f"{cookie_name(daemon)}=")
+    assert daemon.token not in set_cookie  # other local servers see a localhost cookie
+    session = response.cookies[cookie_name(daemon)]
+    refused = http.get("/api/overview", headers={"authorization": f"Bearer {session}"})
+    assert refused.status_code == 401
     assert "httponly" in attributes
     assert "samesite=strict" in attributes
     assert "path=/" in attributes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
@@ -17,6 +19,7 @@ from pulse_adapters.web import Guard, allowed_hosts
 TOKEN = "t" * 43
 PORT = 8421
 COOKIE = f"pulse_ui_{PORT}"
+SESSION = hmac.new(TOKEN.encode(), b"pulse-ui-cookie", hashlib.sha256).hexdigest()
 
 
 async def echo(request: Request) -> PlainTextResponse:
@@ -96,6 +99,9 @@ def test_allowed_hosts_adds_names_and_port_80_allows_bare_names() -> None:
     assert "pulse.lan:443" in allowed_hosts(8421, ("pulse.lan:443",))
     assert "localhost" in allowed_hosts(80)
     assert "localhost" not in allowed_hosts(8421)
+    assert "192.0.2.2:8421" in allowed_hosts(8421, bound="192.0.2.2")
+    assert "[fd00::2]:8421" in allowed_hosts(8421, bound="fd00::2")
+    assert not any(h.startswith("0.0.0.0") for h in allowed_hosts(8421, bound="0.0.0.0"))
 
 
 @pytest.mark.parametrize("headers", [
@@ -118,9 +124,9 @@ async def test_the_token_in_the_address_sets_a_strict_cookie_and_leaves_the_addr
     assert response.status_code == 303
     assert response.headers["location"] == "/events?kind=tick&key=engine"
     cookie = response.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}={TOKEN};")
+    assert cookie.startswith(f"{COOKIE}={SESSION};") and TOKEN not in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
-    page = await client.get("/events?kind=tick&key=engine", cookie=f"{COOKIE}={TOKEN}")
+    page = await client.get("/events?kind=tick&key=engine", cookie=f"{COOKIE}={SESSION}")
     assert page.status_code == 200
 
 
@@ -134,12 +140,19 @@ async def test_a_token_in_the_address_of_a_post_is_not_accepted(client: Client) 
     assert (await client.post(f"/api/x?token={TOKEN}")).status_code == 401
 
 
+async def test_the_cookie_value_is_no_bearer_and_the_raw_token_is_no_cookie(
+        client: Client) -> None:
+    assert (await client.get("/api/x", headers={"authorization": f"Bearer {SESSION}"})
+            ).status_code == 401
+    assert (await client.get("/api/x", cookie=f"{COOKIE}={TOKEN}")).status_code == 401
+
+
 async def test_another_ports_cookie_does_not_open_this_ui(client: Client) -> None:
-    assert (await client.get("/", cookie=f"pulse_ui_9999={TOKEN}")).status_code == 401
+    assert (await client.get("/", cookie=f"pulse_ui_9999={SESSION}")).status_code == 401
 
 
 async def test_a_change_by_cookie_must_come_from_the_ui_itself(client: Client) -> None:
-    cookies = f"{COOKIE}={TOKEN}"
+    cookies = f"{COOKIE}={SESSION}"
     assert (await client.post("/api/x", cookie=cookies)).status_code == 403
     same = await client.post("/api/x", cookie=cookies, headers={"sec-fetch-site": "same-origin"})
     assert same.status_code == 200

@@ -172,3 +172,19 @@ async def test_a_ui_process_that_stops_reading_is_replaced_and_the_engine_ticks_
         assert psutil.pid_exists(int(str(second["pid"])))
         errors = await engine.events.read(kinds=["error"])
         assert any("took no report" in str(e.data) for e in errors), errors
+
+
+async def test_the_report_clips_long_error_texts(tmp_path: Path) -> None:
+    from pulse_adapters.web import InstrumentReadings
+    from pulse_adapters.web._report import TEXT_MAX, report_of
+    from pulse_core import Decision, Inner, Snapshot
+
+    async def loud(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+        raise ValueError("x" * 5_000_000)
+
+    async with Engine(tmp_path / "home", rules=[loud]) as engine:
+        await engine.tick()
+        report = await report_of(engine, False, InstrumentReadings())
+    (traced,) = [t for t in report.trace if t.rule == "loud"]
+    assert traced.error is not None and "ValueError" in traced.error
+    assert len(traced.error) <= TEXT_MAX + 1

@@ -90,10 +90,25 @@ def test_the_served_address_needs_a_live_process(tmp_path: Path) -> None:
     ({"before": ["-3"]}, "before='-3'"),
     ({"limit": ["0"]}, "limit='0'"),
     ({"limit": ["501"]}, "1..500"),
+    ({"limit": ["²"]}, "limit='²'"),
+    ({"since": ["²"]}, "since='²'"),
+    ({"before": ["٣"]}, "before='٣'"),
+    ({"before": ["99999999999999999999999"]}, "before='9"),
 ])
 def test_a_bad_query_parameter_is_named(params: dict[str, list[str]], named: str) -> None:
     with pytest.raises(BadQuery, match=named.replace("(", r"\(").replace(".", r"\.")):
         parse_filter(params, 500)
+
+
+async def test_a_before_past_the_head_reads_from_the_head(tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        await store.append([EventDraft("tick", "k", {"n": n}, origin="engine")
+                            for n in range(5)])
+        found, older = await newest(store, EventFilter(origin="engine", before=10**17, limit=3))
+        assert [e.seq for e in found] == [5, 4, 3] and older == 3
+    finally:
+        await store.close()
 
 
 def test_query_parameters_are_read() -> None:
