@@ -110,3 +110,26 @@ def test_pg_scale(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     bench("pg_scale").main(["--small", "200", "--large", "2000", "--ticks", "5", "--warmup",
                             "1", "--url", pg_url])
     check(capsys.readouterr().out, ["tick at 2,000 events"], ["tick at 200 events"], floors=1)
+
+
+def test_web_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("web_load").main(["--ticks", "20", "--rounds", "1", "--warmup", "5", "--streams", "2",
+                            "--settle", "0", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["tick p50 with 2 streams + API client", "tick p99 with 2 streams + API client",
+           "tick p99 beside a neutral CPU neighbour"],
+          ["tick p50 with no client", "tick p99 with no client",
+           "tick p99 beside a neutral CPU neighbour"], floors=1)
+
+
+def test_web_events_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("web_events_page").main(["--events", "3000", "--repeats", "5", "--budget", "1",
+                                   "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["events page, no filter p50", "events page, kind=task-created p50",
+           "events page, origin=executor: p50", "events page, kind=error",
+           "GET /api/events?limit=100 round trip p50",
+           "raw sqlite3 kind=task-created with an index on (kind, seq)"],
+          ["raw sqlite3 SELECT <columns> ORDER BY seq DESC LIMIT 100",
+           "raw sqlite3 SELECT <columns> WHERE kind = ? ORDER BY seq DESC LIMIT 100",
+           "raw sqlite3 kind=task-created as the schema is"], floors=2)
