@@ -33,6 +33,10 @@ ERROR_SHOWN = 200
 """How much of an effect's last error a refusal quotes."""
 
 
+REASON_MAX = 1_000
+"""The longest reason a cancel or retry records (it reaches every live page that shows it)."""
+
+
 async def cancel_effect(events: EventStore, effect_id: str, *, reason: str,
                         origin: str = "operator") -> Event:
     """Cancel pending or retrying effect `effect_id`: append `effect-cancelled` (data:
@@ -60,6 +64,9 @@ async def retry_effect(events: EventStore, effect_id: str, *, reason: str,
 
 async def _control(events: EventStore, effect_id: str, action: str, reason: str,
                    origin: str) -> Event:
+    if not isinstance(reason, str) or len(reason) > REASON_MAX:
+        raise InvalidEvent(f"reason: give at most {REASON_MAX} characters of text, saying why "
+                           f"(got {len(reason) if isinstance(reason, str) else type(reason)})")
     if not isinstance(origin, str) or not origin or any(c.isspace() for c in origin):
         raise InvalidEvent(f"origin {origin!r}: name who asks in one word, like 'operator', "
                            "'web' or 'cli' (the event's origin is human:<origin>)")

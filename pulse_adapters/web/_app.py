@@ -26,7 +26,7 @@ from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
 from pulse_adapters.web._stream import Feed, beat_stream, event_stream, vitals_stream
 from pulse_adapters.web._view import EngineView
-from pulse_core import EffectNotFound, PulseError
+from pulse_core import EffectNotFound, EffectStatus, PulseError
 
 STATIC = Path(str(files("pulse_adapters.web") / "static"))
 PAGES = {"/": "overview.html", "/vitals": "vitals.html", "/events": "events.html",
@@ -57,10 +57,9 @@ async def overview(state: WebState) -> dict[str, Any]:
     await state.book.catch_up(frozenset(engine.report.survival_tags))
     keys = [w.key for w in engine.watchers]
     latest = await engine.vitals.latest(keys)
-    next_tick_at = getattr(engine, "next_tick_at", None)
     return {
         "engine": {"ticks": engine.ticks, "last_tick_at": engine.last_tick_at,
-                   "tick_ms": engine.last_tick_ms, "next_tick_at": next_tick_at,
+                   "tick_ms": engine.last_tick_ms, "next_tick_at": engine.next_tick_at,
                    "ticks_per_minute": state.tick_rate.per_minute(engine.ticks),
                    "started_at": engine.started_at, "host": engine.placement,
                    "revision": views.revision(state.home), "seq": state.book.seq,
@@ -101,6 +100,9 @@ def _routes(state: WebState) -> list[BaseRoute]:
     async def api_effects(request: Request) -> Response:
         await state.book.catch_up(frozenset(engine.report.survival_tags))
         status = request.query_params.get("status") or None
+        if status is not None and status not in EffectStatus.__members__.values():
+            return _problem(400, f"status={status!r}: give one of "
+                                 f"{', '.join(str(s) for s in EffectStatus)}")
         return _json({"effects": views.effects(state.book, status, 500),
                       "counts": views.effect_counts(state.book)})
 

@@ -66,7 +66,6 @@ class EngineView:
         self.placement = placement
         self.clock: Clock = clock or SystemClock()
         self.report = EngineReport(placement=placement)
-        self.reported = asyncio.Event()
         self._projector = Projector(events, ui_projections(placement))
         self._write_lock = asyncio.Lock()
 
@@ -81,7 +80,6 @@ class EngineView:
     def update(self, report: EngineReport) -> None:
         """Take the engine's newest report."""
         self.report = report
-        self.reported.set()
 
     @property
     def ticks(self) -> int:

@@ -428,6 +428,8 @@ async def test_a_bad_origin_or_reason_is_refused_and_nothing_is_written(
     bad_reason: Any = 42
     with pytest.raises(InvalidEvent, match="reason"):
         await cancel_effect(store, effect_id, reason=bad_reason)
+    with pytest.raises(InvalidEvent, match="at most 1000 characters"):
+        await cancel_effect(store, effect_id, reason="x" * 1_001)
     assert await store.last_seq() == 1
 
 

@@ -60,3 +60,19 @@ async def test_survival_decisions_are_kept_once_their_types_are_known(tmp_path: 
             ("effect", "restart-process"), ("mark", "process-gave-up")]
     finally:
         await store.close()
+
+
+async def test_the_effects_list_refuses_a_state_that_does_not_exist(tmp_path: Path) -> None:
+    from pulse_core import Engine
+    from tests.web.test_rules_api import ui_of
+
+    engine = Engine(tmp_path / "home")
+    await engine.open()
+    try:
+        async with ui_of(engine, has_directory=False) as http:
+            bad = await http.get("/api/effects", params={"status": "nope"})
+            good = await http.get("/api/effects", params={"status": "cancelled"})
+    finally:
+        await engine.close()
+    assert bad.status_code == 400 and "cancelled" in bad.json()["error"]
+    assert good.status_code == 200 and good.json()["effects"] == []
