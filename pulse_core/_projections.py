@@ -5,7 +5,6 @@ from __future__ import annotations
 from pulse_core._events import Event
 from pulse_core._snapshot import Projection
 
-
 SERVICE_PREFIX = "service:"
 """The key (the supervisor's loop name) of a service's `error` events."""
 
