@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -22,6 +22,7 @@ from pulse_adapters.web._book import LogBook
 from pulse_adapters.web._guard import Guard, allowed_hosts
 from pulse_adapters.web._metrics import EngineMetrics
 from pulse_adapters.web._query import BadQuery, newest, number, parse_filter
+from pulse_adapters.web._responses import json_response, live, problem
 from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
 from pulse_adapters.web._stream import Feed, beat_stream, event_stream, vitals_stream
@@ -32,16 +33,6 @@ STATIC = Path(str(files("pulse_adapters.web") / "static"))
 PAGES = {"/": "overview.html", "/vitals": "vitals.html", "/events": "events.html",
          "/effects": "effects.html", "/rules": "rules.html", "/reviewer": "reviewer.html",
          "/memory": "memory.html"}
-SSE_HEADERS = {"x-accel-buffering": "no"}
-
-
-def _json(data: Any, status: int = 200) -> Response:
-    return Response(msgspec.json.encode(data), status_code=status,
-                    media_type="application/json")
-
-
-def _problem(status: int, message: str) -> Response:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 def _params(request: Request) -> dict[str, list[str]]:
@@ -81,33 +72,33 @@ def _routes(state: WebState) -> list[BaseRoute]:
         return FileResponse(STATIC / PAGES[request.url.path])
 
     async def api_overview(request: Request) -> Response:
-        return _json(await overview(state))
+        return json_response(await overview(state))
 
     async def api_events(request: Request) -> Response:
         try:
             f = parse_filter(_params(request), views.EVENT_PAGE_MAX)
         except BadQuery as exc:
-            return _problem(400, str(exc))
+            return problem(400, str(exc))
         found, older = await newest(engine.events, f)
-        return _json({"events": [views.event_json(e) for e in found], "older": older,
-                      "head": await engine.events.last_seq()})
+        return json_response({"events": [views.event_json(e) for e in found],
+                              "older": older, "head": await engine.events.last_seq()})
 
     async def api_event(request: Request) -> Response:
         seq = request.path_params["seq"]
         detail = await views.event_detail(engine, seq) if seq < 2**63 else None
-        return _problem(404, "no such event") if detail is None else _json(detail)
+        return problem(404, "no such event") if detail is None else json_response(detail)
 
     async def api_effects(request: Request) -> Response:
         await state.book.catch_up(frozenset(engine.report.survival_tags))
         status = request.query_params.get("status") or None
         if status is not None and status not in EffectStatus.__members__.values():
-            return _problem(400, f"status={status!r}: give one of "
+            return problem(400, f"status={status!r}: give one of "
                                  f"{', '.join(str(s) for s in EffectStatus)}")
-        return _json({"effects": views.effects(state.book, status, 500),
+        return json_response({"effects": views.effects(state.book, status, 500),
                       "counts": views.effect_counts(state.book)})
 
     async def api_tasks(request: Request) -> Response:
-        return _json({"tasks": await views.tasks(engine)})
+        return json_response({"tasks": await views.tasks(engine)})
 
     async def control(request: Request) -> Response:
         body = await _body(request)
@@ -118,10 +109,10 @@ def _routes(state: WebState) -> list[BaseRoute]:
             event = await views.control_effect(engine, action, request.path_params["id"],
                                                str(body.get("reason") or f"{action} from the UI"))
         except (views.NotFound, EffectNotFound) as exc:
-            return _problem(404, str(exc))
+            return problem(404, str(exc))
         except PulseError as exc:
-            return _problem(409, str(exc))
-        return _json(views.event_json(event))
+            return problem(409, str(exc))
+        return json_response(views.event_json(event))
 
     async def metrics(request: Request) -> Response:
         return Response(await state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
@@ -130,22 +121,19 @@ def _routes(state: WebState) -> list[BaseRoute]:
         try:
             f = parse_filter(_params(request), views.EVENT_PAGE_MAX)
         except BadQuery as exc:
-            return _problem(400, str(exc))
+            return problem(400, str(exc))
         resume = request.headers.get("last-event-id") or request.query_params.get("after")
         after = number(resume)
         if after is None:
             after = await engine.events.last_seq()
-        return StreamingResponse(event_stream(state.feed, f, after, views.event_json),
-                                 media_type="text/event-stream", headers=SSE_HEADERS)
+        return live(event_stream(state.feed, f, after, views.event_json))
 
     async def stream_overview(request: Request) -> Response:
-        return StreamingResponse(
-            beat_stream("overview", state.settings.live_every_s, lambda: overview(state)),
-            media_type="text/event-stream", headers=SSE_HEADERS)
+        return live(
+            beat_stream("overview", state.settings.live_every_s, lambda: overview(state)))
 
     async def stream_vitals(request: Request) -> Response:
-        return StreamingResponse(vitals_stream(engine.vitals, state.settings.live_every_s),
-                                 media_type="text/event-stream", headers=SSE_HEADERS)
+        return live(vitals_stream(engine.vitals, state.settings.live_every_s))
 
     return [
         *(Route(path, page) for path in PAGES),
@@ -175,8 +163,8 @@ async def _body(request: Request) -> dict[str, Any] | Response:
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        return _problem(400, f"the body is not JSON: {exc}")
-    return body if isinstance(body, dict) else _problem(400, "the body must be a JSON object")
+        return problem(400, f"the body is not JSON: {exc}")
+    return body if isinstance(body, dict) else problem(400, "the body must be a JSON object")
 
 
 def build_app(engine: EngineView, settings: WebSettings, token: str, port: int) -> Starlette:

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from pulse_adapters.web._query import number
+from pulse_adapters.web._responses import problem
 from pulse_adapters.web._state import WebState
 from pulse_core import Memory, read_identity, summarise_identities
 from pulse_core._memory_view import SHOWN
@@ -36,13 +37,12 @@ def routes(state: WebState) -> list[BaseRoute]:
         identity = request.path_params["identity"]
         raw = request.query_params.get("shown", str(SHOWN))
         if number(raw) is None or int(raw) > SHOWN_MAX:
-            return JSONResponse({"error": f"shown={raw!r}: give a number of records from 0 to "
-                                          f"{SHOWN_MAX} (default {SHOWN})"}, status_code=400)
+            return problem(400, f"shown={raw!r}: give a number of records from 0 to "
+                                f"{SHOWN_MAX} (default {SHOWN})")
         found = await read_identity(state.engine.events, identity, shown=int(raw))
         if found is None:
-            return JSONResponse({"error": f"no memory of identity {identity!r}: the list at "
-                                          "/api/memory names those the log holds"},
-                                status_code=404)
+            return problem(404, f"no memory of identity {identity!r}: the list at "
+                                "/api/memory names those the log holds")
         return JSONResponse(msgspec.to_builtins(found))
 
     return [Route("/api/memory", api_memory),

@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from pulse_adapters.web._responses import live, problem
 from pulse_adapters.web._rules_rollback import (
     BadRollback,
     RollbackRefused,
@@ -145,15 +146,14 @@ def routes(state: WebState) -> list[BaseRoute]:
         return JSONResponse(await rule_chain(state))
 
     async def stream_rules(request: Request) -> Response:
-        return StreamingResponse(
-            beat_stream("rules", state.settings.live_every_s, lambda: rule_chain(state)),
-            media_type="text/event-stream", headers={"x-accel-buffering": "no"})
+        return live(
+            beat_stream("rules", state.settings.live_every_s, lambda: rule_chain(state)))
 
     async def api_rollback(request: Request) -> Response:
         try:
             done = await request_rollback(state, await request.body())
         except BadRollback as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return problem(400, str(exc))
         except RollbackRefused as exc:
             return JSONResponse({"error": str(exc), "effect": exc.effect}, status_code=409)
         if not done["finished"]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from pulse_adapters.web._charts import (
@@ -31,6 +31,7 @@ from pulse_adapters.web._charts import (
     unit_of,
 )
 from pulse_adapters.web._metrics import vital_fields
+from pulse_adapters.web._responses import json_response, problem
 from pulse_adapters.web._state import WebState
 from pulse_core import Sample
 
@@ -210,10 +211,6 @@ class _Reader:
         return Series(key, window, since, until, bucket_ms, len(samples), fields, failures)
 
 
-def _json(data: Any) -> Response:
-    return Response(msgspec.json.encode(data), media_type="application/json")
-
-
 def _title(key: str, field: str, window: str) -> str:
     unit = UNIT_LABELS.get(unit_of(field))
     return f"{key} · {field}{f' ({unit})' if unit else ''} — {WINDOW_TITLES[window]}"
@@ -226,7 +223,7 @@ def routes(state: WebState) -> list[BaseRoute]:
     async def keys(request: Request) -> Response:
         names, latest = await reader.known()
         watched = {w.key for w in state.engine.watchers}
-        return _json({
+        return json_response({
             "keys": [{"key": key, "watcher": key in watched,
                       "latest": sample_json(latest.get(key)),
                       "fields": [{"name": name, "unit": unit_of(name), "value": value}
@@ -239,8 +236,9 @@ def routes(state: WebState) -> list[BaseRoute]:
         key, latest = await reader.key(request)
         found = await reader.series(key, latest, reader.window(request),
                                     request.query_params.get("field") or None)
-        return _json({**msgspec.to_builtins(found), "failed": sum(f.n for f in found.failures),
-                      "latest": sample_json(latest)})
+        failed = sum(f.n for f in found.failures)
+        return json_response({**msgspec.to_builtins(found), "failed": failed,
+                              "latest": sample_json(latest)})
 
     async def chart(request: Request) -> Response:
         key, latest = await reader.key(request)
@@ -267,7 +265,7 @@ def routes(state: WebState) -> list[BaseRoute]:
             try:
                 return await endpoint(request)
             except BadVitalsQuery as exc:
-                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+                return problem(exc.status, str(exc))
         return answer
 
     return [Route("/api/vitals/keys", answering(keys)),
