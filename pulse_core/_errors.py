@@ -28,7 +28,10 @@
     ├── UnknownEffect               an effect tag no Effect class declares
     ├── EffectNotFound              cancel or retry named an id no effect in the log has
     ├── EffectStateConflict         cancel or retry of an effect whose state does not allow it
-    └── InvalidTransition           a task event that its current status does not allow
+    ├── InvalidTransition           a task event that its current status does not allow
+    ├── NotAuthorized               a principal acted without the grant the action needs
+    └── PurgeRefused                a purge that a legal hold, a reference or a missing
+                                    confirmation forbids
 
 Messages say what was wrong, where, and what to do.
 """
@@ -190,3 +193,16 @@ class EffectStateConflict(PulseError):
 
 class InvalidTransition(PulseError):
     """A task lifecycle event that the task's current status does not allow."""
+
+
+class NotAuthorized(PulseError):
+    """A principal tried an action its grants do not allow (`principal`, `permission`)."""
+
+    def __init__(self, principal: str, permission: str, message: str) -> None:
+        self.principal = principal
+        self.permission = permission
+        super().__init__(message)
+
+
+class PurgeRefused(PulseError):
+    """A purge was refused (legal hold, still referenced, not confirmed); nothing changed."""
