@@ -142,10 +142,11 @@ class Authority:
     async def _write(self, kind: str, principal: str, permission: str, origin: str,
                      reason: str) -> Event:
         if rank(origin) != HUMAN:
+            verb = "issue" if kind == "grant-issued" else "revoke"
             raise NotAuthorized(
                 origin, "elevate_authority",
-                f"{origin!r} may not {'issue' if kind == 'grant-issued' else 'revoke'} grants: only a human "
-                "(origin 'human:<who>') changes authority")
+                f"{origin!r} may not {verb} grants: only a human (origin 'human:<who>') "
+                "changes authority")
         body = Grant(principal, permission, reason)
         draft = EventDraft(kind, authority_key(principal), msgspec.to_builtins(body),
                            origin=origin)
