@@ -169,7 +169,8 @@ class Exchange(msgspec.Struct, frozen=True, gc=False):
 
 
 class StateItem(msgspec.Struct, frozen=True, gc=False):
-    """A state item's current form."""
+    """A state item's current form; `by` is the origin of its last write (who set or last
+    revised it), which ranks that write's authority (pulse_core's Authority)."""
 
     record: str
     value: Any
@@ -177,6 +178,7 @@ class StateItem(msgspec.Struct, frozen=True, gc=False):
     protected: bool
     immutable: tuple[str, ...]
     updated_at: int
+    by: str = ""
 
 
 class Unresolved(msgspec.Struct, frozen=True, gc=False):
@@ -267,14 +269,15 @@ def remember(memory: IdentityMemory | None, event: Event) -> IdentityMemory:
     elif kind == "state-set":
         item = event.payload(StateSet)
         changes["state"] = {**mem.state, record: StateItem(
-            record, item.value, item.confidence, item.protected, item.immutable, event.ts)}
+            record, item.value, item.confidence, item.protected, item.immutable, event.ts,
+            event.origin)}
     elif kind == "state-revised" and record in mem.state:
         rev = event.payload(StateRevised)
         old = mem.state[record]
         changes["state"] = {**mem.state, record: replace(
             old, value=rev.value if rev.value_changed else old.value,
             confidence=old.confidence if rev.confidence is None else rev.confidence,
-            updated_at=event.ts)}
+            updated_at=event.ts, by=event.origin)}
     elif kind == "state-retracted":
         changes["state"] = {k: v for k, v in mem.state.items() if k != record}
     elif kind == "unresolved-opened":
@@ -302,6 +305,7 @@ class Memory(Projection[PersistentMap[str, IdentityMemory]]):
 
     name = "memory"
     kinds = MEMORY_KINDS | {QUARANTINED}  # a quarantine moves an identity's version on
+    version = 2
 
     def initial(self) -> PersistentMap[str, IdentityMemory]:
         return PersistentMap()
