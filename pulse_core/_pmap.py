@@ -70,6 +70,24 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
         buckets = (*self._buckets[:index], bucket, *self._buckets[index + 1:])
         return self._of(buckets, self._len + (0 if key in old else 1))
 
+    def update(self, changes: Mapping[K, V]) -> PersistentMap[K, V]:
+        """A map with every binding of `changes`, copying each touched bucket once (a
+        sweep rebinds hundreds of keys, mostly in different buckets of a large map)."""
+        if not changes:
+            return self
+        buckets = list(self._buckets)
+        fresh: builtins.set[int] = builtins.set()
+        added = 0
+        for key, value in changes.items():
+            index = hash(key) % _BUCKETS
+            if index not in fresh:
+                buckets[index] = dict(buckets[index])
+                fresh.add(index)
+            bucket = buckets[index]
+            added += key not in bucket
+            bucket[key] = value
+        return self._of(tuple(buckets), self._len + added)
+
     def delete(self, key: K) -> PersistentMap[K, V]:
         """A map without `key` (the same map if it was absent)."""
         index = hash(key) % _BUCKETS

@@ -3,8 +3,9 @@
 Every memory event is keyed `identity:<id>`, so an identity's version counts its memory
 events and its history reads with one key. Inside, records have ids (`record`): a human
 exchange, a state item, an unresolved item, an observation, a temporal fact, a reflection.
-A forgotten or quarantined record is dropped from the current form and is never evidence
-again; the events that wrote it stay in the log.
+A forgotten, quarantined or purged (`element-purged`, pulse_core/_elements.py) record is
+dropped from the current form and is never evidence again; the events that wrote it stay in
+the log.
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ MEMORY_KINDS = frozenset({
     "identity-registered", "human-exchange", "state-set", "state-revised", "state-retracted",
     "unresolved-opened", "unresolved-resolved", "observation-recorded",
     "temporal-fact-recorded", "reflection-recorded", "record-forgotten", "record-quarantined",
+    "element-purged",  # registered by pulse_core._elements: a purge removes like a forget
 })
 
 
@@ -246,7 +248,7 @@ def remember(memory: IdentityMemory | None, event: Event) -> IdentityMemory:
     data = event.data if isinstance(event.data, dict) else {}
     record = str(data.get("record", ""))
     replace = msgspec.structs.replace
-    if event.kind in ("record-forgotten", "record-quarantined"):
+    if event.kind in ("record-forgotten", "record-quarantined", "element-purged"):
         return replace(
             mem, version=event.version, removed=mem.removed | {record},
             exchanges=tuple(x for x in mem.exchanges if x.record != record),
@@ -305,7 +307,7 @@ class Memory(Projection[PersistentMap[str, IdentityMemory]]):
 
     name = "memory"
     kinds = MEMORY_KINDS | {QUARANTINED}  # a quarantine moves an identity's version on
-    version = 2
+    version = 3
 
     def initial(self) -> PersistentMap[str, IdentityMemory]:
         return PersistentMap()

@@ -84,3 +84,17 @@ def test_persistent_map_behaves_like_a_dict_and_never_changes_old_versions(
         history.append((current, dict(model)))
     for version, snapshot in history:
         assert version == snapshot
+
+
+@settings(max_examples=100, deadline=None)
+@given(start=st.dictionaries(st.integers(0, 2000), st.integers(), max_size=300),
+       changes=st.dictionaries(st.integers(0, 2000), st.integers(), max_size=300))
+def test_persistent_map_update_binds_every_change_and_leaves_the_original_alone(
+    start: dict[int, int], changes: dict[int, int]
+) -> None:
+    original = PersistentMap(start)
+    updated = original.update(changes)
+    assert updated == {**start, **changes} and len(updated) == len({**start, **changes})
+    assert original == start
+    assert updated.changed_keys(original) == {k for k, v in changes.items()
+                                               if k not in start or start[k] is not v}

@@ -1,0 +1,640 @@
+"""Memory elements: every record of an identity as one maintainable unit, folded from the log.
+
+An element is one memory record (an exchange, a state item, an observation, an insight, a
+commitment, an assertion...) with what maintenance needs beside it: its memory strength
+(accessibility, never truth), its salience (protection from decay), its retention stage
+(active -> archived -> tombstoned -> purged), a legal hold, a stale flag and its lineage
+(derived_from, consolidated_to, corrects, corrected_by, referenced_by). Elements carry no
+confidence at all: truth lives in the state items of pulse_core/memory.py and decay cannot
+reach it.
+
+Every element event is keyed `identity:<id>`, like the memory events, so one expected
+version guards all of an identity's elements; `ElementsState.versions` holds that version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgspec
+
+from pulse_core._events import Event, register_kind
+from pulse_core._pmap import PersistentMap
+from pulse_core._snapshot import Projection
+from pulse_core.store._base import EventStore
+
+__all__ = [
+    "ELEMENT_KINDS",
+    "Commitment",
+    "CommitmentMade",
+    "CommitmentUpdated",
+    "Consolidated",
+    "Correction",
+    "Element",
+    "ElementsReader",
+    "ElementsState",
+    "InsightRecorded",
+    "MemoryElements",
+    "Metabolized",
+    "Reinforced",
+    "SalienceSet",
+    "StageChange",
+    "Stale",
+    "decays",
+    "dependents",
+    "element_id",
+    "eligible_for_decay",
+    "fold_event",
+    "of_identity",
+    "protected_commitment",
+    "references_of",
+    "split_element_id",
+]
+
+STAGES = ("active", "archived", "tombstoned")
+IMPACTS = ("low", "normal", "high")
+COMMITMENT_STATUSES = ("pending", "blocked", "fulfilled", "cancelled")
+INSIGHT_STRENGTH = 0.7
+
+
+def element_id(identity: str, record: str) -> str:
+    """The id of `record` of `identity`: "<identity>/<record>"."""
+    return f"{identity}/{record}"
+
+
+def split_element_id(eid: str) -> tuple[str, str]:
+    """(identity, record) of an element id; the record is after the last "/"."""
+    identity, _, record = eid.rpartition("/")
+    return identity, record
+
+
+def _check_unit(value: float, what: str) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise ValueError(f"{what} {value!r} is outside 0..1")
+
+
+# -- payloads --------------------------------------------------------------------------------
+
+
+class Metabolized(msgspec.Struct, frozen=True):
+    """memory-metabolized: records' memory strength set by a decay sweep of `cycle_start`."""
+
+    cycle_start: int
+    factor: float
+    strengths: dict[str, float]
+
+    def __post_init__(self) -> None:
+        for record, strength in self.strengths.items():
+            _check_unit(strength, f"strength of {record!r}")
+
+
+class Reinforced(msgspec.Struct, frozen=True, kw_only=True):
+    """memory-reinforced: a record's memory strength set explicitly (an access, a review)."""
+
+    record: str
+    strength: float
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        _check_unit(self.strength, "strength")
+
+
+class SalienceSet(msgspec.Struct, frozen=True, kw_only=True):
+    """salience-set: a record's salience (>= the decay policy's protection: never decayed)."""
+
+    record: str
+    salience: float
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        _check_unit(self.salience, "salience")
+
+
+class StageChange(msgspec.Struct, frozen=True, kw_only=True):
+    """element-archived/-tombstoned/-restored/-purged, legal-hold-set/-released."""
+
+    record: str
+    reason: str = ""
+    activity: str = ""
+
+
+class Correction(msgspec.Struct, frozen=True, kw_only=True):
+    """evidence-corrected: record `record` is corrected by record `by`; both stay."""
+
+    record: str
+    by: str
+    reason: str = ""
+
+
+class InsightRecorded(msgspec.Struct, frozen=True, kw_only=True):
+    """insight-recorded: an item derived from `derived_from` (element ids or own records)."""
+
+    record: str
+    text: str
+    derived_from: tuple[str, ...]
+    activity: str
+    salience: float = 0.5
+
+    def __post_init__(self) -> None:
+        _check_unit(self.salience, "salience")
+
+
+class Consolidated(msgspec.Struct, frozen=True, kw_only=True):
+    """element-consolidated: `records` were consolidated into element `to`."""
+
+    records: tuple[str, ...]
+    to: str
+
+
+class Stale(msgspec.Struct, frozen=True, kw_only=True):
+    """derivation-stale: `record`'s root `root` (an element id) was revised: review it."""
+
+    record: str
+    root: str
+    reason: str = ""
+
+
+class CommitmentMade(msgspec.Struct, frozen=True, kw_only=True):
+    """commitment-made: something promised, pending until updated (never expires)."""
+
+    record: str
+    text: str
+    due_at: int | None = None
+    impact: str = "normal"
+
+    def __post_init__(self) -> None:
+        if self.impact not in IMPACTS:
+            raise ValueError(f"impact {self.impact!r} is not one of {IMPACTS}")
+
+
+class CommitmentUpdated(msgspec.Struct, frozen=True, kw_only=True):
+    """commitment-updated: a commitment's new status."""
+
+    record: str
+    status: str
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in COMMITMENT_STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {COMMITMENT_STATUSES}")
+
+
+for _kind, _doc, _type in (
+    ("memory-metabolized", "a decay sweep set records' memory strength and stamped "
+     "last_metabolized_at = cycle_start; key: identity:<id>", Metabolized),
+    ("memory-reinforced", "a record's memory strength set explicitly; key: identity:<id>",
+     Reinforced),
+    ("salience-set", "a record's salience set (protects from decay); key: identity:<id>",
+     SalienceSet),
+    ("element-archived", "a record archived: kept and readable, out of decay", StageChange),
+    ("element-tombstoned", "an archived record tombstoned: kept, marked for purge",
+     StageChange),
+    ("element-restored", "an archived record made active again", StageChange),
+    ("element-purged", "a record purged: gone from the current form, never evidence again",
+     StageChange),
+    ("legal-hold-set", "a record under legal hold: never purged nor decayed", StageChange),
+    ("legal-hold-released", "a record's legal hold released", StageChange),
+    ("evidence-corrected", "record `record` is corrected by record `by`; both stay",
+     Correction),
+    ("insight-recorded", "a derived insight with its inputs (element type insight)",
+     InsightRecorded),
+    ("element-consolidated", "records consolidated into element `to`", Consolidated),
+    ("derivation-stale", "a derived record's root was revised: a review flag only", Stale),
+    ("derivation-reviewed", "a stale derived record was reviewed: the flag is cleared",
+     StageChange),
+    ("commitment-made", "a commitment, pending until updated", CommitmentMade),
+    ("commitment-updated", "a commitment's status (pending|blocked|fulfilled|cancelled)",
+     CommitmentUpdated),
+):
+    register_kind(_kind, _doc, _type)
+
+ELEMENT_KINDS = frozenset({
+    "memory-metabolized", "memory-reinforced", "salience-set", "element-archived",
+    "element-tombstoned", "element-restored", "element-purged", "legal-hold-set",
+    "legal-hold-released", "evidence-corrected", "insight-recorded", "element-consolidated",
+    "derivation-stale", "derivation-reviewed", "commitment-made", "commitment-updated",
+})
+
+
+# -- state -------------------------------------------------------------------------------------
+
+
+class Commitment(msgspec.Struct, frozen=True, gc=False):
+    """A commitment element's own fields."""
+
+    text: str
+    due_at: int | None
+    impact: str
+    status: str = "pending"
+    updated_at: int = 0
+
+
+class Element(msgspec.Struct, frozen=True, gc=False):
+    """One memory record of an identity, as maintenance sees it (no confidence: never truth).
+
+    `retracted` marks a state item retracted or an unresolved item resolved (kept for lineage,
+    out of decay); `revised_seq` is the seq of the last revision of the record (state revised,
+    retracted or re-set; evidence corrected), which the derivation review compares against.
+    `references` are the element ids this element cites (derived_from, corrects, an
+    assertion's evidence); `referenced_by` the live elements citing this one (purge refuses).
+    """
+
+    id: str
+    identity: str
+    record: str
+    type: str
+    created_at: int
+    created_seq: int
+    writer: str
+    strength: float = 1.0
+    salience: float = 0.0
+    last_metabolized_at: int | None = None
+    stage: str = "active"
+    legal_hold: bool = False
+    stale: bool = False
+    derived_from: tuple[str, ...] = ()
+    consolidated_to: tuple[str, ...] = ()
+    corrects: str | None = None
+    corrected_by: str | None = None
+    digest: str | None = None
+    payload_purged: bool = False
+    retracted: bool = False
+    revised_seq: int | None = None
+    stale_roots: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    referenced_by: tuple[str, ...] = ()
+    commitment: Commitment | None = None
+    updated_seq: int = 0
+
+
+class ElementsState(msgspec.Struct, frozen=True):
+    """Every live element by id, each identity's key version, and the ids gone for good."""
+
+    elements: PersistentMap[str, Element] = msgspec.field(default_factory=PersistentMap)
+    versions: PersistentMap[str, int] = msgspec.field(default_factory=PersistentMap)
+    purged: frozenset[str] = frozenset()
+    forgotten: frozenset[str] = frozenset()
+    digests: PersistentMap[str, tuple[str, ...]] = msgspec.field(
+        default_factory=PersistentMap)
+    seq: int = 0
+
+
+_CREATE_TYPES = {
+    "human-exchange": "exchange", "state-set": "state", "unresolved-opened": "unresolved",
+    "observation-recorded": "observation", "temporal-fact-recorded": "fact",
+    "reflection-recorded": "reflection", "insight-recorded": "insight",
+    "commitment-made": "commitment", "assertion-made": "assertion",
+}
+_REVISING = frozenset({"state-revised", "state-retracted", "unresolved-resolved"})
+_REMOVING = frozenset({"record-forgotten", "record-quarantined", "element-purged"})
+_EVIDENCE_FIELDS = ("evidence", "evidence_for", "evidence_against", "supports", "contradicts",
+                    "counter_evidence", "against", "cites", "sources")
+
+
+def _ref(identity: str, value: Any) -> str | None:
+    """An element id from a reference: an element id as is, a bare record of `identity`."""
+    if not isinstance(value, str) or not value:
+        return None
+    return value if "/" in value else element_id(identity, value)
+
+
+def _refs(identity: str, values: Any) -> tuple[str, ...]:
+    if isinstance(values, str):
+        values = (values,)
+    if not isinstance(values, (list, tuple)):
+        return ()
+    out: list[str] = []
+    for item in values:
+        value = item.get("element") or item.get("record") if isinstance(item, dict) else item
+        ref = _ref(identity, value)
+        if ref is not None and ref not in out:
+            out.append(ref)
+    return tuple(out)
+
+
+def _initial_salience(kind: str, data: dict[str, Any]) -> float:
+    if kind == "state-set" and data.get("protected"):
+        return 1.0
+    if kind == "observation-recorded":
+        return {"critical": 0.9, "warning": 0.6}.get(str(data.get("severity")), 0.0)
+    if kind == "commitment-made" and data.get("impact") == "high":
+        return 0.9
+    if kind == "unresolved-opened" and isinstance(data.get("priority"), int) \
+            and data["priority"] >= 5:
+        return 0.8
+    if kind == "insight-recorded":
+        salience = data.get("salience", 0.5)
+        return float(salience) if isinstance(salience, (int, float)) else 0.5
+    return 0.0
+
+
+class _Fold:
+    """One event applied to an ElementsState (a small mutable builder over immutable maps)."""
+
+    def __init__(self, state: ElementsState) -> None:
+        self.elements = state.elements
+
+    def get(self, eid: str) -> Element | None:
+        return self.elements.get(eid)
+
+    def put(self, element: Element) -> None:
+        self.elements = self.elements.set(element.id, element)
+
+    def change(self, eid: str, **changes: Any) -> None:
+        element = self.elements.get(eid)
+        if element is not None:
+            self.put(msgspec.structs.replace(element, **changes))
+
+    def link(self, source: str, targets: Iterable[str]) -> None:
+        for target in targets:
+            element = self.elements.get(target)
+            if element is not None and source not in element.referenced_by:
+                self.put(msgspec.structs.replace(
+                    element, referenced_by=(*element.referenced_by, source)))
+
+    def unlink(self, source: Element) -> None:
+        for target in (*source.references, *source.consolidated_to):
+            element = self.elements.get(target)
+            if element is None:
+                continue
+            self.put(msgspec.structs.replace(
+                element, referenced_by=tuple(r for r in element.referenced_by if r != source.id),
+                consolidated_to=tuple(c for c in element.consolidated_to if c != source.id)))
+
+
+def _fold(state: ElementsState, event: Event) -> ElementsState:
+    replace = msgspec.structs.replace
+    if not event.key.startswith("identity:"):
+        if event.kind == "payload-purged" and event.key in state.digests:
+            f = _Fold(state)
+            for eid in state.digests[event.key]:
+                f.change(eid, payload_purged=True)
+            return replace(state, elements=f.elements, seq=event.seq)
+        return state if event.seq <= state.seq else replace(state, seq=event.seq)
+    identity = event.key.removeprefix("identity:")
+    state = replace(state, versions=state.versions.set(identity, event.version), seq=event.seq)
+    data = event.data if isinstance(event.data, dict) else {}
+    kind = event.kind
+    f = _Fold(state)
+    if kind == "element-consolidated":
+        to = _ref(identity, data.get("to"))
+        for eid in _refs(identity, data.get("records")):
+            element = f.get(eid)
+            if to is not None and element is not None and to not in element.consolidated_to:
+                f.put(replace(element, consolidated_to=(*element.consolidated_to, to),
+                              updated_seq=event.seq))
+        return replace(state, elements=f.elements)
+    record = data.get("record")
+    if not isinstance(record, str) or not record:
+        return state
+    eid = element_id(identity, record)
+    if eid in state.purged or eid in state.forgotten:
+        return state  # a forgotten or purged record never comes back
+    element = f.get(eid)
+    if kind in _REMOVING:
+        digests = state.digests
+        if element is not None:
+            f.unlink(element)
+            f.elements = f.elements.delete(eid)
+            if element.digest is not None:
+                left = tuple(e for e in digests.get(element.digest, ()) if e != eid)
+                digests = digests.set(element.digest, left) if left \
+                    else digests.delete(element.digest)
+        gone = {eid}
+        if kind == "element-purged":
+            return replace(state, elements=f.elements, purged=state.purged | gone,
+                           digests=digests)
+        return replace(state, elements=f.elements, forgotten=state.forgotten | gone,
+                       digests=digests)
+    if kind in _CREATE_TYPES:
+        if element is not None:  # a record written again (state re-set): a revision
+            f.put(replace(element, revised_seq=event.seq, retracted=False,
+                          updated_seq=event.seq))
+            return replace(state, elements=f.elements)
+        element = _create(identity, record, kind, data, event)
+        f.put(element)
+        f.link(eid, element.references)
+        digests = state.digests
+        if element.digest is not None:
+            digests = digests.set(element.digest,
+                                  (*digests.get(element.digest, ()), eid))
+        return replace(state, elements=f.elements, digests=digests)
+    if element is None:
+        return state
+    _update(f, element, kind, data, event)
+    return replace(state, elements=f.elements)
+
+
+def _create(identity: str, record: str, kind: str, data: dict[str, Any], event: Event
+            ) -> Element:
+    eid = element_id(identity, record)
+    derived: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    commitment = None
+    if kind == "insight-recorded":
+        derived = _refs(identity, data.get("derived_from"))
+        references = derived
+    elif kind == "assertion-made":
+        cited: list[str] = []
+        for name in _EVIDENCE_FIELDS:
+            cited.extend(r for r in _refs(identity, data.get(name)) if r not in cited)
+        references = tuple(r for r in cited if r != eid)
+    elif kind == "commitment-made":
+        due = data.get("due_at")
+        commitment = Commitment(str(data.get("text", "")), due if isinstance(due, int) else None,
+                                str(data.get("impact", "normal")), "pending", event.ts)
+    return Element(
+        eid, identity, record, _CREATE_TYPES[kind], event.ts, event.seq, event.origin,
+        strength=INSIGHT_STRENGTH if kind == "insight-recorded" else 1.0,
+        salience=_initial_salience(kind, data), derived_from=derived, digest=event.hash,
+        references=references, commitment=commitment, updated_seq=event.seq)
+
+
+def _update(f: _Fold, element: Element, kind: str, data: dict[str, Any], event: Event
+            ) -> None:
+    replace = msgspec.structs.replace
+    seq = event.seq
+    if kind in _REVISING:
+        f.put(replace(element, revised_seq=seq, retracted=kind != "state-revised",
+                      updated_seq=seq))
+    elif kind == "memory-reinforced":
+        f.put(replace(element, strength=float(data.get("strength", element.strength)),
+                      updated_seq=seq))
+    elif kind == "salience-set":
+        f.put(replace(element, salience=float(data.get("salience", element.salience)),
+                      updated_seq=seq))
+    elif kind == "element-archived":
+        f.put(replace(element, stage="archived", updated_seq=seq))
+    elif kind == "element-tombstoned":
+        f.put(replace(element, stage="tombstoned", updated_seq=seq))
+    elif kind == "element-restored":
+        f.put(replace(element, stage="active", updated_seq=seq))
+    elif kind in ("legal-hold-set", "legal-hold-released"):
+        f.put(replace(element, legal_hold=kind == "legal-hold-set", updated_seq=seq))
+    elif kind == "derivation-stale":
+        root = str(data.get("root", ""))
+        roots = element.stale_roots if root in element.stale_roots \
+            else (*element.stale_roots, root)
+        f.put(replace(element, stale=True, stale_roots=roots, updated_seq=seq))
+    elif kind == "derivation-reviewed":
+        f.put(replace(element, stale=False, stale_roots=(), updated_seq=seq))
+    elif kind == "evidence-corrected":
+        by = _ref(element.identity, data.get("by"))
+        f.put(replace(element, corrected_by=by, revised_seq=seq, updated_seq=seq))
+        fixer = f.get(by) if by is not None else None
+        if fixer is not None and by is not None:
+            f.put(replace(fixer, corrects=element.id,
+                          references=(*fixer.references, element.id)
+                          if element.id not in fixer.references else fixer.references,
+                          updated_seq=seq))
+            f.link(by, (element.id,))
+    elif kind == "commitment-updated" and element.commitment is not None:
+        f.put(replace(element, commitment=replace(
+            element.commitment, status=str(data.get("status", element.commitment.status)),
+            updated_at=event.ts), updated_seq=seq))
+
+
+def fold_event(state: ElementsState, event: Event) -> ElementsState:
+    """The elements state after `event` (pure: `state` is not changed)."""
+    if event.kind != "memory-metabolized" or not event.key.startswith("identity:"):
+        return _fold(state, event)
+    state = _fold(state, event)  # the version and seq
+    identity = event.key.removeprefix("identity:")
+    data = event.data if isinstance(event.data, dict) else {}
+    strengths = data.get("strengths")
+    cycle = data.get("cycle_start")
+    if not isinstance(strengths, dict):
+        return state
+    stamp = cycle if isinstance(cycle, int) else None
+    changed: dict[str, Element] = {}
+    for record, strength in strengths.items():
+        element = state.elements.get(element_id(identity, str(record)))
+        if element is not None:
+            changed[element.id] = msgspec.structs.replace(
+                element, strength=float(strength), last_metabolized_at=stamp,
+                updated_seq=event.seq)
+    return msgspec.structs.replace(state, elements=state.elements.update(changed))
+
+
+class MemoryElements(Projection[ElementsState]):
+    """Every memory record as an element (sees every event, for versions and payload purges)."""
+
+    name = "elements"
+    kinds = None
+    version = 1
+
+    def initial(self) -> ElementsState:
+        return ElementsState()
+
+    def apply(self, state: ElementsState, event: Event) -> ElementsState:
+        return fold_event(state, event)
+
+
+class ElementsReader:
+    """The elements' current form, folded incrementally from where the last read left off.
+
+    Every maintenance step reads through one of these before it writes, so the versions it
+    expects are as fresh as the log it has seen (no checkpoints: a new reader folds afresh).
+    """
+
+    def __init__(self, store: EventStore, *, page: int = 5_000) -> None:
+        self.store = store
+        self.page = page
+        self._state = ElementsState()
+        self._cursor = 0
+
+    @property
+    def cursor(self) -> int:
+        """The seq of the last event folded."""
+        return self._cursor
+
+    async def current(self) -> ElementsState:
+        """The state folded through the log's newest event."""
+        state = self._state
+        async for page in self.store.pages(self._cursor, limit=self.page):
+            for event in page.events:
+                state = fold_event(state, event)
+                self._cursor = event.seq
+        self._state = state
+        return state
+
+
+# -- queries ---------------------------------------------------------------------------------
+
+
+def of_identity(state: ElementsState, identity: str) -> list[Element]:
+    """The live elements of `identity`, oldest first."""
+    prefix = f"{identity}/"
+    found = [e for eid, e in state.elements.items()
+             if eid.startswith(prefix) and e.identity == identity]
+    return sorted(found, key=lambda e: e.created_seq)
+
+
+def eligible_for_decay(state: ElementsState, *, cycle_start: int, floor: float,
+                       protection: float, limit: int | None = None) -> list[Element]:
+    """Active elements a sweep of `cycle_start` may decay: least recently metabolized
+    first, then by identity (so a batch touches few identities: one event each).
+
+    Left out: anything not active, retracted, under legal hold, at or below `floor`, with
+    salience >= `protection`, already metabolized by this (or a later) cycle, and pending or
+    blocked high-impact commitments.
+    """
+    found = [e for e in state.elements.values() if decays(e, cycle_start, floor, protection)]
+    found.sort(key=lambda e: (e.last_metabolized_at or 0, e.identity, e.created_seq))
+    return found if limit is None else found[:limit]
+
+
+def decays(e: Element, cycle_start: int, floor: float, protection: float) -> bool:
+    """Whether a sweep of `cycle_start` may decay `e` (see eligible_for_decay)."""
+    return (e.stage == "active" and not e.retracted and not e.legal_hold
+            and e.strength > floor and e.salience < protection
+            and (e.last_metabolized_at is None or e.last_metabolized_at < cycle_start)
+            and not protected_commitment(e))
+
+
+def protected_commitment(e: Element) -> bool:
+    """A high-impact commitment still pending or blocked: never decayed."""
+    c = e.commitment
+    return c is not None and c.impact == "high" and c.status in ("pending", "blocked")
+
+
+def references_of(state: ElementsState, eid: str) -> tuple[str, ...]:
+    """The live element ids that cite `eid` (derive from it, correct it, cite it)."""
+    element = state.elements.get(eid)
+    return element.referenced_by if element is not None else ()
+
+
+def dependents(state: ElementsState, root: str, *, depth: int = 2, limit: int = 100
+               ) -> list[str]:
+    """Element ids derived from `root`, breadth first, up to `depth` hops and `limit` ids."""
+    return list(_walk(state, root, depth, limit))
+
+
+def _children(state: ElementsState, eid: str) -> list[str]:
+    element = state.elements.get(eid)
+    if element is None:  # a forgotten or purged root: its dependents are found by a scan
+        return [c for c, e in state.elements.items() if eid in e.derived_from]
+    derived = [c for c in element.referenced_by
+               if eid in getattr(state.elements.get(c), "derived_from", ())]
+    return [*derived, *element.consolidated_to]
+
+
+def _walk(state: ElementsState, root: str, depth: int, limit: int) -> Iterator[str]:
+    seen = {root}
+    level = [root]
+    count = 0
+    for _ in range(max(depth, 0)):
+        nxt: list[str] = []
+        for eid in level:
+            for child in _children(state, eid):
+                if child in seen or child not in state.elements:
+                    continue
+                seen.add(child)
+                nxt.append(child)
+                yield child
+                count += 1
+                if count >= limit:
+                    return
+        level = nxt

@@ -1,0 +1,220 @@
+"""Mnemonic metabolism: memory strength decays in bounded, crash-safe batches.
+
+Memory strength is how readily a record comes to mind, never how true it is: decay writes
+only `memory-metabolized` events, which no fold reads as confidence (a state item's
+confidence is written by state-set and state-revised alone).
+
+A sweep belongs to one `cycle_start` (a ms timestamp chosen once per maintenance cycle and
+reused across crash retries). Each decayed record's `last_metabolized_at` is stamped with it
+in the same event that lowers its strength, and only records whose stamp is older are
+picked, so a sweep cut short and run again with the same `cycle_start` never decays a record
+twice. Every write expects the identity's version: a conflict means re-read, re-evaluate,
+retry once, then defer that identity to the next cycle (counted, never lost).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+import msgspec
+
+from pulse_core._activities import retry_once
+from pulse_core._elements import (
+    Element,
+    ElementsReader,
+    ElementsState,
+    Metabolized,
+    Reinforced,
+    SalienceSet,
+    decays,
+    element_id,
+    eligible_for_decay,
+    protected_commitment,
+)
+from pulse_core._errors import InvalidTransition, VersionConflict
+from pulse_core._events import Event, EventDraft
+from pulse_core.memory import identity_key
+from pulse_core.store._base import EventStore
+
+__all__ = ["DecayPolicy", "SweepReport", "decayed_strength", "reinforce", "set_salience",
+           "sweep"]
+
+MAINTENANCE_ORIGIN = "executor:maintenance"
+
+
+class DecayPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How a sweep decays: strength *= `factor` down to `floor`, `limit` records per batch;
+    a record with salience >= `protection` is never decayed."""
+
+    factor: float = 0.97
+    floor: float = 0.05
+    protection: float = 0.8
+    limit: int = 500
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.factor) and 0.0 < self.factor < 1.0):
+            raise ValueError(f"factor {self.factor!r} must be strictly between 0 and 1")
+        if not (math.isfinite(self.floor) and 0.0 <= self.floor < 1.0):
+            raise ValueError(f"floor {self.floor!r} must be in [0, 1)")
+        if not (math.isfinite(self.protection) and 0.0 < self.protection <= 1.0):
+            raise ValueError(f"protection {self.protection!r} must be in (0, 1]")
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise ValueError(f"limit {self.limit!r} must be an int >= 1")
+
+
+class SweepReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What a sweep did: records decayed, records left alone because protected (salience,
+    legal hold, a pending high-impact commitment), batches run, appends written, version
+    conflicts met, element ids deferred to the next cycle, and whether it ran to the end
+    (False when `max_batches` cut it short)."""
+
+    decayed: int = 0
+    protected: int = 0
+    batches: int = 0
+    writes: int = 0
+    conflicts: int = 0
+    deferred: tuple[str, ...] = ()
+    complete: bool = True
+
+
+def decayed_strength(strength: float, policy: DecayPolicy) -> float:
+    """`strength` after one decay: max(floor, strength * factor), rounded to 6 places."""
+    return max(policy.floor, round(strength * policy.factor, 6))
+
+
+def _protected(e: Element, cycle_start: int, policy: DecayPolicy) -> bool:
+    fresh = e.last_metabolized_at is None or e.last_metabolized_at < cycle_start
+    return (e.stage == "active" and not e.retracted and fresh and e.strength > policy.floor
+            and (e.legal_hold or e.salience >= policy.protection or protected_commitment(e)))
+
+
+class _Sweep:
+    """One sweep's settings and running counts."""
+
+    def __init__(self, store: EventStore, reader: ElementsReader, cycle_start: int,
+                 policy: DecayPolicy, origin: str) -> None:
+        self.store, self.reader, self.origin = store, reader, origin
+        self.cycle_start, self.policy = cycle_start, policy
+        self.decayed = self.writes = self.conflicts = 0
+        self.deferred: list[str] = []
+
+    def plan(self, state: ElementsState, ids: Iterable[str]) -> dict[str, dict[str, float]]:
+        """New strengths by identity for those of `ids` still eligible in `state`."""
+        plan: dict[str, dict[str, float]] = defaultdict(dict)
+        for eid in ids:
+            e = state.elements.get(eid)
+            if e is not None and decays(e, self.cycle_start, self.policy.floor,
+                                        self.policy.protection):
+                plan[e.identity][e.record] = decayed_strength(e.strength, self.policy)
+        return dict(plan)
+
+    def draft(self, identity: str, records: dict[str, float]) -> EventDraft:
+        body = Metabolized(self.cycle_start, self.policy.factor, records)
+        return EventDraft("memory-metabolized", identity_key(identity),
+                          msgspec.to_builtins(body), origin=self.origin)
+
+    async def batch(self, ids: list[str]) -> None:
+        """Decay `ids` (those still eligible): one append, or one per identity on conflict."""
+        state = await self.reader.current()
+        plan = self.plan(state, ids)
+        if not plan:
+            return
+        drafts = [self.draft(identity, records) for identity, records in plan.items()]
+        expect = {identity_key(i): state.versions.get(i, 0) for i in plan}
+        try:
+            await self.store.append(drafts, expect=expect)
+        except VersionConflict:
+            self.conflicts += 1
+        else:
+            self.decayed += sum(len(r) for r in plan.values())
+            self.writes += 1
+            return
+        for identity, records in plan.items():
+            await self.one(identity, [element_id(identity, r) for r in records])
+
+    async def one(self, identity: str, ids: list[str]) -> None:
+        """Decay one identity's `ids` on fresh reads: retried once, then deferred."""
+        for attempt in range(2):
+            fresh = await self.reader.current()
+            mine = self.plan(fresh, ids).get(identity, {})
+            if not mine:
+                return
+            try:
+                await self.store.append(
+                    [self.draft(identity, mine)],
+                    expect={identity_key(identity): fresh.versions.get(identity, 0)})
+            except VersionConflict:
+                self.conflicts += 1
+                if attempt == 1:
+                    self.deferred.extend(element_id(identity, r) for r in mine)
+                continue
+            self.decayed += len(mine)
+            self.writes += 1
+            return
+
+
+async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
+                policy: DecayPolicy | None = None, origin: str = MAINTENANCE_ORIGIN,
+                max_batches: int | None = None) -> SweepReport:
+    """Decay every eligible record once for `cycle_start`, `policy.limit` per batch.
+
+    Batches repeat until one decays fewer than `limit` records (or `max_batches` ran). A
+    batch is one append holding a `memory-metabolized` per identity, each identity's
+    version expected; on a conflict the identities are written one by one, each re-read
+    and re-evaluated, retried once, and deferred when it conflicts again.
+    """
+    policy = policy or DecayPolicy()
+    run = _Sweep(store, reader, cycle_start, policy, origin)
+    state = await reader.current()
+    queue = [e.id for e in eligible_for_decay(state, cycle_start=cycle_start,
+                                              floor=policy.floor,
+                                              protection=policy.protection)]
+    protected = sum(1 for e in state.elements.values() if _protected(e, cycle_start, policy))
+    batches = position = 0
+    while max_batches is None or batches < max_batches:
+        batch = queue[position:position + policy.limit]
+        position += len(batch)
+        batches += 1
+        await run.batch(batch)
+        if len(batch) < policy.limit or position >= len(queue):
+            break
+    return SweepReport(decayed=run.decayed, protected=protected, batches=batches,
+                       writes=run.writes, conflicts=run.conflicts,
+                       deferred=tuple(run.deferred), complete=position >= len(queue))
+
+
+async def _guarded(store: EventStore, reader: ElementsReader, identity: str, *,
+                   kind: str, body: Reinforced | SalienceSet, origin: str) -> Event:
+    record = body.record
+
+    async def attempt() -> Event:
+        state = await reader.current()
+        if element_id(identity, record) not in state.elements:
+            raise InvalidTransition(f"no live element {element_id(identity, record)!r}: it was "
+                                "never recorded, or was forgotten or purged")
+        draft = EventDraft(kind, identity_key(identity), msgspec.to_builtins(body),
+                           origin=origin)
+        expect = {identity_key(identity): state.versions.get(identity, 0)}
+        return (await store.append([draft], expect=expect)).events[0]
+
+    return await retry_once(attempt)
+
+
+async def reinforce(store: EventStore, reader: ElementsReader, identity: str, record: str,
+                    *, strength: float = 1.0, reason: str = "",
+                    origin: str = MAINTENANCE_ORIGIN) -> Event:
+    """Set a record's memory strength explicitly (`memory-reinforced`), e.g. after it was
+    used; decay starts from there at the next cycle."""
+    return await _guarded(store, reader, identity, kind="memory-reinforced", origin=origin,
+                          body=Reinforced(record=record, strength=strength, reason=reason))
+
+
+async def set_salience(store: EventStore, reader: ElementsReader, identity: str, record: str,
+                       salience: float, *, reason: str = "",
+                       origin: str = MAINTENANCE_ORIGIN) -> Event:
+    """Set a record's salience (`salience-set`); at or above the policy's protection it is
+    never decayed."""
+    return await _guarded(store, reader, identity, kind="salience-set", origin=origin,
+                          body=SalienceSet(record=record, salience=salience, reason=reason))
