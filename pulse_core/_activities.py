@@ -8,11 +8,15 @@ Once ended it never changes: a correction is a new activity naming the one it co
 A logical operation that must not run twice (a watch firing, a sweep, a purge) uses its
 operation key as the activity id: `perform_once` appends the activity with the expectation
 that its key is new, so a second attempt, concurrent or after a crash, finds the stored
-outcome ("no effect" included) instead of doing the work again.
+outcome ("no effect" included) instead of doing the work again. Within one process,
+attempts at the same operation on the same store also wait for each other, so the work
+itself runs once (a model call is not made twice); across processes the append's
+expectation decides, and the loser's work is discarded unwritten.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -217,7 +221,27 @@ async def perform_once(
         assert stored is not None
         return Performed(stored, ran=True)
 
-    return await retry_once(attempt)
+    flight_key = (id(store), id(asyncio.get_running_loop()), operation)
+    flight = _flights.setdefault(flight_key, _Flight())
+    flight.users += 1
+    try:
+        async with flight.lock:  # a concurrent attempt here finds the stored outcome
+            return await retry_once(attempt)
+    finally:
+        flight.users -= 1
+        if not flight.users:
+            del _flights[flight_key]
+
+
+class _Flight:
+    """The attempts at one operation in flight in this process, one at a time."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+_flights: dict[tuple[int, int, str], _Flight] = {}
 
 
 async def retry_once(attempt: Callable[[], Awaitable[T]]) -> T:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from pulse_core._errors import NotAuthorized
+from pulse_core._errors import InvalidEvent, NotAuthorized
 from pulse_core._events import Event, EventDraft, register_kind
 from pulse_core.store._base import EventStore
 
@@ -78,7 +78,8 @@ def outranks(origin: str, other: str) -> bool:
 
 def fold_grants(events: Iterable[Event]) -> dict[str, frozenset[str]]:
     """Each principal's permissions after `events` (grant events written by a non-human
-    origin count for nothing)."""
+    origin, or not on the key `authority:<principal>` of the principal they name, count for
+    nothing)."""
     held: dict[str, set[str]] = {}
     for event in events:
         if event.kind not in GRANT_KINDS or rank(event.origin) != HUMAN:
@@ -87,6 +88,8 @@ def fold_grants(events: Iterable[Event]) -> dict[str, frozenset[str]]:
             grant = event.payload(Grant)
         except Exception:  # a malformed grant grants nothing
             continue
+        if event.key != authority_key(grant.principal):
+            continue  # a grant filed under another principal's key grants nothing
         perms = held.setdefault(grant.principal, set())
         if event.kind == "grant-issued":
             perms.add(grant.permission)
@@ -112,9 +115,14 @@ class Authority:
 
     async def grants(self, principal: str) -> frozenset[str]:
         """What `principal` may do now."""
+        return (await self._read(principal))[0]
+
+    async def _read(self, principal: str) -> tuple[frozenset[str], int]:
+        """`principal`'s permissions now, and the version of its grants key read."""
         events = await self.store.read(key=authority_key(principal))
         logged = fold_grants(events).get(principal, frozenset())
-        return logged | self.standing.get(principal, frozenset())
+        version = events[-1].version if events else 0
+        return logged | self.standing.get(principal, frozenset()), version
 
     async def allows(self, principal: str, permission: str) -> bool:
         """Whether `principal` holds `permission` now."""
@@ -122,12 +130,25 @@ class Authority:
 
     async def require(self, principal: str, permission: str, action: str) -> None:
         """Return if `principal` holds `permission`; else NotAuthorized naming the action."""
-        if not await self.allows(principal, permission):
+        await self.check(principal, permission, action)
+
+    async def check(self, principal: str, permission: str, action: str) -> int:
+        """`require`, returning the version of `authority:<principal>` the decision read.
+        A guarded action appends with that expectation, so a grant revoked between the
+        check and the write makes the write conflict (re-read, re-check) instead of land."""
+        if permission not in PERMISSIONS:
+            raise NotAuthorized(
+                principal, permission,
+                f"{principal!r} may not {action}: {permission!r} is not a permission any "
+                f"grant can name (known: {', '.join(PERMISSIONS)}) — fix the caller")
+        held, version = await self._read(principal)
+        if permission not in held:
             raise NotAuthorized(
                 principal, permission,
                 f"{principal!r} may not {action}: it holds no {permission!r} grant — a human "
                 f"grants it with Authority.issue({principal!r}, {permission!r}, "
                 "origin='human:<who>') or the layer's standing grants")
+        return version
 
     async def issue(self, principal: str, permission: str, *, origin: str,
                     reason: str = "") -> Event:
@@ -147,7 +168,10 @@ class Authority:
                 origin, "elevate_authority",
                 f"{origin!r} may not {verb} grants: only a human (origin 'human:<who>') "
                 "changes authority")
-        body = Grant(principal, permission, reason)
+        try:
+            body = Grant(principal, permission, reason)
+        except ValueError as exc:
+            raise InvalidEvent(f"{kind} for {principal!r}: {exc}") from None
         draft = EventDraft(kind, authority_key(principal), msgspec.to_builtins(body),
                            origin=origin)
         return (await self.store.append([draft])).events[0]
