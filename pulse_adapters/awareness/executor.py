@@ -29,7 +29,7 @@ from pulse_adapters.awareness.contract import (
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.evidence import Evidence, build_evidence
 from pulse_adapters.awareness.fingerprint import fingerprint
-from pulse_adapters.awareness.gate import GateResult, Verb, gate
+from pulse_adapters.awareness.gate import WRITER, GateResult, Verb, gate
 from pulse_adapters.awareness.ledger import REVIEWED, CycleRecord
 from pulse_adapters.llm import (
     ChatClient,
@@ -55,7 +55,7 @@ from pulse_core.memory import IdentityMemory, identity_key, remember
 
 log = logging.getLogger("pulse.awareness")
 
-ORIGIN = "executor:awareness"
+ORIGIN = WRITER
 ERROR_CHARS = 500
 """The longest error text a cycle record keeps."""
 ALREADY_REVIEWED = "already-reviewed"
@@ -289,9 +289,12 @@ class AwarenessExecutor(Executor):
                     narration=envelope.narration,
                     error="the source exchange was forgotten or quarantined during review")
                 return await self._settle(ctx, cycle, record, [], None)
-            measured = gate(envelope.verbs, evidence.allowlist, memory, self.config)
+            basis = human.ts  # the newest human exchange the evidence showed
+            measured = gate(envelope.verbs, evidence.allowlist, memory, self.config,
+                            writer=ORIGIN, reviewed_at=basis)
             result = (gate(envelope.verbs, evidence.allowlist, memory, self.config,
-                           narration_only=True) if effect.narration_only else measured)
+                           narration_only=True, writer=ORIGIN, reviewed_at=basis)
+                      if effect.narration_only else measured)
             record = self._record(base, envelope, result, measured=measured, calls=calls,
                                   took=took)
             drafts = [_verb_draft(v, memory, ctx.seq) for v in result.accepted]

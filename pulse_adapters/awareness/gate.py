@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,8 @@ import msgspec
 
 from pulse_adapters.awareness.config import AwarenessConfig
 from pulse_adapters.awareness.contract import VALUE_BYTES, VALUE_DEPTH, VERBS
-from pulse_core.memory import IdentityMemory
+from pulse_core._authority import outranks
+from pulse_core.memory import IdentityMemory, StateItem
 
 _ORIGINATION = re.compile(
     r"(create|add|new|set|register|adopt|establish|form|invent|make)[_\- ]?"
@@ -20,6 +22,8 @@ _ORIGINATION = re.compile(
 )
 SHOWN_CHARS = 300
 """How much of a refused proposal, and of the reason, the cycle record keeps."""
+WRITER = "executor:awareness"
+"""The reviewer's origin: a background writer, outranked by a human's and the agent's."""
 
 
 class Verb(msgspec.Struct, frozen=True):
@@ -73,8 +77,23 @@ def _oversized(value: Any) -> str | None:
     return None
 
 
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def _stands(target: str, item: StateItem, writer: str, reviewed_at: int) -> str | None:
+    """Why a stronger writer's word on `item` stands against `writer`, or None: its last
+    write outranks `writer` and is newer than the newest human exchange reviewed (a write in
+    the same millisecond as that exchange counts as what the review saw)."""
+    if not outranks(item.by, writer) or item.updated_at <= reviewed_at:
+        return None
+    return (f"{target} was set by {item.by} at {_when(item.updated_at)}, after the newest "
+            f"exchange reviewed ({_when(reviewed_at)}): a stronger writer's word stands "
+            "until the human says something newer")
+
+
 def _check(proposal: Any, allowlist: frozenset[str], memory: IdentityMemory,
-           config: AwarenessConfig) -> Verb | str:
+           config: AwarenessConfig, *, writer: str, reviewed_at: int) -> Verb | str:
     """The accepted Verb, or the reason for refusing the proposal."""
     if not isinstance(proposal, dict) or not isinstance(proposal.get("verb"), str):
         return "malformed proposal: need an object with a string 'verb'"
@@ -100,6 +119,9 @@ def _check(proposal: Any, allowlist: frozenset[str], memory: IdentityMemory,
     item = memory.state.get(record) if kind == "state" else None
     if item is None:
         return f"{verb} applies to a state item shown in the evidence"
+    stands = _stands(target, item, writer, reviewed_at)
+    if stands:
+        return stands
     if verb == "adjust_confidence":
         delta = proposal.get("delta")
         if isinstance(delta, bool) or not isinstance(delta, int | float) or not math.isfinite(
@@ -132,9 +154,18 @@ def _check(proposal: Any, allowlist: frozenset[str], memory: IdentityMemory,
 
 
 def gate(proposals: Sequence[Any], allowlist: frozenset[str], memory: IdentityMemory,
-         config: AwarenessConfig, *, narration_only: bool = False) -> GateResult:
+         config: AwarenessConfig, *, narration_only: bool = False, writer: str = WRITER,
+         reviewed_at: int | None = None) -> GateResult:
     """Accept proposals that pass every check until `verb_budget` are accepted (refusals do not
-    count against it); keep every refusal."""
+    count against it); keep every refusal.
+
+    `writer` is the origin the accepted verbs will be written with; `reviewed_at` the time of
+    the newest human exchange in the evidence the proposals answer (default: the newest in
+    `memory`). A state item whose last write outranks `writer` and is newer than that is not
+    changed: the stronger writer's word stands until the human says something newer."""
+    if reviewed_at is None:
+        human = memory.last_human
+        reviewed_at = human.ts if human else 0
     accepted: list[Verb] = []
     rejected: list[Rejection] = []
     touched: set[str] = set()
@@ -145,7 +176,8 @@ def gate(proposals: Sequence[Any], allowlist: frozenset[str], memory: IdentityMe
         elif narration_only:
             outcome = "narration-only degradation: proposals are discarded"
         else:
-            outcome = _check(proposal, allowlist, memory, config)
+            outcome = _check(proposal, allowlist, memory, config, writer=writer,
+                             reviewed_at=reviewed_at)
             if isinstance(outcome, Verb) and outcome.target in touched:
                 outcome = f"{outcome.target} was already changed in this cycle"
         if isinstance(outcome, Verb):
