@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from pulse_core._activities import retry_once
-from pulse_core._errors import AppendRejected
+from pulse_core._errors import RevisionRefused
 from pulse_core._events import Event, EventDraft, register_kind, uuid7
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
@@ -55,16 +55,6 @@ CLASSES = ("same-actor-revision", "agreement", "different-valid-times", "source-
 REMOVING = frozenset({"record-forgotten", "record-quarantined", "element-purged"})
 """Kinds that take a record out of the current form for good (memory and retention own them);
 an assertion they name leaves its slot and its record id never comes back."""
-
-
-class RevisionRefused(AppendRejected):
-    """An assertion tried to supersede or close a claim it may not (another actor's, unknown,
-    already superseded or closed); nothing was written."""
-
-    def __init__(self, identity: str, record: str, message: str) -> None:
-        self.identity = identity
-        self.record = record
-        super().__init__(message)
 
 
 def _check_interval(valid_from: int | None, valid_until: int | None) -> None:

@@ -17,9 +17,11 @@
     ├── AppendRejected              an append was refused and nothing of it was written
     │   ├── VersionConflict         a key is not at the version the caller expected
     │   ├── IdempotencyConflict     an idempotency key was reused for other content
-    │   └── InvalidEvent            a draft is malformed (bad kind, key, or payload shape)
-    │       ├── UnknownKind         the kind is not in the catalogue
-    │       └── PayloadNotEncodable msgspec cannot encode the payload
+    │   ├── InvalidEvent            a draft is malformed (bad kind, key, or payload shape)
+    │   │   ├── UnknownKind         the kind is not in the catalogue
+    │   │   └── PayloadNotEncodable msgspec cannot encode the payload
+    │   ├── RevisionRefused         an assertion may not supersede or close that claim
+    │   └── MergeRefused            an identity merge that would form a cycle, or repeat
     ├── ObjectMissing               a content-addressed payload is absent or was purged
     ├── RuleChainError              compose() got a non-callable, or inner was called twice
     ├── LayerError                  a layer is missing, broken, or refused its settings
@@ -147,6 +149,26 @@ class UnknownKind(InvalidEvent):
 
 class PayloadNotEncodable(InvalidEvent):
     """msgspec cannot encode the payload of a draft."""
+
+
+class RevisionRefused(AppendRejected):
+    """An assertion tried to supersede or close a claim it may not (another actor's, unknown,
+    already superseded or closed); nothing was written."""
+
+    def __init__(self, identity: str, record: str, message: str) -> None:
+        self.identity = identity
+        self.record = record
+        super().__init__(message)
+
+
+class MergeRefused(AppendRejected):
+    """A merge that would form a cycle, merge an identity into itself, or merge a source that
+    is already merged; nothing was written."""
+
+    def __init__(self, source: str, into: str, message: str) -> None:
+        self.source = source
+        self.into = into
+        super().__init__(message)
 
 
 class ObjectMissing(PulseError):

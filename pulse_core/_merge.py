@@ -21,7 +21,7 @@ import msgspec
 from pulse_core._activities import retry_once
 from pulse_core._authority import Authority
 from pulse_core._beliefs import BeliefBoard
-from pulse_core._errors import AppendRejected
+from pulse_core._errors import MergeRefused
 from pulse_core._events import Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
@@ -46,16 +46,6 @@ READ_ATTEMPTS = 5
 
 SAME_AS = "same_as"
 """The belief slot of a suspicion that the identity is the same as another."""
-
-
-class MergeRefused(AppendRejected):
-    """A merge that would form a cycle, merge an identity into itself, or merge a source that
-    is already merged; nothing was written."""
-
-    def __init__(self, source: str, into: str, message: str) -> None:
-        self.source = source
-        self.into = into
-        super().__init__(message)
 
 
 class IdentityMerged(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,94 @@
+"""Memory maintenance (seed 004): the deterministic metabolism cycle as a layer.
+
+The MaintenanceRule (fast, in the tick) decides when a cycle is due: on a schedule, on demand,
+after a long session, on a sleep-task backlog, or when a watch fired; the MaintenanceExecutor
+(off the tick) runs the cycle, an activity whose report counts what it did. Consolidation goes
+through a proposer and a deterministic gate; skills move only by recorded verdicts.
+`layer(settings, context)` builds the `maintenance` layer that config.json switches on.
+"""
+
+from pulse_adapters.maintenance._assessment import Assessment, assess
+from pulse_adapters.maintenance._consolidation import (
+    ConsolidationBatch,
+    ConsolidationReport,
+    InvalidProposals,
+    LlmProposer,
+    Proposer,
+    consolidate,
+    gate_insights,
+)
+from pulse_adapters.maintenance._cycle import CycleFailed, run_cycle
+from pulse_adapters.maintenance._executor import MaintenanceExecutor
+from pulse_adapters.maintenance._layer import ProposerCloser, layer
+from pulse_adapters.maintenance._ledger import (
+    CycleBegan,
+    CycleRequested,
+    LedgerState,
+    MaintenanceLedger,
+    request_cycle,
+)
+from pulse_adapters.maintenance._report import NOTHING_TO_DO, CycleReport, HealthSignal
+from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
+from pulse_adapters.maintenance._settings import (
+    Budgets,
+    Consolidation,
+    Decay,
+    MaintenanceSettings,
+    MaintenanceSettingsError,
+    RetentionSettings,
+    Schedule,
+    Triggers,
+    load_settings,
+)
+from pulse_adapters.maintenance._skills import (
+    OutcomeObserved,
+    Skill,
+    SkillBoard,
+    SkillProposed,
+    SkillVerdict,
+    VerdictPolicy,
+    verdict,
+)
+
+__all__ = [
+    "NOTHING_TO_DO",
+    "Assessment",
+    "Budgets",
+    "Consolidation",
+    "ConsolidationBatch",
+    "ConsolidationReport",
+    "CycleBegan",
+    "CycleFailed",
+    "CycleReport",
+    "CycleRequested",
+    "Decay",
+    "HealthSignal",
+    "InvalidProposals",
+    "LedgerState",
+    "LlmProposer",
+    "MaintenanceCycle",
+    "MaintenanceExecutor",
+    "MaintenanceLedger",
+    "MaintenanceRule",
+    "MaintenanceSettings",
+    "MaintenanceSettingsError",
+    "OutcomeObserved",
+    "Proposer",
+    "ProposerCloser",
+    "RetentionSettings",
+    "Schedule",
+    "Skill",
+    "SkillBoard",
+    "SkillProposed",
+    "SkillVerdict",
+    "Triggers",
+    "VerdictPolicy",
+    "assess",
+    "consolidate",
+    "gate_insights",
+    "layer",
+    "load_settings",
+    "request_cycle",
+    "run_cycle",
+    "verdict",
+]

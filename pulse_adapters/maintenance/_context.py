@@ -1,0 +1,156 @@
+"""What the steps of one maintenance cycle share (CycleRun), and the cycles running now."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from pulse_adapters.maintenance._assessment import Assessment, Census, census
+from pulse_adapters.maintenance._consolidation import Proposer
+from pulse_adapters.maintenance._ledger import CYCLES_KEY, CycleBegan
+from pulse_adapters.maintenance._report import Budget, CycleReport
+from pulse_adapters.maintenance._settings import PRINCIPAL, MaintenanceSettings
+from pulse_core._activities import Activity, read_activity
+from pulse_core._authority import Authority
+from pulse_core._clock import Clock
+from pulse_core._elements import ElementsReader
+from pulse_core._events import EventDraft
+from pulse_core._snapshot import Projection
+from pulse_core.store._base import AppendResult, EventStore
+
+CYCLE_CLASS = "maintenance_cycle"
+REVIEW_DERIVED = "review_derived"
+ABANDONED_AFTER = 4
+"""A cycle still running this many attempt timeouts (`timeout_s`) after it began was
+abandoned (its effect ran out of attempts): the next cycle ends it cancelled."""
+
+S = TypeVar("S")
+
+
+@dataclass
+class CycleRun:
+    """What the steps of one cycle share: the store, the settings, the cycle's identity and
+    start (and the seq of its activity-started), one elements reader, one budget, the last
+    completed cycle's report, the consolidation proposer (None: off), and what the report
+    will say (counts, deferred, needed authority, warnings...)."""
+
+    store: EventStore
+    settings: MaintenanceSettings
+    cycle: str
+    cycle_start: int
+    trigger: str
+    through_seq: int
+    clock: Clock
+    authority: Authority
+    reader: ElementsReader
+    budget: Budget
+    previous: CycleReport | None
+    began_seq: int = 0
+    proposer: Proposer | None = None
+    changes: Counter[str] = field(default_factory=Counter)
+    deferred: list[str] = field(default_factory=list)
+    needed_authority: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    overdue: list[str] = field(default_factory=list)
+    contested: list[str] = field(default_factory=list)
+    assessment: Assessment = field(default_factory=Assessment)
+    consumed_through: int = 0
+    swept_at: int | None = None
+    steps: list[str] = field(default_factory=list)
+    _census: tuple[int, Census] | None = None
+
+    @property
+    def now(self) -> int:
+        """The time now (ms)."""
+        return self.clock.now_ms()
+
+    @property
+    def abandoned_before(self) -> int:
+        """Cycles that began before this time (ms) and still run were abandoned."""
+        return self.cycle_start - int(ABANDONED_AFTER * self.settings.timeout_s * 1000)
+
+    @property
+    def since_seq(self) -> int:
+        """The log's newest seq when the last completed cycle began (0: never)."""
+        return self.previous.through_seq if self.previous is not None else 0
+
+    async def census(self) -> Census:
+        """The elements' census as of this cycle's start (the time every review of one cycle
+        judges by), over the log as it is now; computed again only when the log moved."""
+        state = await self.reader.current()
+        cursor = self.reader.cursor
+        if self._census is None or self._census[0] != cursor:
+            found = census(state, now=self.cycle_start,
+                           archive_after_days=self.settings.retention.archive_after_days,
+                           floor=self.settings.decay.floor)
+            self._census = (cursor, found)
+        return self._census[1]
+
+    async def append(self, drafts: Sequence[EventDraft],
+                     expect: Mapping[str, int] | None = None) -> AppendResult:
+        """Append `drafts` in one transaction and charge them to the budget."""
+        result = await self.store.append(drafts, expect)
+        if not result.replayed:
+            self.budget.spend(writes=len(result.events), transactions=1)
+        return result
+
+    async def allowed(self, permission: str, action: str) -> bool:
+        """Whether the maintenance principal holds `permission` now (read afresh); when it
+        does not, `action` goes to the report's needed_authority."""
+        if await self.authority.allows(PRINCIPAL, permission):
+            return True
+        note = f"{action} (needs {permission!r})"
+        if note not in self.needed_authority:
+            self.needed_authority.append(note)
+        return False
+
+
+Step = Callable[[CycleRun], Awaitable[None]]
+
+
+async def running_before(store: EventStore, before_ms: int) -> list[Activity]:
+    """Cycles that began before `before_ms` and are still running."""
+    found: list[Activity] = []
+    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"]):
+        began = event.payload(CycleBegan)
+        if began.cycle_start >= before_ms:
+            break
+        activity = await read_activity(store, began.cycle)
+        if activity is not None and activity.status == "running":
+            found.append(activity)
+    return found
+
+
+async def overlapping_cycles(store: EventStore, began_seq: int, *, since_ms: int
+                             ) -> list[Activity]:
+    """Other cycles that began before seq `began_seq` (at or after `since_ms`) and had not
+    ended by then: cycles overlapping the one that began at `began_seq`, earlier ones."""
+    found: list[Activity] = []
+    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
+                                  newest_first=True):
+        began = event.payload(CycleBegan)
+        if began.cycle_start < since_ms:
+            break
+        if event.seq >= began_seq:
+            continue
+        activity = await read_activity(store, began.cycle)
+        if activity is not None and (activity.status == "running" or activity.seq > began_seq):
+            found.append(activity)
+    return found
+
+
+async def fold(store: EventStore, projection: Projection[S]) -> S:
+    """`projection`'s state over the log as it is now (its kinds only)."""
+    state = projection.initial()
+    for event in await store.read(kinds=projection.kinds):
+        state = projection.apply(state, event)
+    return state
+
+
+async def restored_ids(store: EventStore) -> frozenset[str]:
+    """Element ids somebody restored from the archive: retention leaves them active."""
+    return frozenset(f"{e.key.removeprefix('identity:')}/{e.data.get('record')}"
+                     for e in await store.read(kinds=["element-restored"])
+                     if isinstance(e.data, dict))

@@ -1,0 +1,76 @@
+"""The maintenance layer: the rule, the executor and the projections they read, built from one
+MaintenanceSettings (config.json's `"layers": {"maintenance": {...}}`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from pulse_adapters.llm import ChatClient
+from pulse_adapters.maintenance._consolidation import LlmProposer, Proposer
+from pulse_adapters.maintenance._executor import MaintenanceExecutor
+from pulse_adapters.maintenance._ledger import MaintenanceLedger
+from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
+from pulse_adapters.maintenance._settings import (
+    LAYER,
+    MaintenanceSettings,
+    MaintenanceSettingsError,
+    load_settings,
+)
+from pulse_core import Engine, Layer, LayerContext
+from pulse_core._beliefs import Beliefs
+from pulse_core._elements import MemoryElements
+from pulse_core._schedules import Schedules
+from pulse_core._sleep import SleepTasks
+from pulse_core._watches import Watches
+
+
+class ProposerCloser:
+    """The layer's service when a model proposes consolidations: it closes the model client
+    when the engine stops."""
+
+    name = "maintenance-proposer"
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+
+    async def __call__(self, engine: Engine) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.client.aclose()
+
+
+def _client(settings: MaintenanceSettings) -> ChatClient:
+    config = settings.consolidation
+    key = None
+    if config.api_key_env is not None:
+        key = os.environ.get(config.api_key_env)
+        if not key:
+            raise MaintenanceSettingsError(
+                f"layer {LAYER!r}: setting `consolidation.api_key_env` names the environment "
+                f"variable {config.api_key_env}, which is not set or empty — export it where "
+                "the engine runs, or drop api_key_env for a server that needs no key")
+    assert config.base_url is not None and config.model is not None  # checked by the settings
+    return ChatClient(config.base_url, config.model, key, timeout_s=config.timeout_s,
+                      max_wall_s=config.max_wall_s)
+
+
+def layer(settings: Any, context: LayerContext) -> Layer:
+    """The maintenance layer (entry point `maintenance` in group `pulse.layers`): the rule,
+    the executor, the maintenance ledger, and the sleep-task, watch, schedule, element and
+    belief projections, built from `settings` (MaintenanceSettings, config.json's object, or
+    None for the defaults). MaintenanceSettingsError names a wrong setting."""
+    valid = load_settings(settings)
+    proposer: Proposer | None = None
+    services: tuple[ProposerCloser, ...] = ()
+    if valid.consolidation.proposer == "llm":
+        client = _client(valid)
+        proposer = LlmProposer(client)
+        services = (ProposerCloser(client),)
+    return Layer(LAYER, rules=(MaintenanceRule(valid),),
+                 executors=(MaintenanceExecutor(valid, proposer),),
+                 projections=(MaintenanceLedger(), Schedules(), SleepTasks(), Watches(),
+                              MemoryElements(), Beliefs()),
+                 services=services, emits=(MaintenanceCycle,))

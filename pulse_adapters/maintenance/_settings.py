@@ -1,0 +1,253 @@
+"""The maintenance layer's settings: when a cycle runs, how much one cycle may do, how memory
+decays, what retention archives, what the maintenance principal is granted, and who proposes
+consolidations.
+
+In config.json they are the object under `"layers": {"maintenance": {...}}` (every field has a
+default, so `{}` switches the layer on); in Python a `MaintenanceSettings(...)`. A wrong value
+raises MaintenanceSettingsError naming the field (`decay.factor`, `schedule.daily_at`, ...).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import zoneinfo
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from pulse_core._authority import PERMISSIONS
+from pulse_core._errors import LayerError
+
+LAYER = "maintenance"
+"""The layer's name, in config.json and in the `pulse.layers` entry-point group."""
+
+PRINCIPAL = "maintenance"
+"""The principal maintenance acts as; its writes carry origin `executor:maintenance`."""
+
+ORIGIN = "executor:maintenance"
+
+DEFAULT_GRANTS = ("read", "search", "maintain", "archive")
+
+_DAILY = re.compile(r"^(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class MaintenanceSettingsError(LayerError, ValueError):
+    """A setting of the maintenance layer is missing or wrong; the message names the field."""
+
+
+def _bad(field: str, problem: str) -> MaintenanceSettingsError:
+    return MaintenanceSettingsError(f"`{field}` {problem}")
+
+
+class Schedule(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """When a scheduled cycle is due: every `every_h` = [low, high] hours after the last one
+    (the point within the span is drawn per cycle, deterministically from its id, so engines
+    and restarts agree), or, when `daily_at` ("03:00") is set, once a day at that time in
+    `tz`. Both null: no scheduled cycles (triggers only)."""
+
+    every_h: tuple[float, float] | None = (12.0, 24.0)
+    daily_at: str | None = None
+    tz: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if self.every_h is not None:
+            low, high = self.every_h
+            if not 0 < low <= high <= 24 * 30:
+                raise _bad("every_h", f"must be [low, high] hours with 0 < low <= high <= 720 "
+                                      f"(got {list(self.every_h)!r}), e.g. [12, 24]")
+        if self.daily_at is not None and not _DAILY.match(self.daily_at):
+            raise _bad("daily_at", f"must be HH:MM on a 24-hour clock (got {self.daily_at!r}), "
+                                   "e.g. '03:00'")
+        try:
+            zoneinfo.ZoneInfo(self.tz)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise _bad("tz", f"must name an IANA time zone (got {self.tz!r}), e.g. "
+                             "'Europe/Lisbon' or 'UTC'") from None
+
+
+class Triggers(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What starts a cycle besides the schedule (0 switches a threshold off).
+
+    `post_session_exchanges`: a long session, that many human exchanges on one identity since
+    the last cycle; `backlog`: that many pending sleep tasks; `on_demand`: `request_cycle()`
+    and a requested `MaintenanceCycle` effect; `watches`: a watch fired whose review task is
+    pending, or a silence watch past its due time. A threshold trigger (a long session,
+    backlog, watches) starts no cycle within `min_gap_s` of the last one began.
+    """
+
+    post_session_exchanges: int = 40
+    backlog: int = 10
+    on_demand: bool = True
+    watches: bool = True
+    min_gap_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.min_gap_s < 0:
+            raise _bad("min_gap_s", f"must be >= 0 seconds (got {self.min_gap_s!r})")
+        for name in ("post_session_exchanges", "backlog"):
+            if getattr(self, name) < 0:
+                raise _bad(name, f"must be >= 0 (0 switches it off; got {getattr(self, name)})")
+
+
+class Budgets(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What one cycle may do in all its steps together: elements looked at, events written,
+    appends (transactions). A step that would pass a budget stops there and reports the rest
+    as deferred; the next cycle goes on."""
+
+    max_elements_reviewed: int = 5_000
+    max_writes: int = 500
+    max_transactions: int = 100
+
+    def __post_init__(self) -> None:
+        for name, top in (("max_elements_reviewed", 10_000_000), ("max_writes", 1_000_000),
+                          ("max_transactions", 100_000)):
+            value = getattr(self, name)
+            if not 1 <= value <= top:
+                raise _bad(name, f"must be within 1..{top:,} (got {value!r})")
+
+
+class Decay(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Metabolism: a sweep multiplies memory_strength by `factor`, never below `floor`;
+    elements with salience >= `protection` do not decay; `limit` elements per batch (one
+    transaction). A cycle sweeps only when the last sweep was `min_interval_h` hours ago or
+    more (0: every cycle), so decay follows time, not how often cycles are asked for. Decay
+    never touches confidence."""
+
+    factor: float = 0.97
+    floor: float = 0.05
+    protection: float = 0.8
+    limit: int = 500
+    min_interval_h: float = 12.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_interval_h <= 24 * 30:
+            raise _bad("min_interval_h", f"must be within 0..720 hours (got "
+                                         f"{self.min_interval_h!r})")
+        if not 0 < self.factor < 1:
+            raise _bad("factor", f"must be within (0, 1) (got {self.factor!r}), e.g. 0.97")
+        if not 0 <= self.floor < 1:
+            raise _bad("floor", f"must be within [0, 1) (got {self.floor!r}), e.g. 0.05")
+        if not 0 < self.protection <= 1:
+            raise _bad("protection", f"must be within (0, 1] (got {self.protection!r})")
+        if not 1 <= self.limit <= 100_000:
+            raise _bad("limit", f"must be within 1..100,000 elements per batch "
+                                f"(got {self.limit!r})")
+
+
+class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Retention review: consolidated exchanges whose strength sits at the decay floor are
+    archived `archive_after_days` after they were made (0: never). Purge is never automatic:
+    there is no setting for it."""
+
+    archive_after_days: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.archive_after_days < 0:
+            raise _bad("archive_after_days", f"must be >= 0 days (0: never archive; got "
+                                             f"{self.archive_after_days!r})")
+
+
+class Consolidation(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Who proposes consolidated insights: "off" (the default) or "llm", a model at an
+    OpenAI-compatible server, configured like the awareness layer's (`base_url` ending in the
+    API version, `model`, `api_key_env` naming the variable that holds the key). At most
+`max_identities` identities are consolidated per cycle (one proposer call each)."""
+
+    proposer: str = "off"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = 60.0
+    max_wall_s: float = 180.0
+    max_identities: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_identities <= 1_000:
+            raise _bad("max_identities", f"must be within 1..1,000 identities per cycle "
+                                         f"(got {self.max_identities!r})")
+        if self.proposer not in ("off", "llm"):
+            raise _bad("proposer", f"must be 'off' or 'llm' (got {self.proposer!r})")
+        if self.proposer == "llm":
+            if not (self.base_url or "").startswith(("http://", "https://")):
+                raise _bad("base_url", "must start with http:// or https:// when proposer is "
+                                       "'llm', e.g. 'http://127.0.0.1:8080/v1'")
+            if not (self.model or "").strip():
+                raise _bad("model", "must name a model the server serves when proposer is "
+                                    "'llm'")
+        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+            raise _bad("api_key_env", "must be the NAME of an environment variable, not the "
+                                      "key itself")
+        for name in ("timeout_s", "max_wall_s"):
+            if getattr(self, name) <= 0:
+                raise _bad(name, f"must be > 0 seconds (got {getattr(self, name)!r})")
+
+
+class MaintenanceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
+                          kw_only=True):
+    """Everything the maintenance layer can be told; every field has a default.
+
+    `grants` are the standing grants of the principal "maintenance" (a human operator writes
+    them in config.json); "purge" is never among the defaults, and even when listed the cycle
+    only reports purge candidates. `timeout_s` bounds one cycle's attempt.
+    """
+
+    schedule: Schedule = msgspec.field(default_factory=Schedule)
+    triggers: Triggers = msgspec.field(default_factory=Triggers)
+    budgets: Budgets = msgspec.field(default_factory=Budgets)
+    decay: Decay = msgspec.field(default_factory=Decay)
+    retention: RetentionSettings = msgspec.field(default_factory=RetentionSettings)
+    grants: tuple[str, ...] = DEFAULT_GRANTS
+    consolidation: Consolidation = msgspec.field(default_factory=Consolidation)
+    timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        for grant in self.grants:
+            if grant not in PERMISSIONS:
+                raise _bad("grants", f"names {grant!r}, which is not a permission (known: "
+                                     f"{', '.join(PERMISSIONS)})")
+        if not self.timeout_s > 0:
+            raise _bad("timeout_s", f"must be > 0 seconds (got {self.timeout_s!r})")
+
+
+def _unknown_field(key: str, where: str) -> str:
+    struct: type[msgspec.Struct] = MaintenanceSettings
+    for part in filter(None, where.split(".")):
+        struct = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}[part]
+    allowed = [f.encode_name for f in msgspec.structs.fields(struct)]
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean `{close[0]}`?)" if close else ""
+    at = f"setting `{where}`: " if where else ""
+    return f"{at}unknown field `{key}`{hint} — allowed: {', '.join(allowed)}"
+
+
+def load_settings(settings: Any) -> MaintenanceSettings:
+    """`settings` as MaintenanceSettings: one already, None (the defaults), or config.json's
+    object for the layer. MaintenanceSettingsError names the field that is unknown or wrong."""
+    if isinstance(settings, MaintenanceSettings):
+        return settings
+    if settings is None:
+        return MaintenanceSettings()
+    if not isinstance(settings, Mapping):
+        raise MaintenanceSettingsError(f"layer {LAYER!r}: settings must be a JSON object, not "
+                                       f"{type(settings).__name__}")
+    try:
+        return msgspec.convert(dict(settings), MaintenanceSettings)
+    except msgspec.ValidationError as exc:
+        message, at, where = str(exc).rpartition(" - at `$.")
+        where = where.rstrip("`") if at else ""
+        message = message or str(exc)
+        unknown = _UNKNOWN.match(message)
+        if unknown:
+            text = _unknown_field(unknown["name"], where)
+        elif message.startswith("`"):  # our own check: "`field` problem", inside `where`
+            field, _, problem = message[1:].partition("` ")
+            text = f"setting `{'.'.join(filter(None, (where, field)))}` {problem}"
+        elif where:
+            text = f"setting `{where}` is wrong: {message}"
+        else:
+            text = message
+        raise MaintenanceSettingsError(f"layer {LAYER!r}: {text}") from None
