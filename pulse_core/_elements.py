@@ -6,7 +6,8 @@ commitment, an assertion...) with what maintenance needs beside it: its memory s
 (active -> archived -> tombstoned -> purged), a legal hold, a stale flag and its lineage
 (derived_from, consolidated_to, corrects, corrected_by, referenced_by). Elements carry no
 confidence at all: truth lives in the state items of pulse_core/memory.py and decay cannot
-reach it.
+reach it. The kinds that change elements are in pulse_core/_element_kinds.py, the queries
+over the folded state in pulse_core/_element_queries.py.
 
 Every element event is keyed `identity:<id>`, like the memory events, so one expected
 version guards all of an identity's elements; `ElementsState.versions` holds that version.
@@ -14,209 +15,19 @@ version guards all of an identity's elements; `ElementsState.versions` holds tha
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-from pulse_core._events import Event, register_kind
+from pulse_core._element_kinds import (
+    INSIGHT_STRENGTH,
+    element_id,
+)
+from pulse_core._events import Event
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import EventStore
-
-__all__ = [
-    "ELEMENT_KINDS",
-    "Commitment",
-    "CommitmentMade",
-    "CommitmentUpdated",
-    "Consolidated",
-    "Correction",
-    "Element",
-    "ElementsReader",
-    "ElementsState",
-    "InsightRecorded",
-    "MemoryElements",
-    "Metabolized",
-    "Reinforced",
-    "SalienceSet",
-    "StageChange",
-    "Stale",
-    "decays",
-    "dependents",
-    "element_id",
-    "eligible_for_decay",
-    "fold_event",
-    "of_identity",
-    "protected_commitment",
-    "references_of",
-    "split_element_id",
-]
-
-STAGES = ("active", "archived", "tombstoned")
-IMPACTS = ("low", "normal", "high")
-COMMITMENT_STATUSES = ("pending", "blocked", "fulfilled", "cancelled")
-INSIGHT_STRENGTH = 0.7
-
-
-def element_id(identity: str, record: str) -> str:
-    """The id of `record` of `identity`: "<identity>/<record>"."""
-    return f"{identity}/{record}"
-
-
-def split_element_id(eid: str) -> tuple[str, str]:
-    """(identity, record) of an element id; the record is after the last "/"."""
-    identity, _, record = eid.rpartition("/")
-    return identity, record
-
-
-def _check_unit(value: float, what: str) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{what} {value!r} is outside 0..1")
-
-
-# -- payloads --------------------------------------------------------------------------------
-
-
-class Metabolized(msgspec.Struct, frozen=True):
-    """memory-metabolized: records' memory strength set by a decay sweep of `cycle_start`."""
-
-    cycle_start: int
-    factor: float
-    strengths: dict[str, float]
-
-    def __post_init__(self) -> None:
-        for record, strength in self.strengths.items():
-            _check_unit(strength, f"strength of {record!r}")
-
-
-class Reinforced(msgspec.Struct, frozen=True, kw_only=True):
-    """memory-reinforced: a record's memory strength set explicitly (an access, a review)."""
-
-    record: str
-    strength: float
-    reason: str = ""
-
-    def __post_init__(self) -> None:
-        _check_unit(self.strength, "strength")
-
-
-class SalienceSet(msgspec.Struct, frozen=True, kw_only=True):
-    """salience-set: a record's salience (>= the decay policy's protection: never decayed)."""
-
-    record: str
-    salience: float
-    reason: str = ""
-
-    def __post_init__(self) -> None:
-        _check_unit(self.salience, "salience")
-
-
-class StageChange(msgspec.Struct, frozen=True, kw_only=True):
-    """element-archived/-tombstoned/-restored/-purged, legal-hold-set/-released."""
-
-    record: str
-    reason: str = ""
-    activity: str = ""
-
-
-class Correction(msgspec.Struct, frozen=True, kw_only=True):
-    """evidence-corrected: record `record` is corrected by record `by`; both stay."""
-
-    record: str
-    by: str
-    reason: str = ""
-
-
-class InsightRecorded(msgspec.Struct, frozen=True, kw_only=True):
-    """insight-recorded: an item derived from `derived_from` (element ids or own records)."""
-
-    record: str
-    text: str
-    derived_from: tuple[str, ...]
-    activity: str
-    salience: float = 0.5
-
-    def __post_init__(self) -> None:
-        _check_unit(self.salience, "salience")
-
-
-class Consolidated(msgspec.Struct, frozen=True, kw_only=True):
-    """element-consolidated: `records` were consolidated into element `to`."""
-
-    records: tuple[str, ...]
-    to: str
-
-
-class Stale(msgspec.Struct, frozen=True, kw_only=True):
-    """derivation-stale: `record`'s root `root` (an element id) was revised: review it."""
-
-    record: str
-    root: str
-    reason: str = ""
-
-
-class CommitmentMade(msgspec.Struct, frozen=True, kw_only=True):
-    """commitment-made: something promised, pending until updated (never expires)."""
-
-    record: str
-    text: str
-    due_at: int | None = None
-    impact: str = "normal"
-
-    def __post_init__(self) -> None:
-        if self.impact not in IMPACTS:
-            raise ValueError(f"impact {self.impact!r} is not one of {IMPACTS}")
-
-
-class CommitmentUpdated(msgspec.Struct, frozen=True, kw_only=True):
-    """commitment-updated: a commitment's new status."""
-
-    record: str
-    status: str
-    reason: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in COMMITMENT_STATUSES:
-            raise ValueError(f"status {self.status!r} is not one of {COMMITMENT_STATUSES}")
-
-
-for _kind, _doc, _type in (
-    ("memory-metabolized", "a decay sweep set records' memory strength and stamped "
-     "last_metabolized_at = cycle_start; key: identity:<id>", Metabolized),
-    ("memory-reinforced", "a record's memory strength set explicitly; key: identity:<id>",
-     Reinforced),
-    ("salience-set", "a record's salience set (protects from decay); key: identity:<id>",
-     SalienceSet),
-    ("element-archived", "a record archived: kept and readable, out of decay", StageChange),
-    ("element-tombstoned", "an archived record tombstoned: kept, marked for purge",
-     StageChange),
-    ("element-restored", "an archived record made active again", StageChange),
-    ("element-purged", "a record purged: gone from the current form, never evidence again",
-     StageChange),
-    ("legal-hold-set", "a record under legal hold: never purged nor decayed", StageChange),
-    ("legal-hold-released", "a record's legal hold released", StageChange),
-    ("evidence-corrected", "record `record` is corrected by record `by`; both stay",
-     Correction),
-    ("insight-recorded", "a derived insight with its inputs (element type insight)",
-     InsightRecorded),
-    ("element-consolidated", "records consolidated into element `to`", Consolidated),
-    ("derivation-stale", "a derived record's root was revised: a review flag only", Stale),
-    ("derivation-reviewed", "a stale derived record was reviewed: the flag is cleared",
-     StageChange),
-    ("commitment-made", "a commitment, pending until updated", CommitmentMade),
-    ("commitment-updated", "a commitment's status (pending|blocked|fulfilled|cancelled)",
-     CommitmentUpdated),
-):
-    register_kind(_kind, _doc, _type)
-
-ELEMENT_KINDS = frozenset({
-    "memory-metabolized", "memory-reinforced", "salience-set", "element-archived",
-    "element-tombstoned", "element-restored", "element-purged", "legal-hold-set",
-    "legal-hold-released", "evidence-corrected", "insight-recorded", "element-consolidated",
-    "derivation-stale", "derivation-reviewed", "commitment-made", "commitment-updated",
-})
-
 
 # -- state -------------------------------------------------------------------------------------
 
@@ -562,79 +373,3 @@ class ElementsReader:
 
 
 # -- queries ---------------------------------------------------------------------------------
-
-
-def of_identity(state: ElementsState, identity: str) -> list[Element]:
-    """The live elements of `identity`, oldest first."""
-    prefix = f"{identity}/"
-    found = [e for eid, e in state.elements.items()
-             if eid.startswith(prefix) and e.identity == identity]
-    return sorted(found, key=lambda e: e.created_seq)
-
-
-def eligible_for_decay(state: ElementsState, *, cycle_start: int, floor: float,
-                       protection: float, limit: int | None = None) -> list[Element]:
-    """Active elements a sweep of `cycle_start` may decay: least recently metabolized
-    first, then by identity (so a batch touches few identities: one event each).
-
-    Left out: anything not active, retracted, under legal hold, at or below `floor`, with
-    salience >= `protection`, already metabolized by this (or a later) cycle, and pending or
-    blocked high-impact commitments.
-    """
-    found = [e for e in state.elements.values() if decays(e, cycle_start, floor, protection)]
-    found.sort(key=lambda e: (e.last_metabolized_at or 0, e.identity, e.created_seq))
-    return found if limit is None else found[:limit]
-
-
-def decays(e: Element, cycle_start: int, floor: float, protection: float) -> bool:
-    """Whether a sweep of `cycle_start` may decay `e` (see eligible_for_decay)."""
-    return (e.stage == "active" and not e.retracted and not e.legal_hold
-            and e.strength > floor and e.salience < protection
-            and (e.last_metabolized_at is None or e.last_metabolized_at < cycle_start)
-            and not protected_commitment(e))
-
-
-def protected_commitment(e: Element) -> bool:
-    """A high-impact commitment still pending or blocked: never decayed."""
-    c = e.commitment
-    return c is not None and c.impact == "high" and c.status in ("pending", "blocked")
-
-
-def references_of(state: ElementsState, eid: str) -> tuple[str, ...]:
-    """The live element ids that cite `eid` (derive from it, correct it, cite it)."""
-    element = state.elements.get(eid)
-    return element.referenced_by if element is not None else ()
-
-
-def dependents(state: ElementsState, root: str, *, depth: int = 2, limit: int = 100
-               ) -> list[str]:
-    """Element ids derived from `root`, breadth first, up to `depth` hops and `limit` ids."""
-    return list(_walk(state, root, depth, limit))
-
-
-def _children(state: ElementsState, eid: str) -> list[str]:
-    element = state.elements.get(eid)
-    if element is None:  # a forgotten or purged root: its dependents are found by a scan
-        return [c for c, e in state.elements.items() if eid in e.derived_from]
-    derived = [c for c in element.referenced_by
-               if eid in getattr(state.elements.get(c), "derived_from", ())]
-    return [*derived, *element.consolidated_to]
-
-
-def _walk(state: ElementsState, root: str, depth: int, limit: int) -> Iterator[str]:
-    seen = {root}
-    level = [root]
-    count = 0
-    for _ in range(max(depth, 0)):
-        nxt: list[str] = []
-        for eid in level:
-            for child in _children(state, eid):
-                if child in seen or child not in state.elements:
-                    continue
-                seen.add(child)
-                nxt.append(child)
-                yield child
-                count += 1
-                if count >= limit:
-                    return
-        level = nxt

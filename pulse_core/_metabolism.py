@@ -21,18 +21,9 @@ from collections.abc import Iterable
 import msgspec
 
 from pulse_core._activities import retry_once
-from pulse_core._elements import (
-    Element,
-    ElementsReader,
-    ElementsState,
-    Metabolized,
-    Reinforced,
-    SalienceSet,
-    decays,
-    element_id,
-    eligible_for_decay,
-    protected_commitment,
-)
+from pulse_core._element_kinds import Metabolized, Reinforced, SalienceSet, element_id
+from pulse_core._element_queries import decays, eligible_for_decay, protected_commitment
+from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import Event, EventDraft
 from pulse_core.memory import identity_key

@@ -24,17 +24,9 @@ import msgspec
 from pulse_core._activities import ActivityBody, activity_draft, activity_key, retry_once
 from pulse_core._authority import HUMAN, Authority, rank
 from pulse_core._clock import Clock, SystemClock
-from pulse_core._elements import (
-    Correction,
-    Element,
-    ElementsReader,
-    ElementsState,
-    StageChange,
-    Stale,
-    dependents,
-    element_id,
-    split_element_id,
-)
+from pulse_core._element_kinds import Correction, StageChange, Stale, element_id, split_element_id
+from pulse_core._element_queries import dependents
+from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._errors import InvalidTransition, NotAuthorized, PurgeRefused
 from pulse_core._events import Event, EventDraft, uuid7
 from pulse_core.memory import identity_key

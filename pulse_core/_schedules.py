@@ -258,7 +258,7 @@ async def _count_after(store: EventStore, schedule: AfterEvents, after_seq: int)
     return seen
 
 
-async def fire(store: EventStore, schedule: Schedule, due_at: int, now_ms: int, *,
+async def fire_schedule(store: EventStore, schedule: Schedule, due_at: int, now_ms: int, *,
                origin: str = "engine") -> Event | None:
     """Record that `schedule` fired for `due_at` (from `next_due`), or None when it is not
     due after all: another engine or cycle fired it first, or a fresh read of the log says

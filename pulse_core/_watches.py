@@ -259,12 +259,12 @@ async def _move(store: EventStore, watch_id: str, kind: str, data: object, origi
     return (await store.append([draft], expect=expect)).events[0]
 
 
-async def arm(store: EventStore, watch_id: str, spec: WatchArmed, *, origin: str) -> Event:
+async def arm_watch(store: EventStore, watch_id: str, spec: WatchArmed, *, origin: str) -> Event:
     """Arm (or re-arm a watch that is no longer armed); InvalidTransition when armed."""
     return await _move(store, watch_id, "watch-armed", msgspec.to_builtins(spec), origin)
 
 
-async def disarm(store: EventStore, watch_id: str, *, origin: str, reason: str = ""
+async def disarm_watch(store: EventStore, watch_id: str, *, origin: str, reason: str = ""
                  ) -> Event:
     """Disarm an armed watch; InvalidTransition when it is not armed."""
     return await _move(store, watch_id, "watch-disarmed",
@@ -290,7 +290,7 @@ class Evaluation(msgspec.Struct, frozen=True):
     consumed_through: int
 
 
-async def evaluate(store: EventStore, watches_state: Mapping[str, Watch], after_seq: int,
+async def evaluate_watches(store: EventStore, watches_state: Mapping[str, Watch], after_seq: int,
                    now_ms: int, *, origin: str, page: int = 5_000) -> Evaluation:
     """Evaluate armed watches against the changes committed after `after_seq`.
 
@@ -389,7 +389,7 @@ async def _fire(store: EventStore, watch: Watch, event: Event | None, now_ms: in
     return Fire(watch.id, operation, trigger, str(report["produced"]))
 
 
-async def decide(store: EventStore, watch_id: str, decision: str, reason: str = "", *,
+async def decide_watch(store: EventStore, watch_id: str, decision: str, reason: str = "", *,
                  inputs: Sequence[str] = (), origin: str, now_ms: int | None = None
                  ) -> Performed:
     """Record the outward decision after a fire (act, ask, defer or silence) as watch-decided

@@ -48,28 +48,22 @@ from pulse_core._beliefs import (
     classify,
     contested,
 )
-from pulse_core._elements import (
-    Commitment,
+from pulse_core._element_kinds import (
     CommitmentMade,
     CommitmentUpdated,
     Consolidated,
     Correction,
-    Element,
-    ElementsReader,
-    ElementsState,
     InsightRecorded,
-    MemoryElements,
     Metabolized,
     Reinforced,
     SalienceSet,
     StageChange,
     Stale,
-    dependents,
     element_id,
-    of_identity,
-    references_of,
     split_element_id,
 )
+from pulse_core._element_queries import dependents, of_identity, references_of
+from pulse_core._elements import Commitment, Element, ElementsReader, ElementsState, MemoryElements
 from pulse_core._governance import (
     ActiveSchema,
     Governance,
@@ -107,12 +101,12 @@ from pulse_core._schedules import (
     ScheduleFired,
     Schedules,
     SchedulesState,
+    fire_schedule,
     is_due,
     ms_until_due,
     next_due,
     schedule_key,
 )
-from pulse_core._schedules import fire as fire_schedule
 from pulse_core._sleep import (
     SleepBoard,
     SleepTask,
@@ -131,15 +125,15 @@ from pulse_core._watches import (
     WatchDecided,
     Watches,
     WatchFired,
+    arm_watch,
     armed,
+    decide_watch,
+    disarm_watch,
+    evaluate_watches,
     past_due,
     read_watch,
     watch_key,
 )
-from pulse_core._watches import arm as arm_watch
-from pulse_core._watches import decide as decide_watch
-from pulse_core._watches import disarm as disarm_watch
-from pulse_core._watches import evaluate as evaluate_watches
 
 __all__ = [
     "AGENT", "BACKGROUND", "HUMAN", "PERMISSIONS",

@@ -19,7 +19,8 @@ EXPECTED_CORE = {
     "Instruments",
     "InvalidEvent", "InvalidTransition",
     "KindSpec", "Layer", "LayerContext", "LayerError", "LayerFactory", "LoopState", "LoopStatus",
-    "ManualClock", "Mark", "Memory", "MemoryBoard", "NotAPulseDatabase", "ObjectMissing",
+    "ManualClock", "Mark", "Memory", "MemoryBoard", "MergeRefused", "NotAPulseDatabase",
+    "NotAuthorized", "PurgeRefused", "RevisionRefused", "ObjectMissing",
     "ObjectStore", "Page", "PayloadNotEncodable", "PendingTasks", "PendingTasksData",
     "PersistentMap", "Projection", "Projector", "PulseError", "RecentErrors", "Recorder",
     "Retention", "Rule", "RuleChain", "RuleChainError", "RuleTrace", "Sample", "SchemaTooNew",
@@ -48,7 +49,9 @@ def test_pulse_core_exports_exactly_its_public_names() -> None:
 
 
 def test_every_public_class_and_function_has_a_docstring() -> None:
-    for module in (pulse_core, pulse_core.store):
+    import pulse_core.maintenance
+
+    for module in (pulse_core, pulse_core.store, pulse_core.maintenance):
         for name in module.__all__:
             obj = getattr(module, name)
             if inspect.isclass(obj) or inspect.isfunction(obj):
@@ -67,16 +70,17 @@ def test_implementation_modules_are_private() -> None:
     from pathlib import Path
 
     root = Path(pulse_core.__file__).parent
-    public = {"__init__.py", "demo.py", "memory.py", "store/__init__.py"}
+    public = {"__init__.py", "demo.py", "memory.py", "maintenance.py", "store/__init__.py"}
     exposed = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                      if str(p.relative_to(root)) not in public and not p.name.startswith("_"))
     assert exposed == [], "name implementation modules with a leading underscore"
 
 
 def test_the_store_and_memory_namespaces_list_their_public_names() -> None:
+    import pulse_core.maintenance
     import pulse_core.memory
 
-    for module in (pulse_core.store, pulse_core.memory):
+    for module in (pulse_core.store, pulse_core.memory, pulse_core.maintenance):
         assert module.__all__, module.__name__
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"

@@ -28,6 +28,13 @@ from pulse_adapters.awareness.settings import (
     AwarenessSettingsError,
     load_settings,
 )
+from pulse_adapters.awareness.undo import (
+    CycleNotFound,
+    NothingToUndo,
+    UndoConflict,
+    UndoRefused,
+    undo_cycle,
+)
 
 __all__ = [
     "AwarenessConfig",
@@ -38,6 +45,7 @@ __all__ = [
     "AwarenessRule",
     "AwarenessSettings",
     "AwarenessSettingsError",
+    "CycleNotFound",
     "CycleRecord",
     "Envelope",
     "Evidence",
@@ -46,6 +54,7 @@ __all__ = [
     "GateResult",
     "InvalidEnvelope",
     "LedgerData",
+    "NothingToUndo",
     "QuietHold",
     "QuietHoldKeeper",
     "QuietHoldUnavailable",
@@ -54,6 +63,8 @@ __all__ = [
     "ReviewRouteWatcher",
     "ReviewState",
     "Reviewer",
+    "UndoConflict",
+    "UndoRefused",
     "Verb",
     "build_evidence",
     "build_reviewer",
@@ -65,4 +76,5 @@ __all__ = [
     "parse_envelope",
     "route_healthy",
     "shape",
+    "undo_cycle",
 ]

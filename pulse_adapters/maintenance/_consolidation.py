@@ -21,14 +21,9 @@ import msgspec
 from pulse_adapters.awareness.contract import nested_deeper
 from pulse_adapters.llm import ChatClient, json_schema_format
 from pulse_core._activities import ActivityBody, activity_draft, retry_once
-from pulse_core._elements import (
-    Consolidated,
-    Element,
-    ElementsReader,
-    ElementsState,
-    InsightRecorded,
-    of_identity,
-)
+from pulse_core._element_kinds import Consolidated, InsightRecorded
+from pulse_core._element_queries import of_identity
+from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._errors import InvalidEvent, PulseError, VersionConflict
 from pulse_core._events import EventDraft, check_text, uuid7
 from pulse_core.memory import identity_key

@@ -17,7 +17,7 @@ from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceS
 from pulse_core._activities import read_activity
 from pulse_core._authority import Authority
 from pulse_core._effects import Backoff, ExecutionContext, Executor
-from pulse_core._schedules import fire
+from pulse_core._schedules import fire_schedule
 
 
 def cycle_id(effect_id: str) -> str:
@@ -48,7 +48,8 @@ class MaintenanceExecutor(Executor):
         schedule = schedule_of(self.settings.schedule)
         if effect.trigger == "scheduled" and effect.due_at is not None and schedule is not None \
                 and await read_activity(ctx.events, cycle) is None:
-            await fire(ctx.events, schedule, effect.due_at, ctx.clock.now_ms(), origin=ORIGIN)
+            await fire_schedule(ctx.events, schedule, effect.due_at, ctx.clock.now_ms(),
+                                origin=ORIGIN)
         report = await run_cycle(
             ctx.events, self.settings, cycle=cycle, trigger=effect.trigger, clock=ctx.clock,
             authority=Authority(ctx.events, {PRINCIPAL: self.settings.grants}),

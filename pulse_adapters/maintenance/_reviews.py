@@ -17,7 +17,7 @@ from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import EventDraft
 from pulse_core._retention import RetentionLadder
 from pulse_core._sleep import SleepBoard, SleepTasks
-from pulse_core._watches import Watches, evaluate
+from pulse_core._watches import Watches, evaluate_watches
 from pulse_core.memory import ObservationRecorded, identity_key
 
 # -- 7/8/9. contradictions, derivations, commitments -----------------------------------------
@@ -122,7 +122,7 @@ async def watches(run: CycleRun) -> None:
     if not any(w.status == "armed" for w in watching.values()):
         run.consumed_through = max(after, head)  # nothing armed: nothing can match
         return
-    result = await evaluate(run.store, watching, after, run.now, origin=ORIGIN)
+    result = await evaluate_watches(run.store, watching, after, run.now, origin=ORIGIN)
     run.consumed_through = result.consumed_through
     fired = len(result.fired)
     run.budget.spend(writes=3 * fired + len(result.satisfied),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from pulse_adapters.maintenance._ledger import LedgerState, MaintenanceLedger
-from pulse_adapters.maintenance._settings import MaintenanceSettings, Schedule
+from pulse_adapters.maintenance._settings import MaintenanceSettings, ScheduleSettings
 from pulse_core._effects import Effect
 from pulse_core._rules import Decision, Inner
 from pulse_core._schedules import DailyAt, Every, Schedules, SchedulesState, next_due
@@ -37,7 +37,7 @@ class MaintenanceCycle(Effect, tag="maintenance-cycle"):
         return DEDUP
 
 
-def schedule_of(schedule: Schedule) -> Every | DailyAt | None:
+def schedule_of(schedule: ScheduleSettings) -> Every | DailyAt | None:
     """The pulse_core schedule the settings describe (None: no scheduled cycles)."""
     if schedule.daily_at is not None:
         return DailyAt(SCHEDULE_NAME, schedule.daily_at, tz=schedule.tz)

@@ -43,7 +43,7 @@ def _bad(field: str, problem: str) -> MaintenanceSettingsError:
     return MaintenanceSettingsError(f"`{field}` {problem}")
 
 
-class Schedule(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ScheduleSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """When a scheduled cycle is due: every `every_h` = [low, high] hours after the last one
     (the point within the span is drawn per cycle, deterministically from its id, so engines
     and restarts agree), or, when `daily_at` ("03:00") is set, once a day at that time in
@@ -110,7 +110,8 @@ class Budgets(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
                 raise _bad(name, f"must be within 1..{top:,} (got {value!r})")
 
 
-class Decay(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class DecaySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
+                    kw_only=True):
     """Metabolism: a sweep multiplies memory_strength by `factor`, never below `floor`;
     elements with salience >= `protection` do not decay; `limit` elements per batch (one
     transaction). A cycle sweeps only when the last sweep was `min_interval_h` hours ago or
@@ -151,7 +152,8 @@ class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
                                              f"{self.archive_after_days!r})")
 
 
-class Consolidation(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ConsolidationSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
+                            kw_only=True):
     """Who proposes consolidated insights: "off" (the default) or "llm", a model at an
     OpenAI-compatible server, configured like the awareness layer's (`base_url` ending in the
     API version, `model`, `api_key_env` naming the variable that holds the key). At most
@@ -195,13 +197,14 @@ class MaintenanceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     only reports purge candidates. `timeout_s` bounds one cycle's attempt.
     """
 
-    schedule: Schedule = msgspec.field(default_factory=Schedule)
+    schedule: ScheduleSettings = msgspec.field(default_factory=ScheduleSettings)
     triggers: Triggers = msgspec.field(default_factory=Triggers)
     budgets: Budgets = msgspec.field(default_factory=Budgets)
-    decay: Decay = msgspec.field(default_factory=Decay)
+    decay: DecaySettings = msgspec.field(default_factory=DecaySettings)
     retention: RetentionSettings = msgspec.field(default_factory=RetentionSettings)
     grants: tuple[str, ...] = DEFAULT_GRANTS
-    consolidation: Consolidation = msgspec.field(default_factory=Consolidation)
+    consolidation: ConsolidationSettings = msgspec.field(
+        default_factory=ConsolidationSettings)
     timeout_s: float = 900.0
 
     def __post_init__(self) -> None:

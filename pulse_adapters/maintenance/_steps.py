@@ -32,11 +32,12 @@ from pulse_adapters.maintenance._reviews import (
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_adapters.maintenance._skills import SkillBoard
 from pulse_core._beliefs import Beliefs
-from pulse_core._elements import ElementsState, decays, eligible_for_decay
+from pulse_core._element_queries import decays, eligible_for_decay
+from pulse_core._elements import ElementsState
 from pulse_core._errors import NotAuthorized, StoreError
 from pulse_core._metabolism import DecayPolicy, sweep
 from pulse_core._sleep import SleepBoard, SleepTask, SleepTasks, claimable
-from pulse_core._watches import Watches, decide, read_watch
+from pulse_core._watches import Watches, decide_watch, read_watch
 
 WATCH_REVIEW = "watch_review"
 CONSOLIDATION_MIN_AGE_MS = 3_600_000
@@ -85,7 +86,8 @@ async def _watch_review(run: CycleRun, task: SleepTask) -> Any:
         return {"decision": None, "watch": task.subject, "why": f"the fire is {now}"}
     reason = ("maintenance surfaces the fire for the agent; a fired watch authorizes "
               "nothing")
-    done = await decide(run.store, task.subject, "defer", reason, origin=ORIGIN, now_ms=run.now)
+    done = await decide_watch(run.store, task.subject, "defer", reason, origin=ORIGIN,
+                              now_ms=run.now)
     run.budget.spend(writes=2 if done.ran else 0, transactions=1 if done.ran else 0)
     return {"decision": "defer", "watch": task.subject, "activity": done.activity.id}
 

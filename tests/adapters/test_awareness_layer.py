@@ -361,6 +361,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
         "QuietHoldUnavailable", "QuietState", "Rejection", "ReviewRouteWatcher", "ReviewState",
         "Reviewer", "Verb", "build_evidence", "build_reviewer", "due_at", "fingerprint",
         "gate", "layer", "load_settings", "parse_envelope", "route_healthy", "shape",
+        "CycleNotFound", "NothingToUndo", "UndoConflict", "UndoRefused", "undo_cycle",
     }
     assert set(pulse_adapters.awareness.__all__) == expected
     for name in expected:

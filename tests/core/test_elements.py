@@ -9,20 +9,16 @@ import msgspec
 import pytest
 
 from pulse_core._beliefs import BeliefBoard
-from pulse_core._elements import (
+from pulse_core._element_kinds import (
     CommitmentMade,
     CommitmentUpdated,
     Consolidated,
-    ElementsReader,
     InsightRecorded,
-    MemoryElements,
     SalienceSet,
-    dependents,
     element_id,
-    eligible_for_decay,
-    of_identity,
-    references_of,
 )
+from pulse_core._element_queries import dependents, eligible_for_decay, of_identity, references_of
+from pulse_core._elements import ElementsReader, MemoryElements
 from pulse_core._events import EventDraft
 from pulse_core._metabolism import DecayPolicy, sweep
 from pulse_core._projector import Projector

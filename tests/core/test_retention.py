@@ -11,7 +11,8 @@ import pytest
 
 from pulse_core._activities import read_activity
 from pulse_core._authority import Authority
-from pulse_core._elements import ElementsReader, InsightRecorded
+from pulse_core._element_kinds import InsightRecorded
+from pulse_core._elements import ElementsReader
 from pulse_core._errors import InvalidTransition, NotAuthorized, PurgeRefused
 from pulse_core._events import EventDraft
 from pulse_core._projector import Projector

@@ -24,7 +24,7 @@ from pulse_core._schedules import (
     LastFire,
     Schedules,
     SchedulesState,
-    fire,
+    fire_schedule,
     is_due,
     jitter_ms,
     ms_until_due,
@@ -55,7 +55,7 @@ async def test_a_restart_keeps_the_due_time(tmp_path: Path) -> None:
     await note(store)
     due = next_due(every, await state_of(store), clock.now_ms())
     assert due is not None and due <= clock.now_ms()  # never fired: due at the log's start
-    fired = await fire(store, every, due, clock.advance(1_000))
+    fired = await fire_schedule(store, every, due, clock.advance(1_000))
     assert fired is not None
     after = next_due(every, await state_of(store), clock.now_ms())
     assert 12 * H <= after - fired.data["fired_at"] <= 24 * H
@@ -85,9 +85,9 @@ async def test_first_after_s_delays_the_first_fire_from_the_logs_start(tmp_path:
     state = await state_of(store)
     assert next_due(every, state, clock.now_ms()) == start + 600_000
     assert ms_until_due([every], state, clock.now_ms()) == 500_000
-    assert await fire(store, every, start + 600_000, clock.now_ms()) is None  # not yet
+    assert await fire_schedule(store, every, start + 600_000, clock.now_ms()) is None  # not yet
     clock.advance(500_000)
-    assert await fire(store, every, start + 600_000, clock.now_ms()) is not None
+    assert await fire_schedule(store, every, start + 600_000, clock.now_ms()) is not None
     await store.close()
 
 
@@ -120,7 +120,7 @@ async def test_daily_at_keeps_local_time_across_a_dst_change(tmp_path: Path) -> 
         due = next_due(daily, await state_of(store), clock.now_ms())
         assert due is not None
         clock.advance(due - clock.now_ms() + 5)
-        assert await fire(store, daily, due, clock.now_ms()) is not None
+        assert await fire_schedule(store, daily, due, clock.now_ms()) is not None
         fires.append(dt.datetime.fromtimestamp(due / 1000, lisbon))
         dues.append(due)
     assert [(f.day, f.hour, f.minute) for f in fires] == [(28, 3, 0), (29, 3, 0), (30, 3, 0)]
@@ -138,11 +138,12 @@ async def test_two_concurrent_fires_of_one_due_time_make_one_event(tmp_path: Pat
     due = next_due(every, await state_of(one), 0)
     assert due is not None
     now = due + 1
-    results = await asyncio.gather(*(fire(s, every, due, now) for s in (one, two, one, two)))
+    results = await asyncio.gather(
+        *(fire_schedule(s, every, due, now) for s in (one, two, one, two)))
     assert sum(r is not None for r in results) == 1
     assert len(await one.read(kinds=["schedule-fired"])) == 1
     # a cycle still holding the old state cannot fire it again
-    assert await fire(two, every, due, now + 10**9) is None
+    assert await fire_schedule(two, every, due, now + 10**9) is None
     await one.close()
     await two.close()
 
@@ -157,12 +158,13 @@ async def test_after_events_is_due_after_n_new_events_of_its_kinds(tmp_path: Pat
     state = await state_of(store)
     assert not is_due(notes, state, clock.now_ms()) and is_due(anything, state, 0)
     assert next_due(notes, state, clock.now_ms()) is None
-    assert await fire(store, notes, clock.now_ms(), clock.now_ms()) is None  # 2 < 3
+    assert await fire_schedule(store, notes, clock.now_ms(), clock.now_ms()) is None  # 2 < 3
     await note(store)
     state = await state_of(store)
     assert is_due(notes, state, clock.now_ms())
-    assert await fire(store, notes, clock.now_ms(), clock.now_ms()) is not None
-    assert await fire(store, notes, clock.now_ms(), clock.advance(1)) is None  # counted anew
+    assert await fire_schedule(store, notes, clock.now_ms(), clock.now_ms()) is not None
+    # counted anew
+    assert await fire_schedule(store, notes, clock.now_ms(), clock.advance(1)) is None
     state = await state_of(store)
     assert not is_due(notes, state, clock.now_ms())
     assert is_due(anything, state, 0)  # its own count is untouched by the other's fire

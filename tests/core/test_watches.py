@@ -20,10 +20,10 @@ from pulse_core._watches import (
     WatchArmed,
     WatchCondition,
     Watches,
-    arm,
-    decide,
-    disarm,
-    evaluate,
+    arm_watch,
+    decide_watch,
+    disarm_watch,
+    evaluate_watches,
     past_due,
     read_watch,
 )
@@ -52,12 +52,12 @@ async def test_a_delta_watch_fires_on_the_first_matching_change_and_makes_a_task
         tmp_path: Path) -> None:
     store = await SqliteEventStore.open(tmp_path / "events.db")
     await note(store)  # before the watch: never a trigger
-    await arm(store, "w1", WatchArmed(watch_class="delta", condition=ON_ANA,
+    await arm_watch(store, "w1", WatchArmed(watch_class="delta", condition=ON_ANA,
                                       reason="ana changed"), origin=ORIGIN)
     await note(store, "identity:bob")
     seq = await note(store)
     head = await note(store)
-    result = await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)
+    result = await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)
     assert [(f.watch_id, f.trigger_seq, f.operation) for f in result.fired] == [
         ("w1", seq, f"watch_fire:w1:{seq}")]
     assert result.consumed_through == head  # the log as it was read; the fire came after
@@ -67,7 +67,7 @@ async def test_a_delta_watch_fires_on_the_first_matching_change_and_makes_a_task
     activity = await read_activity(store, f"watch_fire:w1:{seq}")
     assert activity is not None and activity.activity_class == "watch_fire"
     assert activity.inputs == ("watch:w1", f"event:{seq}")
-    again = await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)
+    again = await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)
     assert again.fired == ()
     await store.close()
 
@@ -75,13 +75,14 @@ async def test_a_delta_watch_fires_on_the_first_matching_change_and_makes_a_task
 async def test_condition_fields_all_have_to_match(tmp_path: Path) -> None:
     store = await SqliteEventStore.open(tmp_path / "events.db")
     condition = WatchCondition(key_prefix="identity:", record="r2", origin_prefix="human")
-    await arm(store, "w1", WatchArmed(watch_class="delta", condition=condition), origin=ORIGIN)
+    await arm_watch(store, "w1", WatchArmed(watch_class="delta", condition=condition),
+                    origin=ORIGIN)
     await note(store, record="r2", origin="agent")
     await note(store, record="r1", origin="human:ana")
     await note(store, "notes", record="r2", origin="human:ana")
-    assert (await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
+    assert (await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
     seq = await note(store, "identity:bob", record="r2", origin="human:ana")
-    fired = (await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)).fired
+    fired = (await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)).fired
     assert [f.trigger_seq for f in fired] == [seq]
     await store.close()
 
@@ -89,14 +90,14 @@ async def test_condition_fields_all_have_to_match(tmp_path: Path) -> None:
 async def test_the_watch_machinery_never_triggers_a_watch(tmp_path: Path) -> None:
     store = await SqliteEventStore.open(tmp_path / "events.db")
     anything = WatchArmed(watch_class="delta")  # the empty condition matches any change
-    await arm(store, "w1", anything, origin=ORIGIN)
-    await arm(store, "w2", anything, origin=ORIGIN)
-    assert (await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
+    await arm_watch(store, "w1", anything, origin=ORIGIN)
+    await arm_watch(store, "w2", anything, origin=ORIGIN)
+    assert (await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
     await note(store)
-    fired = (await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)).fired
+    fired = (await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)).fired
     assert sorted(f.watch_id for f in fired) == ["w1", "w2"]
-    await arm(store, "w3", anything, origin=ORIGIN)  # w1's fire and task come after: no match
-    assert (await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
+    await arm_watch(store, "w3", anything, origin=ORIGIN)  # w1's fire and task come after: no match
+    assert (await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
     await store.close()
 
 
@@ -105,14 +106,14 @@ async def test_a_silence_watch_fires_only_after_due_at_with_no_matching_change(
     clock = ManualClock()
     store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
     due = clock.now_ms() + 60_000
-    await arm(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due,
+    await arm_watch(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due,
                                          produces="wake"), origin=ORIGIN)
     await note(store, "identity:bob")
-    early = await evaluate(store, await watches(store), 0, clock.now_ms(), origin=ORIGIN)
+    early = await evaluate_watches(store, await watches(store), 0, clock.now_ms(), origin=ORIGIN)
     assert early.fired == () and early.satisfied == ()
     assert past_due(await watches(store), due) != []
     clock.advance(60_001)
-    result = await evaluate(store, await watches(store), early.consumed_through,
+    result = await evaluate_watches(store, await watches(store), early.consumed_through,
                             clock.now_ms(), origin=ORIGIN)
     assert [(f.watch_id, f.operation, f.produced) for f in result.fired] == [
         ("quiet", f"watch_fire:quiet:silence:{due}", "wake")]
@@ -125,12 +126,12 @@ async def test_a_change_by_due_at_satisfies_a_silence_watch(tmp_path: Path) -> N
     clock = ManualClock()
     store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
     due = clock.now_ms() + 60_000
-    await arm(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due),
+    await arm_watch(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due),
               origin=ORIGIN)
     clock.advance(30_000)
     await note(store)
     clock.advance(60_000)  # past due, but the change came in time
-    result = await evaluate(store, await watches(store), 0, clock.now_ms(), origin=ORIGIN)
+    result = await evaluate_watches(store, await watches(store), 0, clock.now_ms(), origin=ORIGIN)
     assert (result.fired, result.satisfied) == ((), ("quiet",))
     assert (await read_watch(store, "quiet")).status == "satisfied"  # type: ignore[union-attr]
     await store.close()
@@ -143,13 +144,13 @@ async def test_silence_is_decided_only_after_the_log_is_consumed_through_due_at(
     clock = ManualClock()
     store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
     due = clock.now_ms() + 60_000
-    await arm(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due),
+    await arm_watch(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due),
               origin=ORIGIN)
     stale, cursor = await watches(store), await store.last_seq()
     clock.advance(59_000)
     await note(store)
     clock.advance(10_000)
-    result = await evaluate(store, stale, cursor, clock.now_ms(), origin=ORIGIN)
+    result = await evaluate_watches(store, stale, cursor, clock.now_ms(), origin=ORIGIN)
     assert (result.fired, result.satisfied) == ((), ("quiet",))
     await store.close()
 
@@ -158,11 +159,11 @@ async def test_a_change_after_due_at_does_not_save_a_silence_watch(tmp_path: Pat
     clock = ManualClock()
     store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
     due = clock.now_ms() + 1_000
-    await arm(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due),
+    await arm_watch(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA, due_at=due),
               origin=ORIGIN)
     clock.advance(2_000)
     await note(store)
-    result = await evaluate(store, await watches(store), 0, clock.now_ms(), origin=ORIGIN)
+    result = await evaluate_watches(store, await watches(store), 0, clock.now_ms(), origin=ORIGIN)
     assert [f.watch_id for f in result.fired] == ["quiet"]
     await store.close()
 
@@ -174,15 +175,15 @@ async def test_two_concurrent_evaluators_fire_each_watch_exactly_once(tmp_path: 
     store = stores[0]
     due = clock.now_ms() + 1_000
     for i in range(5):
-        await arm(store, f"d{i}", WatchArmed(watch_class="delta", condition=ON_ANA),
+        await arm_watch(store, f"d{i}", WatchArmed(watch_class="delta", condition=ON_ANA),
                   origin=ORIGIN)
-        await arm(store, f"s{i}", WatchArmed(
+        await arm_watch(store, f"s{i}", WatchArmed(
             watch_class="silence", condition=WatchCondition(key_prefix="nowhere"),
             due_at=due), origin=ORIGIN)
     await note(store)
     clock.advance(2_000)
     state = await watches(store)
-    results = await asyncio.gather(*(evaluate(s, state, 0, clock.now_ms(), origin=ORIGIN)
+    results = await asyncio.gather(*(evaluate_watches(s, state, 0, clock.now_ms(), origin=ORIGIN)
                                      for s in stores for _ in range(2)))
     fired = sorted(f.watch_id for r in results for f in r.fired)
     assert fired == sorted([f"d{i}" for i in range(5)] + [f"s{i}" for i in range(5)])
@@ -195,35 +196,35 @@ async def test_two_concurrent_evaluators_fire_each_watch_exactly_once(tmp_path: 
 async def test_disarm_and_rearm(tmp_path: Path) -> None:
     store = await SqliteEventStore.open(tmp_path / "events.db")
     spec = WatchArmed(watch_class="delta", condition=ON_ANA)
-    await arm(store, "w1", spec, origin=ORIGIN)
+    await arm_watch(store, "w1", spec, origin=ORIGIN)
     with pytest.raises(InvalidTransition, match="already armed"):
-        await arm(store, "w1", spec, origin=ORIGIN)
-    await disarm(store, "w1", origin=ORIGIN, reason="not needed")
+        await arm_watch(store, "w1", spec, origin=ORIGIN)
+    await disarm_watch(store, "w1", origin=ORIGIN, reason="not needed")
     await note(store)
-    assert (await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
-    await arm(store, "w1", spec, origin=ORIGIN)
+    assert (await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)).fired == ()
+    await arm_watch(store, "w1", spec, origin=ORIGIN)
     seq = await note(store)
-    fired = (await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)).fired
+    fired = (await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)).fired
     assert [f.trigger_seq for f in fired] == [seq]
     with pytest.raises(InvalidTransition):
-        await disarm(store, "w1", origin=ORIGIN)
+        await disarm_watch(store, "w1", origin=ORIGIN)
     await store.close()
 
 
 async def test_decide_records_the_decision_once_per_fire(tmp_path: Path) -> None:
     store = await SqliteEventStore.open(tmp_path / "events.db")
-    await arm(store, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
+    await arm_watch(store, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
     with pytest.raises(InvalidTransition, match="only a fired watch"):
-        await decide(store, "w1", "act", origin=ORIGIN)
+        await decide_watch(store, "w1", "act", origin=ORIGIN)
     await note(store)
-    await evaluate(store, await watches(store), 0, 0, origin=ORIGIN)
-    first = await decide(store, "w1", "defer", "waiting for ana", inputs=("skill:s1",),
+    await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)
+    first = await decide_watch(store, "w1", "defer", "waiting for ana", inputs=("skill:s1",),
                          origin=ORIGIN)
-    again = await decide(store, "w1", "act", origin=ORIGIN)
+    again = await decide_watch(store, "w1", "act", origin=ORIGIN)
     assert first.ran and not again.ran and again.activity.report["decision"] == "defer"
     assert (await read_watch(store, "w1")).decision == "defer"  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="decision"):
-        await decide(store, "w1", "maybe", origin=ORIGIN)
+        await decide_watch(store, "w1", "maybe", origin=ORIGIN)
     await store.close()
 
 
@@ -240,12 +241,12 @@ async def test_evaluators_with_different_cursors_still_fire_a_watch_once(tmp_pat
     version, not only the activity key, keeps the second fire out."""
     one = await SqliteEventStore.open(tmp_path / "events.db")
     two = await SqliteEventStore.open(tmp_path / "events.db")
-    await arm(one, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
+    await arm_watch(one, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
     first = await note(one)
     await note(one)
     state = await watches(one)
-    results = await asyncio.gather(evaluate(one, state, 0, 0, origin=ORIGIN),
-                                   evaluate(two, state, first, 0, origin=ORIGIN))
+    results = await asyncio.gather(evaluate_watches(one, state, 0, 0, origin=ORIGIN),
+                                   evaluate_watches(two, state, first, 0, origin=ORIGIN))
     assert sum(len(r.fired) for r in results) == 1
     assert len(await one.read(kinds=["watch-fired"])) == 1
     assert len(await one.read(kinds=["sleep-task-created"])) == 1

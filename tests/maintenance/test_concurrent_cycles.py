@@ -14,7 +14,7 @@ from pulse_adapters.maintenance._context import CycleRun
 from pulse_adapters.maintenance._steps import STEPS
 from pulse_core import EventDraft, ManualClock, SqliteEventStore
 from pulse_core._sleep import SleepBoard
-from pulse_core._watches import WatchArmed, WatchCondition, arm
+from pulse_core._watches import WatchArmed, WatchCondition, arm_watch
 from pulse_core.memory import identity_key
 from pulse_core.store._base import EventStore
 
@@ -36,10 +36,10 @@ async def build_home(store: EventStore, clock: ManualClock) -> list[str]:
                                  priority=i % 3, assigned_to="maintenance")).id
              for i in range(TASKS)]
     for i in range(DELTAS):
-        await arm(store, f"d{i}", WatchArmed(watch_class="delta", condition=WatchCondition(
+        await arm_watch(store, f"d{i}", WatchArmed(watch_class="delta", condition=WatchCondition(
             key_prefix=f"identity:p{i}", kinds=("human-exchange",))), origin="agent")
     for i in range(SILENCES):
-        await arm(store, f"s{i}", WatchArmed(watch_class="silence", condition=WatchCondition(
+        await arm_watch(store, f"s{i}", WatchArmed(watch_class="silence", condition=WatchCondition(
             key_prefix="identity:nobody"), due_at=clock.now_ms() + HOUR), origin="agent")
     await store.append([EventDraft("human-exchange", identity_key(f"p{i}"),
                                    {"record": f"late-{i}", "text": "news", "role": "human"},

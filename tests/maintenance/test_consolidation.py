@@ -22,7 +22,8 @@ from pulse_adapters.maintenance._consolidation import (
     gate_insights,
 )
 from pulse_core._activities import read_activity
-from pulse_core._elements import Element, ElementsReader, ElementsState, element_id
+from pulse_core._element_kinds import element_id
+from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._events import EventDraft
 from pulse_core._pmap import PersistentMap
 from pulse_core.memory import MemoryBoard, identity_key

@@ -15,7 +15,7 @@ from pulse_adapters.maintenance import (
     NOTHING_TO_DO,
     Budgets,
     CycleReport,
-    Decay,
+    DecaySettings,
     MaintenanceSettings,
     SkillBoard,
     SkillProposed,
@@ -28,7 +28,7 @@ from pulse_core._beliefs import BeliefBoard
 from pulse_core._elements import ElementsReader, ElementsState
 from pulse_core._errors import StoreUnavailable
 from pulse_core._sleep import SleepBoard
-from pulse_core._watches import WatchArmed, WatchCondition, arm, decide, read_watch
+from pulse_core._watches import WatchArmed, WatchCondition, arm_watch, decide_watch, read_watch
 from pulse_core.memory import Memory, identity_key
 from pulse_core.store._base import EventStore
 
@@ -67,9 +67,9 @@ async def build_home(store: EventStore, clock: ManualClock) -> dict[str, str]:
     await BeliefBoard(store, "human:ana").assert_("ana", "mood", "tense")
     task = await SleepBoard(store, "agent").create("review_derived", subject=f"ana/{insight}",
                                                    assigned_to="maintenance")
-    await arm(store, "w-delta", WatchArmed(watch_class="delta", condition=WatchCondition(
+    await arm_watch(store, "w-delta", WatchArmed(watch_class="delta", condition=WatchCondition(
         key_prefix="identity:ana", kinds=("human-exchange",))), origin="agent")
-    await arm(store, "w-silence", WatchArmed(watch_class="silence", condition=WatchCondition(
+    await arm_watch(store, "w-silence", WatchArmed(watch_class="silence", condition=WatchCondition(
         key_prefix="identity:bob"), due_at=clock.now_ms() + HOUR), origin="agent")
     await board.exchange("ana", "I moved to Porto")
     await board.set_state("ana", "city", "Porto", confidence=0.9)  # the insight's root revised
@@ -195,7 +195,7 @@ async def test_a_cycle_cancelled_after_its_first_sweep_batch_then_rerun_decays_n
     store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
     await store.append([draft(f"p{i % 7}", "human-exchange", record=f"x-{i}", text="hi")
                         for i in range(60)])
-    settings = MaintenanceSettings(decay=Decay(limit=10))
+    settings = MaintenanceSettings(decay=DecaySettings(limit=10))
     cycle = asyncio.ensure_future(run_cycle(store, settings, clock=clock, cycle="crashy"))
     watcher = asyncio.ensure_future(_cancel_after_first_batch(store, cycle))
     with pytest.raises(asyncio.CancelledError):
@@ -271,7 +271,7 @@ async def test_budgets_bound_a_cycle_and_the_next_one_does_the_rest(
     await store.append([draft(f"p{i}", "human-exchange", record=f"x-{i}", text="hi")
                         for i in range(30)])
     settings = MaintenanceSettings(budgets=Budgets(max_writes=12, max_transactions=5),
-                                   decay=Decay(limit=10))
+                                   decay=DecaySettings(limit=10))
     first = await run_cycle(store, settings, clock=clock)
     assert first.writes <= 12 and first.transactions <= 5
     assert first.changes["decayed"] == 10  # one batch of 10 identities fits 12 writes
@@ -375,12 +375,12 @@ async def test_a_fire_the_agent_already_decided_is_left_as_decided(
     tmp_path: Path, clock: ManualClock,
 ) -> None:
     store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
-    await arm(store, "w", WatchArmed(watch_class="silence", condition=WatchCondition(
+    await arm_watch(store, "w", WatchArmed(watch_class="silence", condition=WatchCondition(
         key_prefix="identity:bob"), due_at=clock.now_ms() + HOUR), origin="agent")
     clock.advance(2 * HOUR)
     fired = await run_cycle(store, clock=clock)
     assert fired.changes["watches_fired"] == 1
-    await decide(store, "w", "act", "I called Bob", origin="agent")
+    await decide_watch(store, "w", "act", "I called Bob", origin="agent")
     clock.advance(DAY)
     after = await run_cycle(store, clock=clock)
     (done,) = await store.read(kinds=["sleep-task-completed"])

@@ -17,7 +17,7 @@ from pulse_adapters.maintenance import run_cycle
 from pulse_core import Event, EventDraft, ManualClock, MemoryBoard, SqliteEventStore
 from pulse_core._beliefs import BeliefBoard
 from pulse_core._sleep import SleepBoard
-from pulse_core._watches import WatchArmed, WatchCondition, arm
+from pulse_core._watches import WatchArmed, WatchCondition, arm_watch
 from pulse_core.memory import Memory, identity_key
 from pulse_core.store._base import EventStore
 
@@ -62,7 +62,7 @@ async def busy_home(store: EventStore, clock: ManualClock) -> None:
     await BeliefBoard(store, "human:ana").assert_("ana", "mood", "tense")
     await SleepBoard(store, "agent").create("review_derived", subject="ana/i-1",
                                             assigned_to="maintenance")
-    await arm(store, "w", WatchArmed(watch_class="silence", condition=WatchCondition(
+    await arm_watch(store, "w", WatchArmed(watch_class="silence", condition=WatchCondition(
         key_prefix="identity:bob"), due_at=clock.now_ms() + HOUR), origin="agent")
     await board.set_state("ana", "city", "Porto", confidence=0.9)
     clock.advance(2 * HOUR)

@@ -13,7 +13,8 @@ import pytest
 from pulse_core._activities import read_activity
 from pulse_core._authority import Authority
 from pulse_core._beliefs import BeliefBoard
-from pulse_core._elements import Element, ElementsReader, InsightRecorded
+from pulse_core._element_kinds import InsightRecorded
+from pulse_core._elements import Element, ElementsReader
 from pulse_core._errors import NotAuthorized, PurgeRefused
 from pulse_core._events import EventDraft
 from pulse_core._metabolism import DecayPolicy, reinforce, sweep

@@ -33,7 +33,9 @@ from pulse_adapters.maintenance._skills import (
 )
 from pulse_core._activities import read_activity
 from pulse_core._authority import PERMISSIONS, Authority
-from pulse_core._elements import Element, ElementsReader, ElementsState, dependents, element_id
+from pulse_core._element_kinds import element_id
+from pulse_core._element_queries import dependents
+from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._errors import NotAuthorized
 from pulse_core._events import EventDraft
 from pulse_core._pmap import PersistentMap

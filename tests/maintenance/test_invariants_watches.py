@@ -12,7 +12,14 @@ from pulse_core._authority import Authority
 from pulse_core._errors import NotAuthorized
 from pulse_core._events import EventDraft, register_kind
 from pulse_core._projector import Projector
-from pulse_core._watches import WatchArmed, WatchCondition, Watches, arm, decide, evaluate
+from pulse_core._watches import (
+    WatchArmed,
+    WatchCondition,
+    Watches,
+    arm_watch,
+    decide_watch,
+    evaluate_watches,
+)
 from pulse_core.store import SqliteEventStore
 
 register_kind("invariant-watch-note", "a note the watch invariant tests write")
@@ -24,12 +31,12 @@ async def test_invariant_21_a_fired_watch_is_attention_not_authority(tmp_path: P
     store = await SqliteEventStore.open(tmp_path / "events.db")
     authority = Authority(store)
     before = {p: await authority.grants(p) for p in PRINCIPALS}
-    await arm(store, "w1", WatchArmed(
+    await arm_watch(store, "w1", WatchArmed(
         watch_class="delta", condition=WatchCondition(kinds=("invariant-watch-note",)),
         task_class="purge_review", reason="a purge candidate appeared"), origin=ORIGIN)
     await store.append([EventDraft("invariant-watch-note", "identity:ana", {"record": "r1"})])
     state = (await Projector(store, [Watches()]).catch_up())["watches"]
-    result = await evaluate(store, state, 0, 0, origin=ORIGIN)
+    result = await evaluate_watches(store, state, 0, 0, origin=ORIGIN)
     assert len(result.fired) == 1
     fire = result.fired[0]
     fired = (await store.read(kinds=["watch-fired"]))[0]
@@ -50,13 +57,13 @@ async def test_invariant_22_silence_chosen_at_the_action_gate_is_recorded(tmp_pa
                                                                           ) -> None:
     path = tmp_path / "events.db"
     store = await SqliteEventStore.open(path)
-    await arm(store, "w1", WatchArmed(watch_class="delta",
+    await arm_watch(store, "w1", WatchArmed(watch_class="delta",
                                       condition=WatchCondition(key_prefix="identity:ana")),
               origin=ORIGIN)
     await store.append([EventDraft("invariant-watch-note", "identity:ana", {"record": "r1"})])
     state = (await Projector(store, [Watches()]).catch_up())["watches"]
-    fire = (await evaluate(store, state, 0, 0, origin=ORIGIN)).fired[0]
-    done = await decide(store, "w1", "silence", "nothing worth saying", inputs=("skill:s1",),
+    fire = (await evaluate_watches(store, state, 0, 0, origin=ORIGIN)).fired[0]
+    done = await decide_watch(store, "w1", "silence", "nothing worth saying", inputs=("skill:s1",),
                         origin="agent")
     assert done.ran
     await store.close()

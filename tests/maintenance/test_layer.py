@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pulse_adapters.maintenance import (
-    Decay,
+    DecaySettings,
     MaintenanceCycle,
     MaintenanceExecutor,
     MaintenanceRule,
@@ -41,7 +41,14 @@ from pulse_core import (
 )
 from pulse_core._activities import read_activity
 from pulse_core._sleep import SleepBoard
-from pulse_core._watches import WatchArmed, WatchCondition, Watches, arm, evaluate, read_watch
+from pulse_core._watches import (
+    WatchArmed,
+    WatchCondition,
+    Watches,
+    arm_watch,
+    evaluate_watches,
+    read_watch,
+)
 from pulse_core.memory import identity_key
 
 HOUR = 3_600_000
@@ -202,7 +209,7 @@ async def test_a_silence_watch_wakes_the_tick_at_its_due_time_and_a_cycle_fires_
     clock = ManualClock()
     async with opened(tmp_path, clock, QUIET) as engine:
         await tick_and_run(engine)
-        await arm(engine.events, "bob-quiet", WatchArmed(
+        await arm_watch(engine.events, "bob-quiet", WatchArmed(
             watch_class="silence", condition=WatchCondition(key_prefix="identity:bob"),
             due_at=clock.now_ms() + HOUR), origin="agent")
         await tick_and_run(engine)
@@ -234,7 +241,8 @@ async def test_a_cycle_cut_short_by_an_engine_restart_resumes_with_its_cycle_sta
     tmp_path: Path,
 ) -> None:
     clock = ManualClock()
-    settings = MaintenanceSettings(triggers=Triggers(min_gap_s=600), decay=Decay(limit=5))
+    settings = MaintenanceSettings(triggers=Triggers(min_gap_s=600),
+                                   decay=DecaySettings(limit=5))
     engine = engine_with(tmp_path, clock, settings)
     await engine.open()  # closed below, mid-cycle
     await engine.append([EventDraft("human-exchange", identity_key(f"p{i}"),
@@ -305,13 +313,13 @@ async def test_a_watch_fired_elsewhere_starts_a_cycle_that_reviews_it(tmp_path: 
     clock = ManualClock()
     async with opened(tmp_path, clock, QUIET) as engine:
         await tick_and_run(engine)
-        await arm(engine.events, "ana-news", WatchArmed(
+        await arm_watch(engine.events, "ana-news", WatchArmed(
             watch_class="delta", condition=WatchCondition(key_prefix="identity:ana")),
             origin="agent")
         await engine.append([EventDraft("human-exchange", identity_key("ana"),
                                         {"record": "x-9", "text": "news"}, origin="human")])
         watches = await fold(engine.events, Watches())
-        fired = await evaluate(engine.events, watches, 0, clock.now_ms(), origin="agent")
+        fired = await evaluate_watches(engine.events, watches, 0, clock.now_ms(), origin="agent")
         assert len(fired.fired) == 1  # another evaluator (the agent's own) fired it
         clock.advance(601_000)
         await tick_and_run(engine)

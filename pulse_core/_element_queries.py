@@ -1,0 +1,84 @@
+"""Queries over the folded memory elements: an identity's elements, what a decay sweep may
+touch, and what depends on what (LIST DEPENDENTS)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pulse_core._elements import Element, ElementsState
+
+
+def of_identity(state: ElementsState, identity: str) -> list[Element]:
+    """The live elements of `identity`, oldest first."""
+    prefix = f"{identity}/"
+    found = [e for eid, e in state.elements.items()
+             if eid.startswith(prefix) and e.identity == identity]
+    return sorted(found, key=lambda e: e.created_seq)
+
+
+def eligible_for_decay(state: ElementsState, *, cycle_start: int, floor: float,
+                       protection: float, limit: int | None = None) -> list[Element]:
+    """Active elements a sweep of `cycle_start` may decay: least recently metabolized
+    first, then by identity (so a batch touches few identities: one event each).
+
+    Left out: anything not active, retracted, under legal hold, at or below `floor`, with
+    salience >= `protection`, already metabolized by this (or a later) cycle, and pending or
+    blocked high-impact commitments.
+    """
+    found = [e for e in state.elements.values() if decays(e, cycle_start, floor, protection)]
+    found.sort(key=lambda e: (e.last_metabolized_at or 0, e.identity, e.created_seq))
+    return found if limit is None else found[:limit]
+
+
+def decays(e: Element, cycle_start: int, floor: float, protection: float) -> bool:
+    """Whether a sweep of `cycle_start` may decay `e` (see eligible_for_decay)."""
+    return (e.stage == "active" and not e.retracted and not e.legal_hold
+            and e.strength > floor and e.salience < protection
+            and (e.last_metabolized_at is None or e.last_metabolized_at < cycle_start)
+            and not protected_commitment(e))
+
+
+def protected_commitment(e: Element) -> bool:
+    """A high-impact commitment still pending or blocked: never decayed."""
+    c = e.commitment
+    return c is not None and c.impact == "high" and c.status in ("pending", "blocked")
+
+
+def references_of(state: ElementsState, eid: str) -> tuple[str, ...]:
+    """The live element ids that cite `eid` (derive from it, correct it, cite it)."""
+    element = state.elements.get(eid)
+    return element.referenced_by if element is not None else ()
+
+
+def dependents(state: ElementsState, root: str, *, depth: int = 2, limit: int = 100
+               ) -> list[str]:
+    """Element ids derived from `root`, breadth first, up to `depth` hops and `limit` ids."""
+    return list(_walk(state, root, depth, limit))
+
+
+def _children(state: ElementsState, eid: str) -> list[str]:
+    element = state.elements.get(eid)
+    if element is None:  # a forgotten or purged root: its dependents are found by a scan
+        return [c for c, e in state.elements.items() if eid in e.derived_from]
+    derived = [c for c in element.referenced_by
+               if eid in getattr(state.elements.get(c), "derived_from", ())]
+    return [*derived, *element.consolidated_to]
+
+
+def _walk(state: ElementsState, root: str, depth: int, limit: int) -> Iterator[str]:
+    seen = {root}
+    level = [root]
+    count = 0
+    for _ in range(max(depth, 0)):
+        nxt: list[str] = []
+        for eid in level:
+            for child in _children(state, eid):
+                if child in seen or child not in state.elements:
+                    continue
+                seen.add(child)
+                nxt.append(child)
+                yield child
+                count += 1
+                if count >= limit:
+                    return
+        level = nxt
