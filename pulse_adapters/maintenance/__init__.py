@@ -12,7 +12,6 @@ from pulse_adapters.maintenance._consolidation import (
     ConsolidationBatch,
     ConsolidationReport,
     InvalidProposals,
-    LlmProposer,
     Proposer,
     consolidate,
     gate_insights,
@@ -27,6 +26,7 @@ from pulse_adapters.maintenance._ledger import (
     MaintenanceLedger,
     request_cycle,
 )
+from pulse_adapters.maintenance._proposer import LlmProposer
 from pulse_adapters.maintenance._report import NOTHING_TO_DO, CycleReport, HealthSignal
 from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
 from pulse_adapters.maintenance._settings import (

@@ -8,9 +8,10 @@ import os
 from typing import Any
 
 from pulse_adapters.llm import ChatClient
-from pulse_adapters.maintenance._consolidation import LlmProposer, Proposer
+from pulse_adapters.maintenance._consolidation import Proposer
 from pulse_adapters.maintenance._executor import MaintenanceExecutor
 from pulse_adapters.maintenance._ledger import MaintenanceLedger
+from pulse_adapters.maintenance._proposer import LlmProposer
 from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
 from pulse_adapters.maintenance._settings import (
     LAYER,

@@ -16,11 +16,11 @@ from pulse_adapters.llm.stand_in import ChatServer, Status, Stream
 from pulse_adapters.maintenance._consolidation import (
     ConsolidationBatch,
     ConsolidationReport,
-    LlmProposer,
     consolidate,
     evidence_roots,
     gate_insights,
 )
+from pulse_adapters.maintenance._proposer import LlmProposer
 from pulse_core._activities import read_activity
 from pulse_core._element_kinds import element_id
 from pulse_core._elements import Element, ElementsReader, ElementsState
