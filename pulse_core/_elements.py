@@ -15,6 +15,7 @@ version guards all of an identity's elements; `ElementsState.versions` holds tha
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -347,7 +348,9 @@ class ElementsReader:
     """The elements' current form, folded incrementally from where the last read left off.
 
     Every maintenance step reads through one of these before it writes, so the versions it
-    expects are as fresh as the log it has seen (no checkpoints: a new reader folds afresh).
+    expects are as fresh as the log it has seen (no checkpoints: a new reader folds afresh;
+    keep one reader to fold only what is new). Each page is folded in a worker thread, so a
+    first read of a long log does not hold the event loop.
     """
 
     def __init__(self, store: EventStore, *, page: int = 5_000) -> None:
@@ -363,13 +366,17 @@ class ElementsReader:
 
     async def current(self) -> ElementsState:
         """The state folded through the log's newest event."""
-        state = self._state
         async for page in self.store.pages(self._cursor, limit=self.page):
-            for event in page.events:
-                state = fold_event(state, event)
-                self._cursor = event.seq
-        self._state = state
-        return state
+            if page.events:
+                self._state = await asyncio.to_thread(_fold_page, self._state, page.events)
+                self._cursor = page.events[-1].seq
+        return self._state
+
+
+def _fold_page(state: ElementsState, events: Iterable[Event]) -> ElementsState:
+    for event in events:
+        state = fold_event(state, event)
+    return state
 
 
 # -- queries ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ diffed by comparing buckets by identity.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -50,6 +50,14 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
 
     def __len__(self) -> int:
         return self._len
+
+    def values(self) -> ValuesView[V]:
+        """The values, read bucket by bucket (no lookup per key)."""
+        return _Values(self)
+
+    def items(self) -> ItemsView[K, V]:
+        """The (key, value) pairs, read bucket by bucket (no lookup per key)."""
+        return _Items(self)
 
     def __repr__(self) -> str:
         return f"PersistentMap({dict(self.items())!r})"
@@ -108,3 +116,19 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
                 if key not in mine or key not in theirs or mine[key] is not theirs[key]:
                     changed.add(key)
         return changed
+
+
+class _Values(ValuesView[V]):
+    _mapping: PersistentMap[object, V]
+
+    def __iter__(self) -> Iterator[V]:
+        for bucket in self._mapping._buckets:
+            yield from bucket.values()
+
+
+class _Items(ItemsView[K, V]):
+    _mapping: PersistentMap[K, V]
+
+    def __iter__(self) -> Iterator[tuple[K, V]]:
+        for bucket in self._mapping._buckets:
+            yield from bucket.items()

@@ -120,15 +120,25 @@ def stored_report(activity: Activity) -> CycleReport:
                            outcome=activity.reason or activity.status)
 
 
+def _reader(store: EventStore, reader: ElementsReader | None) -> ElementsReader:
+    if reader is None:
+        return ElementsReader(store)
+    if reader.store is not store:
+        raise ValueError("run_cycle: `reader` reads another store than `store`")
+    return reader
+
+
 async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = None, *,
                     cycle: str | None = None, trigger: str = "on-demand",
                     clock: Clock | None = None, authority: Authority | None = None,
-                    proposer: Proposer | None = None,
+                    proposer: Proposer | None = None, reader: ElementsReader | None = None,
                     steps: Sequence[tuple[str, Step]] | None = None) -> CycleReport:
     """Run maintenance cycle `cycle` (default: a new id) over the home behind `store` and
     return its report; the same `cycle` again resumes it if it is running, or returns its
     stored report if it ended. `proposer` proposes consolidated insights (None: the
-    consolidation step does nothing). `steps` replaces the steps after assessment (tests).
+    consolidation step does nothing). `reader` is an ElementsReader of `store` kept from an
+    earlier cycle, so only what is new is folded (default: a new one, folding the whole log).
+    `steps` replaces the steps after assessment (tests).
     `authority` defaults to the settings' standing grants for the
     principal "maintenance" plus the grants humans issued in the log.
 
@@ -144,7 +154,7 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
     run = CycleRun(store=store, settings=settings, cycle=cycle,
                    cycle_start=activity.started_at, trigger=str(started.get("trigger", trigger)),
                    through_seq=int(started.get("through_seq", 0)), clock=clock,
-                   authority=authority, reader=ElementsReader(store),
+                   authority=authority, reader=_reader(store, reader),
                    budget=Budget(settings.budgets), previous=await previous_report(store, cycle),
                    began_seq=activity.seq, proposer=proposer)
     run.swept_at = run.previous.swept_at if run.previous is not None else None

@@ -17,6 +17,7 @@ from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceS
 from pulse_core._activities import read_activity
 from pulse_core._authority import Authority
 from pulse_core._effects import Backoff, ExecutionContext, Executor
+from pulse_core._elements import ElementsReader
 from pulse_core._schedules import fire_schedule
 
 
@@ -38,6 +39,7 @@ class MaintenanceExecutor(Executor):
         self.settings = settings or MaintenanceSettings()
         self.proposer = proposer
         self.timeout = self.settings.timeout_s
+        self._reader: ElementsReader | None = None  # kept: later cycles fold only what is new
 
     @property
     def name(self) -> str:
@@ -50,8 +52,10 @@ class MaintenanceExecutor(Executor):
                 and await read_activity(ctx.events, cycle) is None:
             await fire_schedule(ctx.events, schedule, effect.due_at, ctx.clock.now_ms(),
                                 origin=ORIGIN)
+        if self._reader is None or self._reader.store is not ctx.events:
+            self._reader = ElementsReader(ctx.events)
         report = await run_cycle(
             ctx.events, self.settings, cycle=cycle, trigger=effect.trigger, clock=ctx.clock,
             authority=Authority(ctx.events, {PRINCIPAL: self.settings.grants}),
-            proposer=self.proposer)
+            proposer=self.proposer, reader=self._reader)
         return summary(report)

@@ -198,3 +198,20 @@ async def test_dependents_of_a_forgotten_root_are_still_found_and_citations_cros
     state = await reader.current()
     assert dependents(state, "ana/city") == ["ana/i-1"]  # a ghost's derivations are found
     assert state.elements["ana/i-1"].derived_from == ("ana/city",)
+
+
+async def test_a_kept_reader_folds_only_what_is_new_and_agrees_with_a_fresh_fold(
+        store: EventStore) -> None:
+    board = MemoryBoard(store)
+    for n in range(7):
+        await board.exchange("ana", f"hello {n}")
+    kept = ElementsReader(store, page=3)
+    first = await kept.current()
+    assert len(of_identity(first, "ana")) == 7
+    await board.exchange("bob", "late")
+    await board.set_state("ana", "city", "Porto")
+    again = await kept.current()
+    fresh = await ElementsReader(store).current()
+    assert again.elements == fresh.elements and again.versions == fresh.versions
+    assert kept.cursor == await store.last_seq()
+    assert of_identity(again, "bob") and len(of_identity(again, "ana")) == 8

@@ -79,6 +79,8 @@ def test_persistent_map_behaves_like_a_dict_and_never_changes_old_versions(
             model.pop(key, None)
             current = current.delete(key)
         assert current == model and len(current) == len(model)
+        assert sorted(current.items()) == sorted(model.items())
+        assert sorted(current.values()) == sorted(model.values())
         changed = current.changed_keys(before)
         assert changed <= {key}
         history.append((current, dict(model)))
