@@ -8,6 +8,7 @@ one expected version guards all of an identity's elements. An element is named
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import msgspec
 
@@ -17,6 +18,14 @@ STAGES = ("active", "archived", "tombstoned")
 IMPACTS = ("low", "normal", "high")
 COMMITMENT_STATUSES = ("pending", "blocked", "fulfilled", "cancelled")
 INSIGHT_STRENGTH = 0.7
+MAX_RECORD = 200
+"""The longest record id a payload may name."""
+MAX_ELEMENT = 512
+"""The longest element id ("<identity>/<record>") a payload may name."""
+
+Record = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_RECORD)]
+ElementRef = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ELEMENT)]
+Stamp = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
 
 def element_id(identity: str, record: str) -> str:
@@ -41,11 +50,13 @@ def _check_unit(value: float, what: str) -> None:
 class Metabolized(msgspec.Struct, frozen=True):
     """memory-metabolized: records' memory strength set by a decay sweep of `cycle_start`."""
 
-    cycle_start: int
+    cycle_start: Stamp
     factor: float
-    strengths: dict[str, float]
+    strengths: dict[Record, float]
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.factor) and 0.0 < self.factor < 1.0):
+            raise ValueError(f"factor {self.factor!r} must be strictly between 0 and 1")
         for record, strength in self.strengths.items():
             _check_unit(strength, f"strength of {record!r}")
 
@@ -53,7 +64,7 @@ class Metabolized(msgspec.Struct, frozen=True):
 class Reinforced(msgspec.Struct, frozen=True, kw_only=True):
     """memory-reinforced: a record's memory strength set explicitly (an access, a review)."""
 
-    record: str
+    record: Record
     strength: float
     reason: str = ""
 
@@ -64,7 +75,7 @@ class Reinforced(msgspec.Struct, frozen=True, kw_only=True):
 class SalienceSet(msgspec.Struct, frozen=True, kw_only=True):
     """salience-set: a record's salience (>= the decay policy's protection: never decayed)."""
 
-    record: str
+    record: Record
     salience: float
     reason: str = ""
 
@@ -75,7 +86,7 @@ class SalienceSet(msgspec.Struct, frozen=True, kw_only=True):
 class StageChange(msgspec.Struct, frozen=True, kw_only=True):
     """element-archived/-tombstoned/-restored/-purged, legal-hold-set/-released."""
 
-    record: str
+    record: Record
     reason: str = ""
     activity: str = ""
 
@@ -83,45 +94,55 @@ class StageChange(msgspec.Struct, frozen=True, kw_only=True):
 class Correction(msgspec.Struct, frozen=True, kw_only=True):
     """evidence-corrected: record `record` is corrected by record `by`; both stay."""
 
-    record: str
-    by: str
+    record: Record
+    by: ElementRef
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.by == self.record:
+            raise ValueError(f"record {self.record!r} cannot correct itself")
 
 
 class InsightRecorded(msgspec.Struct, frozen=True, kw_only=True):
     """insight-recorded: an item derived from `derived_from` (element ids or own records)."""
 
-    record: str
+    record: Record
     text: str
-    derived_from: tuple[str, ...]
+    derived_from: tuple[ElementRef, ...]
     activity: str
     salience: float = 0.5
 
     def __post_init__(self) -> None:
+        if self.record in self.derived_from:
+            raise ValueError(f"insight {self.record!r} cannot derive from itself")
         _check_unit(self.salience, "salience")
 
 
 class Consolidated(msgspec.Struct, frozen=True, kw_only=True):
     """element-consolidated: `records` were consolidated into element `to`."""
 
-    records: tuple[str, ...]
-    to: str
+    records: tuple[ElementRef, ...]
+    to: ElementRef
+
+    def __post_init__(self) -> None:
+        if self.to in self.records:
+            raise ValueError(f"{self.to!r} cannot be consolidated into itself")
 
 
 class Stale(msgspec.Struct, frozen=True, kw_only=True):
     """derivation-stale: `record`'s root `root` (an element id) was revised: review it."""
 
-    record: str
-    root: str
+    record: Record
+    root: ElementRef
     reason: str = ""
 
 
 class CommitmentMade(msgspec.Struct, frozen=True, kw_only=True):
     """commitment-made: something promised, pending until updated (never expires)."""
 
-    record: str
+    record: Record
     text: str
-    due_at: int | None = None
+    due_at: Stamp | None = None
     impact: str = "normal"
 
     def __post_init__(self) -> None:
@@ -132,7 +153,7 @@ class CommitmentMade(msgspec.Struct, frozen=True, kw_only=True):
 class CommitmentUpdated(msgspec.Struct, frozen=True, kw_only=True):
     """commitment-updated: a commitment's new status."""
 
-    record: str
+    record: Record
     status: str
     reason: str = ""
 

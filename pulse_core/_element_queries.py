@@ -82,3 +82,14 @@ def _walk(state: ElementsState, root: str, depth: int, limit: int) -> Iterator[s
                 if count >= limit:
                     return
         level = nxt
+
+
+def byte_namers(state: ElementsState, digest: str, *, besides: str = "") -> list[str]:
+    """What else names the bytes `digest`: live elements other than `besides` (an element
+    id) and, as "event on <key>", the first other event of the log carrying that digest (a
+    non-element event, a revision's attachment, a forgotten record's replay). Bytes are
+    deleted only when this is empty."""
+    names = [e for e in state.digests.get(digest, ()) if e != besides]
+    if digest in state.foreign:
+        names.append(f"event on {state.foreign[digest]}")
+    return names

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from pulse_core._authority import HUMAN, rank
 from pulse_core._element_kinds import (
     INSIGHT_STRENGTH,
     element_id,
@@ -91,6 +92,18 @@ class ElementsState(msgspec.Struct, frozen=True):
     digests: PersistentMap[str, tuple[str, ...]] = msgspec.field(
         default_factory=PersistentMap)
     seq: int = 0
+    pending: PersistentMap[str, tuple[str, ...]] = msgspec.field(
+        default_factory=PersistentMap)
+    foreign: PersistentMap[str, str] = msgspec.field(default_factory=PersistentMap)
+    payloads_purged: frozenset[str] = frozenset()
+
+
+def live_references(elements: PersistentMap[str, Element], element: Element) -> list[str]:
+    """The live elements that still need `element`: derived from it, consolidated from it,
+    cite it, or were corrected by it (its `corrects`: their `corrected_by` names it)."""
+    found = (*element.referenced_by, *element.consolidated_to,
+             *((element.corrects,) if element.corrects is not None else ()))
+    return sorted({r for r in found if r != element.id and r in elements})
 
 
 _CREATE_TYPES = {
@@ -101,6 +114,9 @@ _CREATE_TYPES = {
 }
 _REVISING = frozenset({"state-revised", "state-retracted", "unresolved-resolved"})
 _REMOVING = frozenset({"record-forgotten", "record-quarantined", "element-purged"})
+_LADDER = {"element-archived": ("active", "archived"),
+           "element-tombstoned": ("archived", "tombstoned"),
+           "element-restored": ("archived", "active")}
 _EVIDENCE_FIELDS = ("evidence", "evidence_for", "evidence_against", "supports", "contradicts",
                     "counter_evidence", "against", "cites", "sources")
 
@@ -147,6 +163,8 @@ class _Fold:
 
     def __init__(self, state: ElementsState) -> None:
         self.elements = state.elements
+        self.pending = state.pending
+        self.gone = state.purged | state.forgotten
 
     def get(self, eid: str) -> Element | None:
         return self.elements.get(eid)
@@ -162,6 +180,10 @@ class _Fold:
     def link(self, source: str, targets: Iterable[str]) -> None:
         for target in targets:
             element = self.elements.get(target)
+            if element is None and target not in self.gone:  # cited before it was written
+                waiting = self.pending.get(target, ())
+                if source not in waiting:
+                    self.pending = self.pending.set(target, (*waiting, source))
             if element is not None and source not in element.referenced_by:
                 self.put(msgspec.structs.replace(
                     element, referenced_by=(*element.referenced_by, source)))
@@ -177,13 +199,46 @@ class _Fold:
 
 
 def _fold(state: ElementsState, event: Event) -> ElementsState:
+    after = _fold_event(state, event)
+    digest = event.hash
+    if digest is None or digest in after.foreign:
+        return after
+    created = after.elements.get(_created_id(event))
+    if created is not None and created.created_seq == event.seq:
+        return after  # the creation of a live element: counted in `digests`
+    return msgspec.structs.replace(after, foreign=after.foreign.set(digest, event.key))
+
+
+def _created_id(event: Event) -> str:
+    record = event.data.get("record") if isinstance(event.data, dict) else None
+    return element_id(event.key.removeprefix("identity:"), record) \
+        if isinstance(record, str) else ""
+
+
+def _purge_payload(state: ElementsState, event: Event) -> ElementsState:
+    """payload-purged (keyed by the digest): ignored while a held element names the bytes."""
+    replace = msgspec.structs.replace
+    digest = event.key
+    f = _Fold(state)
+    sharers = [e for e in state.digests.get(digest, ()) if e in f.elements]
+    if any(f.elements[e].legal_hold for e in sharers):
+        return replace(state, seq=event.seq)
+    for eid in sharers:
+        f.change(eid, payload_purged=True)
+    return replace(state, elements=f.elements, seq=event.seq,
+                   payloads_purged=state.payloads_purged | {digest})
+
+
+def _purgeable(elements: PersistentMap[str, Element], element: Element | None) -> bool:
+    return (element is not None and element.stage in ("archived", "tombstoned")
+            and not element.legal_hold and not live_references(elements, element))
+
+
+def _fold_event(state: ElementsState, event: Event) -> ElementsState:
     replace = msgspec.structs.replace
     if not event.key.startswith("identity:"):
-        if event.kind == "payload-purged" and event.key in state.digests:
-            f = _Fold(state)
-            for eid in state.digests[event.key]:
-                f.change(eid, payload_purged=True)
-            return replace(state, elements=f.elements, seq=event.seq)
+        if event.kind == "payload-purged":
+            return _purge_payload(state, event)
         return state if event.seq <= state.seq else replace(state, seq=event.seq)
     identity = event.key.removeprefix("identity:")
     state = replace(state, versions=state.versions.set(identity, event.version), seq=event.seq)
@@ -205,6 +260,8 @@ def _fold(state: ElementsState, event: Event) -> ElementsState:
     if eid in state.purged or eid in state.forgotten:
         return state  # a forgotten or purged record never comes back
     element = f.get(eid)
+    if kind == "element-purged" and not _purgeable(f.elements, element):
+        return state  # the fold re-checks the purge: never an active, held or cited element
     if kind in _REMOVING:
         digests = state.digests
         if element is not None:
@@ -226,17 +283,37 @@ def _fold(state: ElementsState, event: Event) -> ElementsState:
                           updated_seq=event.seq))
             return replace(state, elements=f.elements)
         element = _create(identity, record, kind, data, event)
+        element = _without_cycles(f, element)
+        waiting = tuple(s for s in f.pending.get(eid, ()) if s in f.elements)
+        if waiting:
+            element = replace(element, referenced_by=waiting)
+            f.pending = f.pending.delete(eid)
         f.put(element)
         f.link(eid, element.references)
         digests = state.digests
+        purged_payloads = state.payloads_purged
         if element.digest is not None:
             digests = digests.set(element.digest,
                                   (*digests.get(element.digest, ()), eid))
-        return replace(state, elements=f.elements, digests=digests)
+            purged_payloads = purged_payloads - {element.digest}  # the bytes were put again
+        return replace(state, elements=f.elements, digests=digests, pending=f.pending,
+                       payloads_purged=purged_payloads)
     if element is None:
         return state
     _update(f, element, kind, data, event)
-    return replace(state, elements=f.elements)
+    return replace(state, elements=f.elements, pending=f.pending)
+
+
+def _without_cycles(f: _Fold, element: Element) -> Element:
+    """`element` citing neither itself nor an element that already cites it (a two-cycle:
+    the older citation stands)."""
+    drop = {r for r in element.references
+            if r == element.id or element.id in getattr(f.get(r), "references", ())}
+    if not drop:
+        return element
+    return msgspec.structs.replace(
+        element, references=tuple(r for r in element.references if r not in drop),
+        derived_from=tuple(r for r in element.derived_from if r not in drop))
 
 
 def _create(identity: str, record: str, kind: str, data: dict[str, Any], event: Event
@@ -277,14 +354,15 @@ def _update(f: _Fold, element: Element, kind: str, data: dict[str, Any], event: 
     elif kind == "salience-set":
         f.put(replace(element, salience=float(data.get("salience", element.salience)),
                       updated_seq=seq))
-    elif kind == "element-archived":
-        f.put(replace(element, stage="archived", updated_seq=seq))
-    elif kind == "element-tombstoned":
-        f.put(replace(element, stage="tombstoned", updated_seq=seq))
-    elif kind == "element-restored":
-        f.put(replace(element, stage="active", updated_seq=seq))
-    elif kind in ("legal-hold-set", "legal-hold-released"):
-        f.put(replace(element, legal_hold=kind == "legal-hold-set", updated_seq=seq))
+    elif kind in _LADDER:
+        before, after = _LADDER[kind]
+        if element.stage == before:  # any other step is not the ladder's: ignored
+            f.put(replace(element, stage=after, updated_seq=seq))
+    elif kind == "legal-hold-set":
+        f.put(replace(element, legal_hold=True, updated_seq=seq))
+    elif kind == "legal-hold-released":
+        if rank(event.origin) == HUMAN:  # only a human lifts a hold, however it was written
+            f.put(replace(element, legal_hold=False, updated_seq=seq))
     elif kind == "derivation-stale":
         root = str(data.get("root", ""))
         roots = element.stale_roots if root in element.stale_roots \
@@ -294,6 +372,8 @@ def _update(f: _Fold, element: Element, kind: str, data: dict[str, Any], event: 
         f.put(replace(element, stale=False, stale_roots=(), updated_seq=seq))
     elif kind == "evidence-corrected":
         by = _ref(element.identity, data.get("by"))
+        if by is None or by == element.id or f.get(by) is None:
+            return  # a correction by nothing, or by itself, corrects nothing
         f.put(replace(element, corrected_by=by, revised_seq=seq, updated_seq=seq))
         fixer = f.get(by) if by is not None else None
         if fixer is not None and by is not None:
@@ -319,11 +399,13 @@ def fold_event(state: ElementsState, event: Event) -> ElementsState:
     cycle = data.get("cycle_start")
     if not isinstance(strengths, dict):
         return state
-    stamp = cycle if isinstance(cycle, int) else None
+    # a stamp from the future would freeze the element (never "due" again): clamp it
+    stamp = min(cycle, event.ts) if isinstance(cycle, int) else None
     changed: dict[str, Element] = {}
     for record, strength in strengths.items():
         element = state.elements.get(element_id(identity, str(record)))
-        if element is not None:
+        if element is not None and isinstance(strength, (int, float)) \
+                and 0.0 <= strength <= 1.0:
             changed[element.id] = msgspec.structs.replace(
                 element, strength=float(strength), last_metabolized_at=stamp,
                 updated_seq=event.seq)
@@ -335,7 +417,7 @@ class MemoryElements(Projection[ElementsState]):
 
     name = "elements"
     kinds = None
-    version = 1
+    version = 2  # 2: pending references, foreign digests, payload purges, checked fold
 
     def initial(self) -> ElementsState:
         return ElementsState()
@@ -377,6 +459,3 @@ def _fold_page(state: ElementsState, events: Iterable[Event]) -> ElementsState:
     for event in events:
         state = fold_event(state, event)
     return state
-
-
-# -- queries ---------------------------------------------------------------------------------

@@ -17,21 +17,27 @@ the identity's expected version (re-read, re-evaluate and retry once on a confli
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
 import msgspec
 
 from pulse_core._activities import ActivityBody, activity_draft, activity_key, retry_once
-from pulse_core._authority import HUMAN, Authority, rank
+from pulse_core._authority import HUMAN, Authority, authority_key, rank
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._element_kinds import Correction, StageChange, Stale, element_id, split_element_id
-from pulse_core._element_queries import dependents
-from pulse_core._elements import Element, ElementsReader, ElementsState
+from pulse_core._element_queries import byte_namers, dependents
+from pulse_core._elements import (
+    Element,
+    ElementsReader,
+    ElementsState,
+    live_references,
+)
 from pulse_core._errors import InvalidTransition, NotAuthorized, PurgeRefused
 from pulse_core._events import Event, EventDraft, uuid7
 from pulse_core.memory import identity_key
 from pulse_core.store._base import EventStore
-from pulse_core.store._objects import ObjectStore, purge_payload
+from pulse_core.store._objects import ObjectStore
 
 __all__ = ["RetentionLadder"]
 
@@ -66,36 +72,33 @@ class RetentionLadder:
 
     async def archive(self, eid: str, reason: str = "") -> Event:
         """active -> archived: out of decay and ordinary recall, still readable and true."""
-        await self.authority.require(self.principal, "archive", f"archive {eid!r}")
         return await self._step(eid, "element-archived", "archive", reason,
-                                _stage("active", action="archive"))
+                                _stage("active", action="archive"),
+                                grant=("archive", f"archive {eid!r}"))
 
     async def restore(self, eid: str, reason: str = "") -> Event:
         """archived -> active."""
-        await self.authority.require(self.principal, "archive", f"restore {eid!r}")
         return await self._step(eid, "element-restored", "archive", reason,
-                                _stage("archived", action="restore"))
+                                _stage("archived", action="restore"),
+                                grant=("archive", f"restore {eid!r}"))
 
     async def tombstone(self, eid: str, reason: str = "") -> Event:
         """archived -> tombstoned: logically deleted, the record and its id kept for audit."""
-        await self.authority.require(self.principal, "retention", f"tombstone {eid!r}")
         return await self._step(eid, "element-tombstoned", "tombstone", reason,
-                                _stage("archived", action="tombstone"))
+                                _stage("archived", action="tombstone"),
+                                grant=("retention", f"tombstone {eid!r}"))
 
     async def set_hold(self, eid: str, reason: str = "") -> Event:
         """Put `eid` under legal hold: never purged (element or payload), never decayed."""
-        await self.authority.require(self.principal, "retention", f"hold {eid!r}")
-
         def check(element: Element, state: ElementsState) -> None:
             if element.legal_hold:
                 raise InvalidTransition(f"{eid!r} is already under legal hold")
-        return await self._step(eid, "legal-hold-set", "legal_hold", reason, check)
+        return await self._step(eid, "legal-hold-set", "legal_hold", reason, check,
+                                grant=("retention", f"hold {eid!r}"))
 
     async def release_hold(self, eid: str, reason: str = "") -> Event:
         """Release a legal hold: needs the `retention` grant and a human origin (a hold is
         placed for reasons outside the machine; a background writer never lifts one)."""
-        await self.authority.require(self.principal, "retention", f"release the hold on "
-                                                                  f"{eid!r}")
         if rank(self.origin) != HUMAN:
             raise NotAuthorized(self.principal, "retention", (
                 f"{self.origin!r} may not release the legal hold on {eid!r}: only a human "
@@ -104,64 +107,95 @@ class RetentionLadder:
         def check(element: Element, state: ElementsState) -> None:
             if not element.legal_hold:
                 raise InvalidTransition(f"{eid!r} is not under legal hold")
-        return await self._step(eid, "legal-hold-released", "legal_hold", reason, check)
+        return await self._step(eid, "legal-hold-released", "legal_hold", reason, check,
+                                grant=("retention", f"release the hold on {eid!r}"))
 
     async def purge(self, eid: str, *, confirm: str, reason: str = "") -> Event:
         """Remove an archived or tombstoned element for good (`element-purged`): the Memory
-        projection drops the record like a forgotten one and it is never evidence again. Its
-        attachment bytes go too unless another live element names the same digest.
+        projection drops the record like a forgotten one and it is never evidence again.
+
+        Its attachment bytes go too, unless anything else names the digest (another live
+        element, or any other event of the log: see `byte_namers`): then they stay. The
+        decision to delete them is a `payload-purged` event in the same append as the
+        `element-purged`, and the bytes are deleted after it; a crash in between leaves
+        the decision in the log, and `finish_purges` completes it.
 
         Refused (PurgeRefused, nothing written) when `confirm` is not `eid`, when the element
-        is active, under legal hold, or referenced by a live element."""
-        await self.authority.require(self.principal, "purge", f"purge {eid!r}")
-        if confirm != eid:
-            raise PurgeRefused(f"purge of {eid!r} not confirmed: pass confirm={eid!r} "
-                               f"(got {confirm!r})")
-
-        digests: list[str | None] = []
+        is active, under legal hold, or needed by a live element (derived from it, cites it,
+        was corrected by it)."""
+        digest: list[str] = []
 
         def check(element: Element, state: ElementsState) -> None:
+            if confirm != eid:
+                raise PurgeRefused(f"purge of {eid!r} not confirmed: pass confirm={eid!r} "
+                                   f"(got {confirm!r})")
             _purgeable(element, state, payload=False)
-            digests.append(element.digest)
+            digest.clear()
+            if element.digest is not None and not byte_namers(state, element.digest,
+                                                              besides=eid):
+                digest.append(element.digest)
+
+        def extra(element: Element) -> list[EventDraft]:
+            return [EventDraft("payload-purged", d, {"reason": reason or "purge",
+                                                     "element": eid}, origin=self.origin)
+                    for d in digest]
         event = await self._step(eid, "element-purged", "purge", reason, check,
-                                 activity=f"purge:{eid}")
-        digest = digests[-1]
-        state = await self.reader.current()
-        if digest is not None and self.objects is not None \
-                and not state.digests.get(digest, ()) and self.objects.exists(digest):
-            await purge_payload(self.store, self.objects, digest, reason=reason or "purge",
-                                origin=self.origin)
+                                 grant=("purge", f"purge {eid!r}"), activity=f"purge:{eid}",
+                                 extra=extra)
+        for d in digest:
+            await self._delete_bytes(d)
         return event
 
     async def purge_payload(self, eid: str, *, confirm: str, reason: str = "") -> Event:
         """Delete the bytes of `eid`'s attachment; the event, its digest and the element stay
-        (payload_purged set). Needs the purge grant, the confirmation and no legal hold."""
-        await self.authority.require(self.principal, "purge", f"purge the payload of {eid!r}")
-        if confirm != eid:
-            raise PurgeRefused(f"payload purge of {eid!r} not confirmed: pass "
-                               f"confirm={eid!r} (got {confirm!r})")
+        (payload_purged set). Needs the purge grant, the confirmation, no legal hold, and
+        bytes that nothing else names: the store is content-addressed, so another record
+        with the same attachment (held or not) or any other event carrying that digest
+        shares them, and the payload purge is refused (PurgeRefused) while it does."""
         if self.objects is None:
             raise InvalidTransition("no object store: open the store with objects= or pass "
                                     "objects= to the RetentionLadder")
         objects = self.objects
+        digests: list[str] = []
 
-        async def attempt() -> Event:
-            state = await self.reader.current()
-            element = _live(state, eid)
+        def check(element: Element, state: ElementsState) -> None:
+            if confirm != eid:
+                raise PurgeRefused(f"payload purge of {eid!r} not confirmed: pass "
+                                   f"confirm={eid!r} (got {confirm!r})")
             _purgeable(element, state, payload=True)
-            digest = element.digest
-            assert digest is not None
-            objects.path_of(digest)
-            data = {"reason": reason or "payload purge"}
-            drafts = [EventDraft("payload-purged", digest, data, origin=self.origin,
-                                 idem=f"payload-purged:{digest}"),
-                      self._activity(f"payload-purge-{uuid7()}", "payload_purge", (eid,),
-                                     {"digest": digest, "reason": reason})]
-            await self.store.append(drafts, expect=_expect(state, element.identity))
-            return await purge_payload(self.store, objects, digest, reason=data["reason"],
-                                       origin=self.origin)
+            assert element.digest is not None
+            objects.path_of(element.digest)
+            digests[:] = [element.digest]
 
-        return await retry_once(attempt)
+        def extra(element: Element) -> list[EventDraft]:
+            return [EventDraft("payload-purged", d, {"reason": reason or "payload purge",
+                                                     "element": eid}, origin=self.origin)
+                    for d in digests]
+        event = await self._step(eid, "payload-purged", "payload_purge", reason, check,
+                                 grant=("purge", f"purge the payload of {eid!r}"),
+                                 extra=extra, own=False)
+        await self._delete_bytes(digests[0])
+        return event
+
+    async def finish_purges(self) -> list[str]:
+        """Delete the bytes of every payload purge the log decided whose bytes are still
+        there (a crash between the append and the deletion); returns the digests deleted.
+        Re-doable: it re-checks that nothing live still needs the bytes."""
+        if self.objects is None:
+            return []
+        state = await self.reader.current()
+        done: list[str] = []
+        for digest in sorted(state.payloads_purged):
+            if self.objects.exists(digest) and digest not in state.foreign and all(
+                    state.elements[e].payload_purged and not state.elements[e].legal_hold
+                    for e in state.digests.get(digest, ()) if e in state.elements):
+                await self._delete_bytes(digest)
+                done.append(digest)
+        return done
+
+    async def _delete_bytes(self, digest: str) -> None:
+        if self.objects is not None:
+            await asyncio.to_thread(self.objects.delete_sync, digest)
 
     # -- correction and derivation review ----------------------------------------------------
 
@@ -171,9 +205,8 @@ class RetentionLadder:
         linked both ways; what derives from the old one is flagged stale in the same append.
         Returns the ids flagged stale. Needs the `maintain` grant."""
         old, new = element_id(identity, old_record), element_id(identity, new_record)
-        await self.authority.require(self.principal, "maintain", f"correct {old!r}")
-
         async def attempt() -> list[str]:
+            guard = await self._allowed("maintain", f"correct {old!r}")
             state = await self.reader.current()
             before = _live(state, old)
             _live(state, new)
@@ -190,7 +223,7 @@ class RetentionLadder:
             drafts += [*stale, self._activity(f"correction-{uuid7()}", "evidence_correction",
                                               (old, new), {"reason": reason,
                                                            "stale": flagged})]
-            await self.store.append(drafts, expect=_expect(state, *identities))
+            await self.store.append(drafts, expect=_expect(state, *identities) | guard)
             return flagged
 
         return await retry_once(attempt)
@@ -200,9 +233,8 @@ class RetentionLadder:
         """Flag the dependents of `root` (depth- and count-bounded) with `derivation-stale`;
         returns the ids newly flagged ([] and nothing written when there are none). Stale
         is a review flag only. Needs the `maintain` grant."""
-        await self.authority.require(self.principal, "maintain", f"review {root!r}")
-
         async def attempt() -> list[str]:
+            guard = await self._allowed("maintain", f"review {root!r}")
             state = await self.reader.current()
             flagged, drafts = self._stale_drafts(state, root, depth, limit, reason)
             if not flagged:
@@ -210,7 +242,7 @@ class RetentionLadder:
             identities = {split_element_id(e)[0] for e in flagged}
             drafts.append(self._activity(f"derivation-review-{uuid7()}", "derivation_review",
                                          (root,), {"stale": flagged, "reason": reason}))
-            await self.store.append(drafts, expect=_expect(state, *identities))
+            await self.store.append(drafts, expect=_expect(state, *identities) | guard)
             return flagged
 
         return await retry_once(attempt)
@@ -218,13 +250,11 @@ class RetentionLadder:
     async def clear_stale(self, eid: str, reason: str = "reviewed") -> Event:
         """Clear `eid`'s stale flag after its review (`derivation-reviewed`); a later
         revision of a root flags it again. Needs the `maintain` grant."""
-        await self.authority.require(self.principal, "maintain", f"clear the stale flag of "
-                                                                 f"{eid!r}")
-
         def check(element: Element, state: ElementsState) -> None:
             if not element.stale:
                 raise InvalidTransition(f"{eid!r} is not flagged stale")
-        return await self._step(eid, "derivation-reviewed", "derivation_review", reason, check)
+        return await self._step(eid, "derivation-reviewed", "derivation_review", reason, check,
+                                grant=("maintain", f"clear the stale flag of {eid!r}"))
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -250,19 +280,33 @@ class RetentionLadder:
                             ended_at=now, report=report)
         return activity_draft(activity_id, body, origin=self.origin)
 
+    async def _allowed(self, permission: str, action: str) -> dict[str, int]:
+        """Check the grant now; the expectation that makes a write conflict if it is revoked
+        before the write commits (the retry re-checks, and refuses)."""
+        version = await self.authority.check(self.principal, permission, action)
+        return {authority_key(self.principal): version}
+
     async def _step(self, eid: str, kind: str, activity_class: str, reason: str,
-                    check: Check, *, activity: str | None = None) -> Event:
+                    check: Check, *, grant: tuple[str, str], activity: str | None = None,
+                    extra: Callable[[Element], list[EventDraft]] | None = None,
+                    own: bool = True) -> Event:
+        """One guarded action on `eid`: grant checked, state read, `check`ed, then one
+        append of the `kind` event (unless not `own`), the `extra` drafts and the activity,
+        expecting the identity's and the grants' versions; retried once on a conflict."""
         async def attempt() -> Event:
+            guard = await self._allowed(*grant)
             state = await self.reader.current()
             element = _live(state, eid)
             check(element, state)
             act = activity or f"{activity_class.replace('_', '-')}-{uuid7()}"
             body = StageChange(record=element.record, reason=reason, activity=act)
             drafts = [EventDraft(kind, identity_key(element.identity),
-                                 msgspec.to_builtins(body), origin=self.origin),
-                      self._activity(act, activity_class, (eid,),
-                                     {"kind": kind, "reason": reason, "was": element.stage})]
-            expect = _expect(state, element.identity)
+                                 msgspec.to_builtins(body), origin=self.origin)] if own else []
+            drafts += [*(extra(element) if extra is not None else ()),
+                       self._activity(act, activity_class, (eid,),
+                                      {"kind": kind, "reason": reason, "was": element.stage,
+                                       "digest": element.digest})]
+            expect = _expect(state, element.identity) | guard
             if activity is not None:  # a named operation happens once: its key must be new
                 expect[activity_key(activity)] = 0
             result = await self.store.append(drafts, expect=expect)
@@ -286,22 +330,30 @@ def _live(state: ElementsState, eid: str) -> Element:
 
 
 def _purgeable(element: Element, state: ElementsState, *, payload: bool) -> None:
-    what = "the payload of" if payload else ""
+    what = "the payload of " if payload else ""
     if element.legal_hold:
-        raise PurgeRefused(f"cannot purge {what} {element.id!r}: it is under legal hold — "
+        raise PurgeRefused(f"cannot purge {what}{element.id!r}: it is under legal hold — "
                            "a human releases the hold first")
     if payload:
         if element.digest is None:
             raise InvalidTransition(f"{element.id!r} has no attachment to purge")
         if element.payload_purged:
             raise InvalidTransition(f"the payload of {element.id!r} is already purged")
+        others = byte_namers(state, element.digest, besides=element.id)
+        if others:
+            held = [e for e in others if getattr(state.elements.get(e), "legal_hold", False)]
+            raise PurgeRefused(
+                f"cannot purge the payload of {element.id!r}: its bytes are shared with "
+                f"{', '.join(others[:5])}" + (f" (under legal hold: {', '.join(held[:5])})"
+                                              if held else "")
+                + " — the store keeps one copy per content; purge those first")
         return
     if element.stage not in ("archived", "tombstoned"):
         raise PurgeRefused(f"cannot purge {element.id!r}: it is {element.stage} — archive "
                            "(and tombstone) it first; purge is the last rung")
-    refs = [r for r in (*element.referenced_by, *element.consolidated_to)
-            if r in state.elements]
+    refs = live_references(state.elements, element)
     if refs:
         raise PurgeRefused(f"cannot purge {element.id!r}: still referenced by "
-                           f"{', '.join(sorted(set(refs))[:5])} (derived from, corrects or "
-                           "cites it) — routine maintenance never purges referenced evidence")
+                           f"{', '.join(refs[:5])} (derived from it, cites it or was "
+                           "corrected by it) — routine maintenance never purges referenced "
+                           "evidence")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -215,3 +216,128 @@ async def test_a_kept_reader_folds_only_what_is_new_and_agrees_with_a_fresh_fold
     assert again.elements == fresh.elements and again.versions == fresh.versions
     assert kept.cursor == await store.last_seq()
     assert of_identity(again, "bob") and len(of_identity(again, "ana")) == 8
+
+
+# -- review findings: the fold enforces the structure, hostile payloads are refused ------
+
+
+K = "identity:ana"
+
+
+async def append(store: EventStore, *drafts: tuple[str, dict[str, Any], str]) -> None:
+    await store.append([EventDraft(kind, K, data, origin=origin)
+                        for kind, data, origin in drafts])
+
+
+async def test_the_fold_ignores_a_hold_release_by_a_non_human_and_a_purge_of_a_held_element(
+    store: EventStore,
+) -> None:
+    obs = {"source": "s", "key": "x", "value": 1}
+    await append(store, ("observation-recorded", {"record": "o-a", **obs}, "human:ana"),
+                 ("legal-hold-set", {"record": "o-a"}, "human:ops"),
+                 ("element-archived", {"record": "o-a"}, "human:ops"))
+    await append(store, ("legal-hold-released", {"record": "o-a"}, "agent"),
+                 ("element-purged", {"record": "o-a"}, "agent"))
+    state = await ElementsReader(store).current()
+    assert "ana/o-a" not in state.purged
+    assert state.elements["ana/o-a"].legal_hold
+    await append(store, ("legal-hold-released", {"record": "o-a"}, "human:ops"))
+    assert not (await ElementsReader(store).current()).elements["ana/o-a"].legal_hold
+
+
+async def test_the_fold_never_purges_an_active_or_referenced_element(store: EventStore) -> None:
+    obs = {"source": "s", "key": "x", "value": 1}
+    await append(store, ("observation-recorded", {"record": "o-a", **obs}, "agent"),
+                 ("observation-recorded", {"record": "o-b", **obs}, "agent"),
+                 ("insight-recorded", {"record": "i-1", "text": "t", "derived_from": ["o-b"],
+                                       "activity": "a"}, "agent"),
+                 ("element-purged", {"record": "o-a"}, "agent"),
+                 ("element-archived", {"record": "o-b"}, "agent"),
+                 ("element-purged", {"record": "o-b"}, "agent"))
+    state = await ElementsReader(store).current()
+    assert {"ana/o-a", "ana/o-b"} <= set(state.elements) and not state.purged
+
+
+@pytest.mark.parametrize("path,stage", [
+    (["element-tombstoned"], "active"),
+    (["element-restored"], "active"),
+    (["element-archived", "element-archived", "element-restored"], "active"),
+    (["element-archived", "element-tombstoned", "element-restored"], "tombstoned"),
+    (["element-archived", "element-tombstoned", "element-archived"], "tombstoned"),
+])
+async def test_the_fold_applies_only_the_ladders_transitions(
+    store: EventStore, path: list[str], stage: str,
+) -> None:
+    await append(store, ("observation-recorded", {"record": "o-a", "source": "s", "key": "x"},
+                         "agent"), *((kind, {"record": "o-a"}, "agent") for kind in path))
+    assert (await ElementsReader(store).current()).elements["ana/o-a"].stage == stage
+
+
+async def test_a_forgotten_held_record_is_still_forgotten(store: EventStore) -> None:
+    await append(store, ("observation-recorded", {"record": "o-a", "source": "s", "key": "x"},
+                         "agent"), ("legal-hold-set", {"record": "o-a"}, "human:ops"),
+                 ("record-forgotten", {"record": "o-a"}, "human:ana"))
+    assert "ana/o-a" in (await ElementsReader(store).current()).forgotten
+
+
+async def test_a_reference_written_before_its_target_is_linked_when_the_target_comes(
+    store: EventStore,
+) -> None:
+    await append(store, ("insight-recorded", {"record": "i-1", "text": "t",
+                                              "derived_from": ["o-later"], "activity": "a"},
+                         "agent"))
+    await append(store, ("observation-recorded", {"record": "o-later", "source": "s",
+                                                  "key": "x"}, "agent"))
+    state = await ElementsReader(store).current()
+    assert references_of(state, "ana/o-later") == ("ana/i-1",)
+    assert dependents(state, "ana/o-later") == ["ana/i-1"]
+
+
+@pytest.mark.parametrize("kind,data", [
+    ("memory-metabolized", {"cycle_start": 1, "factor": 1.5, "strengths": {}}),
+    ("memory-metabolized", {"cycle_start": 1, "factor": 0.0, "strengths": {}}),
+    ("memory-metabolized", {"cycle_start": -5, "factor": 0.9, "strengths": {}}),
+    ("memory-metabolized", {"cycle_start": 2**63, "factor": 0.9, "strengths": {}}),
+    ("insight-recorded", {"record": "i-s", "text": "t", "derived_from": ["i-s"],
+                          "activity": ""}),
+    ("evidence-corrected", {"record": "x-1", "by": "x-1"}),
+    ("element-consolidated", {"records": ["x-1", "x-2"], "to": "x-1"}),
+    ("element-archived", {"record": "r" * 201}),
+    ("memory-reinforced", {"record": "", "strength": 0.5}),
+    ("commitment-made", {"record": "c-1", "text": "t", "due_at": -1}),
+    ("derivation-stale", {"record": "i-a", "root": "r" * 513}),
+    ("insight-recorded", {"record": "i-2", "text": "t", "derived_from": ["r" * 513],
+                          "activity": ""}),
+])
+async def test_hostile_element_payloads_are_refused_at_append(
+    store: EventStore, kind: str, data: dict[str, object],
+) -> None:
+    from pulse_core._errors import PulseError
+    with pytest.raises((PulseError, ValueError)):
+        await append(store, (kind, data, "agent"))
+
+
+async def test_a_far_future_sweep_stamp_never_freezes_an_element(store: EventStore) -> None:
+    await append(store, ("observation-recorded", {"record": "o-a", "source": "s", "key": "x"},
+                         "agent"),
+                 ("memory-metabolized", {"cycle_start": 2**62, "factor": 0.9,
+                                         "strengths": {"o-a": 0.5}}, "agent"))
+    element = (await ElementsReader(store).current()).elements["ana/o-a"]
+    assert element.last_metabolized_at is not None
+    assert element.last_metabolized_at <= element.created_at + 60_000
+    policy = DecayPolicy()
+    assert element in eligible_for_decay(await ElementsReader(store).current(),
+                                         cycle_start=element.created_at + 1,
+                                         floor=policy.floor, protection=policy.protection)
+
+
+async def test_the_fold_drops_self_references_and_two_cycles(store: EventStore) -> None:
+    await append(store, ("insight-recorded", {"record": "i-a", "text": "t",
+                                              "derived_from": ["ana/i-a", "i-b"],
+                                              "activity": ""}, "agent"),
+                 ("insight-recorded", {"record": "i-b", "text": "t", "derived_from": ["i-a"],
+                                       "activity": ""}, "agent"))
+    state = await ElementsReader(store).current()
+    assert "ana/i-a" not in state.elements["ana/i-a"].references
+    assert not ("ana/i-a" in state.elements["ana/i-b"].referenced_by
+                and "ana/i-b" in state.elements["ana/i-a"].referenced_by)

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
+import pulse_core._beliefs  # noqa: F401  (registers assertion-made)
 from pulse_core._activities import read_activity
 from pulse_core._authority import Authority
 from pulse_core._element_kinds import InsightRecorded
@@ -231,3 +232,158 @@ async def test_a_ladder_step_rereads_and_retries_once_on_a_version_conflict(
     event = await lad.archive("ana/city")
     assert raced and event.seq > raced[0]
     assert len(await store.read(kinds=["element-archived"])) == 1
+
+
+# -- review findings: shared bytes, references, authority mid-way, crash-safe purge -------
+
+
+async def observe(store: EventStore, record: str, attachment: bytes | None = None,
+                  key: str = "identity:ana") -> Any:
+    draft = EventDraft("observation-recorded", key, {"record": record, "source": "scan",
+                                                    "key": record}, origin="agent",
+                       attachment=attachment)
+    return (await store.append([draft])).events[0]
+
+
+async def test_a_payload_purge_refuses_bytes_that_a_held_element_shares(
+    store: EventStore,
+) -> None:
+    assert store.objects is not None
+    a = await observe(store, "o-a", b"the same scanned contract")
+    await observe(store, "o-b", b"the same scanned contract")
+    lad = ladder(store)
+    await lad.set_hold("ana/o-b", "litigation")
+    with pytest.raises(PurgeRefused, match="ana/o-b"):
+        await lad.purge_payload("ana/o-a", confirm="ana/o-a")
+    assert store.objects.exists(a.hash)
+    state = await lad.reader.current()
+    assert not state.elements["ana/o-b"].payload_purged
+
+
+async def test_no_purge_deletes_bytes_another_live_element_or_event_still_names(
+    store: EventStore,
+) -> None:
+    assert store.objects is not None
+    shared = await observe(store, "o-a", b"invoice")
+    await observe(store, "o-b", b"invoice")
+    note = await observe(store, "o-c", b"memo", key="identity:bob")
+    await observe(store, "o-d", b"memo")
+    lad = ladder(store)
+    with pytest.raises(PurgeRefused, match="ana/o-b"):
+        await lad.purge_payload("ana/o-a", confirm="ana/o-a")
+    await lad.archive("ana/o-a")
+    await lad.purge("ana/o-a", confirm="ana/o-a")  # the element goes, the bytes stay
+    assert store.objects.exists(shared.hash)
+    await lad.archive("ana/o-d")
+    await lad.purge("ana/o-d", confirm="ana/o-d")
+    assert store.objects.exists(note.hash)  # bob/o-c still names them
+    await lad.archive("ana/o-b")
+    await lad.purge("ana/o-b", confirm="ana/o-b")  # the last one: now the bytes go
+    assert not store.objects.exists(shared.hash)
+
+
+async def test_bytes_a_non_memory_event_names_survive_an_element_purge(
+    store: EventStore,
+) -> None:
+    assert store.objects is not None
+    from pulse_core._events import register_kind
+    register_kind("review-note", "a note with an attachment (test)")
+    await observe(store, "o-pdf", b"invoice.pdf")
+    note = (await store.append([EventDraft("review-note", "notes:1", {"n": 1},
+                                           origin="agent", attachment=b"invoice.pdf")]
+                               )).events[0]
+    lad = ladder(store)
+    await lad.archive("ana/o-pdf")
+    await lad.purge("ana/o-pdf", confirm="ana/o-pdf")
+    assert note.hash is not None and store.objects.exists(note.hash)
+    await observe(store, "o-2", b"invoice.pdf")
+    with pytest.raises(PurgeRefused, match="event on notes:1"):
+        await lad.purge_payload("ana/o-2", confirm="ana/o-2")
+
+
+async def test_a_correction_is_not_purged_while_the_record_it_corrects_lives(
+    store: EventStore,
+) -> None:
+    await observe(store, "o-old")
+    await observe(store, "o-new")
+    lad = ladder(store)
+    await lad.correct("ana", "o-old", "o-new", "typo")
+    await lad.archive("ana/o-new")
+    with pytest.raises(PurgeRefused, match="ana/o-old"):
+        await lad.purge("ana/o-new", confirm="ana/o-new")
+
+
+async def test_evidence_cited_before_it_was_written_cannot_be_purged(
+    store: EventStore,
+) -> None:
+    await store.append([
+        EventDraft("assertion-made", "identity:ana", {"record": "a-1", "slot": "city",
+                   "value": "Porto", "evidence": ["ana/o-1"]}, origin="agent"),
+        EventDraft("observation-recorded", "identity:ana", {"record": "o-1", "source": "gps",
+                   "key": "city", "value": "Porto"}, origin="agent")])
+    lad = ladder(store)
+    await lad.archive("ana/o-1")
+    with pytest.raises(PurgeRefused, match="ana/a-1"):
+        await lad.purge("ana/o-1", confirm="ana/o-1")
+
+
+class RevokingAuthority(Authority):
+    """Revokes the grant right after the first check read it: a revocation racing a write."""
+
+    raced = False
+
+    async def check(self, principal: str, permission: str, action: str) -> int:
+        version = await super().check(principal, permission, action)
+        if not self.raced:
+            self.raced = True
+            await self.revoke(principal, permission, origin="human:ops")
+        return version
+
+
+@pytest.mark.parametrize("action", ["archive", "purge", "purge_payload", "set_hold"])
+async def test_a_grant_revoked_between_the_check_and_the_write_stops_the_write(
+    store: EventStore, action: str,
+) -> None:
+    stored = await observe(store, "o-1", b"bytes")
+    permission = {"archive": "archive", "purge": "purge", "purge_payload": "purge",
+                  "set_hold": "retention"}[action]
+    if action == "purge":
+        await ladder(store).archive("ana/o-1")
+    authority = RevokingAuthority(store)
+    await authority.issue("maintenance", permission, origin="human:ops")
+    lad = RetentionLadder(store, ElementsReader(store), authority, "maintenance",
+                          origin="executor:maintenance")
+    before = await store.last_seq()
+    with pytest.raises(NotAuthorized):
+        if action in ("purge", "purge_payload"):
+            await getattr(lad, action)("ana/o-1", confirm="ana/o-1")
+        else:
+            await getattr(lad, action)("ana/o-1")
+    written = await store.read(after_seq=before)
+    assert [e.kind for e in written] == ["grant-revoked"]
+    assert store.objects is not None and store.objects.exists(stored.hash)
+
+
+async def test_an_element_purge_records_its_byte_deletion_in_the_same_append_and_finishes_it(
+    store: EventStore,
+) -> None:
+    assert store.objects is not None
+    stored = await observe(store, "o-1", b"photo")
+    lad = ladder(store)
+    await lad.archive("ana/o-1")
+    objects = store.objects
+    real = objects.delete_sync
+
+    def crash(digest: str) -> bool:
+        raise OSError("crashed before the bytes went")
+    objects.delete_sync = crash  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await lad.purge("ana/o-1", confirm="ana/o-1")
+    objects.delete_sync = real  # type: ignore[method-assign]
+    purged = [e for e in await store.read() if e.kind in ("element-purged", "payload-purged")]
+    assert {e.kind for e in purged} == {"element-purged", "payload-purged"}
+    assert purged[0].seq + 1 == purged[1].seq  # one append: the decision is never lost
+    assert objects.exists(stored.hash)
+    assert await lad.finish_purges() == [stored.hash]
+    assert not objects.exists(stored.hash)
+    assert await lad.finish_purges() == []
