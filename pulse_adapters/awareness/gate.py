@@ -51,11 +51,18 @@ class GateResult(msgspec.Struct, frozen=True):
 
 
 def _show(proposal: Any) -> str:
+    """At most SHOWN_CHARS of `proposal` as JSON (else its repr), for a rejection record.
+    Shared by every gate (the maintenance consolidation gate too): a proposal is untrusted,
+    so nothing it is (recursive, nested past the recursion limit, a repr that raises, a
+    lone surrogate) may raise here; what cannot be shown is named by its type."""
     try:
         text = msgspec.json.encode(proposal).decode()
-    except (TypeError, ValueError):
-        text = repr(proposal)
-    return text[:SHOWN_CHARS]
+    except Exception:  # recursion, unencodable types, lone surrogates
+        try:
+            text = repr(proposal)
+        except Exception:  # a repr that raises or recurses too deep
+            text = f"<a {type(proposal).__name__} that cannot be shown>"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:SHOWN_CHARS]
 
 
 def _depth(value: Any) -> int:

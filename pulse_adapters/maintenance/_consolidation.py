@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from pulse_adapters.awareness.gate import _show
 from pulse_core._activities import ActivityBody, activity_draft, retry_once
 from pulse_core._element_kinds import Consolidated, InsightRecorded
 from pulse_core._element_queries import of_identity
@@ -44,8 +45,9 @@ CONTEXT_LIMIT = 10
 REPLY_CHARS, REPLY_DEPTH, PROPOSALS_MAX = 32_000, 8, 32
 """What a proposer's answer may be: characters of a model reply, its nesting (the envelope
 uses three), and proposals read (the gate accepts `max_insights` of them)."""
-SHOWN_CHARS = 300
-"""How much of a refused proposal the report keeps."""
+PROPOSAL_DEPTH = REPLY_DEPTH - 2
+"""How deep one proposal may nest, from any proposer: what a model's reply leaves a proposal
+inside its envelope object and "insights" list (one object holding the inputs list uses two)."""
 ROOT_DEPTH = 8
 """How far derived_from is followed to find roots."""
 
@@ -144,11 +146,45 @@ def evidence_roots(state: ElementsState, inputs: Collection[str]) -> tuple[str, 
     return tuple(sorted(roots.values()))
 
 
-def _show(proposal: Any) -> str:
+def _storable(text: str) -> str:
+    """`text` with any lone surrogate escaped, so a report holding it can be stored."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _failure(exc: BaseException) -> str:
+    """`exc` as "Type: message" for a report, even when its message cannot be made."""
     try:
-        return msgspec.json.encode(proposal).decode()[:SHOWN_CHARS]
-    except (TypeError, ValueError):
-        return repr(proposal)[:SHOWN_CHARS]
+        message = str(exc)
+    except Exception:  # an untrusted proposer's exception: its __str__ may raise too
+        message = "(its message cannot be shown)"
+    return _storable(f"{type(exc).__name__}: {message}")[:500]
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether plain data nests lists and objects more than `limit` levels deep: the model
+    path's rule (`nested_deeper` on the reply text), walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            if level > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return False
+
+
+def _plain(raw: Any) -> tuple[Any, str]:
+    """`raw` as plain data (dicts, lists, str, numbers: what a decoded model reply holds),
+    so no method of a proposer's own types runs in the gate, and ""; or None and the reason
+    it is refused."""
+    try:
+        plain = msgspec.to_builtins(raw)
+    except Exception as exc:  # recursive, too deep for the recursion limit, unencodable
+        return None, f"the proposal cannot be read as plain data ({_failure(exc)[:120]})"
+    if _nested_deeper(plain, PROPOSAL_DEPTH):
+        return None, f"the proposal is nested deeper than {PROPOSAL_DEPTH} levels"
+    return plain, ""
 
 
 def _unusable(element: Element | None, ours: Collection[str]) -> str | None:
@@ -168,8 +204,9 @@ def _unusable(element: Element | None, ours: Collection[str]) -> str | None:
 def _check(raw: Any, state: ElementsState, shown: Collection[str], min_roots: int,
            ours: Collection[str]) -> Insight | str:
     """The insight `raw` proposes, or the reason it is refused."""
-    if isinstance(raw, msgspec.Struct):
-        raw = msgspec.to_builtins(raw)
+    raw, unreadable = _plain(raw)
+    if unreadable:
+        return unreadable
     if not isinstance(raw, dict):
         return "a proposal must be an object with text and inputs"
     unknown = sorted(str(k) for k in raw if k not in FIELDS)
@@ -218,7 +255,7 @@ def gate_insights(proposals: Sequence[Any], state: ElementsState, *,
     for raw in proposals:
         found = _check(raw, state, shown, min_roots, ours)
         if isinstance(found, str):
-            rejected.append(Rejection(_show(raw), found))
+            rejected.append(Rejection(_show(raw), _storable(found)))
         elif len(accepted) >= budget:
             rejected.append(Rejection(_show(raw), f"over the budget of {budget} insights"))
         elif any(a.inputs == found.inputs and a.text == found.text for a in accepted):
@@ -272,11 +309,15 @@ async def consolidate(store: EventStore, reader: ElementsReader, proposer: Propo
     try:
         answer = await proposer(batch)
     except Exception as exc:  # an untrusted proposer: its failure is the outcome
-        return msgspec.structs.replace(report, error=f"{type(exc).__name__}: {exc}"[:500])
-    if not isinstance(answer, (list, tuple)):
+        return msgspec.structs.replace(report, error=_failure(exc))
+    try:  # a list subclass may raise on iteration; each item is made plain by the gate
+        proposals = list(answer) if isinstance(answer, list | tuple) else None
+    except Exception as exc:
+        return msgspec.structs.replace(
+            report, error=f"the proposer's answer cannot be read: {_failure(exc)}")
+    if proposals is None:
         return msgspec.structs.replace(report, error=f"the proposer returned a "
                                        f"{type(answer).__name__}, not a list of proposals")
-    proposals = list(answer)
     accepted, rejected = gate_insights(proposals[:PROPOSALS_MAX], state, shown=batch.shown,
                                        min_roots=min_roots, budget=max_insights)
     if len(proposals) > PROPOSALS_MAX:

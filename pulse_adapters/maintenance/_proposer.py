@@ -59,7 +59,12 @@ def parse_proposals(text: str) -> list[Any]:
     if nested_deeper(body, REPLY_DEPTH):
         raise InvalidProposals(f"the reply is nested deeper than {REPLY_DEPTH} levels")
     try:
-        raw = msgspec.json.decode(body)
+        data = body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidProposals(f"the reply holds a lone surrogate at position {exc.start}, "
+                               "which is not UTF-8 text") from None
+    try:
+        raw = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise InvalidProposals(f"not JSON: {exc}") from None
     if not isinstance(raw, dict) or set(raw) != {"insights"}:

@@ -11,16 +11,19 @@ from typing import Any
 import msgspec
 import pytest
 
+from pulse_adapters.awareness.gate import _show as awareness_show
 from pulse_adapters.llm import ChatClient
 from pulse_adapters.llm.stand_in import ChatServer, Status, Stream
+from pulse_adapters.maintenance import _consolidation
 from pulse_adapters.maintenance._consolidation import (
     ConsolidationBatch,
     ConsolidationReport,
+    InvalidProposals,
     consolidate,
     evidence_roots,
     gate_insights,
 )
-from pulse_adapters.maintenance._proposer import LlmProposer
+from pulse_adapters.maintenance._proposer import LlmProposer, parse_proposals
 from pulse_core._activities import read_activity
 from pulse_core._element_kinds import element_id
 from pulse_core._elements import Element, ElementsReader, ElementsState
@@ -153,7 +156,8 @@ async def test_the_gate_refuses_what_is_outside_the_schema(store: SqliteEventSto
 async def test_an_input_that_is_not_active_is_refused(store: SqliteEventStore) -> None:
     a, b, c, d = await memories(store, "one", "two", "three", "four")
     for kind, eid in (("element-archived", b), ("element-archived", c),
-                      ("element-tombstoned", c), ("element-purged", d)):
+                      ("element-tombstoned", c), ("element-archived", d),
+                      ("element-tombstoned", d), ("element-purged", d)):
         await store.append([EventDraft(kind, identity_key(WHO),
                                        {"record": eid.rpartition("/")[2]}, origin="human")])
     state = await ElementsReader(store).current()
@@ -338,3 +342,111 @@ async def test_a_failing_model_server_is_reported(store: SqliteEventStore,
     chat_server.script(Status(500))
     report = await llm_run(store, chat_server)
     assert report.error.startswith("HttpStatusError") and report.accepted == 0
+
+
+class RaisingGet(dict[str, Any]):
+    """A dict whose reads blow up: the gate must not call them."""
+
+    def get(self, *args: Any) -> Any:
+        raise RuntimeError("boom")
+
+
+class Unshowable:
+    """A value that neither JSON nor repr can show."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class Unreadable(list[Any]):
+    """A list whose iteration blows up."""
+
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("no iteration")
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+def nested(levels: int) -> dict[str, Any]:
+    top: dict[str, Any] = {}
+    here = top
+    for _ in range(levels):
+        here["text"] = {}
+        here = here["text"]
+    return top
+
+
+def hostile(a: str, b: str) -> dict[str, tuple[Any, str]]:
+    """Proposals no proposer should send, and what the gate says of each."""
+    loop: list[Any] = []
+    loop.append(loop)
+    return {
+        "recursive list": (loop, "cannot be read"),
+        "recursive inputs": ({"text": "t", "inputs": loop}, "cannot be read"),
+        "deep dict": (nested(100_000), "cannot be read"),
+        "too deep": (nested(6), "nested deeper than 6"),
+        "deep but within": (nested(5), "text must be a non-empty string"),
+        "unshowable object": (Unshowable(), "cannot be read"),
+        "surrogate field": ({"text": "t", "inputs": [a, b], "\ud800": 1}, "outside the schema"),
+    }
+
+
+@pytest.mark.parametrize("case", ["recursive list", "recursive inputs", "deep dict", "too deep",
+                                  "deep but within", "unshowable object", "surrogate field"])
+async def test_a_hostile_proposal_is_refused_the_rest_gated_and_nothing_raised(
+        store: SqliteEventStore, case: str) -> None:
+    a, b = await memories(store, "one", "two")
+    proposal, why = hostile(a, b)[case]
+    report = await run(store, Scripted([proposal, {"text": "fine", "inputs": [a, b]}]))
+    assert report.accepted == 1 and report.error == ""
+    [refused] = report.rejected
+    assert why in refused.reason and len(refused.proposal) <= 300
+    msgspec.json.encode(report)  # every string in it can be stored (no lone surrogate)
+
+
+async def test_a_dict_subclass_is_read_as_the_plain_dict_it_holds(
+        store: SqliteEventStore) -> None:
+    a, b = await memories(store, "one", "two")
+    report = await run(store, Scripted([RaisingGet(text="t", inputs=[a, b])]))
+    assert report.accepted == 1 and report.rejected == ()
+
+
+async def test_an_answer_or_failure_that_cannot_be_read_is_reported_not_raised(
+        store: SqliteEventStore) -> None:
+    await memories(store, "one", "two")
+    before = await store.last_seq()
+    unreadable = await run(store, Scripted(Unreadable([{"text": "t"}])))
+    assert unreadable.error.startswith("the proposer's answer cannot be read: RuntimeError")
+
+    async def unprintable(batch: ConsolidationBatch) -> list[Any]:
+        raise Unprintable
+
+    assert (await run(store, unprintable)).error.startswith("Unprintable")
+
+    async def surrogate(batch: ConsolidationBatch) -> list[Any]:
+        raise RuntimeError("bad \ud800 text")
+
+    failed = await run(store, surrogate)
+    assert failed.error.startswith("RuntimeError: bad ")
+    msgspec.json.encode(failed)  # storable: the lone surrogate is escaped
+    assert await store.last_seq() == before
+
+
+def test_one_show_serves_both_gates_and_shows_any_value() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    assert vars(_consolidation)["_show"] is awareness_show
+    for value in (loop, nested(100_000), Unshowable(), "\ud800", {"text": "t"}):
+        shown = awareness_show(value)
+        assert isinstance(shown, str) and len(shown) <= 300
+        shown.encode("utf-8")
+    assert awareness_show({"text": "t"}) == '{"text":"t"}'
+
+
+@pytest.mark.parametrize("reply_text", ["\ud800", '{"insights": [{"text": "\ud800"}]}'])
+def test_a_reply_that_is_not_utf8_text_is_invalid_proposals(reply_text: str) -> None:
+    with pytest.raises(InvalidProposals, match="lone surrogate"):
+        parse_proposals(reply_text)
