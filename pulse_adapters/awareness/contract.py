@@ -94,6 +94,16 @@ def nested_deeper(text: str, limit: int) -> bool:
     return False
 
 
+def reply_bytes(text: str) -> bytes:
+    """A model's reply as UTF-8, or ValueError naming where a lone surrogate (which no
+    UTF-8 text holds, and which a JSON escape can smuggle in) stands."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the reply holds a lone surrogate at position {exc.start}, which "
+                         "is not UTF-8 text") from None
+
+
 def parse_envelope(text: str, config: AwarenessConfig) -> Envelope:
     """The envelope in `text`, or InvalidEnvelope saying what is wrong with it. A reply longer
     than REPLY_CHARS or nested deeper than ENVELOPE_DEPTH is refused before it is decoded."""
@@ -107,7 +117,11 @@ def parse_envelope(text: str, config: AwarenessConfig) -> Envelope:
     if nested_deeper(stripped, ENVELOPE_DEPTH):
         raise InvalidEnvelope(f"the reply is nested deeper than {ENVELOPE_DEPTH} levels")
     try:
-        raw = msgspec.json.decode(stripped)
+        data = reply_bytes(stripped)
+    except ValueError as exc:
+        raise InvalidEnvelope(str(exc)) from None
+    try:
+        raw = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise InvalidEnvelope(f"not JSON: {exc}") from None
     if not isinstance(raw, dict):

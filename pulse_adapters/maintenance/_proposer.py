@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.awareness.contract import nested_deeper
+from pulse_adapters.awareness.contract import nested_deeper, reply_bytes
 from pulse_adapters.llm import ChatClient, json_schema_format
 from pulse_adapters.maintenance._consolidation import (
     MAX_INPUTS,
@@ -59,10 +59,9 @@ def parse_proposals(text: str) -> list[Any]:
     if nested_deeper(body, REPLY_DEPTH):
         raise InvalidProposals(f"the reply is nested deeper than {REPLY_DEPTH} levels")
     try:
-        data = body.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidProposals(f"the reply holds a lone surrogate at position {exc.start}, "
-                               "which is not UTF-8 text") from None
+        data = reply_bytes(body)
+    except ValueError as exc:
+        raise InvalidProposals(str(exc)) from None
     try:
         raw = msgspec.json.decode(data)
     except msgspec.DecodeError as exc:

@@ -122,7 +122,9 @@ def test_the_envelope_is_parsed_strictly() -> None:
     for bad, why in [("not json", "not JSON"), ("[]", "object"),
                      ('{"meaningful_change": 1, "narration": "I", "verbs": []}', "true or"),
                      ('{"meaningful_change": true, "narration": "We", "verbs": []}', "starts"),
-                     ('{"meaningful_change": true, "narration": "I"}', "missing")]:
+                     ('{"meaningful_change": true, "narration": "I"}', "missing"),
+                     ('{"meaningful_change": true, "narration": "I \ud800", "verbs": []}',
+                      "lone surrogate at position 44")]:
         with pytest.raises(InvalidEnvelope, match=why):
             parse_envelope(bad, CONFIG)
 
