@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import msgspec
 
@@ -29,8 +29,8 @@ from pulse_core._events import Event, EventDraft
 from pulse_core.memory import identity_key
 from pulse_core.store._base import EventStore
 
-__all__ = ["DecayPolicy", "SweepReport", "decayed_strength", "reinforce", "set_salience",
-           "sweep"]
+__all__ = ["Authorize", "DecayPolicy", "SweepReport", "decayed_strength", "reinforce",
+           "set_salience", "sweep"]
 
 MAINTENANCE_ORIGIN = "executor:maintenance"
 
@@ -81,12 +81,20 @@ def _protected(e: Element, cycle_start: int, policy: DecayPolicy) -> bool:
             and (e.legal_hold or e.salience >= policy.protection or protected_commitment(e)))
 
 
+Authorize = Callable[[], Awaitable[Mapping[str, int]]]
+"""A sweep's per-append authorization: raises to stop the sweep (NotAuthorized), or returns
+the key versions the check read (e.g. {"authority:maintenance": 7}), expected by the append so
+a grant revoked between the check and the write makes the write conflict, not land."""
+
+
 class _Sweep:
     """One sweep's settings and running counts."""
 
     def __init__(self, store: EventStore, reader: ElementsReader, cycle_start: int,
-                 policy: DecayPolicy, origin: str) -> None:
+                 policy: DecayPolicy, origin: str, *,
+                 authorize: Authorize | None = None) -> None:
         self.store, self.reader, self.origin = store, reader, origin
+        self.authorize = authorize
         self.cycle_start, self.policy = cycle_start, policy
         self.decayed = self.writes = self.conflicts = 0
         self.deferred: list[str] = []
@@ -108,12 +116,13 @@ class _Sweep:
 
     async def batch(self, ids: list[str]) -> None:
         """Decay `ids` (those still eligible): one append, or one per identity on conflict."""
+        guard = await self.authorize() if self.authorize is not None else {}
         state = await self.reader.current()
         plan = self.plan(state, ids)
         if not plan:
             return
         drafts = [self.draft(identity, records) for identity, records in plan.items()]
-        expect = {identity_key(i): state.versions.get(i, 0) for i in plan}
+        expect = {**guard, **{identity_key(i): state.versions.get(i, 0) for i in plan}}
         try:
             await self.store.append(drafts, expect=expect)
         except VersionConflict:
@@ -128,6 +137,7 @@ class _Sweep:
     async def one(self, identity: str, ids: list[str]) -> None:
         """Decay one identity's `ids` on fresh reads: retried once, then deferred."""
         for attempt in range(2):
+            guard = await self.authorize() if self.authorize is not None else {}
             fresh = await self.reader.current()
             mine = self.plan(fresh, ids).get(identity, {})
             if not mine:
@@ -135,7 +145,7 @@ class _Sweep:
             try:
                 await self.store.append(
                     [self.draft(identity, mine)],
-                    expect={identity_key(identity): fresh.versions.get(identity, 0)})
+                    expect={**guard, identity_key(identity): fresh.versions.get(identity, 0)})
             except VersionConflict:
                 self.conflicts += 1
                 if attempt == 1:
@@ -148,16 +158,23 @@ class _Sweep:
 
 async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
                 policy: DecayPolicy | None = None, origin: str = MAINTENANCE_ORIGIN,
-                max_batches: int | None = None) -> SweepReport:
+                max_batches: int | None = None,
+                authorize: Authorize | None = None) -> SweepReport:
     """Decay every eligible record once for `cycle_start`, `policy.limit` per batch.
 
     Batches repeat until one decays fewer than `limit` records (or `max_batches` ran). A
     batch is one append holding a `memory-metabolized` per identity, each identity's
     version expected; on a conflict the identities are written one by one, each re-read
     and re-evaluated, retried once, and deferred when it conflicts again.
+
+    `authorize`, when given, is awaited before every append (each batch, each per-identity
+    retry) and raises to stop the sweep there (e.g. NotAuthorized once a grant was revoked);
+    the key versions it returns are expected by that append, so a revocation between the
+    check and the write conflicts and is seen at the re-check. What earlier batches wrote
+    stays, and a later sweep with the same `cycle_start` goes on from where this one stopped.
     """
     policy = policy or DecayPolicy()
-    run = _Sweep(store, reader, cycle_start, policy, origin)
+    run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize)
     state = await reader.current()
     queue = [e.id for e in eligible_for_decay(state, cycle_start=cycle_start,
                                               floor=policy.floor,

@@ -5,28 +5,40 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from pulse_adapters.maintenance._assessment import Assessment, Census, census
 from pulse_adapters.maintenance._consolidation import Proposer
 from pulse_adapters.maintenance._ledger import CYCLES_KEY, CycleBegan
 from pulse_adapters.maintenance._report import Budget, CycleReport
-from pulse_adapters.maintenance._settings import PRINCIPAL, MaintenanceSettings
+from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceSettings
 from pulse_core._activities import Activity, read_activity
 from pulse_core._authority import Authority
 from pulse_core._clock import Clock
 from pulse_core._elements import ElementsReader
-from pulse_core._events import EventDraft
+from pulse_core._events import Event, EventDraft
+from pulse_core._sleep import SleepTask
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import AppendResult, EventStore
 
 CYCLE_CLASS = "maintenance_cycle"
 REVIEW_DERIVED = "review_derived"
+WATCH_REVIEW = "watch_review"
+HANDLED = frozenset({REVIEW_DERIVED, WATCH_REVIEW})
+"""The sleep-task classes maintenance does when a task is unassigned."""
 ABANDONED_AFTER = 4
 """A cycle still running this many attempt timeouts (`timeout_s`) after it began was
 abandoned (its effect ran out of attempts): the next cycle ends it cancelled."""
 
 S = TypeVar("S")
+
+
+def claims(task: SleepTask, now_ms: int) -> bool:
+    """Whether the sleep-task step claims `task` at `now_ms`: claimable, and assigned to
+    maintenance or unassigned of a class it handles. The rule's backlog and watch triggers
+    count only these, so a trigger never starts cycles for work maintenance never does."""
+    return task.claimable(now_ms) and (
+        task.assigned_to == PRINCIPAL or (not task.assigned_to and task.task_class in HANDLED))
 
 
 @dataclass
@@ -60,6 +72,7 @@ class CycleRun:
     swept_at: int | None = None
     steps: list[str] = field(default_factory=list)
     _census: tuple[int, Census] | None = None
+    _folds: dict[str, tuple[int, object]] = field(default_factory=dict)
 
     @property
     def now(self) -> int:
@@ -70,6 +83,18 @@ class CycleRun:
     def abandoned_before(self) -> int:
         """Cycles that began before this time (ms) and still run were abandoned."""
         return self.cycle_start - int(ABANDONED_AFTER * self.settings.timeout_s * 1000)
+
+    @property
+    def closed_before(self) -> int | None:
+        """Cycles that began before this time (ms) were closed by the last completed cycle
+        (when it closed abandoned cycles without a warning): older ones need no reading.
+        One attempt timeout of margin for clocks that disagree."""
+        previous = self.previous
+        if previous is None or any(w.startswith("close abandoned cycles")
+                                   for w in previous.warnings):
+            return None
+        return previous.cycle_start - int((ABANDONED_AFTER + 1) * self.settings.timeout_s
+                                          * 1000)
 
     @property
     def since_seq(self) -> int:
@@ -87,6 +112,24 @@ class CycleRun:
                            floor=self.settings.decay.floor)
             self._census = (cursor, found)
         return self._census[1]
+
+    async def fold(self, projection: Projection[S]) -> S:
+        """`projection`'s state over the log as it is now, folded once per cycle: a later
+        call folds only the events appended since (projection states are immutable)."""
+        cached = self._folds.get(projection.name)
+        after, state = (0, projection.initial()) if cached is None else (
+            cached[0], cast("S", cached[1]))
+        async for page in self.store.pages(after, kinds=projection.kinds):
+            for event in page.events:
+                state = projection.apply(state, event)
+                after = event.seq
+        self._folds[projection.name] = (after, state)
+        return state
+
+    async def restored(self) -> frozenset[str]:
+        """Element ids somebody restored from the archive: retention leaves them active
+        (folded once per cycle, like `fold`)."""
+        return await self.fold(Restored())
 
     async def append(self, drafts: Sequence[EventDraft],
                      expect: Mapping[str, int] | None = None) -> AppendResult:
@@ -110,17 +153,48 @@ class CycleRun:
 Step = Callable[[CycleRun], Awaitable[None]]
 
 
-async def running_before(store: EventStore, before_ms: int) -> list[Activity]:
-    """Cycles that began before `before_ms` and are still running."""
+async def running_before(store: EventStore, before_ms: int, *, since_ms: int | None = None
+                         ) -> list[Activity]:
+    """Cycles that began before `before_ms` (and at or after `since_ms`: older ones were
+    closed by an earlier cycle) and are still running, newest first. Only the activities in
+    that window are read, so a cycle's cost does not grow with every cycle ever begun."""
     found: list[Activity] = []
-    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"]):
+    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
+                                  newest_first=True):
+        if event.origin != ORIGIN:
+            continue  # not a cycle (see the ledger)
         began = event.payload(CycleBegan)
-        if began.cycle_start >= before_ms:
+        if since_ms is not None and began.cycle_start < since_ms:
             break
+        if began.cycle_start >= before_ms:
+            continue
         activity = await read_activity(store, began.cycle)
         if activity is not None and activity.status == "running":
             found.append(activity)
     return found
+
+
+SWEPT_LOOKBACK = 1_000
+"""How many of the newest `memory-metabolized` events last_swept looks through for one
+written by maintenance."""
+
+
+async def last_swept(store: EventStore) -> int | None:
+    """The `cycle_start` of the newest sweep maintenance wrote (its newest
+    `memory-metabolized` from origin executor:maintenance), clamped to that event's own time,
+    or None. Read from the log, so a cycle that swept counts however it ended (completed,
+    failed, abandoned, or still running in another process)."""
+    newest = await store.read(kinds=["memory-metabolized"], newest_first=True, limit=1)
+    if newest and newest[0].origin != ORIGIN:  # rare: somebody else wrote the newest one
+        newest = await store.read(kinds=["memory-metabolized"], newest_first=True,
+                                  limit=SWEPT_LOOKBACK)
+    for event in newest:
+        if event.origin != ORIGIN or not isinstance(event.data, dict):
+            continue
+        start = event.data.get("cycle_start")
+        if isinstance(start, int) and not isinstance(start, bool):
+            return min(start, event.ts)
+    return None
 
 
 async def overlapping_cycles(store: EventStore, began_seq: int, *, since_ms: int
@@ -130,6 +204,8 @@ async def overlapping_cycles(store: EventStore, began_seq: int, *, since_ms: int
     found: list[Activity] = []
     for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
                                   newest_first=True):
+        if event.origin != ORIGIN:
+            continue
         began = event.payload(CycleBegan)
         if began.cycle_start < since_ms:
             break
@@ -147,6 +223,21 @@ async def fold(store: EventStore, projection: Projection[S]) -> S:
     for event in await store.read(kinds=projection.kinds):
         state = projection.apply(state, event)
     return state
+
+
+class Restored(Projection[frozenset[str]]):
+    """Element ids somebody restored from the archive (`element-restored`)."""
+
+    name = "maintenance-restored"
+    kinds = frozenset({"element-restored"})
+
+    def initial(self) -> frozenset[str]:
+        return frozenset()
+
+    def apply(self, state: frozenset[str], event: Event) -> frozenset[str]:
+        if not isinstance(event.data, dict):
+            return state
+        return state | {f"{event.key.removeprefix('identity:')}/{event.data.get('record')}"}
 
 
 async def restored_ids(store: EventStore) -> frozenset[str]:

@@ -61,6 +61,8 @@ async def previous_report(store: EventStore, before: str) -> CycleReport | None:
     began = await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
                              newest_first=True)
     for event in began:
+        if event.origin != ORIGIN:
+            continue  # not a cycle (see the ledger)
         cycle = event.payload(CycleBegan).cycle
         if cycle == before:
             continue
@@ -159,10 +161,10 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
                    began_seq=activity.seq, proposer=proposer)
     run.swept_at = run.previous.swept_at if run.previous is not None else None
     try:
-        await _close_abandoned(run)
+        await _step(run, "close abandoned cycles", _close_abandoned, record=False)
         for name, step in [("assessment", assessment), *(STEPS if steps is None else steps)]:
             await _step(run, name, step)
-        final = await final_assessment(run)
+        final = await _final(run)
     except StoreError as exc:
         return await _fail(run, exc)
     report = _report(run, "completed", final)
@@ -181,7 +183,8 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
 async def _close_abandoned(run: CycleRun) -> None:
     """End cancelled the cycles left running long past any attempt of theirs (their effect
     ran out of attempts): an activity never ends silently."""
-    for stale in await running_before(run.store, run.abandoned_before):
+    for stale in await running_before(run.store, run.abandoned_before,
+                                      since_ms=run.closed_before):
         reason = (f"abandoned: still running {ABANDONED_AFTER} attempt timeouts after it "
                   f"began; cycle {run.cycle} took over")
         with contextlib.suppress(InvalidTransition):  # it ended meanwhile
@@ -191,7 +194,7 @@ async def _close_abandoned(run: CycleRun) -> None:
             run.warnings.append(f"cycle {stale.id} was {reason}")
 
 
-async def _step(run: CycleRun, name: str, step: Step) -> None:
+async def _step(run: CycleRun, name: str, step: Step, *, record: bool = True) -> None:
     """Run one step; a missing grant goes to needed_authority, anything else but a store
     failure becomes a warning, and the cycle goes on."""
     try:
@@ -202,7 +205,21 @@ async def _step(run: CycleRun, name: str, step: Step) -> None:
         run.needed_authority.append(f"{name}: {exc}")
     except Exception as exc:
         run.warnings.append(f"{name}: {type(exc).__name__}: {exc}")
-    run.steps.append(name)
+    if record:
+        run.steps.append(name)
+
+
+async def _final(run: CycleRun) -> Assessment:
+    """The final assessment; one that raises (but for the store) is a warning, and the
+    report's health signals fall back to the first assessment: never a cycle left running."""
+    try:
+        return await final_assessment(run)
+    except StoreError:
+        raise
+    except Exception as exc:
+        run.warnings.append(f"final assessment: {type(exc).__name__}: {exc} (health signals "
+                            "from the first assessment)")
+        return run.assessment
 
 
 async def _fail(run: CycleRun, exc: StoreError) -> CycleReport:

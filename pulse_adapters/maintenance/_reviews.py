@@ -4,16 +4,20 @@ census, writes through a pulse_core building block and charges the cycle's budge
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 
 import msgspec
 
 from pulse_adapters.maintenance._assessment import contested_slots
-from pulse_adapters.maintenance._context import REVIEW_DERIVED, CycleRun, fold, restored_ids
+from pulse_adapters.maintenance._context import REVIEW_DERIVED, CycleRun
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_core._beliefs import Beliefs
-from pulse_core._errors import InvalidTransition, VersionConflict
+from pulse_core._errors import (
+    InvalidTransition,
+    NotAuthorized,
+    StoreError,
+    VersionConflict,
+)
 from pulse_core._events import EventDraft
 from pulse_core._retention import RetentionLadder
 from pulse_core._sleep import SleepBoard, SleepTasks
@@ -25,7 +29,7 @@ from pulse_core.memory import ObservationRecorded, identity_key
 
 async def contradictions(run: CycleRun) -> None:
     """7. Contested belief slots are counted and listed: a finding, never a deletion."""
-    beliefs = await fold(run.store, Beliefs())
+    beliefs = await run.fold(Beliefs())
     run.contested = contested_slots(beliefs, (await run.census()).corrected) if beliefs else []
 
 
@@ -52,12 +56,13 @@ async def derivations(run: CycleRun) -> None:
 
 async def _review_tasks(run: CycleRun) -> None:
     """A review_derived task for every stale flag that has none yet (flagged by this cycle,
-    by a cycle cut short before it made the task, or by an evidence correction)."""
+    by a cycle cut short before it made the task, or by an evidence correction). A flag whose
+    task cannot be made (a malformed root, say) is a warning; the others go on."""
     stale = (await run.census()).stale
     if not stale:
         return
     state = await run.reader.current()
-    tasks = await fold(run.store, SleepTasks())
+    tasks = await run.fold(SleepTasks())
     board = SleepBoard(run.store, ORIGIN, clock=run.clock)
     for eid in stale:
         element = state.elements.get(eid)
@@ -68,11 +73,23 @@ async def _review_tasks(run: CycleRun) -> None:
             if not run.budget.allows(writes=1, transactions=1):
                 run.deferred.append("derivation review: review tasks left (budget)")
                 return
-            with contextlib.suppress(VersionConflict):  # another cycle made it meanwhile
+            try:
                 await board.create(REVIEW_DERIVED, task_id=task_id, subject=eid,
                                    assigned_to=PRINCIPAL, reason=f"root {root} revised")
-                run.budget.spend(writes=1, transactions=1)
-                run.changes["review_tasks_created"] += 1
+            except VersionConflict:
+                continue  # another cycle made it meanwhile
+            except (StoreError, NotAuthorized):
+                raise
+            except Exception as exc:  # a poisoned flag: skip it, review the others
+                run.warnings.append(f"derivation review: no review task for {eid} (root "
+                                    f"{_clip(root)}): {type(exc).__name__}: {_clip(str(exc))}")
+                continue
+            run.budget.spend(writes=1, transactions=1)
+            run.changes["review_tasks_created"] += 1
+
+
+def _clip(text: str, at: int = 120) -> str:
+    return text if len(text) <= at else f"{text[:at]}... ({len(text)} chars)"
 
 
 async def commitments(run: CycleRun) -> None:
@@ -118,7 +135,7 @@ async def watches(run: CycleRun) -> None:
     if not await run.allowed("maintain", "evaluate watches"):
         return
     head = await run.store.last_seq()
-    watching = await fold(run.store, Watches())
+    watching = await run.fold(Watches())
     if not any(w.status == "armed" for w in watching.values()):
         run.consumed_through = max(after, head)  # nothing armed: nothing can match
         return
@@ -141,7 +158,7 @@ async def retention(run: CycleRun) -> None:
     for a human."""
     settings = run.settings
     found = await run.census()
-    restored = await restored_ids(run.store)
+    restored = await run.restored()
     candidates = [e for e in found.candidates if e.id not in restored]
     tombstoned = found.counts.get("tombstoned", 0)
     if tombstoned:

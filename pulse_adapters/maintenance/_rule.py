@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pulse_adapters.maintenance._context import claims
 from pulse_adapters.maintenance._ledger import LedgerState, MaintenanceLedger
 from pulse_adapters.maintenance._settings import MaintenanceSettings, ScheduleSettings
 from pulse_core._effects import Effect
@@ -51,8 +52,10 @@ class MaintenanceRule:
     """Decorates: runs the rules inside it, then adds a MaintenanceCycle when one is due.
 
     In order: on demand (a `maintenance-requested` since the last cycle began), the
-    schedule, a watch (a fired watch's review task pending, or a silence watch past due), a
-    sleep-task backlog, a long session. All but on-demand wait `min_gap_s` after the last
+    schedule, a watch (a change matched an armed delta watch since the last cycle began, a
+    silence watch past due, or a fired watch's review task maintenance would claim), a
+    backlog of sleep tasks maintenance would claim (`claims`, the predicate the sleep-task
+    step uses), a long session. All but on-demand wait `min_gap_s` after the last
     cycle began; no trigger is emitted again within `min_gap_s` of this rule's last emission when
     no cycle began since (its effect failed before beginning).
     """
@@ -66,7 +69,7 @@ class MaintenanceRule:
         self._emitted: tuple[int, int] | None = None  # (when, cycles begun then)
         # the last states read and what they said: a tick whose states did not move reads
         # nothing again (projection states are immutable, so identity is enough)
-        self._tasks: tuple[object, int, str] | None = None
+        self._tasks: tuple[object, int, str, int] | None = None
         self._watches: tuple[object, int | None, str] | None = None
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
@@ -112,14 +115,14 @@ class MaintenanceRule:
             return MaintenanceCycle(trigger="scheduled", due_at=scheduled_at,
                                     reason=f"schedule {SCHEDULE_NAME!r} due")
         if triggers.watches:
-            why = self._watch_reason(curr, now)
+            why = self._watch_reason(curr, ledger, now)
             if why:
                 return MaintenanceCycle(trigger="watch", reason=why)
         if triggers.backlog and SleepTasks.name in curr.projections:
             pending = self._sleep(curr)[0]
             if pending >= triggers.backlog:
                 return MaintenanceCycle(trigger="backlog",
-                                        reason=f"{pending} pending sleep tasks")
+                                        reason=f"{pending} sleep tasks for maintenance")
         if triggers.post_session_exchanges and \
                 ledger.most_exchanges >= triggers.post_session_exchanges:
             busiest = max(ledger.exchanges, key=lambda i: ledger.exchanges[i])
@@ -134,12 +137,13 @@ class MaintenanceRule:
         return next_due(self.schedule, schedules, now)
 
     def _sleep(self, curr: Snapshot) -> tuple[int, str]:
-        """(pending sleep tasks, the first pending task a watch fire made, or "")."""
+        """(sleep tasks the sleep-task step would claim now, the first of them a watch fire
+        made, or "")."""
         tasks = curr.state(SleepTasks)
-        if self._tasks is None or self._tasks[0] is not tasks:
-            pending = [t for t in tasks.values() if t.status == "pending"]
-            fired = next((t.id for t in pending if t.id.startswith("watch_fire:")), "")
-            self._tasks = (tasks, len(pending), fired)
+        if self._tasks is None or self._tasks[0] is not tasks or self._tasks[3] != curr.at:
+            mine = [t for t in tasks.values() if claims(t, curr.at)]
+            fired = next((t.id for t in mine if t.id.startswith("watch_fire:")), "")
+            self._tasks = (tasks, len(mine), fired, curr.at)
         return self._tasks[1], self._tasks[2]
 
     def _watch_state(self, curr: Snapshot) -> tuple[int | None, str]:
@@ -160,7 +164,9 @@ class MaintenanceRule:
             return None
         return self._watch_state(curr)[0]
 
-    def _watch_reason(self, curr: Snapshot, now: int) -> str:
+    def _watch_reason(self, curr: Snapshot, ledger: LedgerState, now: int) -> str:
+        if ledger.matched:
+            return f"delta watch {ledger.matched[0]} matched a change"
         if Watches.name in curr.projections:
             due, watch = self._watch_state(curr)
             if due is not None and due <= now:

@@ -30,6 +30,17 @@ ORIGIN = "executor:maintenance"
 
 DEFAULT_GRANTS = ("read", "search", "maintain", "archive")
 
+MAX_GAP_S = 7 * 86_400
+"""`triggers.min_gap_s` at most 7 days."""
+MAX_TIMEOUT_S = 86_400
+"""`timeout_s` (one cycle attempt) at most 24 hours."""
+MAX_MODEL_S = 3_600
+"""`consolidation.timeout_s` and `consolidation.max_wall_s` at most an hour."""
+MAX_COUNT = 1_000_000
+"""`triggers.backlog` and `triggers.post_session_exchanges` at most a million."""
+MAX_ARCHIVE_DAYS = 36_500
+"""`retention.archive_after_days` at most 100 years."""
+
 _DAILY = re.compile(r"^(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -73,9 +84,10 @@ class Triggers(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     """What starts a cycle besides the schedule (0 switches a threshold off).
 
     `post_session_exchanges`: a long session, that many human exchanges on one identity since
-    the last cycle; `backlog`: that many pending sleep tasks; `on_demand`: `request_cycle()`
-    and a requested `MaintenanceCycle` effect; `watches`: a watch fired whose review task is
-    pending, or a silence watch past its due time. A threshold trigger (a long session,
+    the last cycle; `backlog`: that many sleep tasks the sleep-task step would claim;
+    `on_demand`: `request_cycle()` and a requested `MaintenanceCycle` effect; `watches`: a
+    change matching an armed delta watch, a watch fired whose review task maintenance would
+    claim, or a silence watch past its due time. A threshold trigger (a long session,
     backlog, watches) starts no cycle within `min_gap_s` of the last one began.
     """
 
@@ -86,11 +98,13 @@ class Triggers(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     min_gap_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.min_gap_s < 0:
-            raise _bad("min_gap_s", f"must be >= 0 seconds (got {self.min_gap_s!r})")
+        if not 0 <= self.min_gap_s <= MAX_GAP_S:
+            raise _bad("min_gap_s", f"must be within 0..{MAX_GAP_S:,} seconds (7 days; got "
+                                    f"{self.min_gap_s!r})")
         for name in ("post_session_exchanges", "backlog"):
-            if getattr(self, name) < 0:
-                raise _bad(name, f"must be >= 0 (0 switches it off; got {getattr(self, name)})")
+            if not 0 <= getattr(self, name) <= MAX_COUNT:
+                raise _bad(name, f"must be within 0..{MAX_COUNT:,} (0 switches it off; got "
+                                 f"{getattr(self, name)})")
 
 
 class Budgets(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -147,8 +161,9 @@ class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
     archive_after_days: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.archive_after_days < 0:
-            raise _bad("archive_after_days", f"must be >= 0 days (0: never archive; got "
+        if not 0 <= self.archive_after_days <= MAX_ARCHIVE_DAYS:
+            raise _bad("archive_after_days", f"must be within 0..{MAX_ARCHIVE_DAYS:,} days "
+                                             f"(0: never archive; got "
                                              f"{self.archive_after_days!r})")
 
 
@@ -184,8 +199,9 @@ class ConsolidationSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=T
             raise _bad("api_key_env", "must be the NAME of an environment variable, not the "
                                       "key itself")
         for name in ("timeout_s", "max_wall_s"):
-            if getattr(self, name) <= 0:
-                raise _bad(name, f"must be > 0 seconds (got {getattr(self, name)!r})")
+            if not 0 < getattr(self, name) <= MAX_MODEL_S:
+                raise _bad(name, f"must be within (0, {MAX_MODEL_S:,}] seconds (got "
+                                 f"{getattr(self, name)!r})")
 
 
 class MaintenanceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
@@ -212,8 +228,9 @@ class MaintenanceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
             if grant not in PERMISSIONS:
                 raise _bad("grants", f"names {grant!r}, which is not a permission (known: "
                                      f"{', '.join(PERMISSIONS)})")
-        if not self.timeout_s > 0:
-            raise _bad("timeout_s", f"must be > 0 seconds (got {self.timeout_s!r})")
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise _bad("timeout_s", f"must be within (0, {MAX_TIMEOUT_S:,}] seconds (24 h; got "
+                                    f"{self.timeout_s!r})")
 
 
 def _unknown_field(key: str, where: str) -> str:

@@ -1,7 +1,7 @@
 """The steps of a maintenance cycle, in the seed's order (section 5), each a function of the
 cycle's shared CycleRun: assessment, sleep tasks, consolidation, skill verdicts and
 metabolism here, the reviews in _reviews. Every write goes through a building block of
-pulse_core (sleep-task claims, the decay sweep, keyed watch decisions) and is charged to the
+pulse_core (sleep-task claims, the decay sweep) and is charged to the
 cycle's budget; what does not fit is reported as deferred.
 """
 
@@ -15,12 +15,14 @@ from typing import Any
 from pulse_adapters.maintenance._assessment import Assessment, assess
 from pulse_adapters.maintenance._consolidation import consolidate
 from pulse_adapters.maintenance._context import (
+    HANDLED,
     REVIEW_DERIVED,
+    WATCH_REVIEW,
     CycleRun,
     Step,
-    fold,
+    claims,
+    last_swept,
     overlapping_cycles,
-    restored_ids,
 )
 from pulse_adapters.maintenance._reviews import (
     commitments,
@@ -31,27 +33,27 @@ from pulse_adapters.maintenance._reviews import (
 )
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_adapters.maintenance._skills import SkillBoard
+from pulse_core._authority import authority_key
 from pulse_core._beliefs import Beliefs
 from pulse_core._element_queries import decays, eligible_for_decay
 from pulse_core._elements import ElementsState
 from pulse_core._errors import NotAuthorized, StoreError
-from pulse_core._metabolism import DecayPolicy, sweep
+from pulse_core._metabolism import DecayPolicy, SweepReport, sweep
 from pulse_core._sleep import SleepBoard, SleepTask, SleepTasks, claimable
-from pulse_core._watches import Watches, decide_watch, read_watch
+from pulse_core._watches import Watches, read_watch
 
-WATCH_REVIEW = "watch_review"
 CONSOLIDATION_MIN_AGE_MS = 3_600_000
 
 
 async def _assess(run: CycleRun) -> Assessment:
     found = await run.census()
-    tasks = await fold(run.store, SleepTasks())
+    tasks = await run.fold(SleepTasks())
     reviewing = {t.subject for t in tasks.values()
                  if t.task_class == REVIEW_DERIVED and t.status in ("pending", "running")}
-    beliefs = await fold(run.store, Beliefs())
-    watching = await fold(run.store, Watches())
+    beliefs = await run.fold(Beliefs())
+    watching = await run.fold(Watches())
     return assess(found, now=run.cycle_start, beliefs=beliefs, sleep=tasks,
-                  watches=watching, reviewing=reviewing, kept=await restored_ids(run.store))
+                  watches=watching, reviewing=reviewing, kept=await run.restored())
 
 
 async def assessment(run: CycleRun) -> None:
@@ -79,20 +81,20 @@ async def _review_derived(run: CycleRun, task: SleepTask) -> Any:
 
 
 async def _watch_review(run: CycleRun, task: SleepTask) -> Any:
+    """Surface a fire for the agent: the task is done, the decision (act, ask, defer,
+    silence) stays the agent's; maintenance never writes watch-decided."""
     watch = await read_watch(run.store, task.subject)
     if watch is None or watch.fired_op != task.id or watch.decision is not None:
         now = "gone" if watch is None else (
             f"decided: {watch.decision}" if watch.decision else "fired again since")
         return {"decision": None, "watch": task.subject, "why": f"the fire is {now}"}
-    reason = ("maintenance surfaces the fire for the agent; a fired watch authorizes "
-              "nothing")
-    done = await decide_watch(run.store, task.subject, "defer", reason, origin=ORIGIN,
-                              now_ms=run.now)
-    run.budget.spend(writes=2 if done.ran else 0, transactions=1 if done.ran else 0)
-    return {"decision": "defer", "watch": task.subject, "activity": done.activity.id}
+    return {"decision": "surfaced", "watch": task.subject, "fire": watch.fired_op,
+            "why": "maintenance surfaces the fire; deciding it is the agent's (a fired "
+                   "watch authorizes nothing)"}
 
 
 HANDLERS = {REVIEW_DERIVED: _review_derived, WATCH_REVIEW: _watch_review}
+assert HANDLERS.keys() == HANDLED  # the rule's triggers count what these handle
 
 
 async def sleep_tasks(run: CycleRun) -> None:
@@ -104,14 +106,16 @@ async def sleep_tasks(run: CycleRun) -> None:
         return
     board = SleepBoard(run.store, ORIGIN, clock=run.clock)
     lease_ms = int(run.settings.timeout_s * 1000)
-    tasks = await fold(run.store, SleepTasks())
-    queue = [t for t in claimable(tasks, run.now)  # unassigned work it knows, and its own
-             if t.assigned_to == PRINCIPAL or (not t.assigned_to and t.task_class in HANDLERS)]
+    now = run.now
+    tasks = await run.fold(SleepTasks())
+    queue = [t for t in claimable(tasks, now) if claims(t, now)]
     for index, task in enumerate(queue):
         if not run.budget.allows(writes=4, transactions=3) or not run.budget.review(1):
             run.deferred.append(f"sleep tasks: {len(queue) - index} left for the next cycle "
                                 "(budget)")
             return
+        if index and not await run.allowed("maintain", "process sleep tasks"):
+            return  # the grant was revoked meanwhile: current governance applies
         claimed = await board.claim(task.id, run.cycle, lease_ms)
         if claimed is None:
             continue  # another worker holds it
@@ -158,6 +162,8 @@ async def consolidation(run: CycleRun) -> None:
             run.deferred.append(f"consolidation: {len(order) - index} identities left "
                                 "(budget)")
             return
+        if index and not await run.allowed("maintain", "record consolidated insights"):
+            return  # the grant was revoked meanwhile: current governance applies
         report = await consolidate(run.store, run.reader, run.proposer, identity=identity,
                                    now=run.now, origin=ORIGIN)
         run.budget.spend(writes=3 * report.accepted, transactions=report.accepted)
@@ -222,12 +228,18 @@ def _batches_within(state: ElementsState, run: CycleRun, policy: DecayPolicy) ->
 async def metabolism(run: CycleRun) -> None:
     """5. Decay memory strength in bounded batches under this cycle's `cycle_start` (a rerun
     of the cycle never decays an element twice). Left to an earlier cycle that overlaps this
-    one (two cycles at once still decay once), and to a later cycle when the last sweep was
-    less than `decay.min_interval_h` ago."""
+    one (two cycles at once still decay once), and to a later cycle when the last sweep
+    (read from the log: any cycle that swept counts, however it ended) was less than
+    `decay.min_interval_h` ago. The grant is checked again before every batch: a revoked
+    grant stops the sweep there."""
     if not await run.allowed("maintain", "decay memory strength"):
         return
+    swept = await last_swept(run.store)
+    if swept is not None and (run.swept_at is None or swept > run.swept_at):
+        run.swept_at = swept
     interval_ms = int(run.settings.decay.min_interval_h * 3_600_000)
-    if run.swept_at is not None and run.cycle_start - run.swept_at < interval_ms:
+    if run.swept_at is not None and run.swept_at != run.cycle_start \
+            and run.cycle_start - run.swept_at < interval_ms:
         hours = (run.cycle_start - run.swept_at) / 3_600_000
         run.deferred.append(f"metabolism: the last sweep was {hours:.1f} h ago (decay "
                             f"min_interval_h {run.settings.decay.min_interval_h:g})")
@@ -249,15 +261,30 @@ async def metabolism(run: CycleRun) -> None:
             run.deferred.append("metabolism: no budget left for a batch")
         return
     before = await run.store.last_seq()
-    run.swept_at = run.cycle_start
-    report = await sweep(run.store, run.reader, cycle_start=run.cycle_start, policy=policy,
-                         origin=ORIGIN, max_batches=batches)
+
+    async def authorize() -> dict[str, int]:
+        version = await run.authority.check(PRINCIPAL, "maintain", "decay memory strength")
+        return {authority_key(PRINCIPAL): version}
+
+    try:
+        report: SweepReport | None = await sweep(
+            run.store, run.reader, cycle_start=run.cycle_start, policy=policy,
+            origin=ORIGIN, max_batches=batches, authorize=authorize)
+    except NotAuthorized as exc:  # revoked mid-sweep: what was written stays, counted below
+        report = None
+        run.needed_authority.append(f"metabolism: stopped mid-sweep: {exc}")
     written = [e for e in await run.store.read(before, kinds=["memory-metabolized"])
                if e.origin == ORIGIN and isinstance(e.data, dict)
                and e.data.get("cycle_start") == run.cycle_start]
-    run.budget.spend(writes=len(written), transactions=report.writes)
-    run.budget.review(report.decayed)
-    run.changes["decayed"] += report.decayed
+    decayed = sum(len(e.data.get("strengths") or ()) for e in written)
+    if written:
+        run.swept_at = run.cycle_start
+    run.budget.spend(writes=len(written),  # stopped: at most one append per event written
+                     transactions=len(written) if report is None else report.writes)
+    run.budget.review(decayed)
+    run.changes["decayed"] += decayed
+    if report is None:
+        return
     if not report.complete:
         run.deferred.append("metabolism: elements left undecayed for the next cycle (budget)")
     if report.deferred:

@@ -133,13 +133,18 @@ async def test_the_next_cycle_reviews_what_the_last_one_fired_and_flagged(
     first = await run_cycle(store, clock=clock)
     clock.advance(DAY)
     second = await run_cycle(store, clock=clock)
-    # two watch reviews (decided "defer") and the review_derived task the first one created
+    # two watch reviews (surfaced, left for the agent to decide) and the review_derived task
+    # the first one created
     assert second.changes["sleep_tasks_completed"] == 3
     assert "watches_fired" not in second.changes and "stale_flagged" not in second.changes
     assert second.consumed_through > first.consumed_through
     for watch_id in ("w-delta", "w-silence"):
         watch = await read_watch(store, watch_id)
-        assert watch is not None and watch.decision == "defer"
+        assert watch is not None and watch.status == "fired" and watch.decision is None
+    outcomes = [e.data["outcome"] for e in await store.read(kinds=["sleep-task-completed"])]
+    assert sorted(o["watch"] for o in outcomes if o.get("decision") == "surfaced") == [
+        "w-delta", "w-silence"]
+    assert await store.read(kinds=["watch-decided"]) == []
     fired = await store.read(kinds=["watch-fired"])
     assert Counter(e.key for e in fired) == {"watch:w-delta": 1, "watch:w-silence": 1}
     assert "overdue_surfaced" not in second.changes and second.overdue == (ids["commitment"],)

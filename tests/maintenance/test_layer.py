@@ -326,7 +326,9 @@ async def test_a_watch_fired_elsewhere_starts_a_cycle_that_reviews_it(tmp_path: 
         last = (await cycles(engine))[-1]
         assert last["trigger"] == "watch" and last["reason"].startswith("watch fired: task")
         watch = await read_watch(engine.events, "ana-news")
-        assert watch is not None and watch.decision == "defer"
+        assert watch is not None and watch.decision is None  # the decision is the agent's
+        (done,) = await engine.events.read(kinds=["sleep-task-completed"])
+        assert done.data["outcome"]["decision"] == "surfaced"
 
 
 async def test_a_daily_schedule_waits_for_its_local_time(tmp_path: Path) -> None:
