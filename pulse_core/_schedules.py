@@ -15,6 +15,12 @@ version and the idempotency key `schedule:<name>:<due_at>`. A schedule that neve
 counts from the log's first event, the home's birth: `Every` is due then (or `first_after_s`
 later), `DailyAt` at the first slot at or after it, `AfterEvents` counts from the start. A
 schedule added to an older home is therefore due at once, then keeps its rhythm.
+
+A forged or mistaken fire cannot stop a schedule: the fold takes `fired_at` and `due_at` as at
+most the event's own ts (a fire "from 2**62" counts as a fire now), the payload refuses times
+outside 0..MAX_MS and seqs outside 0..MAX_SEQ, and only the origins that run schedules
+(FIRE_ORIGINS: engine, executor, rule, survival, cli) record fires: a `schedule-fired` written
+by an agent, a human or a watcher is ignored, so it cannot postpone one either.
 """
 
 from __future__ import annotations
@@ -28,14 +34,30 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 
-from pulse_core._errors import IdempotencyConflict, VersionConflict
-from pulse_core._events import Event, EventDraft, register_kind
+from pulse_core._errors import IdempotencyConflict, InvalidEvent, VersionConflict
+from pulse_core._events import MAX_SEQ, Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import EventStore
 
 FIRED = "schedule-fired"
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+MAX_MS = 253_402_300_799_999
+"""The latest time (ms since the epoch) a payload may name: 9999-12-31T23:59:59.999Z."""
+FIRE_ORIGINS = ("engine", "executor", "rule", "survival", "cli")
+"""The origins (with any `:suffix`) whose schedule-fired events count as fires."""
+
+
+def check_ms(value: int, what: str) -> int:
+    """`value` when it is a time in 0..MAX_MS; ValueError naming `what` otherwise."""
+    if not 0 <= value <= MAX_MS:
+        raise ValueError(f"{what} {value} is not a time in ms since the epoch (0..{MAX_MS})")
+    return value
+
+
+def fires_from(origin: str) -> bool:
+    """Whether a schedule-fired written by `origin` counts (see FIRE_ORIGINS)."""
+    return origin.split(":", 1)[0] in FIRE_ORIGINS
 
 
 class Every(msgspec.Struct, frozen=True):
@@ -99,6 +121,12 @@ class ScheduleFired(msgspec.Struct, frozen=True):
     fired_at: int
     seq: int
 
+    def __post_init__(self) -> None:
+        check_ms(self.due_at, "due_at")
+        check_ms(self.fired_at, "fired_at")
+        if not 0 <= self.seq <= MAX_SEQ:
+            raise ValueError(f"seq {self.seq} is not a seq (0..{MAX_SEQ})")
+
 
 register_kind(FIRED, "a schedule fired (due_at, fired_at ms; seq: the log head then); key: "
               "schedule:<name>", ScheduleFired)
@@ -134,9 +162,11 @@ def schedule_key(name: str) -> str:
 
 def _last_fire(event: Event, total: int = 0, counts: dict[str, int] | None = None
                ) -> LastFire:
+    """The fire `event` records, its times clamped to the event's ts (never in the future of
+    its own commit), its log head to the event's seq."""
     body = event.payload(ScheduleFired)
-    return LastFire(body.due_at, body.fired_at, body.seq, event.version, event.seq, total,
-                    counts or {})
+    return LastFire(min(body.due_at, event.ts), min(body.fired_at, event.ts),
+                    min(body.seq, event.seq), event.version, event.seq, total, counts or {})
 
 
 class Schedules(Projection[SchedulesState]):
@@ -144,6 +174,7 @@ class Schedules(Projection[SchedulesState]):
 
     name = "schedules"
     kinds = None
+    version = 2  # 2: fired_at/due_at clamped to the ts; fires only from FIRE_ORIGINS
 
     def initial(self) -> SchedulesState:
         return SchedulesState()
@@ -151,7 +182,7 @@ class Schedules(Projection[SchedulesState]):
     def apply(self, state: SchedulesState, event: Event) -> SchedulesState:
         start = event.ts if state.start_ms is None else state.start_ms
         if event.kind == FIRED:
-            if not event.key.startswith("schedule:"):
+            if not event.key.startswith("schedule:") or not fires_from(event.origin):
                 return state
             fire = _last_fire(event, state.total, dict(state.counts.items()))
             return SchedulesState(state.fires.set(event.key.removeprefix("schedule:"), fire),
@@ -238,9 +269,14 @@ def ms_until_due(schedules: Iterable[Schedule], state: SchedulesState, now_ms: i
 
 
 async def _latest(store: EventStore, name: str) -> LastFire | None:
-    events = await store.read(key=schedule_key(name), kinds=[FIRED], limit=1,
+    """The schedule's latest fire from an origin that counts (FIRE_ORIGINS); the fires of
+    other origins are skipped (the first read looks at the newest 50, enough unless the key
+    is flooded with them)."""
+    newest = await store.read(key=schedule_key(name), kinds=[FIRED], limit=50,
                               newest_first=True)
-    return _last_fire(events[0]) if events else None
+    if len(newest) == 50:
+        newest = await store.read(key=schedule_key(name), kinds=[FIRED], newest_first=True)
+    return next((_last_fire(e) for e in newest if fires_from(e.origin)), None)
 
 
 async def _start_ms(store: EventStore, fallback: int) -> int:
@@ -259,13 +295,20 @@ async def _count_after(store: EventStore, schedule: AfterEvents, after_seq: int)
 
 
 async def fire_schedule(store: EventStore, schedule: Schedule, due_at: int, now_ms: int, *,
-               origin: str = "engine") -> Event | None:
+                        origin: str = "engine") -> Event | None:
     """Record that `schedule` fired for `due_at` (from `next_due`), or None when it is not
     due after all: another engine or cycle fired it first, or a fresh read of the log says
     it is not due yet. The check is made again on the log itself, so a stale state can never
     fire a schedule twice; the append expects the key's version and carries the idempotency
-    key `schedule:<name>:<due_at>`."""
-    last = await _latest(store, schedule.name)
+    key `schedule:<name>:<due_at>` (when another event holds that key, the fire is made
+    without it: the expected version alone keeps it single). InvalidEvent (nothing written)
+    when `origin` is not one whose fires count (FIRE_ORIGINS)."""
+    if not fires_from(origin):
+        raise InvalidEvent(f"fire_schedule: origin {origin!r} does not record schedule fires — "
+                         f"use one of {', '.join(FIRE_ORIGINS)} (with any ':suffix')")
+    check_ms(now_ms, "now_ms")
+    version = await store.head(schedule_key(schedule.name))  # before the check: a fire
+    last = await _latest(store, schedule.name)  # committed after it fails the append
     if isinstance(schedule, AfterEvents):
         if await _count_after(store, schedule, last.event_seq if last else 0) < schedule.n:
             return None
@@ -274,12 +317,16 @@ async def fire_schedule(store: EventStore, schedule: Schedule, due_at: int, now_
         if fresh != due_at or due_at > now_ms:
             return None
     head = await store.last_seq()
-    draft = EventDraft(FIRED, schedule_key(schedule.name),
-                       msgspec.to_builtins(ScheduleFired(due_at, now_ms, head)),
-                       origin=origin, idem=f"schedule:{schedule.name}:{due_at}")
-    try:
-        result = await store.append(
-            [draft], expect={schedule_key(schedule.name): last.count if last else 0})
-    except (VersionConflict, IdempotencyConflict):
-        return None
-    return None if result.replayed else result.events[0]
+    data = msgspec.to_builtins(ScheduleFired(check_ms(due_at, "due_at"), now_ms, head))
+    for idem in (f"schedule:{schedule.name}:{due_at}", None):
+        draft = EventDraft(FIRED, schedule_key(schedule.name), data, origin=origin, idem=idem)
+        try:
+            result = await store.append([draft], expect={schedule_key(schedule.name): version})
+        except VersionConflict:
+            return None
+        except IdempotencyConflict:
+            if await store.head(schedule_key(schedule.name)) != version:
+                return None  # a fire of this due time (or another move) came first
+            continue  # the idem is held by some other event: fire without it
+        return None if result.replayed else result.events[0]
+    return None  # pragma: no cover — the second draft has no idem to conflict on

@@ -11,6 +11,10 @@ A task lives on the key `sleep:<id>`. A claim is a lease (`until`, ms): while it
 other worker can claim the task; once it expires the task is claimable again. Completed and
 failed tasks are final and stay visible, a failure with its reason. `assigned_to` is a label
 for whom the work is meant: it authorizes nothing (seed 004, section 8).
+
+Numbers are bounded so a hostile event is refused at append: a priority is an int in
+-MAX_PRIORITY..MAX_PRIORITY, a lease's `until` a time in 0..MAX_MS, a lease at most
+MAX_LEASE_MS long.
 """
 
 from __future__ import annotations
@@ -25,8 +29,22 @@ from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind, uuid7
 from pulse_core._pmap import PersistentMap
+from pulse_core._schedules import check_ms
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import EventStore
+
+MAX_PRIORITY = 1_000_000
+"""Priorities are ints in -MAX_PRIORITY..MAX_PRIORITY (higher: claimed first)."""
+MAX_LEASE_MS = 30 * 24 * 3_600_000
+"""The longest lease a claim may take: 30 days."""
+
+
+def check_priority(priority: int) -> int:
+    """`priority` when it is in -MAX_PRIORITY..MAX_PRIORITY; ValueError otherwise."""
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"priority {priority} is out of range: use an int from "
+                         f"{-MAX_PRIORITY} to {MAX_PRIORITY}")
+    return priority
 
 
 class SleepTaskCreated(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,12 +57,18 @@ class SleepTaskCreated(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     assigned_to: str = ""
 
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
+
 
 class SleepTaskClaimed(msgspec.Struct, frozen=True):
     """Payload of sleep-task-claimed: worker `by` holds the task until `until` (ms)."""
 
     by: str
     until: int
+
+    def __post_init__(self) -> None:
+        check_ms(self.until, "until")
 
 
 class SleepTaskCompleted(msgspec.Struct, frozen=True):
@@ -227,8 +251,8 @@ class SleepBoard:
         worker holds a live lease, it is finished, or another claim won the race (move on to
         the next task). `by` renewing its own live lease succeeds. InvalidTransition for a
         task that does not exist."""
-        if lease_ms <= 0:
-            raise ValueError(f"lease_ms must be > 0, not {lease_ms}")
+        if not 0 < lease_ms <= MAX_LEASE_MS:
+            raise ValueError(f"lease_ms must be in 1..{MAX_LEASE_MS} (30 days), not {lease_ms}")
         task = await self.state(task_id)
         if task is None:
             raise InvalidTransition(f"there is no sleep task {task_id!r} to claim")

@@ -24,6 +24,9 @@ from pulse_core._sleep import SleepBoard, SleepTasks
 from pulse_core._watches import Watches, evaluate_watches
 from pulse_core.memory import ObservationRecorded, identity_key
 
+WATCH_EVENTS = 200_000
+"""The most events one cycle's watch evaluation reads; the next cycle goes on from there."""
+
 # -- 7/8/9. contradictions, derivations, commitments -----------------------------------------
 
 
@@ -139,8 +142,13 @@ async def watches(run: CycleRun) -> None:
     if not any(w.status == "armed" for w in watching.values()):
         run.consumed_through = max(after, head)  # nothing armed: nothing can match
         return
-    result = await evaluate_watches(run.store, watching, after, run.now, origin=ORIGIN)
+    result = await evaluate_watches(run.store, watching, after, run.now, origin=ORIGIN,
+                                    max_events=WATCH_EVENTS)
     run.consumed_through = result.consumed_through
+    if not result.complete:
+        run.deferred.append(f"watch evaluation: read through seq {result.consumed_through:,} "
+                            f"of {head:,} ({WATCH_EVENTS:,} events a cycle); the next cycle "
+                            "reads on from there")
     fired = len(result.fired)
     run.budget.spend(writes=3 * fired + len(result.satisfied),
                      transactions=fired + len(result.satisfied))

@@ -14,10 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pulse_core._clock import ManualClock
+from pulse_core._errors import InvalidEvent
 from pulse_core._events import EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
 from pulse_core._schedules import (
+    MAX_MS,
     AfterEvents,
     DailyAt,
     Every,
@@ -194,3 +196,87 @@ def test_daily_at_is_25_hours_apart_when_the_clocks_fall_back() -> None:
     local = dt.datetime.fromtimestamp(due / 1000, lisbon)
     assert (local.day, local.hour, local.minute) == (25, 3, 0)
     assert due - (fired - 7_000) == 25 * H
+
+
+async def test_a_forged_fire_far_in_the_future_does_not_freeze_the_schedule(tmp_path: Path
+                                                                            ) -> None:
+    """fired_at and due_at are taken as at most the event's own ts: a fire claiming to be
+    from the year 9999 counts as a fire now, and the rhythm goes on."""
+    clock = ManualClock()
+    every = Every("sweep", 3600, 3600)
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    await note(store)
+    forged_at = clock.now_ms()
+    await store.append([EventDraft("schedule-fired", "schedule:sweep",
+                                   {"due_at": MAX_MS, "fired_at": MAX_MS, "seq": 0},
+                                   origin="engine")])
+    fire = (await state_of(store)).fires.get("sweep")
+    assert fire is not None and (fire.due_at, fire.fired_at) == (forged_at, forged_at)
+    clock.advance(H + 1)
+    due = next_due(every, await state_of(store), clock.now_ms())
+    assert due == forged_at + H and is_due(every, await state_of(store), clock.now_ms())
+    assert await fire_schedule(store, every, due, clock.now_ms()) is not None
+    await store.close()
+
+
+async def test_schedule_fires_with_absurd_values_are_refused_at_append(tmp_path: Path
+                                                                       ) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    for data in ({"due_at": -2**62, "fired_at": 0, "seq": 0},
+                 {"due_at": 0, "fired_at": -1, "seq": 0},
+                 {"due_at": 0, "fired_at": 0, "seq": -1},
+                 {"due_at": 2**62, "fired_at": 0, "seq": 0}):
+        with pytest.raises(InvalidEvent):
+            await store.append([EventDraft("schedule-fired", "schedule:sweep", data,
+                                           origin="engine")])
+    await store.close()
+
+
+async def test_a_fire_written_by_an_agent_or_a_human_does_not_count(tmp_path: Path) -> None:
+    """Only the machinery that runs schedules (engine, executor, rule, survival, cli) records
+    their fires: an agent's schedule-fired cannot postpone maintenance."""
+    clock = ManualClock()
+    every = Every("sweep", 3600, 3600)
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    await note(store)
+    start = clock.now_ms()
+    clock.advance(10)
+    for origin in ("agent", "human:ana", "watcher:x"):
+        await store.append([EventDraft("schedule-fired", "schedule:sweep", {
+            "due_at": clock.now_ms(), "fired_at": clock.now_ms(), "seq": 0}, origin=origin)])
+    assert "sweep" not in (await state_of(store)).fires
+    assert next_due(every, await state_of(store), clock.now_ms()) == start
+    fired = await fire_schedule(store, every, start, clock.now_ms(), origin="executor:m")
+    assert fired is not None and fired.version == 4  # expects the key's head, not the count
+    with pytest.raises(InvalidEvent, match="origin"):
+        await fire_schedule(store, every, start, clock.now_ms(), origin="agent")
+    await store.close()
+
+
+async def test_a_foreign_event_on_a_schedule_key_does_not_block_its_fires(tmp_path: Path
+                                                                          ) -> None:
+    clock = ManualClock()
+    every = Every("sweep", 60, 60)
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    await note(store)
+    due = next_due(every, await state_of(store), clock.now_ms())
+    assert await fire_schedule(store, every, due, clock.now_ms()) is not None
+    await store.append([EventDraft("schedule-note", "schedule:sweep", {}, origin="agent")])
+    clock.advance(61_000)
+    due = next_due(every, await state_of(store), clock.now_ms())
+    assert await fire_schedule(store, every, due, clock.now_ms()) is not None
+    await store.close()
+
+
+async def test_a_squatted_idempotency_key_does_not_block_a_due_fire(tmp_path: Path) -> None:
+    """Another event holding `schedule:<name>:<due_at>` as its idem does not stop the fire."""
+    clock = ManualClock()
+    every = Every("sweep", 60, 60)
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    await note(store)
+    due = next_due(every, await state_of(store), clock.now_ms())
+    await store.append([EventDraft("schedule-note", "notes", {"x": 1}, origin="agent",
+                                   idem=f"schedule:sweep:{due}")])
+    assert await fire_schedule(store, every, due, clock.now_ms()) is not None
+    assert "sweep" in (await state_of(store)).fires
+    await store.close()

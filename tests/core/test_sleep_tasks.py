@@ -8,9 +8,16 @@ from pathlib import Path
 import pytest
 
 from pulse_core._clock import ManualClock
-from pulse_core._errors import IdempotencyConflict, InvalidTransition
+from pulse_core._errors import IdempotencyConflict, InvalidEvent, InvalidTransition
+from pulse_core._events import EventDraft
 from pulse_core._projector import Projector
-from pulse_core._sleep import SleepBoard, SleepTasks, claimable, sleep_task_counts
+from pulse_core._sleep import (
+    MAX_PRIORITY,
+    SleepBoard,
+    SleepTasks,
+    claimable,
+    sleep_task_counts,
+)
 from pulse_core.store import SqliteEventStore
 
 
@@ -121,4 +128,26 @@ async def test_sleep_task_counts_by_status(tmp_path: Path) -> None:
     await board.fail("b", "w", "gone")
     tasks = (await Projector(store, [SleepTasks()]).catch_up())["sleep-tasks"]
     assert sleep_task_counts(tasks.values()) == {"running": 1, "failed": 1, "pending": 1}
+    await store.close()
+
+
+async def test_priorities_outside_the_sane_range_are_refused(tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    board = SleepBoard(store, "executor:maintenance")
+    for priority in (2**63, -10**18, MAX_PRIORITY + 1, -MAX_PRIORITY - 1):
+        with pytest.raises(ValueError, match="priority"):
+            await board.create("c", priority=priority)
+        with pytest.raises(InvalidEvent):
+            await store.append([EventDraft("sleep-task-created", "sleep:t1", {
+                "task_class": "c", "priority": priority}, origin="agent")])
+    with pytest.raises(InvalidEvent):  # a bool is not a priority
+        await store.append([EventDraft("sleep-task-created", "sleep:t1", {
+            "task_class": "c", "priority": True}, origin="agent")])
+    with pytest.raises(InvalidEvent):
+        await store.append([EventDraft("sleep-task-claimed", "sleep:t1", {
+            "by": "a", "until": -1}, origin="agent")])
+    edge = await board.create("c", priority=MAX_PRIORITY)
+    assert edge.priority == MAX_PRIORITY
+    with pytest.raises(ValueError, match="lease_ms"):
+        await board.claim(edge.id, "a", 10**15)
     await store.close()

@@ -7,23 +7,28 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pulse_core._activities import read_activity
 from pulse_core._clock import ManualClock
-from pulse_core._errors import InvalidTransition
-from pulse_core._events import EventDraft, register_kind
+from pulse_core._errors import InvalidEvent, InvalidTransition
+from pulse_core._events import Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
 from pulse_core._sleep import SleepTasks
 from pulse_core._watches import (
+    DecisionConflict,
     Watch,
     WatchArmed,
     WatchCondition,
     Watches,
     arm_watch,
     decide_watch,
+    delta_fires,
     disarm_watch,
     evaluate_watches,
+    matches,
     past_due,
     read_watch,
 )
@@ -220,7 +225,7 @@ async def test_decide_records_the_decision_once_per_fire(tmp_path: Path) -> None
     await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)
     first = await decide_watch(store, "w1", "defer", "waiting for ana", inputs=("skill:s1",),
                          origin=ORIGIN)
-    again = await decide_watch(store, "w1", "act", origin=ORIGIN)
+    again = await decide_watch(store, "w1", "defer", "said again", origin="agent")
     assert first.ran and not again.ran and again.activity.report["decision"] == "defer"
     assert (await read_watch(store, "w1")).decision == "defer"  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="decision"):
@@ -252,3 +257,161 @@ async def test_evaluators_with_different_cursors_still_fire_a_watch_once(tmp_pat
     assert len(await one.read(kinds=["sleep-task-created"])) == 1
     await one.close()
     await two.close()
+
+
+async def test_a_different_decision_after_a_fire_raises_naming_the_stored_one(
+        tmp_path: Path) -> None:
+    """An agent's "act" after maintenance's "defer" is not silently dropped."""
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    await arm_watch(store, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
+    await note(store)
+    await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)
+    await decide_watch(store, "w1", "defer", "surfaced for the agent", origin=ORIGIN)
+    with pytest.raises(DecisionConflict, match=r"'defer'.*executor:maintenance") as caught:
+        await decide_watch(store, "w1", "act", "page the on-call", origin="agent")
+    assert isinstance(caught.value, InvalidTransition)  # callers catching that still do
+    assert (caught.value.decision, caught.value.by) == ("defer", ORIGIN)
+    watch = await read_watch(store, "w1")
+    assert watch is not None and (watch.decision, watch.decided_by) == ("defer", ORIGIN)
+    assert len(await store.read(kinds=["watch-decided"])) == 1
+    await store.close()
+
+
+async def test_a_decision_written_directly_still_conflicts_with_another(tmp_path: Path
+                                                                        ) -> None:
+    """A watch-decided appended without the gate activity: the same decision is recorded
+    by the gate once, another decision raises."""
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    await arm_watch(store, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
+    await note(store)
+    await evaluate_watches(store, await watches(store), 0, 0, origin=ORIGIN)
+    await store.append([EventDraft("watch-decided", "watch:w1", {"decision": "ask"},
+                                   origin="human:ana")])
+    with pytest.raises(DecisionConflict, match="human:ana"):
+        await decide_watch(store, "w1", "act", origin="agent")
+    same = await decide_watch(store, "w1", "ask", origin="agent")
+    assert same.activity.report["decision"] == "ask"
+    assert len(await store.read(kinds=["watch-decided"])) == 1
+    await store.close()
+
+
+async def test_the_budget_stops_at_a_page_boundary_and_the_cursor_resumes(tmp_path: Path
+                                                                          ) -> None:
+    clock = ManualClock()
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    await arm_watch(store, "late", WatchArmed(watch_class="delta", condition=WatchCondition(
+        key_prefix="identity:late")), origin=ORIGIN)
+    await arm_watch(store, "quiet", WatchArmed(
+        watch_class="silence", condition=WatchCondition(key_prefix="identity:ana"),
+        due_at=clock.now_ms() + 1_000), origin=ORIGIN)
+    start = await store.last_seq()
+    for i in range(25):
+        await note(store, f"identity:bob{i}")
+    seq = await note(store, "identity:late")
+    clock.advance(5_000)
+    state, cursor, rounds = await watches(store), start, 0
+    while True:
+        result = await evaluate_watches(store, state, cursor, clock.now_ms(), origin=ORIGIN,
+                                        page=4, max_events=10)
+        rounds += 1
+        assert result.consumed_through - cursor <= 10  # never reads past the budget
+        if not result.complete:
+            assert result.fired == ()  # neither the delta's match nor the silence yet
+        cursor = result.consumed_through
+        if result.complete:
+            break
+    assert rounds == 3
+    assert sorted((f.watch_id, f.trigger_seq) for f in result.fired) == [
+        ("late", seq), ("quiet", None)]
+    with pytest.raises(ValueError, match="max_events"):
+        await evaluate_watches(store, state, cursor, 0, origin=ORIGIN, max_events=0)
+    await store.close()
+
+
+async def test_a_rearmed_watch_never_fires_on_a_change_before_its_arming(tmp_path: Path
+                                                                         ) -> None:
+    """A stale state's match belongs to the old arming: re-armed meanwhile, the watch waits
+    for a change after its new arming."""
+    one = await SqliteEventStore.open(tmp_path / "events.db")
+    await arm_watch(one, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
+    stale = await watches(one)
+    old = await note(one)
+    second = await note(one)
+    await evaluate_watches(one, await watches(one), old, 0, origin=ORIGIN)  # fires on `second`
+    await arm_watch(one, "w1", WatchArmed(watch_class="delta", condition=ON_ANA), origin=ORIGIN)
+    result = await evaluate_watches(one, stale, 0, 0, origin=ORIGIN)
+    assert result.fired == ()
+    fires = await one.read(kinds=["watch-fired"])
+    assert [e.data["trigger_seq"] for e in fires] == [second]
+    await one.close()
+
+
+def test_hostile_watch_payloads_are_refused() -> None:
+    for bad in ({"watch_class": "silence", "due_at": -1},
+                {"watch_class": "silence", "due_at": 2**62},
+                {"watch_class": "delta", "priority": 2**63},
+                {"watch_class": "delta", "priority": -10**18}):
+        with pytest.raises(ValueError):
+            WatchArmed(**bad)  # type: ignore[arg-type]
+
+
+async def test_hostile_watch_events_are_refused_at_append(tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    for kind, data in [("watch-armed", {"watch_class": "silence", "due_at": -1}),
+                       ("watch-armed", {"watch_class": "delta", "priority": 2**63}),
+                       ("watch-fired", {"trigger_seq": -1, "due_at": None, "produced": "x"}),
+                       ("watch-satisfied", {"trigger_seq": -5})]:
+        with pytest.raises(InvalidEvent):
+            await store.append([EventDraft(kind, "watch:w1", data, origin="agent")])
+    await store.close()
+
+
+def _event(seq: int, kind: str, key: str, origin: str = "agent", record: str = "") -> Event:
+    data = {"record": record} if record else {}
+    return Event(seq, f"e{seq}", kind, key, 1, seq, origin, None, "", None, data, None)
+
+
+async def test_delta_fires_names_the_armed_delta_watches_new_events_fire(tmp_path: Path
+                                                                         ) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    await arm_watch(store, "ana", WatchArmed(watch_class="delta", condition=ON_ANA),
+                    origin=ORIGIN)
+    await arm_watch(store, "any", WatchArmed(watch_class="delta"), origin=ORIGIN)
+    await arm_watch(store, "quiet", WatchArmed(watch_class="silence", condition=ON_ANA,
+                                               due_at=10**12), origin=ORIGIN)
+    state = await watches(store)
+    bob, ana = _event(100, "watch-test-note", "identity:bob"), _event(
+        101, "watch-test-note", "identity:ana")
+    assert delta_fires(state, [bob]) == {"any": bob}
+    assert delta_fires(state, [bob, ana]) == {"any": bob, "ana": ana}
+    old = _event(1, "watch-test-note", "identity:ana")  # before the arming: no fire
+    assert delta_fires(state, [old]) == {}
+    assert delta_fires(state, [_event(102, "watch-armed", "watch:x")]) == {}
+    await store.close()
+
+
+_conditions = st.builds(
+    WatchCondition, key_prefix=st.sampled_from(["", "identity:", "identity:ana", "notes",
+                                                "identity:anabel"]),
+    kinds=st.sampled_from([(), ("a",), ("a", "b"), ("c",)]),
+    record=st.sampled_from(["", "r1"]), origin_prefix=st.sampled_from(["", "human", "agent"]))
+_events = st.builds(
+    _event, st.integers(1, 10**6), st.sampled_from(["a", "b", "c", "watch-armed"]),
+    st.sampled_from(["identity:ana", "identity:anabel", "identity:bo", "notes", "n",
+                     "activity:watch_fire:x", ""]),
+    st.sampled_from(["agent", "human:ana", "engine"]), st.sampled_from(["", "r1", "r2"]))
+
+
+@given(st.lists(_conditions, max_size=8), st.lists(_events, max_size=12))
+def test_the_index_finds_exactly_the_watches_a_brute_force_scan_finds(
+        conditions: list[WatchCondition], events: list[Event]) -> None:
+    state: PersistentMap[str, Watch] = PersistentMap({
+        f"w{i}": Watch(f"w{i}", WatchArmed(watch_class="delta", condition=c), "armed", 1, 0, 0)
+        for i, c in enumerate(conditions)})
+    events = sorted({e.seq: e for e in events}.values(), key=lambda e: e.seq)
+    expected: dict[str, Event] = {}
+    for event in events:
+        for watch in state.values():
+            if watch.id not in expected and matches(watch.spec.condition, event):
+                expected[watch.id] = event
+    assert delta_fires(state, events) == expected

@@ -452,3 +452,35 @@ async def test_cycle_a_cycle_reads_only_the_cycles_the_last_one_could_not_close(
     await run_cycle(store, cycle="second", clock=clock)
     assert reads < 20
     await store.close()
+
+
+# -- 13. watch evaluation is bounded per cycle and resumes where it stopped --------------------
+
+
+async def test_cycle_watch_evaluation_reads_a_bounded_share_of_the_log_and_the_next_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pulse_adapters.maintenance._reviews as reviews
+
+    monkeypatch.setattr(reviews, "WATCH_EVENTS", 4)
+    clock = ManualClock(1_700_000_000_000)
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    await arm_watch(store, "bob", WatchArmed(watch_class="delta", condition=WatchCondition(
+        key_prefix="identity:bob")), origin="agent")
+    await store.append(exchanges("ana", 12))
+    await store.append(exchanges("bob", 1))
+    first = await run_cycle(store, cycle="c1", clock=clock)
+    assert any("watch evaluation" in d for d in first.deferred)
+    assert first.consumed_through < await store.last_seq()
+    assert (await read_watch(store, "bob")).status == "armed"  # type: ignore[union-attr]
+    cursors = [first.consumed_through]
+    for n in range(2, 12):
+        clock.advance(700_000)
+        report = await run_cycle(store, cycle=f"c{n}", clock=clock)
+        cursors.append(report.consumed_through)
+        if (await read_watch(store, "bob")).status == "fired":  # type: ignore[union-attr]
+            break
+    assert cursors == sorted(cursors) and len(set(cursors)) == len(cursors)  # always onward
+    assert (await read_watch(store, "bob")).status == "fired"  # type: ignore[union-attr]
+    assert len(await store.read(kinds=["watch-fired"])) == 1
+    await store.close()
