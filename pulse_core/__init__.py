@@ -71,6 +71,7 @@ from pulse_core._layer import (
     available_layers,
     load_layer,
     load_layers,
+    settings_problem,
 )
 from pulse_core._memory_view import (
     IdentityRecords,
@@ -255,6 +256,7 @@ __all__ = [
     "redact_urls",
     "register_kind",
     "retry_effect",
+    "settings_problem",
     "summarise_identities",
     "wait_signal",
 ]

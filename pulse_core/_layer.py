@@ -14,11 +14,15 @@ the engine refuses to run without it.
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._effects import Effect, Executor, Mark, executors_by_tag
@@ -83,6 +87,33 @@ LayerFactory = Callable[[Any, LayerContext], Layer]
 `settings` is the layer's value in config.json (a JSON object, or None when absent); the
 factory validates it (a msgspec Struct is the usual way) and raises an error naming the field.
 """
+
+
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
+
+
+def settings_problem(root: type[msgspec.Struct], exc: msgspec.ValidationError) -> str:
+    """What `exc` (from `msgspec.convert(settings, root)`) says is wrong with a layer's
+    settings, naming the dotted field: for an unknown field, the closest allowed name and
+    every allowed one; a check of the layer's own that says "`field` problem" is placed
+    inside the object it was raised in."""
+    message, at, where = str(exc).rpartition(" - at `$.")
+    where = where.rstrip("`") if at else ""
+    message = message or str(exc)
+    unknown = _UNKNOWN.match(message)
+    if unknown:
+        struct: Any = root
+        for part in filter(None, where.split(".")):
+            struct = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}[part]
+        allowed = [f.encode_name for f in msgspec.structs.fields(struct)]
+        close = difflib.get_close_matches(unknown["name"], allowed, n=1)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        inside = f"setting `{where}`: " if where else ""
+        return f"{inside}unknown field `{unknown['name']}`{hint} — allowed: {', '.join(allowed)}"
+    if message.startswith("`"):
+        field, _, problem = message[1:].partition("` ")
+        return f"setting `{'.'.join(filter(None, (where, field)))}` {problem}"
+    return f"setting `{where}` is wrong: {message}" if where else message
 
 
 def _entry_points(group: str, name: str | None = None) -> list[EntryPoint]:

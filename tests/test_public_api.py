@@ -37,6 +37,7 @@ EXPECTED_CORE = {
     "known_kinds",
     "load_layer", "load_layers", "open_home", "parse_store_url", "purge_payload",
     "read_identities", "read_identity", "redact_urls", "register_kind", "retry_effect",
+    "settings_problem",
     "summarise_identities",
     "wait_signal",
 }

@@ -94,14 +94,21 @@ def nested_deeper(text: str, limit: int) -> bool:
     return False
 
 
-def reply_bytes(text: str) -> bytes:
-    """A model's reply as UTF-8, or ValueError naming where a lone surrogate (which no
-    UTF-8 text holds, and which a JSON escape can smuggle in) stands."""
+def decode_reply(body: str, depth: int) -> Any:
+    """The JSON value of a model's reply `body`, or ValueError saying why not: nested deeper
+    than `depth` (checked before decoding), a lone surrogate (no UTF-8 text holds one; a JSON
+    escape can smuggle it in), or not JSON."""
+    if nested_deeper(body, depth):
+        raise ValueError(f"the reply is nested deeper than {depth} levels")
     try:
-        return text.encode("utf-8")
+        data = body.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"the reply holds a lone surrogate at position {exc.start}, which "
                          "is not UTF-8 text") from None
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
 
 
 def parse_envelope(text: str, config: AwarenessConfig) -> Envelope:
@@ -114,16 +121,10 @@ def parse_envelope(text: str, config: AwarenessConfig) -> Envelope:
     fenced = _FENCE.match(stripped)
     if fenced:
         stripped = fenced.group(1)
-    if nested_deeper(stripped, ENVELOPE_DEPTH):
-        raise InvalidEnvelope(f"the reply is nested deeper than {ENVELOPE_DEPTH} levels")
     try:
-        data = reply_bytes(stripped)
+        raw = decode_reply(stripped, ENVELOPE_DEPTH)
     except ValueError as exc:
         raise InvalidEnvelope(str(exc)) from None
-    try:
-        raw = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise InvalidEnvelope(f"not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise InvalidEnvelope("the reply must be a JSON object")
     missing = [k for k in ("meaningful_change", "narration", "verbs") if k not in raw]

@@ -7,7 +7,6 @@ environment variable that holds it.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -16,13 +15,12 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.awareness.config import AwarenessConfig, AwarenessConfigError
-from pulse_core import LayerError
+from pulse_core import LayerError, settings_problem
 
 LAYER = "awareness"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
 
 
 class AwarenessSettingsError(LayerError):
@@ -31,20 +29,6 @@ class AwarenessSettingsError(LayerError):
 
 def _bad(field: str, problem: str) -> AwarenessSettingsError:
     return AwarenessSettingsError(f"layer {LAYER!r}: setting `{field}` {problem}")
-
-
-def _unknown_field(key: str, where: str) -> str:
-    """The message for `key`, unknown in the settings object at `where` (dotted; "" for the
-    top): the closest allowed name when one is close, then every allowed name."""
-    struct: type[msgspec.Struct] = AwarenessSettings
-    for part in filter(None, where.split(".")):
-        struct = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}[part]
-    allowed = [f.encode_name for f in msgspec.structs.fields(struct)]
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean `{close[0]}`?)" if close else ""
-    at = f"setting `{where}`: " if where else ""
-    return (f"layer {LAYER!r}: {at}unknown field `{key}`{hint} — allowed: "
-            f"{', '.join(allowed)}")
 
 
 class AwarenessSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -113,13 +97,7 @@ def load_settings(settings: Any) -> AwarenessSettings:
     try:
         return msgspec.convert(dict(settings), AwarenessSettings)
     except msgspec.ValidationError as exc:
-        message, at, where = str(exc).rpartition(" - at `$.")
-        where = where.rstrip("`") if at else ""
-        unknown = _UNKNOWN.match(message or str(exc))
-        if unknown:
-            raise AwarenessSettingsError(_unknown_field(unknown["name"], where)) from None
-        if where:
-            raise _bad(where, f"is wrong: {message}") from None
-        raise AwarenessSettingsError(f"layer {LAYER!r}: {exc}") from None
+        problem = settings_problem(AwarenessSettings, exc)
+        raise AwarenessSettingsError(f"layer {LAYER!r}: {problem}") from None
     except AwarenessConfigError as exc:
         raise _bad(f"review.{exc.field}", exc.problem) from None

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.awareness.contract import nested_deeper, reply_bytes
+from pulse_adapters.awareness.contract import decode_reply
 from pulse_adapters.llm import ChatClient, json_schema_format
 from pulse_adapters.maintenance._consolidation import (
     MAX_INPUTS,
@@ -56,16 +56,10 @@ def parse_proposals(text: str) -> list[Any]:
     body = text.strip()
     if body.startswith("```") and body.endswith("```"):
         body = body[3:-3].removeprefix("json").strip()
-    if nested_deeper(body, REPLY_DEPTH):
-        raise InvalidProposals(f"the reply is nested deeper than {REPLY_DEPTH} levels")
     try:
-        data = reply_bytes(body)
+        raw = decode_reply(body, REPLY_DEPTH)
     except ValueError as exc:
         raise InvalidProposals(str(exc)) from None
-    try:
-        raw = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise InvalidProposals(f"not JSON: {exc}") from None
     if not isinstance(raw, dict) or set(raw) != {"insights"}:
         raise InvalidProposals('the reply must be an object with one field, "insights"')
     if not isinstance(raw["insights"], list) or len(raw["insights"]) > PROPOSALS_MAX:

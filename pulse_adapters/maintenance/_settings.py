@@ -9,7 +9,6 @@ raises MaintenanceSettingsError naming the field (`decay.factor`, `schedule.dail
 
 from __future__ import annotations
 
-import difflib
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ import msgspec
 
 from pulse_core._authority import PERMISSIONS
 from pulse_core._errors import LayerError
+from pulse_core._layer import settings_problem
 
 LAYER = "maintenance"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
@@ -42,7 +42,6 @@ MAX_ARCHIVE_DAYS = 36_500
 """`retention.archive_after_days` at most 100 years."""
 
 _DAILY = re.compile(r"^(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)$")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -233,17 +232,6 @@ class MaintenanceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
                                     f"{self.timeout_s!r})")
 
 
-def _unknown_field(key: str, where: str) -> str:
-    struct: type[msgspec.Struct] = MaintenanceSettings
-    for part in filter(None, where.split(".")):
-        struct = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}[part]
-    allowed = [f.encode_name for f in msgspec.structs.fields(struct)]
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean `{close[0]}`?)" if close else ""
-    at = f"setting `{where}`: " if where else ""
-    return f"{at}unknown field `{key}`{hint} — allowed: {', '.join(allowed)}"
-
-
 def load_settings(settings: Any) -> MaintenanceSettings:
     """`settings` as MaintenanceSettings: one already, None (the defaults), or config.json's
     object for the layer. MaintenanceSettingsError names the field that is unknown or wrong."""
@@ -257,17 +245,5 @@ def load_settings(settings: Any) -> MaintenanceSettings:
     try:
         return msgspec.convert(dict(settings), MaintenanceSettings)
     except msgspec.ValidationError as exc:
-        message, at, where = str(exc).rpartition(" - at `$.")
-        where = where.rstrip("`") if at else ""
-        message = message or str(exc)
-        unknown = _UNKNOWN.match(message)
-        if unknown:
-            text = _unknown_field(unknown["name"], where)
-        elif message.startswith("`"):  # our own check: "`field` problem", inside `where`
-            field, _, problem = message[1:].partition("` ")
-            text = f"setting `{'.'.join(filter(None, (where, field)))}` {problem}"
-        elif where:
-            text = f"setting `{where}` is wrong: {message}"
-        else:
-            text = message
-        raise MaintenanceSettingsError(f"layer {LAYER!r}: {text}") from None
+        problem = settings_problem(MaintenanceSettings, exc)
+        raise MaintenanceSettingsError(f"layer {LAYER!r}: {problem}") from None
