@@ -27,12 +27,17 @@ def test_a_promoted_rule_that_raises_in_production_is_rolled_back_by_the_surviva
     (home / "config.json").write_text(json.dumps(config))
     upulse("daemon", "start", "--home", home)
     good = head_of(home / "engine")
-    # Passes the gate (its dry run is the first tick), then fails on every later tick.
+    # Passes the gate, then fails on every tick once the marker exists (made after the deploy:
+    # a tick number would not do, since numbers carry on from the live home and a slow gate
+    # lets the daemon tick past any fixed one before the dry run copies it).
+    broken = tmp_path / "broken-in-production"
     edit(home / "staging" / RULE, '    effects, tick_ms = await inner(prev, curr)\n',
          '    effects, tick_ms = await inner(prev, curr)\n'
-         '    if curr.number > 3:\n'
+         '    import pathlib\n'
+         f'    if pathlib.Path({str(broken)!r}).exists():\n'
          '        raise RuntimeError("the promoted rule broke in production")\n')
     upulse("deploy", "--home", home, "--timeout", "30", timeout=120)
+    broken.touch()
     bad = head_of(home / "engine")
     assert bad != good
 
