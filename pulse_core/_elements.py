@@ -15,7 +15,6 @@ version guards all of an identity's elements; `ElementsState.versions` holds tha
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +27,7 @@ from pulse_core._element_kinds import (
 )
 from pulse_core._events import Event
 from pulse_core._pmap import PersistentMap
+from pulse_core._projector import Projector
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import EventStore
 
@@ -431,31 +431,20 @@ class ElementsReader:
 
     Every maintenance step reads through one of these before it writes, so the versions it
     expects are as fresh as the log it has seen (no checkpoints: a new reader folds afresh;
-    keep one reader to fold only what is new). Each page is folded in a worker thread, so a
-    first read of a long log does not hold the event loop.
+    keep one reader to fold only what is new). It is a Projector of MemoryElements alone, so
+    a long page is folded in a worker thread and the event loop never stalls.
     """
 
     def __init__(self, store: EventStore, *, page: int = 5_000) -> None:
         self.store = store
-        self.page = page
-        self._state = ElementsState()
-        self._cursor = 0
+        self._projector = Projector(store, [MemoryElements()], page=page)
 
     @property
     def cursor(self) -> int:
-        """The seq of the last event folded."""
-        return self._cursor
+        """The seq the fold has reached (the log's newest, as the last read saw it)."""
+        return self._projector.seq
 
     async def current(self) -> ElementsState:
         """The state folded through the log's newest event."""
-        async for page in self.store.pages(self._cursor, limit=self.page):
-            if page.events:
-                self._state = await asyncio.to_thread(_fold_page, self._state, page.events)
-                self._cursor = page.events[-1].seq
-        return self._state
-
-
-def _fold_page(state: ElementsState, events: Iterable[Event]) -> ElementsState:
-    for event in events:
-        state = fold_event(state, event)
-    return state
+        state: ElementsState = (await self._projector.catch_up())[MemoryElements.name]
+        return state

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Any, TypeVar
 
 from pulse_adapters.maintenance._assessment import Assessment, Census, census
 from pulse_adapters.maintenance._consolidation import Proposer
@@ -17,6 +17,7 @@ from pulse_core._authority import Authority
 from pulse_core._clock import Clock
 from pulse_core._elements import ElementsReader
 from pulse_core._events import Event, EventDraft
+from pulse_core._projector import Projector
 from pulse_core._sleep import SleepTask
 from pulse_core._snapshot import Projection
 from pulse_core.store._base import AppendResult, EventStore
@@ -72,7 +73,7 @@ class CycleRun:
     swept_at: int | None = None
     steps: list[str] = field(default_factory=list)
     _census: tuple[int, Census] | None = None
-    _folds: dict[str, tuple[int, object]] = field(default_factory=dict)
+    _folds: dict[str, Projector] = field(default_factory=dict)
 
     @property
     def now(self) -> int:
@@ -116,14 +117,10 @@ class CycleRun:
     async def fold(self, projection: Projection[S]) -> S:
         """`projection`'s state over the log as it is now, folded once per cycle: a later
         call folds only the events appended since (projection states are immutable)."""
-        cached = self._folds.get(projection.name)
-        after, state = (0, projection.initial()) if cached is None else (
-            cached[0], cast("S", cached[1]))
-        async for page in self.store.pages(after, kinds=projection.kinds):
-            for event in page.events:
-                state = projection.apply(state, event)
-                after = event.seq
-        self._folds[projection.name] = (after, state)
+        projector = self._folds.get(projection.name)
+        if projector is None:
+            projector = self._folds[projection.name] = Projector(self.store, [projection])
+        state: S = (await projector.catch_up())[projection.name]
         return state
 
     async def restored(self) -> frozenset[str]:
@@ -153,19 +150,28 @@ class CycleRun:
 Step = Callable[[CycleRun], Awaitable[None]]
 
 
+async def cycles_began(store: EventStore, *, since_ms: int | None = None
+                       ) -> AsyncIterator[tuple[Event, CycleBegan]]:
+    """Every cycle maintenance began, newest first, with its `maintenance-cycle-began` event;
+    only those on their key from maintenance's origin are cycles (see the ledger). Stops at
+    the first that began before `since_ms`."""
+    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
+                                  newest_first=True):
+        if event.origin != ORIGIN:
+            continue
+        began = event.payload(CycleBegan)
+        if since_ms is not None and began.cycle_start < since_ms:
+            return
+        yield event, began
+
+
 async def running_before(store: EventStore, before_ms: int, *, since_ms: int | None = None
                          ) -> list[Activity]:
     """Cycles that began before `before_ms` (and at or after `since_ms`: older ones were
     closed by an earlier cycle) and are still running, newest first. Only the activities in
     that window are read, so a cycle's cost does not grow with every cycle ever begun."""
     found: list[Activity] = []
-    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
-                                  newest_first=True):
-        if event.origin != ORIGIN:
-            continue  # not a cycle (see the ledger)
-        began = event.payload(CycleBegan)
-        if since_ms is not None and began.cycle_start < since_ms:
-            break
+    async for _, began in cycles_began(store, since_ms=since_ms):
         if began.cycle_start >= before_ms:
             continue
         activity = await read_activity(store, began.cycle)
@@ -202,13 +208,7 @@ async def overlapping_cycles(store: EventStore, began_seq: int, *, since_ms: int
     """Other cycles that began before seq `began_seq` (at or after `since_ms`) and had not
     ended by then: cycles overlapping the one that began at `began_seq`, earlier ones."""
     found: list[Activity] = []
-    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
-                                  newest_first=True):
-        if event.origin != ORIGIN:
-            continue
-        began = event.payload(CycleBegan)
-        if began.cycle_start < since_ms:
-            break
+    async for event, began in cycles_began(store, since_ms=since_ms):
         if event.seq >= began_seq:
             continue
         activity = await read_activity(store, began.cycle)
@@ -218,10 +218,9 @@ async def overlapping_cycles(store: EventStore, began_seq: int, *, since_ms: int
 
 
 async def fold(store: EventStore, projection: Projection[S]) -> S:
-    """`projection`'s state over the log as it is now (its kinds only)."""
-    state = projection.initial()
-    for event in await store.read(kinds=projection.kinds):
-        state = projection.apply(state, event)
+    """`projection`'s state over the log as it is now, folded afresh."""
+    states: dict[str, Any] = await Projector(store, [projection]).catch_up()
+    state: S = states[projection.name]
     return state
 
 
@@ -238,10 +237,3 @@ class Restored(Projection[frozenset[str]]):
         if not isinstance(event.data, dict):
             return state
         return state | {f"{event.key.removeprefix('identity:')}/{event.data.get('record')}"}
-
-
-async def restored_ids(store: EventStore) -> frozenset[str]:
-    """Element ids somebody restored from the archive: retention leaves them active."""
-    return frozenset(f"{e.key.removeprefix('identity:')}/{e.data.get('record')}"
-                     for e in await store.read(kinds=["element-restored"])
-                     if isinstance(e.data, dict))

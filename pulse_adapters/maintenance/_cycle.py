@@ -23,6 +23,7 @@ from pulse_adapters.maintenance._context import (
     CYCLE_CLASS,
     CycleRun,
     Step,
+    cycles_began,
     running_before,
 )
 from pulse_adapters.maintenance._ledger import CYCLES_KEY, CycleBegan
@@ -58,12 +59,8 @@ class CycleFailed(StoreError):
 
 async def previous_report(store: EventStore, before: str) -> CycleReport | None:
     """The report of the last completed cycle other than `before`, or None."""
-    began = await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
-                             newest_first=True)
-    for event in began:
-        if event.origin != ORIGIN:
-            continue  # not a cycle (see the ledger)
-        cycle = event.payload(CycleBegan).cycle
+    async for _, began in cycles_began(store):
+        cycle = began.cycle
         if cycle == before:
             continue
         activity = await read_activity(store, cycle)
