@@ -32,10 +32,20 @@ def eligible_for_decay(state: ElementsState, *, cycle_start: int, floor: float,
 
 def decays(e: Element, cycle_start: int, floor: float, protection: float) -> bool:
     """Whether a sweep of `cycle_start` may decay `e` (see eligible_for_decay)."""
-    return (e.stage == "active" and not e.retracted and not e.legal_hold
-            and e.strength > floor and e.salience < protection
-            and (e.last_metabolized_at is None or e.last_metabolized_at < cycle_start)
-            and not protected_commitment(e))
+    return due_for_decay(e, cycle_start, floor) and not shielded(e, protection)
+
+
+def due_for_decay(e: Element, cycle_start: int, floor: float) -> bool:
+    """Whether a sweep of `cycle_start` would decay `e` but for protection: active, not
+    retracted, above `floor`, and not yet metabolized by this (or a later) cycle."""
+    return (e.stage == "active" and not e.retracted and e.strength > floor
+            and (e.last_metabolized_at is None or e.last_metabolized_at < cycle_start))
+
+
+def shielded(e: Element, protection: float) -> bool:
+    """Whether `e` resists forgetting: under legal hold, salience at or above `protection`,
+    or a pending or blocked high-impact commitment."""
+    return e.legal_hold or e.salience >= protection or protected_commitment(e)
 
 
 def protected_commitment(e: Element) -> bool:

@@ -22,7 +22,7 @@ import msgspec
 
 from pulse_core._activities import retry_once
 from pulse_core._element_kinds import Metabolized, Reinforced, SalienceSet, element_id
-from pulse_core._element_queries import decays, eligible_for_decay, protected_commitment
+from pulse_core._element_queries import decays, due_for_decay, eligible_for_decay, shielded
 from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import Event, EventDraft
@@ -76,9 +76,7 @@ def decayed_strength(strength: float, policy: DecayPolicy) -> float:
 
 
 def _protected(e: Element, cycle_start: int, policy: DecayPolicy) -> bool:
-    fresh = e.last_metabolized_at is None or e.last_metabolized_at < cycle_start
-    return (e.stage == "active" and not e.retracted and fresh and e.strength > policy.floor
-            and (e.legal_hold or e.salience >= policy.protection or protected_commitment(e)))
+    return due_for_decay(e, cycle_start, policy.floor) and shielded(e, policy.protection)
 
 
 Authorize = Callable[[], Awaitable[Mapping[str, int]]]
