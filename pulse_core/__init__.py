@@ -64,6 +64,7 @@ from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._instruments import Instruments
 from pulse_core._layer import (
     EngineDirectory,
+    Essential,
     Layer,
     LayerContext,
     LayerFactory,
@@ -147,6 +148,7 @@ __all__ = [
     "EffectStatus",
     "Engine",
     "EngineDirectory",
+    "Essential",
     "Event",
     "EventDraft",
     "EventLogLost",

@@ -93,7 +93,9 @@ def assemble(
     if builtin_rules is None:
         builtin_rules = default_builtin_rules()
     bound = placement(store, host)
-    outermost = survival_layer(survival, LayerContext(home, clock, engine_directory, bound))
+    essentials = tuple(e for la in (*layers, business) for e in la.essentials)
+    outermost = survival_layer(survival, LayerContext(home, clock, engine_directory, bound,
+                                                      essentials))
     every = (outermost, *layers, business)
     check_layers(every)
     check_not_survival(outermost, [*builtin_rules, *(r for la in every[1:] for r in la.rules)])

@@ -50,16 +50,42 @@ class EngineDirectory(Protocol):
         ...
 
 
+class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A process the agent cannot live without: how to find it and how to start it again.
+
+    Found by `pidfile` first, else by `match_name` (process name), else by `match_cmdline`
+    (a substring of the joined command line). `argv` restarts it (never a shell string), in
+    `cwd` with `env` added, its output appended to `log`. The survival layer keeps alive the
+    processes its own settings list and every layer's `essentials`.
+    """
+
+    name: str
+    argv: tuple[str, ...] = ()
+    pidfile: str | None = None
+    match_name: str | None = None
+    match_cmdline: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = {}
+    log: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.pidfile or self.match_name or self.match_cmdline):
+            raise LayerError(f"essential process {self.name!r} has no way to find the "
+                             "process — give pidfile, match_name or match_cmdline")
+
+
 @dataclass(frozen=True)
 class LayerContext:
     """What a layer factory is given besides its settings: the home it serves, the engine's
-    clock, the engine directory (None when the engine runs without one), and the host the
-    engine runs on where engines of several hosts share one log ('' otherwise)."""
+    clock, the engine directory (None when the engine runs without one), the host the
+    engine runs on where engines of several hosts share one log ('' otherwise), and (for the
+    survival layer) the essential processes the engine's other layers declare."""
 
     home: Path
     clock: Clock
     engine_directory: EngineDirectory | None = None
     host: str = ""
+    essentials: tuple[Essential, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,7 +95,8 @@ class Layer:
     Rules of all layers sit between the built-in rules and the engine directory's business
     rules, in the order the layers are given. `emits` lists effect types the layer's rules
     may produce beyond what each rule declares (see `emits()`); the engine checks that some
-    executor handles each one.
+    executor handles each one. `essentials` are processes (an agent's gateway) the layer asks
+    the survival layer to keep alive under its restart policy.
     """
 
     name: str
@@ -79,6 +106,7 @@ class Layer:
     projections: Sequence[Projection[Any]] = ()
     services: Sequence[Service] = ()
     emits: Sequence[type[Effect]] = field(default=())
+    essentials: Sequence[Essential] = ()
 
 
 LayerFactory = Callable[[Any, LayerContext], Layer]

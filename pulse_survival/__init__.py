@@ -4,9 +4,9 @@ Zero LLM and zero network in its decisions; only the network watcher probes the 
 engine finds it through the `pulse.survival` entry point, `pulse_survival.layer:layer`.
 """
 
+from pulse_core import Essential  # the same struct, kept here for existing imports
 from pulse_survival.config import (
     ErrorLogPolicy,
-    Essential,
     LlmPolicy,
     NetworkTargets,
     NotifySinks,

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from pulse_core import PulseError
+from pulse_core import Essential, LayerError, PulseError
 
 
 class SurvivalConfigError(PulseError):
@@ -28,30 +28,6 @@ def _bounded(where: str, name: str, value: float, low: float, high: float) -> No
         raise SurvivalConfigError(
             f"survival.{where}.{name} = {value!r} is outside its hard bounds [{low}, {high}]"
         )
-
-
-class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A process the agent cannot live without: how to find it and how to start it again.
-
-    Found by `pidfile` first, else by `match_name` (process name), else by `match_cmdline`
-    (a substring of the joined command line). `argv` restarts it (never a shell string).
-    """
-
-    name: str
-    argv: tuple[str, ...] = ()
-    pidfile: str | None = None
-    match_name: str | None = None
-    match_cmdline: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] = {}
-    log: str | None = None
-
-    def __post_init__(self) -> None:
-        if not (self.pidfile or self.match_name or self.match_cmdline):
-            raise SurvivalConfigError(
-                f"survival.processes[{self.name!r}] has no way to find the process — give "
-                "pidfile, match_name or match_cmdline"
-            )
 
 
 class ResourceThresholds(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -271,6 +247,8 @@ def load_config(data: Mapping[str, Any] | None = None, *,
     _check_names(data, SurvivalConfig, "survival")
     try:
         return msgspec.convert(dict(data), SurvivalConfig)
+    except LayerError as exc:  # an essential process (pulse_core.Essential) refused itself
+        raise SurvivalConfigError(f"survival: {exc}") from None
     except msgspec.ValidationError as exc:
         problem, _, at = str(exc).rpartition(" - at `$")
         where = f"survival{at.rstrip('`')}" if problem else "survival"

@@ -3,12 +3,13 @@ entry point (`pulse_survival.layer:layer`); pulse_core never imports this packag
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pulse_core import (
     EngineDirectory,
+    Essential,
     Executor,
     HomeLayout,
     Layer,
@@ -18,7 +19,7 @@ from pulse_core import (
     SurvivalLocked,
     Watcher,
 )
-from pulse_survival.config import SurvivalConfig, load_config
+from pulse_survival.config import SurvivalConfig, SurvivalConfigError, load_config
 from pulse_survival.executors import (
     FileArchiveExecutor,
     NoEngineDirectory,
@@ -67,14 +68,23 @@ def survival_config(settings: Any) -> SurvivalConfig:
 
 
 def survival_layer(config: SurvivalConfig, home: Path,
-                   directory: EngineDirectory | None = None, *, host: str = "") -> Layer:
+                   directory: EngineDirectory | None = None, *, host: str = "",
+                   essentials: Sequence[Essential] = ()) -> Layer:
     """The four watchers, seven rules (outermost first), their executors and the ledger
-    (of `host`'s survival alone, where engines of several hosts share the log)."""
+    (of `host`'s survival alone, where engines of several hosts share the log), keeping
+    alive `config.processes` and the `essentials` other layers declare."""
+    processes = (*config.processes, *essentials)
+    names = [p.name for p in processes]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SurvivalConfigError(
+            f"essential process names must be unique across survival.processes and the "
+            f"layers' essentials; repeated: {', '.join(repeated)} — rename one")
     disks = config.disk_paths or (str(home),)
     watchers: tuple[Watcher, ...] = (
         SystemResourceWatcher(disks, config.resource.memory_pct, config.resource.disk_pct,
                               interval=config.resource_interval_s),
-        ProcessAliveWatcher(config.processes),
+        ProcessAliveWatcher(processes),
         NetworkWatcher(config.network),
         ErrorLogWatcher(config.error_log.files, config.error_log.patterns,
                         config.error_log.max_line_bytes, interval=config.error_log.interval_s),
@@ -82,7 +92,7 @@ def survival_layer(config: SurvivalConfig, home: Path,
     rules: tuple[Rule, ...] = (
         PanicRollback(config.rollback),
         AutoRollback(config.rollback),
-        ProcessWatchdog(config.processes, config.process),
+        ProcessWatchdog(processes, config.process),
         ResourceGuard(config.resource),
         LlmWatchdog(config.llm),
         NetworkWatchdog(config.network),
@@ -103,4 +113,4 @@ def layer(settings: Any, context: LayerContext) -> Layer:
     """The survival layer's entry point (group `pulse.survival`): `settings` as
     `survival_config` takes them, built for `context`'s home and engine directory."""
     return survival_layer(survival_config(settings), context.home, context.engine_directory,
-                          host=context.host)
+                          host=context.host, essentials=context.essentials)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pulse_core import Sample, Snapshot
-from pulse_survival.config import Essential, ProcessPolicy
+from pulse_core import Essential, Sample, Snapshot
+from pulse_survival.config import ProcessPolicy
 from pulse_survival.ledger import ProcessRecord, SurvivalLedger, SurvivalLedgerData
 from pulse_survival.rules.process import HOUR_MS, ProcessWatchdog, restart_backoff
 

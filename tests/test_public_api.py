@@ -10,8 +10,8 @@ import pulse_core.store
 EXPECTED_CORE = {
     "AgentCapabilityStats", "AgentStats", "AppendRejected", "AppendResult", "Backoff",
     "CapabilityData", "Clock", "Decision", "Effect", "EffectEntry", "EffectNotFound",
-    "EffectOutcome", "EffectStateConflict", "EffectStatus", "Engine", "EngineDirectory", "Event",
-    "EventDraft", "EventLogLost",
+    "EffectOutcome", "EffectStateConflict", "EffectStatus", "Engine", "EngineDirectory",
+    "Essential", "Event", "EventDraft", "EventLogLost",
     "EventStore", "EventUnreadable",
     "ExecutionContext", "Executor", "ExecutorLoop", "HomeLayout", "HomeLocked", "HomeStores",
     "HomePermissionDenied",

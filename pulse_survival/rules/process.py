@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulse_core import Backoff, Decision, Effect, Inner, Sample, Snapshot
-from pulse_survival.config import Essential, LlmPolicy, ProcessPolicy
+from pulse_core import Backoff, Decision, Effect, Essential, Inner, Sample, Snapshot
+from pulse_survival.config import LlmPolicy, ProcessPolicy
 from pulse_survival.effects import Notify, RestartProcess
 from pulse_survival.ledger import ProcessRecord
 from pulse_survival.marks import (

@@ -9,8 +9,7 @@ from typing import Any
 
 import psutil
 
-from pulse_core import Sample, Watcher
-from pulse_survival.config import Essential
+from pulse_core import Essential, Sample, Watcher
 
 
 def find_process(spec: Essential) -> psutil.Process | None:

@@ -57,8 +57,8 @@ def test_a_value_of_the_wrong_type_names_the_field_and_what_was_expected() -> No
 
 def test_a_process_with_no_way_to_find_it_is_refused_saying_what_to_give() -> None:
     assert refused({"processes": [{"name": "bot", "argv": ["bot"]}]}) == (
-        "survival.processes['bot'] has no way to find the process — give pidfile, match_name "
-        "or match_cmdline")
+        "survival: essential process 'bot' has no way to find the process — give pidfile, "
+        "match_name or match_cmdline")
 
 
 def test_a_config_file_and_the_engine_give_the_same_message(tmp_path: Path) -> None:

@@ -13,8 +13,14 @@ from typing import Any
 import psutil
 import pytest
 
-from pulse_core import Engine, ManualClock
-from pulse_survival import Essential, LlmPolicy, ProcessPolicy, SurvivalConfig, SurvivalLedger
+from pulse_core import Engine, Layer, LayerError, ManualClock
+from pulse_survival import (
+    Essential,
+    LlmPolicy,
+    ProcessPolicy,
+    SurvivalConfig,
+    SurvivalLedger,
+)
 
 SLEEPER = "import time; time.sleep(120)"
 
@@ -54,6 +60,38 @@ async def test_an_essential_process_killed_with_sigkill_is_restarted(
     assert sample["alive"] and sample["pid"] == new_pid and sample["restarts_seen"] == 1
     assert len(await engine.events.read(kinds=["effect"])) == 1
     await engine.close()
+
+
+async def test_a_process_another_layer_declares_essential_is_kept_alive_by_survival(
+    tmp_path: Path, reaper: list[int]
+) -> None:
+    pidfile = tmp_path / "gateway.pid"
+    spec = Essential(name="gateway", argv=(sys.executable, "-c", SLEEPER),
+                     pidfile=str(pidfile), log=str(tmp_path / "gateway.log"))
+    engine = Engine(tmp_path / "home", layers=[Layer("agent-host", essentials=(spec,))])
+    await engine.open()
+    try:
+        await engine.step()  # never started: the watchdog starts it
+        (started,) = await engine.events.read(kinds=["effect-acked"])
+        pid = started.data["result"]["pid"]
+        reaper.append(pid)
+        assert pid_in(pidfile) == pid and psutil.Process(pid).is_running()
+        watchdog = next(r for r in engine.survival.rules if type(r).__name__ == "ProcessWatchdog")
+        assert [p.name for p in watchdog.processes] == ["gateway"]
+    finally:
+        await engine.close()
+
+
+def test_a_layer_essential_named_like_a_survival_process_is_refused(tmp_path: Path) -> None:
+    spec = Essential(name="bot", match_cmdline="bot --serve")
+    with pytest.raises(LayerError, match=r"SurvivalConfigError: .* repeated: bot"):
+        Engine(tmp_path / "home", survival=SurvivalConfig(processes=(spec,)),
+               layers=[Layer("agent-host", essentials=(spec,))])
+
+
+def test_an_essential_with_no_way_to_find_it_is_refused_where_it_is_built() -> None:
+    with pytest.raises(LayerError, match="essential process 'gw' has no way to find"):
+        Essential(name="gw", argv=("gw",))
 
 
 @pytest.mark.parametrize(("policy", "why"), [
