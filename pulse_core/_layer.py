@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -120,6 +121,22 @@ factory validates it (a msgspec Struct is the usual way) and raises an error nam
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>[^`]*)`")
 
 
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def _struct_at(root: type[msgspec.Struct], where: str) -> Any:
+    """The Struct type at the dotted path `where` (`agents[0].limits`) inside `root`: through
+    a field's Struct, or the Struct an optional, tuple, list or mapping field holds."""
+    struct: Any = root
+    for part in filter(None, where.split(".")):
+        annotation = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}[
+            _INDEX.sub("", part)]
+        candidates = (annotation, *typing.get_args(annotation))
+        struct = next(c for c in candidates
+                      if isinstance(c, type) and issubclass(c, msgspec.Struct))
+    return struct
+
+
 def settings_problem(root: type[msgspec.Struct], exc: msgspec.ValidationError) -> str:
     """What `exc` (from `msgspec.convert(settings, root)`) says is wrong with a layer's
     settings, naming the dotted field: for an unknown field, the closest allowed name and
@@ -130,9 +147,7 @@ def settings_problem(root: type[msgspec.Struct], exc: msgspec.ValidationError) -
     message = message or str(exc)
     unknown = _UNKNOWN.match(message)
     if unknown:
-        struct: Any = root
-        for part in filter(None, where.split(".")):
-            struct = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}[part]
+        struct = _struct_at(root, where)
         allowed = [f.encode_name for f in msgspec.structs.fields(struct)]
         close = difflib.get_close_matches(unknown["name"], allowed, n=1)
         hint = f" (did you mean `{close[0]}`?)" if close else ""

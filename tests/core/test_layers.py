@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from pulse_core import (
@@ -27,6 +28,7 @@ from pulse_core import (
     available_layers,
     emits,
     load_layer,
+    settings_problem,
 )
 from pulse_core._events import Event
 
@@ -286,3 +288,25 @@ def test_a_watcher_without_a_positive_interval_is_refused(tmp_path: Path) -> Non
 
     with pytest.raises(Exception, match=r"watcher 'Busy' has interval=0"):
         Engine(tmp_path, watchers=[Busy()])
+
+
+class _Worker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    repo: str = ""
+
+
+class _Fleet(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    workers: tuple[_Worker, ...] = ()
+    lead: _Worker | None = None
+
+
+def test_settings_problem_names_an_unknown_field_inside_a_list_item() -> None:
+    with pytest.raises(msgspec.ValidationError) as caught:
+        msgspec.convert({"workers": [{"name": "a"}, {"name": "b", "rpeo": "/x"}]}, _Fleet)
+    assert settings_problem(_Fleet, caught.value) == (
+        "setting `workers[1]`: unknown field `rpeo` (did you mean `repo`?) — allowed: name, "
+        "repo")
+    with pytest.raises(msgspec.ValidationError) as caught:
+        msgspec.convert({"lead": {"nme": "a"}}, _Fleet)
+    assert settings_problem(_Fleet, caught.value).startswith(
+        "setting `lead`: unknown field `nme` (did you mean `name`?)")
