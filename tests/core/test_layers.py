@@ -310,3 +310,24 @@ def test_settings_problem_names_an_unknown_field_inside_a_list_item() -> None:
         msgspec.convert({"lead": {"nme": "a"}}, _Fleet)
     assert settings_problem(_Fleet, caught.value).startswith(
         "setting `lead`: unknown field `nme` (did you mean `name`?)")
+
+
+async def test_a_failing_service_is_recorded_under_its_own_key_and_does_not_slow_the_ticks(
+        tmp_path: Path) -> None:
+    broke = asyncio.Event()
+
+    async def follower(engine: Engine) -> None:
+        broke.set()
+        raise RuntimeError("the transcript folder is gone")
+
+    engine = Engine(tmp_path, clock=ManualClock(), layers=[Layer("f", services=[follower])])
+    async with engine:
+        await asyncio.wait_for(broke.wait(), 10)
+        await engine.supervisor.settle()
+        for _ in range(100):
+            if await engine.events.read(kinds=["error"]):
+                break
+            await asyncio.sleep(0.02)
+        (error,) = await engine.events.read(kinds=["error"])
+        assert error.key == "service:follower", error.key
+        assert (await engine.snapshot()).projection("errors") == ()
