@@ -80,8 +80,8 @@ class ErrorReports:
 
     def report(self, where: str, exc: BaseException) -> None:
         """Record `exc`, raised at `where`, as an `error` event in the background (keyed
-        `where`, or `engine:<where>` unless it names a watcher, rule, executor, service or the engine);
-        log it when the engine is not open."""
+        `where`, or `engine:<where>` unless it names a watcher, rule, executor, service or
+        the engine); log it when the engine is not open."""
         if self._spawn is None:
             log.error("pulse: %s: %s: %s", where, type(exc).__name__, exc)
             return

@@ -3,6 +3,9 @@
 ::
 
     task-created ─▶ task-assigned ─▶ task-executing ─▶ task-acked ─▶ task-closed
+         │              ▲  │                 │
+         │              │  └── task-requeued ┘  (back to pending, for any agent)
+         │              └──────────┘
          └──────────────┴────────────────┴──────────────────┴──────▶ task-given-up
 
 Each transition is appended with the task's expected version, so a task can never be
@@ -15,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_core._errors import InvalidTransition
+from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
@@ -49,16 +52,24 @@ class TaskGivenUp(msgspec.Struct, frozen=True):
     reason: str
 
 
+class TaskRequeued(msgspec.Struct, frozen=True):
+    """Payload of task-requeued."""
+
+    reason: str
+
+
 register_kind("task-created", "a task was created; key: task id", TaskCreated)
 register_kind("task-assigned", "a task was given to an agent", TaskAssigned)
 register_kind("task-executing", "the assigned agent started the task")
 register_kind("task-acked", "the agent reported a result", TaskAcked)
 register_kind("task-closed", "the task is done")
 register_kind("task-given-up", "the task was abandoned; data: reason", TaskGivenUp)
+register_kind("task-requeued", "an assigned task went back to pending; data: reason",
+              TaskRequeued)
 
 TASK_KINDS = frozenset(
     {"task-created", "task-assigned", "task-executing", "task-acked", "task-closed",
-     "task-given-up"}
+     "task-given-up", "task-requeued"}
 )
 
 # status reached by each kind, and the statuses it may follow
@@ -68,6 +79,7 @@ _TRANSITIONS: dict[str, tuple[str, frozenset[str]]] = {
     "task-acked": ("acked", frozenset({"executing"})),
     "task-closed": ("closed", frozenset({"acked"})),
     "task-given-up": ("given-up", frozenset({"pending", "assigned", "executing", "acked"})),
+    "task-requeued": ("pending", frozenset({"assigned", "executing"})),
 }
 
 
@@ -87,6 +99,7 @@ class TaskState(msgspec.Struct, frozen=True, rename="camel"):
     finished_at: int | None = None
     result: Any = None
     reason: str | None = None
+    requeues: int = 0
 
 
 def next_task_state(state: TaskState | None, event: Event) -> TaskState | None:
@@ -117,6 +130,9 @@ def next_task_state(state: TaskState | None, event: Event) -> TaskState | None:
         changes["finished_at"] = event.ts
         if event.kind == "task-given-up":
             changes["reason"] = event.payload(TaskGivenUp).reason
+    elif event.kind == "task-requeued":
+        changes.update(agent=None, assigned_at=None, requeues=state.requeues + 1,
+                       reason=event.payload(TaskRequeued).reason)
     return msgspec.structs.replace(state, **changes)
 
 
@@ -144,13 +160,15 @@ class PendingTasksData(msgspec.Struct, frozen=True, rename="camel"):
     """Tasks waiting for an agent: how many, which, and how many per project.
 
     `tasks` orders them highest priority first, then oldest; it is computed when asked, so
-    keeping this projection current costs the same whatever the backlog.
+    keeping this projection current costs the same whatever the backlog. `held` keeps the
+    priority and project of each task out with an agent, for when it is requeued.
     """
 
     pending_count: int = 0
     by_project: dict[str, int] = {}
     waiting: PersistentMap[str, tuple[int, int, str]] = msgspec.field(
         default_factory=PersistentMap)
+    held: PersistentMap[str, tuple[int, str]] = msgspec.field(default_factory=PersistentMap)
 
     @property
     def tasks(self) -> tuple[str, ...]:
@@ -160,29 +178,40 @@ class PendingTasksData(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class PendingTasks(Projection[PendingTasksData]):
-    """The tasks not yet assigned (PendingTasksData)."""
+    """The tasks waiting for an agent (PendingTasksData): created and not yet assigned, or
+    requeued (waiting again with their priority, as of the requeue)."""
 
     name = "pending-tasks"
     kinds = TASK_KINDS
+    version = 2  # 2: held tasks, for task-requeued
 
     def initial(self) -> PendingTasksData:
         return PendingTasksData()
 
     def apply(self, state: PendingTasksData, event: Event) -> PendingTasksData:
-        if event.kind == "task-created" and event.key not in state.waiting:
+        key, held = event.key, state.held
+        if event.kind == "task-created" and key not in state.waiting and key not in held:
             body = event.payload(TaskCreated)
-            waiting = state.waiting.set(event.key, (body.priority, event.seq, body.project))
+            waiting = state.waiting.set(key, (body.priority, event.seq, body.project))
             project, step = body.project, 1
-        elif event.kind in ("task-assigned", "task-given-up") and event.key in state.waiting:
-            project, step = state.waiting[event.key][2], -1
-            waiting = state.waiting.delete(event.key)
+        elif event.kind == "task-requeued" and key in held:
+            priority, project = held[key]
+            waiting, held, step = state.waiting.set(key, (priority, event.seq, project)), \
+                held.delete(key), 1
+        elif event.kind in ("task-assigned", "task-given-up") and key in state.waiting:
+            priority, _, project = state.waiting[key]
+            waiting, step = state.waiting.delete(key), -1
+            if event.kind == "task-assigned":
+                held = held.set(key, (priority, project))
+        elif event.kind in ("task-closed", "task-given-up") and key in held:
+            return msgspec.structs.replace(state, held=held.delete(key))
         else:
             return state
         by_project = dict(state.by_project)
         by_project[project] = by_project.get(project, 0) + step
         if not by_project[project]:
             del by_project[project]
-        return PendingTasksData(len(waiting), by_project, waiting)
+        return PendingTasksData(len(waiting), by_project, waiting, held)
 
 
 class AgentStats(msgspec.Struct, frozen=True, rename="camel"):
@@ -193,6 +222,7 @@ class AgentStats(msgspec.Struct, frozen=True, rename="camel"):
     given_up: int = 0
     consecutive_failures: int = 0
     avg_duration_ms: float = 0.0
+    requeued: int = 0
 
 
 class CapabilityData(msgspec.Struct, frozen=True, rename="camel"):
@@ -203,10 +233,11 @@ class CapabilityData(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class AgentCapabilityStats(Projection[CapabilityData]):
-    """Per agent: assigned, closed, given up, consecutive failures, mean assigned→closed time."""
+    """Per agent: assigned, closed, given up, requeued, consecutive failures (a give-up or a
+    requeue each count one), mean assigned→closed time."""
 
     name = "agent-capability-stats"
-    kinds = frozenset({"task-assigned", "task-closed", "task-given-up"})
+    kinds = frozenset({"task-assigned", "task-closed", "task-given-up", "task-requeued"})
 
     def initial(self) -> CapabilityData:
         return CapabilityData()
@@ -227,6 +258,10 @@ class AgentCapabilityStats(Projection[CapabilityData]):
             avg = (stats.avg_duration_ms * stats.closed + duration) / (stats.closed + 1)
             stats = msgspec.structs.replace(
                 stats, closed=stats.closed + 1, consecutive_failures=0, avg_duration_ms=avg)
+        elif event.kind == "task-requeued":
+            stats = msgspec.structs.replace(
+                stats, requeued=stats.requeued + 1,
+                consecutive_failures=stats.consecutive_failures + 1)
         else:
             stats = msgspec.structs.replace(
                 stats, given_up=stats.given_up + 1,
@@ -256,30 +291,46 @@ class TaskBoard:
         draft = EventDraft("task-created", task_id, body, origin=self.origin)
         return (await self.store.append([draft], expect={task_id: 0})).events[0]
 
-    async def _move(self, task_id: str, kind: str, data: Any = None) -> Event:
+    async def _move(self, task_id: str, kind: str, data: Any = None,
+                    expect_version: int | None = None) -> Event:
         task = await self.state(task_id)
+        version = task.version if task is not None else 0
+        if expect_version is not None and version != expect_version:
+            raise VersionConflict(task_id, expect_version, version)
         draft = EventDraft(kind, task_id, data, origin=self.origin)
         probe = Event(0, "", kind, task_id, 0, 0, self.origin, None, "", None, data, None)
         next_task_state(task, probe)
-        version = task.version if task is not None else 0
         return (await self.store.append([draft], expect={task_id: version})).events[0]
 
-    async def assign(self, task_id: str, agent: str) -> Event:
-        """Give a pending task to `agent`; a second assign fails whatever the timing."""
-        return await self._move(task_id, "task-assigned", {"agent": agent})
+    async def assign(self, task_id: str, agent: str, *, expect_version: int | None = None
+                     ) -> Event:
+        """Give a pending task to `agent`; a second assign fails whatever the timing.
 
-    async def start(self, task_id: str) -> Event:
+        `expect_version` (None: the version just read) is the version the caller saw the
+        task pending at: VersionConflict when it has moved since.
+        """
+        return await self._move(task_id, "task-assigned", {"agent": agent}, expect_version)
+
+    async def start(self, task_id: str, *, expect_version: int | None = None) -> Event:
         """Record that the assigned agent started."""
-        return await self._move(task_id, "task-executing")
+        return await self._move(task_id, "task-executing", None, expect_version)
 
-    async def ack(self, task_id: str, result: Any = None) -> Event:
+    async def ack(self, task_id: str, result: Any = None, *,
+                  expect_version: int | None = None) -> Event:
         """Record the agent's result."""
-        return await self._move(task_id, "task-acked", {"result": result})
+        return await self._move(task_id, "task-acked", {"result": result}, expect_version)
 
-    async def close(self, task_id: str) -> Event:
+    async def close(self, task_id: str, *, expect_version: int | None = None) -> Event:
         """Mark an acked task done."""
-        return await self._move(task_id, "task-closed")
+        return await self._move(task_id, "task-closed", None, expect_version)
 
-    async def give_up(self, task_id: str, reason: str) -> Event:
+    async def give_up(self, task_id: str, reason: str, *,
+                      expect_version: int | None = None) -> Event:
         """Abandon a task that is not finished."""
-        return await self._move(task_id, "task-given-up", {"reason": reason})
+        return await self._move(task_id, "task-given-up", {"reason": reason}, expect_version)
+
+    async def requeue(self, task_id: str, reason: str, *,
+                      expect_version: int | None = None) -> Event:
+        """Take an assigned or executing task back from its agent: pending again, for any
+        agent (it counts as a failure of the agent it had)."""
+        return await self._move(task_id, "task-requeued", {"reason": reason}, expect_version)

@@ -1,0 +1,38 @@
+"""Agent adapters' shared parts: who takes which task (AgentSpec, DispatchPolicy), the rule
+that hands tasks out (TaskDispatcher), the effect that runs one (AgentRun), the one subprocess
+executor every host's runs go through (AgentRunExecutor), and the check of a host's program
+(Program, check_program, ProgramCheck)."""
+
+from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
+from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
+from pulse_adapters.agents._executor import AgentRunExecutor
+from pulse_adapters.agents._process import StreamLimits
+from pulse_adapters.agents._program import (
+    Program,
+    ProgramCheck,
+    ProgramStatus,
+    ProgramUnavailable,
+    check_program,
+)
+from pulse_adapters.agents._spec import AgentSpec, DispatchPolicy
+from pulse_adapters.agents._stream import AgentOutputError, AgentResult, AgentStream
+
+__all__ = [
+    "AgentOutputError",
+    "AgentResult",
+    "AgentRun",
+    "AgentRunExecutor",
+    "AgentSpec",
+    "AgentStream",
+    "DispatchPolicy",
+    "Program",
+    "ProgramCheck",
+    "ProgramStatus",
+    "ProgramUnavailable",
+    "StreamLimits",
+    "TaskDispatcher",
+    "TaskTimedOut",
+    "check_program",
+    "plan_dispatch",
+    "timed_out_type",
+]

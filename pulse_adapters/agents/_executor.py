@@ -1,0 +1,196 @@
+"""AgentRunExecutor: the one subprocess executor every host's runs go through.
+
+A host subclass says only how to start its program (`argv`, and `cwd` and `env` if it needs
+them) and what its output means (`parse`). The base assigns the task at the version it was
+dispatched at (never twice), starts it, runs the program in a new process group within the
+run timeout, stores the transcript, and moves the task on: acked and closed on success,
+requeued or given up by the DispatchPolicy on failure, each step a task event.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
+from pulse_adapters.agents._process import ProcessOutcome, StreamLimits, run_process
+from pulse_adapters.agents._program import ProgramCheck
+from pulse_adapters.agents._spec import DispatchPolicy
+from pulse_adapters.agents._stream import AgentOutputError, AgentResult, AgentStream
+from pulse_core import (
+    Effect,
+    EventStore,
+    ExecutionContext,
+    Executor,
+    InvalidTransition,
+    TaskBoard,
+    TaskState,
+    VersionConflict,
+)
+
+_MARGIN_S = 60.0  # Executor.timeout above the run's own: store writes and the kill grace
+_OPEN = frozenset({"assigned", "executing"})
+
+
+class AgentRunExecutor(Executor):
+    """Runs a host's AgentRun effects (and its stuck tasks' TaskTimedOut) as subprocesses.
+
+    Subclass with `handles = (MyRun,)` (the TaskTimedOut type of each run type is added) and
+    implement `argv` and `parse`. `program` is the layer's ProgramCheck; `run_timeout_s`
+    bounds one run (the executor's own `timeout` is set above it, so the run's timeout, which
+    kills the process group and settles the task, comes first). A run is one attempt: a
+    failure is settled on the task, which the dispatcher hands out again.
+    """
+
+    max_attempts = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        runs = [t for t in cls.__dict__.get("handles", ()) if issubclass(t, AgentRun)]
+        extra = tuple(timed_out_type(t) for t in runs if timed_out_type(t) not in cls.handles)
+        cls.handles = (*cls.handles, *extra)
+
+    def __init__(self, program: ProgramCheck, *, policy: DispatchPolicy | None = None,
+                 run_timeout_s: float = 1800.0, limits: StreamLimits | None = None) -> None:
+        if not run_timeout_s > 0:
+            raise ValueError(f"run_timeout_s must be > 0 seconds (got {run_timeout_s})")
+        self.program = program
+        self.policy = policy or DispatchPolicy()
+        self.run_timeout_s = run_timeout_s
+        self.limits = limits or StreamLimits()
+        self.timeout = run_timeout_s + 2 * self.limits.kill_grace_s + _MARGIN_S
+
+    # -- what a host says --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def argv(self, run: AgentRun, program: str) -> Sequence[str]:
+        """The command line of `run`, starting with `program` (the checked program's path)."""
+
+    def cwd(self, run: AgentRun) -> str | Path | None:
+        """The folder `run` runs in (None: the engine's)."""
+        return None
+
+    def env(self, run: AgentRun) -> Mapping[str, str]:
+        """Variables set over the engine's environment for `run`."""
+        return {}
+
+    @abc.abstractmethod
+    def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
+        """What the output of a run that exited with 0 means; AgentOutputError when it does
+        not follow the host's protocol."""
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def execute(self, effect: Effect, ctx: ExecutionContext) -> dict[str, Any]:
+        board = TaskBoard(ctx.events, origin=f"executor:{self.name}")
+        if isinstance(effect, TaskTimedOut):
+            return await self._time_out(board, effect)
+        if not isinstance(effect, AgentRun):
+            raise TypeError(f"{self.name} runs AgentRun effects, not {type(effect).__name__}")
+        program = await self.program.require()  # ProgramUnavailable: the run fails finally
+        task = await board.state(effect.task_id)
+        try:
+            if task is None or task.version != effect.task_version:
+                raise VersionConflict(effect.task_id, effect.task_version,
+                                      0 if task is None else task.version)
+            assigned = await board.assign(effect.task_id, effect.agent,
+                                          expect_version=effect.task_version)
+        except (VersionConflict, InvalidTransition) as exc:
+            return {"dispatched": False, "reason": str(exc)}
+        started = await board.start(effect.task_id, expect_version=assigned.version)
+        try:
+            outcome = await self._spawn(effect, program)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._settle(
+                board, task, started.version, "interrupted: the run was cancelled (engine "
+                "stopping, or the executor's timeout) and its processes were killed",
+                force_requeue=True))
+            raise
+        except Exception as exc:  # the program could not start (gone since the check...)
+            reason = f"could not run {program}: {type(exc).__name__}: {exc}"
+            state = await self._settle(board, task, started.version, reason)
+            return {"dispatched": True, "ok": False, "task": state, "reason": reason}
+        return await self._finish(board, effect, task, started.version, outcome=outcome,
+                                  events=ctx.events)
+
+    async def _spawn(self, run: AgentRun, program: str) -> ProcessOutcome:
+        argv = [str(part) for part in self.argv(run, program)]
+        cwd = self.cwd(run)
+        return await run_process(argv, cwd=None if cwd is None else str(cwd),
+                                 env={**os.environ, **self.env(run)},
+                                 timeout_s=self.run_timeout_s, limits=self.limits)
+
+    async def _finish(self, board: TaskBoard, run: AgentRun, task: TaskState, version: int, *,
+                      outcome: ProcessOutcome, events: EventStore) -> dict[str, Any]:
+        stderr = outcome.stderr_tail.decode("utf-8", errors="replace")
+        transcript = stderr_digest = None
+        if events.objects is not None:
+            transcript = await events.objects.put(outcome.stdout)
+            if outcome.stderr_tail:
+                stderr_digest = await events.objects.put(outcome.stderr_tail)
+        record: dict[str, Any] = {
+            "dispatched": True, "exit_code": outcome.exit_code,
+            "duration_ms": outcome.duration_ms, "transcript": transcript,
+            "stderr": stderr_digest, "truncated": outcome.truncated}
+        parsed: AgentResult | None = None
+        last_err = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "none"
+        if outcome.timed_out:
+            reason = (f"timed out after {self.run_timeout_s:g} s (run_timeout_s); its process "
+                      f"group was killed")
+        elif outcome.exit_code != 0:
+            reason = f"exited with {outcome.exit_code} (last stderr line: {last_err})"
+        else:
+            stream = AgentStream(outcome.lines, stderr, outcome.exit_code, outcome.truncated)
+            try:
+                parsed = self.parse(run, stream)
+                msgspec.json.encode(parsed.result)  # it goes into task-acked
+            except AgentOutputError as exc:
+                reason = f"malformed output: {exc}"
+            except Exception as exc:  # the host's parser failed: the task must not hang
+                parsed = None
+                reason = f"the output could not be read: {type(exc).__name__}: {exc}"
+            else:
+                reason = "" if parsed.ok else f"the agent reported an error: {parsed.error}"
+        try:
+            if parsed is not None and not reason:
+                result = {"result": parsed.result, "session": parsed.session,
+                          "transcript": transcript, "exit_code": outcome.exit_code,
+                          "duration_ms": outcome.duration_ms}
+                acked = await board.ack(run.task_id, result, expect_version=version)
+                await board.close(run.task_id, expect_version=acked.version)
+                return {**record, "ok": True, "task": "closed", "session": parsed.session}
+            state = await self._settle(board, task, version, f"{run.agent}: {reason}")
+        except (VersionConflict, InvalidTransition) as exc:  # taken back meanwhile
+            return {**record, "ok": parsed is not None and not reason, "task": "moved-on",
+                    "reason": f"{reason or 'finished'}; not recorded on the task: {exc}"}
+        return {**record, "ok": False, "task": state, "reason": reason}
+
+    async def _settle(self, board: TaskBoard, task: TaskState, version: int, reason: str, *,
+                      force_requeue: bool = False) -> str:
+        """Requeue or give up the task (at `version`) by the policy; the status it took
+        ("moved-on" when another writer moved it first)."""
+        try:
+            if force_requeue or self.policy.requeues(task.requeues):
+                await board.requeue(task.id, reason, expect_version=version)
+                return "requeued"
+            limit = (f"requeued {task.requeues} times (max_requeues="
+                     f"{self.policy.max_requeues})" if self.policy.requeue_on_failure
+                     else "requeue_on_failure is off")
+            await board.give_up(task.id, f"{reason}; {limit}", expect_version=version)
+        except (VersionConflict, InvalidTransition):
+            return "moved-on"
+        return "given-up"
+
+    async def _time_out(self, board: TaskBoard, effect: TaskTimedOut) -> dict[str, Any]:
+        task = await board.state(effect.task_id)
+        if task is None or task.version != effect.task_version or task.status not in _OPEN:
+            now = "absent" if task is None else f"{task.status} at version {task.version}"
+            return {"timed_out": False, "reason": f"task {effect.task_id!r} moved on ({now})"}
+        state = await self._settle(board, task, task.version, effect.reason)
+        return {"timed_out": state != "moved-on", "task": state, "reason": effect.reason}

@@ -1,0 +1,221 @@
+"""The shared subprocess executor, through a tiny host that runs a Python stand-in script."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import psutil
+
+from pulse_adapters.agents import (
+    AgentResult,
+    AgentRun,
+    AgentSpec,
+    AgentStream,
+    DispatchPolicy,
+    Program,
+    ProgramCheck,
+    TaskDispatcher,
+)
+from pulse_core import Engine, ExecutionContext, ManualClock, SystemClock, TaskBoard
+from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
+
+TEST_TIME_LIMIT_S = 60
+
+AGENT = "coder"
+
+
+async def _engine(tmp_path: Path, executor: ScriptExecutor, *, agents: int = 1,
+                  policy: DispatchPolicy | None = None) -> Engine:
+    specs = [AgentSpec(name=f"{AGENT}-{i}" if agents > 1 else AGENT) for i in range(agents)]
+    dispatcher = TaskDispatcher(ScriptRun, specs, policy or executor.policy,
+                                program=executor.program)
+    engine = Engine(tmp_path / "home", rules=[dispatcher], executors=[executor],
+                    clock=ManualClock())
+    await engine.open()
+    return engine
+
+
+async def _task_events(engine: Engine, task_id: str) -> list[str]:
+    return [e.kind for e in await engine.events.read(key=task_id)]
+
+
+async def test_a_run_that_succeeds_acks_and_closes_its_task_with_the_transcript(
+        tmp_path: Path) -> None:
+    executor = ScriptExecutor(tmp_path / "pids")
+    engine = await _engine(tmp_path, executor)
+    try:
+        await TaskBoard(engine.events).create("t-1", "say hello", prompt="ok")
+        await engine.step()
+        assert await _task_events(engine, "t-1") == [
+            "task-created", "task-assigned", "task-executing", "task-acked", "task-closed"]
+        task = (await engine.snapshot()).projection("tasks")["t-1"]
+        assert (task.status, task.agent) == ("closed", AGENT)
+        assert task.result["result"] == "did t-1" and task.result["session"] == "s-t-1"
+        stream = await engine.objects.get(task.result["transcript"])
+        assert b'"type": "result"' in stream and stream.count(b"\n") == 3
+        [acked] = await engine.events.read(kinds=["effect-acked"])
+        assert acked.data["result"]["ok"] is True and acked.data["result"]["exit_code"] == 0
+        origins = {e.origin for e in await engine.events.read(key="t-1")}
+        assert origins - {"agent"} == {"executor:ScriptExecutor"}
+    finally:
+        await engine.close()
+
+
+async def test_a_non_zero_exit_requeues_then_gives_up_by_the_policy(tmp_path: Path) -> None:
+    executor = ScriptExecutor(tmp_path / "pids", policy=DispatchPolicy(max_requeues=1))
+    engine = await _engine(tmp_path, executor)
+    try:
+        await TaskBoard(engine.events).create("t-1", "doomed", prompt="fail")
+        await engine.step()   # run 1 fails: requeued
+        await engine.step()   # run 2 fails: given up (one requeue allowed)
+        await engine.step()   # nothing left to dispatch
+        assert await _task_events(engine, "t-1") == [
+            "task-created", "task-assigned", "task-executing", "task-requeued",
+            "task-assigned", "task-executing", "task-given-up"]
+        snapshot = await engine.snapshot()
+        task = snapshot.projection("tasks")["t-1"]
+        assert task.status == "given-up" and task.requeues == 1
+        assert "exited with 3" in task.reason and "the model refused" in task.reason
+        assert "max_requeues=1" in task.reason
+        stats = snapshot.projection("agent-capability-stats").agents[AGENT]
+        assert (stats.requeued, stats.given_up, stats.consecutive_failures) == (1, 1, 2)
+        runs = await engine.events.read(kinds=["effect-acked"])
+        assert [r.data["result"]["task"] for r in runs] == ["requeued", "given-up"]
+        assert not await engine.events.read(kinds=["effect-failed"])
+    finally:
+        await engine.close()
+
+
+async def test_malformed_output_and_an_agent_error_fail_the_run_with_the_reason(
+        tmp_path: Path) -> None:
+    executor = ScriptExecutor(tmp_path / "pids", policy=DispatchPolicy(requeue_on_failure=False))
+    engine = await _engine(tmp_path, executor)
+    try:
+        board = TaskBoard(engine.events)
+        await board.create("t-bad", "garbled", prompt="malformed")
+        await board.create("t-err", "refused", prompt="error")
+        await engine.step()
+        await engine.step()
+        tasks = (await engine.snapshot()).projection("tasks")
+        assert tasks["t-bad"].status == tasks["t-err"].status == "given-up"
+        assert "malformed output: stdout line 2 is not JSON" in tasks["t-bad"].reason
+        assert "the agent reported an error: no access" in tasks["t-err"].reason
+        assert "requeue_on_failure is off" in tasks["t-err"].reason
+    finally:
+        await engine.close()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _read_pids(path: Path) -> tuple[int, int] | None:
+    text = path.read_text() if path.exists() else ""
+    if not text.endswith("\n"):
+        return None
+    leader, child = text.split()
+    return int(leader), int(child)
+
+
+async def _pids(path: Path) -> tuple[int, int]:
+    for _ in range(500):
+        found = _read_pids(path)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the stand-in never wrote {path}")
+
+
+async def test_a_run_past_its_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    executor = ScriptExecutor(pids, run_timeout_s=1.0)
+    engine = await _engine(tmp_path, executor)
+    try:
+        await TaskBoard(engine.events).create("t-1", "hang", prompt="hang-quiet")
+        await engine.step()
+        leader, child = await _pids(pids)
+        assert _gone(leader) and _gone(child)  # both ignored SIGTERM: SIGKILL after the grace
+        task = (await engine.snapshot()).projection("tasks")["t-1"]
+        assert task.status == "pending" and task.requeues == 1
+        assert "timed out after 1 s (run_timeout_s)" in task.reason
+    finally:
+        await engine.close()
+
+
+async def test_cancelling_a_run_kills_its_process_group_and_requeues_the_task(
+        tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    executor = ScriptExecutor(pids)
+    engine = await _engine(tmp_path, executor)
+    try:
+        board = TaskBoard(engine.events)
+        created = await board.create("t-1", "hang", prompt="hang")
+        run = ScriptRun(task_id="t-1", task_version=created.version, agent=AGENT,
+                        prompt="hang", project="default")
+        ctx = ExecutionContext("e-1", 1, 0, "test", SystemClock(), engine.events)
+        running = asyncio.create_task(executor.execute(run, ctx))
+        leader, child = await _pids(pids)
+        assert not _gone(leader) and not _gone(child)
+        running.cancel()
+        try:
+            await running
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the cancelled run returned instead of re-raising")
+        assert _gone(leader) and _gone(child)
+        task = await board.state("t-1")
+        assert task is not None and task.status == "pending"
+        assert task.reason is not None and task.reason.startswith("interrupted")
+    finally:
+        await engine.close()
+
+
+async def test_a_missing_program_fails_runs_finally_and_dispatches_nothing_more(
+        tmp_path: Path) -> None:
+    check = ProgramCheck(Program(field="layers.script.program", argv0="no-such-agent-xyz"),
+                         name="script-program")
+    executor = ScriptExecutor(tmp_path / "pids", check=check)
+    engine = await _engine(tmp_path, executor)
+    try:
+        await TaskBoard(engine.events).create("t-1", "never", prompt="ok")
+        await engine.step()  # dispatched before the check ran; the run fails finally
+        await engine.step()  # the check's problem is known now: nothing is dispatched
+        [failed] = await engine.events.read(kinds=["effect-failed"])
+        assert failed.data["final"] is True
+        assert ("layers.script.program: `no-such-agent-xyz` was not found on PATH"
+                in failed.data["error"])
+        assert len(await engine.events.read(kinds=["effect"])) == 1
+        assert (await board_state(engine, "t-1")) == "pending"
+    finally:
+        await engine.close()
+
+
+async def board_state(engine: Engine, task_id: str) -> str | None:
+    task = await TaskBoard(engine.events).state(task_id)
+    return None if task is None else task.status
+
+
+class BrokenParser(ScriptExecutor):
+    """A host whose parser has a bug."""
+
+    def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
+        return AgentResult(result={"unencodable": object()})
+
+
+async def test_a_parser_that_fails_settles_the_task_rather_than_leaving_it_executing(
+        tmp_path: Path) -> None:
+    executor = BrokenParser(tmp_path / "pids", policy=DispatchPolicy(requeue_on_failure=False))
+    engine = await _engine(tmp_path, executor)
+    try:
+        await TaskBoard(engine.events).create("t-1", "parse me", prompt="ok")
+        await engine.step()
+        task = await TaskBoard(engine.events).state("t-1")
+        assert task is not None and task.status == "given-up"
+        assert "the output could not be read: TypeError" in (task.reason or "")
+    finally:
+        await engine.close()
