@@ -1,0 +1,46 @@
+"""The agent adapters' public surfaces: pinned, documented, errors under PulseError, and
+their implementation modules private."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+from pulse_core import PulseError
+
+SURFACES = {
+    "pulse_adapters.agents": {
+        "AgentOutputError", "AgentResult", "AgentRun", "AgentRunExecutor", "AgentSpec",
+        "AgentStream", "DispatchPolicy", "Program", "ProgramCheck", "ProgramStatus",
+        "ProgramUnavailable", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
+        "check_program", "plan_dispatch", "timed_out_type",
+    },
+    "pulse_adapters.cursor": {
+        "CursorAgent", "CursorExecutor", "CursorLayer", "CursorOutcome", "CursorRun",
+        "CursorSettings", "CursorSettingsError", "LAYER", "MIN_VERSION", "build_cursor",
+        "layer", "load_settings", "parse_stream",
+    },
+}
+
+
+@pytest.mark.parametrize("package", sorted(SURFACES))
+def test_the_public_surface_is_pinned_documented_and_typed(package: str) -> None:
+    module = importlib.import_module(package)
+    assert set(module.__all__) == SURFACES[package]
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), f"{package}.{name} has no docstring"
+        if inspect.isclass(obj) and issubclass(obj, Exception):
+            assert issubclass(obj, PulseError), f"{package}.{name}"
+
+
+@pytest.mark.parametrize("package", sorted(SURFACES))
+def test_implementation_modules_are_private(package: str) -> None:
+    module = importlib.import_module(package)
+    public = [m.name for m in pkgutil.iter_modules(module.__path__)
+              if not m.name.startswith("_") and m.name not in ("plugin",)]
+    assert public == [], f"{package} has public implementation modules: {public}"
