@@ -43,6 +43,7 @@ __all__ = [
     "TemporalFactRecorded",
     "Unresolved",
     "UnresolvedOpened",
+    "exchange_draft",
     "identity_key",
     "remember",
 ]
@@ -320,6 +321,16 @@ class Memory(Projection[PersistentMap[str, IdentityMemory]]):
         return state.set(identity, remember(state.get(identity), event))
 
 
+def exchange_draft(identity: str, text: str, role: str = "human", *, record: str | None = None,
+                   origin: str = "agent") -> EventDraft:
+    """The `human-exchange` event `MemoryBoard.exchange` appends, for a writer that appends it
+    with others in one batch (a transcript follower: its messages and its cursor). What the
+    human said is origin `human`, the rest `origin`; `record` defaults to a new id."""
+    body = HumanExchange(record=record or f"x-{uuid7()}", text=text, role=role)
+    return EventDraft("human-exchange", identity_key(identity), msgspec.to_builtins(body),
+                      origin="human" if role == "human" else origin)
+
+
 class MemoryBoard:
     """Writes memory events; each method returns the stored event."""
 
@@ -341,9 +352,8 @@ class MemoryBoard:
 
     async def exchange(self, identity: str, text: str, role: str = "human") -> Event:
         """Record a human exchange (its record id is returned in the event's data)."""
-        return await self.write(identity, "human-exchange",
-                                HumanExchange(record=f"x-{uuid7()}", text=text, role=role),
-                                origin="human" if role == "human" else self.origin)
+        draft = exchange_draft(identity, text, role, origin=self.origin)
+        return (await self.store.append([draft])).events[0]
 
     async def set_state(self, identity: str, item: str, value: Any, *, confidence: float = 1.0,
                         protected: bool = False, immutable: tuple[str, ...] = ()) -> Event:
