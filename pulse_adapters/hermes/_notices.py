@@ -1,0 +1,103 @@
+"""Notices for the agent: `effect` events of the notice tags (default `notify`, the survival
+layer's Notify) not yet offered to a Hermes turn, each offered exactly once.
+
+A notice is claimed by appending `hermes-notice-offered` on key `hermes-notice:<effect id>`
+at expected version 0: of all the turns and processes that see it, only the first append
+wins, so a notice reaches one turn, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from pulse_core import Event, EventDraft, EventStore, VersionConflict, register_kind
+
+NOTICE_OFFERED = "hermes-notice-offered"
+NOTICE_HEADER = "[pulse] notices from the agent's nervous system (not from the user):"
+
+
+class NoticeOffered(msgspec.Struct, frozen=True, kw_only=True):
+    """Payload of hermes-notice-offered: which effect, in which Hermes session."""
+
+    effect: str
+    tag: str
+    session: str = ""
+
+
+register_kind(NOTICE_OFFERED, "a pulse notice was offered to a Hermes turn (once per "
+              "effect); key: hermes-notice:<effect id>", NoticeOffered)
+
+
+def notice_key(effect_id: str) -> str:
+    """The event key that records the offer of the notice effect `effect_id`."""
+    return f"hermes-notice:{effect_id}"
+
+
+def notice_line(body: dict[str, Any]) -> str:
+    """One line for the agent: a Notify's level, topic and text; another effect's fields."""
+    tag = str(body.get("type", "effect"))
+    text = body.get("text")
+    if isinstance(text, str) and text.strip():
+        level, topic = body.get("level"), body.get("topic")
+        label = " ".join(str(p) for p in (level, topic) if p)
+        return f"- [{label or tag}] {text.strip()}"
+    fields = {k: v for k, v in body.items() if k != "type"}
+    return f"- [{tag}] {msgspec.json.encode(fields).decode()}"
+
+
+def notice_context(lines: Sequence[str]) -> str:
+    """The context a pre_llm_call hook returns for `lines`."""
+    return "\n".join((NOTICE_HEADER, *lines))
+
+
+class NoticeFollower:
+    """Finds the notices a turn should be offered, and claims them.
+
+    Looks at the newest `scan_limit` effect events at the first call and at those after the
+    last one seen afterwards; a notice older than `max_age_ms` is never offered.
+    """
+
+    def __init__(self, tags: Sequence[str], *, max_age_ms: int, scan_limit: int = 200) -> None:
+        self.tags = frozenset(tags)
+        self.max_age_ms = max_age_ms
+        self.scan_limit = scan_limit
+        self._after: int | None = None
+
+    async def claim(self, events: EventStore, now_ms: int, session: str = "") -> list[str]:
+        """The lines of the notices claimed for this turn, oldest first."""
+        if not self.tags:
+            return []
+        if self._after is None:
+            found = list(reversed(await events.read(kinds=["effect"], newest_first=True,
+                                                    limit=self.scan_limit)))
+        else:
+            found = await events.read(self._after, kinds=["effect"])
+        if found:
+            self._after = found[-1].seq
+        elif self._after is None:
+            self._after = await events.last_seq()
+        lines = []
+        for event in found:
+            body = _notice_body(event, self.tags)
+            if body is None or now_ms - event.ts > self.max_age_ms:
+                continue
+            offer = NoticeOffered(effect=event.key, tag=str(body["type"]), session=session)
+            draft = EventDraft(NOTICE_OFFERED, notice_key(event.key),
+                               msgspec.to_builtins(offer), origin="agent:hermes",
+                               cause=event.seq)
+            try:
+                await events.append([draft], expect={draft.key: 0})
+            except VersionConflict:
+                continue  # offered already, by another turn or process
+            lines.append(notice_line(body))
+        return lines
+
+
+def _notice_body(event: Event, tags: frozenset[str]) -> dict[str, Any] | None:
+    body = event.data.get("effect") if isinstance(event.data, dict) else None
+    if not isinstance(body, dict) or body.get("type") not in tags:
+        return None
+    return body

@@ -1,0 +1,254 @@
+"""The pulse plugin inside a Hermes process: its settings, and the hooks it gives Hermes.
+
+Settings come from Hermes' config.yaml (`plugins.entries.pulse`) under environment
+overrides; the home is PULSE_HOME, else `plugins.entries.pulse.home`, else $UPULSE_HOME (the
+`upulse` CLI's), else ~/.upulse. Every hook hands its work to the PulseBridge and returns;
+only pre_llm_call waits, at most `notice_wait_s`, for the notices to offer to the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import functools
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_adapters.hermes._bridge import PulseBridge
+from pulse_adapters.hermes._kanban import HOOKS as KANBAN_HOOKS
+from pulse_adapters.hermes._kanban import KanbanTransition, kanban_title, mirror
+from pulse_adapters.hermes._memory import SESSION_FOLLOWED, identity_of, session_key
+from pulse_adapters.hermes._notices import NoticeFollower, notice_context
+from pulse_core import EventDraft, EventStore, MemoryBoard, VersionConflict
+
+log = logging.getLogger("pulse.hermes")
+
+PLUGIN = "pulse"
+"""The plugin's name in Hermes (`plugins.enabled`, `plugins.entries.pulse`)."""
+
+ORIGIN = "agent:hermes"
+_HERMES_OWNED = frozenset({"allow_tool_override", "llm"})  # Hermes' own keys in the entry
+
+
+class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the plugin does in Hermes' process.
+
+    `home` is the pulse home (see the module for the order it is looked up in); `identity`
+    is whom exchanges without a platform user (the CLI's) are remembered about; `embed`
+    opens an engine on the home when no other engine holds it (off: only ever a client);
+    `notices` are the effect tags offered to the agent's next turn (none: never);
+    `notice_wait_s` bounds the wait of a turn for them; `notice_max_age_s` is how old a
+    notice may be and still be offered; `flush_wait_s` bounds the wait at the end of a turn
+    for what the plugin records (Hermes' one-shot mode exits right after).
+    """
+
+    home: str | None = None
+    identity: str = "owner"
+    embed: bool = True
+    notices: tuple[str, ...] = ("notify",)
+    notice_wait_s: float = 0.5
+    notice_max_age_s: float = 86_400.0
+    flush_wait_s: float = 3.0
+
+
+def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
+    """The settings from Hermes' `plugins.entries.pulse` mapping under the environment's
+    overrides: PULSE_HOME, PULSE_HERMES_IDENTITY, PULSE_HERMES_EMBED=0 and
+    PULSE_HERMES_NOTICES=0 (the layer sets the last two in the runs it starts)."""
+    fields = {k: v for k, v in (entry if isinstance(entry, dict) else {}).items()
+              if k not in _HERMES_OWNED}
+    try:
+        settings = msgspec.convert(fields, PluginSettings)
+    except msgspec.ValidationError as exc:
+        log.warning("pulse plugin: plugins.entries.pulse in Hermes' config.yaml: %s — using "
+                    "the defaults", exc)
+        settings = PluginSettings()
+    changes: dict[str, Any] = {}
+    if environ.get("PULSE_HOME"):
+        changes["home"] = environ["PULSE_HOME"]
+    elif settings.home is None:
+        changes["home"] = environ.get("UPULSE_HOME") or str(Path.home() / ".upulse")
+    if environ.get("PULSE_HERMES_IDENTITY"):
+        changes["identity"] = environ["PULSE_HERMES_IDENTITY"]
+    if environ.get("PULSE_HERMES_EMBED") == "0":
+        changes["embed"] = False
+    if environ.get("PULSE_HERMES_NOTICES") == "0":
+        changes["notices"] = ()
+    return msgspec.structs.replace(settings, **changes)
+
+
+def _hook(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A hook that never raises into Hermes: a failure is logged and recorded."""
+    def decorate(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def guarded(self: HermesPlugin, **kwargs: Any) -> Any:
+            try:
+                return method(self, **kwargs)
+            except Exception as exc:
+                log.warning("pulse plugin: hook %s failed: %s: %s", what, type(exc).__name__,
+                            exc)
+                self.bridge.report(f"hook:{what}", exc)
+                return None
+        return guarded
+    return decorate
+
+
+class HermesPlugin:
+    """The plugin's state in one Hermes process: the bridge, the notice follower, and whom
+    each session talks with."""
+
+    def __init__(self, settings: PluginSettings, *, hermes_profile: str = "default") -> None:
+        self.settings = settings
+        self.profile = hermes_profile
+        self.bridge = PulseBridge(Path(settings.home or "~/.upulse").expanduser(),
+                                  embed=settings.embed, name="hermes-plugin")
+        self.notices = NoticeFollower(settings.notices,
+                                      max_age_ms=int(settings.notice_max_age_s * 1000))
+        self._late: list[str] = []
+        self._identities: dict[str, str] = {}
+        self._followed: set[str] = set()
+        self._first: str | None = None  # the process's first session: a one-shot's own
+        self._lock = threading.Lock()
+
+    def register(self, ctx: Any) -> None:
+        """Start the bridge and register the hooks on Hermes' PluginContext."""
+        self.bridge.start()
+        for name in ("on_session_start", "pre_llm_call", "post_llm_call", "on_session_end",
+                     "on_session_finalize"):
+            ctx.register_hook(name, getattr(self, name))
+        for name in KANBAN_HOOKS:
+            ctx.register_hook(name, functools.partial(self.kanban, hook=name))
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Flush and close the bridge (Hermes exits, or finalizes its session)."""
+        self.bridge.close(self.settings.flush_wait_s + 2.0)
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    @_hook("on_session_start")
+    def on_session_start(self, *, session_id: str | None = None, **_: Any) -> None:
+        if session_id:
+            self._follow(session_id)
+
+    @_hook("pre_llm_call")
+    def pre_llm_call(self, *, session_id: str | None = None, user_message: Any = None,
+                     platform: str = "", sender_id: str = "", **_: Any) -> Any:
+        session = session_id or ""
+        identity = identity_of(platform, sender_id, self.settings.identity)
+        with self._lock:
+            self._identities[session] = identity
+            self._first = session if self._first is None else self._first
+        if session:
+            self._follow(session)
+        if isinstance(user_message, str) and user_message.strip():
+            self._record(identity, user_message, "human")
+        return self._offer(session)
+
+    @_hook("post_llm_call")
+    def post_llm_call(self, *, session_id: str | None = None, assistant_response: Any = None,
+                      platform: str = "", **_: Any) -> None:
+        with self._lock:
+            identity = self._identities.get(session_id or "", self.settings.identity)
+        if isinstance(assistant_response, str) and assistant_response.strip():
+            self._record(identity, assistant_response, "agent")
+
+    @_hook("on_session_end")
+    def on_session_end(self, *, session_id: str | None = None, **_: Any) -> None:
+        # fired at the end of every turn (a delegated subagent's too); a one-shot Hermes ends
+        # with os._exit right after its own, which skips atexit: close there, so an embedded
+        # engine records its stop
+        if one_shot(sys.argv) and (session_id or "") == self._first:
+            self.close()
+        elif not self.bridge.flush(self.settings.flush_wait_s):
+            log.warning("pulse plugin: what this turn recorded was not all written within "
+                        "%.1f s", self.settings.flush_wait_s)
+
+    @_hook("on_session_finalize")
+    def on_session_finalize(self, **_: Any) -> None:
+        self.bridge.flush(self.settings.flush_wait_s)
+
+    def kanban(self, *, hook: str, **kwargs: Any) -> None:
+        """A kanban lifecycle hook: mirror the task run into pulse tasks."""
+        try:
+            known = {f: kwargs[f] for f in KanbanTransition.__struct_fields__ if f in kwargs}
+            change = msgspec.convert({**known, "hook": hook}, KanbanTransition)
+        except (msgspec.ValidationError, TypeError) as exc:
+            log.warning("pulse plugin: %s with unexpected arguments: %s", hook, exc)
+            return
+
+        async def job(events: EventStore) -> None:
+            title = await asyncio.to_thread(kanban_title, change.task_id, change.board)
+            await mirror(events, change, title)
+        self.bridge.submit(job, f"hook:{hook}")
+
+    # -- work handed to the bridge -----------------------------------------------------------
+
+    def _follow(self, session: str) -> None:
+        with self._lock:
+            if session in self._followed:
+                return
+            self._followed.add(session)
+        draft = EventDraft(SESSION_FOLLOWED, session_key(session),
+                           {"profile": self.profile}, origin=ORIGIN)
+
+        async def job(events: EventStore) -> None:
+            with contextlib.suppress(VersionConflict):  # followed already: a resumed session
+                await events.append([draft], expect={draft.key: 0})
+        self.bridge.submit(job, "session")
+
+    def _record(self, identity: str, text: str, role: str) -> None:
+        async def job(events: EventStore) -> None:
+            await MemoryBoard(events, origin=ORIGIN).exchange(identity, text, role)
+        self.bridge.submit(job, "exchange")
+
+    def _offer(self, session: str) -> dict[str, str] | None:
+        if not self.settings.notices:
+            return None
+
+        async def job(events: EventStore) -> list[str]:
+            return await self.notices.claim(events, self.bridge.clock.now_ms(), session)
+        lines = self.bridge.call(job, "notices", timeout_s=self.settings.notice_wait_s,
+                                 late=self._keep_late) or []
+        with self._lock:
+            lines, self._late = [*self._late, *lines], []
+        return {"context": notice_context(lines)} if lines else None
+
+    def _keep_late(self, lines: list[str]) -> None:
+        with self._lock:
+            self._late.extend(lines)
+
+
+def one_shot(argv: Sequence[str]) -> bool:
+    """Whether Hermes runs in one-shot mode (-z / --oneshot), as hermes_cli.main decides."""
+    return any(a in ("-z", "--oneshot") or a.startswith("--oneshot=") for a in argv[1:])
+
+
+def hermes_config() -> tuple[Any, str]:
+    """Hermes' loaded config.yaml and its active profile name (inside Hermes only)."""
+    import importlib
+
+    config: Any = importlib.import_module("hermes_cli.config").load_config()
+    try:
+        profile = str(importlib.import_module("hermes_cli.profiles").get_active_profile_name())
+    except Exception:
+        profile = "default"
+    return config, profile
+
+
+def plugin_from_hermes(environ: Mapping[str, str] | None = None) -> HermesPlugin:
+    """The plugin configured by Hermes' config and the environment."""
+    config, profile = hermes_config()
+    plugins = config.get("plugins") if isinstance(config, dict) else None
+    entries = plugins.get("entries") if isinstance(plugins, dict) else None
+    entry = entries.get(PLUGIN) if isinstance(entries, dict) else None
+    settings = plugin_settings(entry, os.environ if environ is None else environ)
+    return HermesPlugin(settings, hermes_profile=profile)
