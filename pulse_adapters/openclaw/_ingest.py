@@ -1,0 +1,157 @@
+"""Transcript ingest: the agent's stored conversation, message by message, into memory.
+
+Every `interval_s` the service reads the rows each transcript session gained since its
+cursor (`openclaw-transcript-read` at key `openclaw-transcript:<agent>:<session id>`). A user
+or assistant message becomes a `human-exchange` of the configured identity (role `human` or
+`agent`, record `openclaw-<message id>`); a row that is not a readable entry is recorded as
+`openclaw-transcript-malformed` and skipped. The exchanges, the malformed records and the
+cursor's advance are one append with the cursor's expected version: each message once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+from pulse_adapters.openclaw._kinds import (
+    TRANSCRIPT_MALFORMED,
+    TRANSCRIPT_READ,
+    TranscriptMalformed,
+    TranscriptRead,
+    transcript_key,
+)
+from pulse_adapters.openclaw._settings import TranscriptSettings
+from pulse_adapters.openclaw._store import AgentStore, TranscriptRow
+from pulse_core import EventDraft, EventStore, VersionConflict
+from pulse_core.memory import exchange_draft
+
+if TYPE_CHECKING:
+    from pulse_core import Engine
+
+log = logging.getLogger("pulse.openclaw")
+
+ORIGIN = "agent:openclaw-transcripts"
+ROLES = {"user": "human", "assistant": "agent"}
+MAX_TEXT = 20_000
+
+
+class Malformed(ValueError):
+    """A transcript row that is not a readable entry."""
+
+
+def message_of(row: TranscriptRow) -> tuple[str, str, str] | None:
+    """(message id, memory role, text) of a row holding a user or assistant message; None
+    for every other entry (headers, model changes, tool results, heartbeat polls, pulse's
+    own notices, messages without text); Malformed for a row that cannot be read."""
+    if row.text is None:
+        raise Malformed("stored compressed (event_zstd), which this version does not read")
+    try:
+        entry = json.loads(row.text)
+    except ValueError as exc:
+        raise Malformed(f"not JSON: {exc}") from None
+    if not isinstance(entry, dict):
+        raise Malformed(f"a JSON {type(entry).__name__}, not an entry object")
+    if entry.get("type") != "message":
+        return None
+    message, entry_id = entry.get("message"), entry.get("id")
+    if not isinstance(message, dict) or not isinstance(entry_id, str) or not entry_id:
+        raise Malformed("a message entry without an id or a message object")
+    role = ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    provenance = message.get("provenance")
+    if role is None or (isinstance(provenance, dict)
+                        and provenance.get("kind") == "internal_system"):
+        return None
+    text = _text(message.get("content"))
+    if not text or text.startswith("[pulse:"):
+        return None
+    return entry_id, role, text[:MAX_TEXT]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "\n".join(p for p in parts if isinstance(p, str)).strip()
+    return ""
+
+
+class TranscriptIngest:
+    """The layer's service `openclaw-transcripts` (see the module docstring)."""
+
+    name = "openclaw-transcripts"
+
+    def __init__(self, settings: TranscriptSettings, store: AgentStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.cursors: dict[str, tuple[int, int]] = {}  # session id -> (seq, cursor version)
+
+    async def __call__(self, engine: Engine) -> None:
+        while True:
+            try:
+                await self.ingest(engine.events)
+            except sqlite3.Error as exc:  # locked, or not yet created: the next read may do
+                log.warning("pulse: openclaw transcripts: %s: %s", self.store.path, exc)
+            await asyncio.sleep(self.settings.interval_s)
+
+    async def ingest(self, events: EventStore) -> int:
+        """Ingest what every session gained since its cursor; the number of exchanges."""
+        heads = await asyncio.to_thread(self.store.session_heads)
+        written = 0
+        for session_id, head in heads.items():
+            seq, version = await self._cursor(events, session_id)
+            while seq < head:
+                rows = await asyncio.to_thread(self.store.rows_after, session_id, seq,
+                                               self.settings.batch)
+                if not rows:
+                    break
+                drafts = self._drafts(session_id, rows)
+                key = transcript_key(self.store.agent, session_id)
+                try:
+                    await events.append(drafts, expect={key: version})
+                except VersionConflict:  # another engine moved it: read it again
+                    self.cursors.pop(session_id, None)
+                    seq, version = await self._cursor(events, session_id)
+                    continue
+                written += len(drafts) - 1
+                seq, version = rows[-1].seq, version + 1
+                self.cursors[session_id] = (seq, version)
+        return written
+
+    async def _cursor(self, events: EventStore, session_id: str) -> tuple[int, int]:
+        if session_id not in self.cursors:
+            last = await events.read(key=transcript_key(self.store.agent, session_id),
+                                     newest_first=True, limit=1)
+            self.cursors[session_id] = (int(last[0].data["seq"]), last[0].version) if last \
+                else (-1, 0)
+        return self.cursors[session_id]
+
+    def _drafts(self, session_id: str, rows: list[TranscriptRow]) -> list[EventDraft]:
+        agent = self.store.agent
+        drafts: list[EventDraft] = []
+        messages = 0
+        for row in rows:
+            try:
+                found = message_of(row)
+            except Malformed as exc:
+                log.warning("pulse: openclaw transcript %s row %d skipped: %s", session_id,
+                            row.seq, exc)
+                drafts.append(EventDraft(TRANSCRIPT_MALFORMED, transcript_key(agent, session_id)
+                                         + ":malformed", TranscriptMalformed(
+                    agent=agent, session_id=session_id, seq=row.seq, reason=str(exc),
+                    excerpt=(row.text or "")[:200]), origin=ORIGIN))
+                continue
+            if found is None:
+                continue
+            message_id, role, text = found
+            messages += 1
+            drafts.append(exchange_draft(self.settings.identity, text, role,
+                                         record=f"openclaw-{message_id}", origin=ORIGIN))
+        drafts.append(EventDraft(TRANSCRIPT_READ, transcript_key(agent, session_id),
+                                 TranscriptRead(agent=agent, session_id=session_id,
+                                                seq=rows[-1].seq, messages=messages),
+                                 origin=ORIGIN))
+        return drafts

@@ -1,0 +1,176 @@
+"""The openclaw layer's settings: config.json's `layers.openclaw` object, validated."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_core import LayerError, settings_problem
+
+LAYER = "openclaw"
+"""The layer's name, in config.json and in the `pulse.layers` entry-point group."""
+
+MIN_VERSION = "2026.9.6"
+"""The oldest OpenClaw this layer was tested with."""
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class OpenClawSettingsError(LayerError):
+    """A setting of the openclaw layer is wrong; the message names `layers.openclaw.<field>`."""
+
+
+def _bad(field: str, problem: str) -> OpenClawSettingsError:
+    return OpenClawSettingsError(f"layers.{LAYER}.{field} {problem}")
+
+
+def _positive(struct: msgspec.Struct, where: str, *names: str) -> None:
+    for name in names:
+        if getattr(struct, name) <= 0:
+            raise _bad(f"{where}{name}", f"must be > 0 seconds (got {getattr(struct, name)!r})")
+
+
+class GatewaySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The gateway process: where it listens, how pulse starts it again, how it is probed.
+
+    `keep_alive` declares it an essential process (the survival layer restarts it with
+    `openclaw gateway run --port <port> <args...>`); `pidfile` (default
+    `<home>/run/openclaw-gateway.pid`) is where a restart writes its pid; `match_cmdline` or
+    `match_name` find a gateway started some other way (OpenClaw names its process
+    `openclaw-gateway`).
+    """
+
+    port: int = 18789
+    args: tuple[str, ...] = ()
+    keep_alive: bool = True
+    pidfile: str | None = None
+    match_name: str | None = None
+    match_cmdline: str | None = None
+    log: str | None = None
+    interval_s: float = 5.0
+    timeout_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise _bad("gateway.port", f"must be a TCP port 1-65535 (got {self.port})")
+        _positive(self, "gateway.", "interval_s", "timeout_s")
+
+
+class ModelSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The model route the gateway uses, probed into vitals `vitals_key` (llm_watchdog reads
+    `llm-route`). Unset `base_url`/`model` are read from OpenClaw's own config
+    (`agents.*.model` and `models.providers`) at the first probe; `api_key_env` NAMES the
+    variable holding the provider's key (OpenClaw's CLI never shows it)."""
+
+    probe: bool = True
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    vitals_key: str = "llm-route"
+    interval_s: float = 30.0
+    probe_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
+            raise _bad("model.base_url", f"must start with http:// or https:// (got "
+                                         f"{self.base_url!r})")
+        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+            raise _bad("model.api_key_env", "must be the NAME of an environment variable, "
+                                            "not the key itself")
+        _positive(self, "model.", "interval_s", "probe_timeout_s")
+
+
+class NoticeSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Which effects become notices in the agent's session (`session_key`, default
+    `agent:<agent>:main`), how long one delivery may take, and the retry backoff."""
+
+    enabled: bool = True
+    effects: tuple[str, ...] = ("notify",)
+    session_key: str | None = None
+    timeout_s: float = 30.0
+    retry_initial_s: float = 2.0
+    retry_max_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        _positive(self, "notices.", "timeout_s", "retry_initial_s", "retry_max_s")
+        if self.retry_max_s < self.retry_initial_s:
+            raise _bad("notices.retry_max_s", f"({self.retry_max_s:g}) must be >= "
+                                              f"retry_initial_s ({self.retry_initial_s:g})")
+
+
+class TranscriptSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
+                         kw_only=True):
+    """Transcript ingest: every user and assistant message of the agent's sessions becomes a
+    human exchange of memory identity `identity`, read every `interval_s`, `batch` rows a
+    read."""
+
+    enabled: bool = True
+    identity: str = "owner"
+    interval_s: float = 2.0
+    batch: int = 500
+
+    def __post_init__(self) -> None:
+        if not self.identity.strip():
+            raise _bad("transcripts.identity", "must name the memory identity the agent's "
+                                               "conversations are about, e.g. \"owner\"")
+        _positive(self, "transcripts.", "interval_s", "batch")
+
+
+class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`layers.openclaw`: the program, the environment every OpenClaw command runs with, its
+    state folder (default `$OPENCLAW_STATE_DIR`, else `$HOME/.openclaw`, both read from `env`
+    first), the agent id, and the parts' own settings."""
+
+    program: str = "openclaw"
+    env: dict[str, str] = {}
+    state_dir: str | None = None
+    agent: str = "main"
+    cli_timeout_s: float = 60.0
+    sessions_interval_s: float = 30.0
+    gateway: GatewaySettings = msgspec.field(default_factory=GatewaySettings)
+    model: ModelSettings = msgspec.field(default_factory=ModelSettings)
+    notices: NoticeSettings = msgspec.field(default_factory=NoticeSettings)
+    transcripts: TranscriptSettings = msgspec.field(default_factory=TranscriptSettings)
+
+    def __post_init__(self) -> None:
+        if not self.program.strip():
+            raise _bad("program", "must name the openclaw program or its path")
+        if not re.match(r"^[a-z0-9][a-z0-9_-]*$", self.agent):
+            raise _bad("agent", f"must be an OpenClaw agent id like \"main\" (got {self.agent!r})")
+        _positive(self, "", "cli_timeout_s", "sessions_interval_s")
+
+    def resolved_state_dir(self) -> Path:
+        """The OpenClaw state folder this layer reads."""
+        if self.state_dir:
+            return Path(self.state_dir).expanduser()
+        given = self.env.get("OPENCLAW_STATE_DIR") or os.environ.get("OPENCLAW_STATE_DIR")
+        if given:
+            return Path(given).expanduser()
+        home = self.env.get("HOME") or os.environ.get("HOME") or str(Path.home())
+        return Path(home) / ".openclaw"
+
+    def notice_session(self) -> str:
+        """The session key notices go into."""
+        return self.notices.session_key or f"agent:{self.agent}:main"
+
+
+def load_settings(settings: Any) -> OpenClawSettings:
+    """`settings` as OpenClawSettings: one already, None (every default), or config.json's
+    object; OpenClawSettingsError names the field that is unknown or wrong."""
+    if isinstance(settings, OpenClawSettings):
+        return settings
+    if settings is None:
+        return OpenClawSettings()
+    if not isinstance(settings, Mapping):
+        raise OpenClawSettingsError(f"layers.{LAYER} must be a JSON object, not "
+                                    f"{type(settings).__name__}")
+    try:
+        return msgspec.convert(dict(settings), OpenClawSettings)
+    except msgspec.ValidationError as exc:
+        problem = settings_problem(OpenClawSettings, exc)
+        raise OpenClawSettingsError(f"layers.{LAYER}: {problem}") from None

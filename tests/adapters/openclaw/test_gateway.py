@@ -1,0 +1,174 @@
+"""The openclaw layer around a real OpenClaw 2026.9.6 gateway (one per module, on a free
+loopback port, its model a loopback stand-in): transcripts become memory the reviewer
+reviews, notices land in the session once, broken rows are survived, a killed gateway is
+started again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pulse_adapters.awareness import build_reviewer
+from pulse_adapters.llm.stand_in import ChatServer, Stream
+from pulse_adapters.openclaw import (
+    NOTICE_DELIVERED,
+    TRANSCRIPT_MALFORMED,
+    AgentStore,
+    TranscriptIngest,
+    TranscriptSettings,
+    build_openclaw,
+    notice_label,
+)
+from pulse_core import Engine, LayerContext, SystemClock
+from pulse_core._effects import effect_draft
+from pulse_survival.effects import Notify
+from tests.adapters.awareness_rig import reply
+from tests.adapters.openclaw.rig import Gateway, eventually, start_gateway, wait_healthy
+
+TEST_TIME_LIMIT_S = 90  # the first test also starts the gateway (~11 s) and runs a turn
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    model = ChatServer().start()
+    model.script(*[Stream(("Lisbon suits you",)) for _ in range(20)])
+    running = start_gateway(tmp_path_factory.mktemp("openclaw"), model)
+    try:
+        # one real turn: the main session and its transcript exist from here on
+        running.openclaw("agent", "--message", "I moved to Lisbon last week", "--json")
+        yield running
+    finally:
+        running.stop()
+        model.stop()
+
+
+def layers(gateway: Gateway, **more: Any) -> list[Any]:
+    settings = {**gateway.settings, "transcripts": {"identity": "ana", "interval_s": 0.2},
+                **more}
+    context = LayerContext(gateway.home, SystemClock())
+    return [build_openclaw(settings, context).layer]
+
+
+async def test_a_transcript_message_becomes_memory_the_reviewer_reviews(
+    gateway: Gateway,
+) -> None:
+    reviewer_model = ChatServer().start()
+    reviewer_model.script(reply(narration="I see Ana has settled in Lisbon"))
+    context = LayerContext(gateway.home, SystemClock())
+    reviewer = build_reviewer({"base_url": reviewer_model.base_url, "model": "stand-in",
+                               "review": {"initial_delay_s": 0.01}}, context)
+    try:
+        async with Engine(gateway.home, layers=[*layers(gateway), reviewer.layer]) as engine:
+            async def reviewed() -> bool:
+                return any(c.data["outcome"] == "reviewed"
+                           for c in await engine.events.read(kinds=["awareness-cycle"]))
+
+            await eventually(reviewed)
+            memory = (await engine.snapshot()).projection("memory")["ana"]
+            cycles = await engine.events.read(kinds=["awareness-cycle"])
+    finally:
+        reviewer_model.stop()
+    said = [(x.role, x.text) for x in memory.exchanges]
+    assert said[:2] == [("human", "I moved to Lisbon last week"), ("agent", "Lisbon suits you")]
+    assert all(x.record.startswith("openclaw-") for x in memory.exchanges)
+    assert [c.data["outcome"] for c in cycles] == ["reviewed"], [c.data for c in cycles]
+    asked = str(reviewer_model.chat_bodies()[-1])
+    assert "I moved to Lisbon last week" in asked
+
+
+async def test_a_notice_lands_in_the_session_once_across_an_engine_restart(
+    gateway: Gateway,
+) -> None:
+    notice = Notify(topic="disk", level="warning", text="disk / is 91% full")
+    async with Engine(gateway.home, layers=layers(gateway)) as engine:
+        (effect,) = (await engine.events.append([effect_draft(notice, "rule:test")])).events
+
+        async def delivered() -> bool:
+            return bool(await engine.events.read(kinds=[NOTICE_DELIVERED]))
+
+        await eventually(delivered, limit_s=45)
+
+        async def probed() -> bool:  # the gateway's own model route, for llm_watchdog
+            sample = (await engine.vitals.latest()).get("llm-route")
+            return sample is not None and sample.data.get("provider") == "standin"
+
+        await eventually(probed)
+        route = await engine.vitals.latest()
+    async with Engine(gateway.home, layers=layers(gateway)) as engine:
+        (later,) = (await engine.events.append([effect_draft(
+            Notify(topic="disk", level="recovered", text="disk / is 60% full"),
+            "rule:test")])).events
+
+        async def both() -> bool:
+            return len(await engine.events.read(kinds=[NOTICE_DELIVERED])) == 2
+
+        await eventually(both, limit_s=45)
+        records = await engine.events.read(kinds=[NOTICE_DELIVERED])
+    assert [r.key for r in records] == [f"openclaw-notice:{effect.key}",
+                                        f"openclaw-notice:{later.key}"]
+    assert all(r.version == 1 for r in records)
+    texts = [str(m.get("content")) for m in gateway.history()]
+    for each in (effect, later):
+        assert sum(f"[{notice_label(each.key)}]" in t for t in texts) == 1, texts
+    assert any("disk / is 91% full" in t for t in texts)
+    assert route["llm-route"].data["ok"] is True
+    assert route["openclaw-gateway"].data["ok"] is True
+
+
+async def test_malformed_transcript_rows_are_recorded_and_skipped(
+    gateway: Gateway, tmp_path: Path,
+) -> None:
+    source = AgentStore(Path(gateway.env["OPENCLAW_STATE_DIR"]), "main")
+    copy = AgentStore(tmp_path / "state", "main")
+    copy.path.parent.mkdir(parents=True)
+    with sqlite3.connect(f"file:{source.path}?mode=ro", uri=True) as live, \
+            sqlite3.connect(copy.path) as target:
+        live.backup(target)
+    with sqlite3.connect(copy.path) as db:
+        # the table's CHECKs use octet_length(), newer than this Python's SQLite
+        db.execute("PRAGMA ignore_check_constraints = ON")
+        session, head = db.execute("SELECT session_id, MAX(seq) FROM transcript_events").fetchone()
+        for offset, line in enumerate(['{"type":"message", "id": "cut', '["a", "list"]',
+                                       '{"type":"message","message":{"role":"user"}}',
+                                       '{"type":"message","id":"m-after","message":{"role":'
+                                       '"user","content":"after the broken lines"}}'], 1):
+            db.execute("INSERT INTO transcript_events (session_id, seq, event_json, "
+                       "created_at) VALUES (?, ?, ?, 0)", (session, head + offset, line))
+    async with Engine(tmp_path / "pulse") as engine:
+        ingest = TranscriptIngest(TranscriptSettings(identity="ana"), copy)
+        assert await ingest.ingest(engine.events) >= 3
+        assert await TranscriptIngest(TranscriptSettings(identity="ana"), copy).ingest(
+            engine.events) == 0  # the cursor is in the log: nothing twice
+        broken = await engine.events.read(kinds=[TRANSCRIPT_MALFORMED])
+        memory = (await engine.snapshot()).projection("memory")["ana"]
+    assert [e.data["seq"] for e in broken] == [head + 1, head + 2, head + 3]
+    assert "not JSON" in broken[0].data["reason"] and "list" in broken[1].data["reason"]
+    assert memory.exchanges[-1].text == "after the broken lines"
+    assert [x.record for x in memory.exchanges].count("openclaw-m-after") == 1
+
+
+async def test_a_killed_gateway_is_started_again_and_the_restart_recorded(
+    gateway: Gateway,
+) -> None:
+    killed = gateway.pid()
+    async with Engine(gateway.home, layers=layers(gateway), default_tick_ms=500) as engine:
+        os.kill(killed, signal.SIGKILL)
+
+        async def restarted() -> bool:
+            acked = await engine.events.read(kinds=["effect-acked"])
+            return any(isinstance(e.data, dict) and e.data.get("result", {}).get("name")
+                       == "openclaw-gateway" for e in acked)
+
+        await eventually(restarted, limit_s=30)
+        restarts = [e for e in await engine.events.read(kinds=["effect"])
+                    if e.data["effect"]["type"] == "restart-process"]
+    assert [e.data["effect"]["name"] for e in restarts] == ["openclaw-gateway"]
+    assert restarts[0].data["effect"]["argv"][1:4] == ["gateway", "run", "--port"]
+    assert gateway.pid() != killed
+    wait_healthy(gateway.port)  # the new gateway serves on the same port
