@@ -14,6 +14,7 @@ assigned (or closed) twice, whatever races.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -293,14 +294,22 @@ class TaskBoard:
 
     async def _move(self, task_id: str, kind: str, data: Any = None,
                     expect_version: int | None = None) -> Event:
+        return (await self._moves(task_id, [(kind, data)], expect_version))[0]
+
+    async def _moves(self, task_id: str, steps: Sequence[tuple[str, Any]],
+                     expect_version: int | None) -> Sequence[Event]:
+        """Append `steps` (kind, data) to the task in one transaction, each checked against
+        the status the one before leaves."""
         task = await self.state(task_id)
         version = task.version if task is not None else 0
         if expect_version is not None and version != expect_version:
             raise VersionConflict(task_id, expect_version, version)
-        draft = EventDraft(kind, task_id, data, origin=self.origin)
-        probe = Event(0, "", kind, task_id, 0, 0, self.origin, None, "", None, data, None)
-        next_task_state(task, probe)
-        return (await self.store.append([draft], expect={task_id: version})).events[0]
+        drafts, probed = [], task
+        for kind, data in steps:
+            drafts.append(EventDraft(kind, task_id, data, origin=self.origin))
+            probe = Event(0, "", kind, task_id, 0, 0, self.origin, None, "", None, data, None)
+            probed = next_task_state(probed, probe)
+        return (await self.store.append(drafts, expect={task_id: version})).events
 
     async def assign(self, task_id: str, agent: str, *, expect_version: int | None = None
                      ) -> Event:
@@ -323,6 +332,14 @@ class TaskBoard:
     async def close(self, task_id: str, *, expect_version: int | None = None) -> Event:
         """Mark an acked task done."""
         return await self._move(task_id, "task-closed", None, expect_version)
+
+    async def ack_and_close(self, task_id: str, result: Any = None, *,
+                            expect_version: int | None = None) -> tuple[Event, Event]:
+        """Record the agent's result and mark the task done in one append, so no failure
+        between the two leaves it acked and never closed; the task-acked and task-closed."""
+        acked, closed = await self._moves(
+            task_id, [("task-acked", {"result": result}), ("task-closed", None)], expect_version)
+        return acked, closed
 
     async def give_up(self, task_id: str, reason: str, *,
                       expect_version: int | None = None) -> Event:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -60,6 +62,9 @@ class AgentRunExecutor(Executor):
                  run_timeout_s: float = 1800.0, limits: StreamLimits | None = None) -> None:
         if not run_timeout_s > 0:
             raise ValueError(f"run_timeout_s must be > 0 seconds (got {run_timeout_s})")
+        if not math.isfinite(run_timeout_s):
+            raise ValueError(f"run_timeout_s must be a finite number of seconds (got "
+                             f"{run_timeout_s})")
         self.program = program
         self.policy = policy or DispatchPolicy()
         self.run_timeout_s = run_timeout_s
@@ -116,8 +121,16 @@ class AgentRunExecutor(Executor):
             reason = f"could not run {program}: {type(exc).__name__}: {exc}"
             state = await self._settle(board, task, started.version, reason)
             return {"dispatched": True, "ok": False, "task": state, "reason": reason}
-        return await self._finish(board, effect, task, started.version, outcome=outcome,
-                                  events=ctx.events)
+        # The process has ended: its outcome is recorded even if the attempt is cancelled now
+        # (a requeue would run again a task whose work is done).
+        finishing = asyncio.ensure_future(self._finish(
+            board, effect, task, started.version, outcome=outcome, events=ctx.events))
+        try:
+            return await asyncio.shield(finishing)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await finishing
+            raise
 
     async def _spawn(self, run: AgentRun, program: str) -> ProcessOutcome:
         argv = [str(part) for part in self.argv(run, program)]
@@ -146,7 +159,8 @@ class AgentRunExecutor(Executor):
         elif outcome.exit_code != 0:
             reason = f"exited with {outcome.exit_code} (last stderr line: {last_err})"
         else:
-            stream = AgentStream(outcome.lines, stderr, outcome.exit_code, outcome.truncated)
+            stream = AgentStream(outcome.lines, stderr, outcome.exit_code, outcome.truncated,
+                                 outcome.cut_lines)
             try:
                 parsed = self.parse(run, stream)
                 msgspec.json.encode(parsed.result)  # it goes into task-acked
@@ -162,8 +176,7 @@ class AgentRunExecutor(Executor):
                 result = {"result": parsed.result, "session": parsed.session,
                           "transcript": transcript, "exit_code": outcome.exit_code,
                           "duration_ms": outcome.duration_ms}
-                acked = await board.ack(run.task_id, result, expect_version=version)
-                await board.close(run.task_id, expect_version=acked.version)
+                await board.ack_and_close(run.task_id, result, expect_version=version)
                 return {**record, "ok": True, "task": "closed", "session": parsed.session}
             state = await self._settle(board, task, version, f"{run.agent}: {reason}")
         except (VersionConflict, InvalidTransition) as exc:  # taken back meanwhile

@@ -1,30 +1,40 @@
 """One agent process: spawned from argv alone in a new process group, its output read within
 bounds, and the whole group killed and waited for however the run ends (exit, timeout,
-cancellation), so no process of it outlives the run."""
+cancellation), so no process of it outlives the run.
+
+The process's end is its exit, not the closing of its pipes: a process that left the group
+(its own `setsid`) may hold them open for ever, so once the group is gone what is still
+buffered is read for at most DRAIN_S and the pipes are closed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 
 import msgspec
 import psutil
 
-_CHUNK = 65_536
 _POLL_S = 0.02
 GONE_WITHIN_S = 10.0
 """How long a killed group's members are waited for after SIGKILL."""
+DRAIN_S = 1.0
+"""How long output still buffered is read once the group is gone, before the pipes are
+closed (only a process that left the group keeps them open longer)."""
 
 
 class StreamLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Bounds on what is kept of an agent's output, and the grace before SIGKILL.
 
     A stdout line longer than `max_line_bytes` is cut there; past `max_stdout_bytes` of
-    stdout, the rest is read and dropped (the stream is marked truncated); the last
+    stdout, or past `max_lines` lines, the rest is read and dropped (the stream is marked
+    truncated, and the lines cut are named, so a parser can skip them); the last
     `stderr_tail_bytes` of stderr are kept. `kill_grace_s` is the time between SIGTERM and
     SIGKILL to the process group.
     """
@@ -33,10 +43,20 @@ class StreamLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_stdout_bytes: int = 32_000_000
     stderr_tail_bytes: int = 16_000
     kill_grace_s: float = 5.0
+    max_lines: int = 100_000
+
+    def __post_init__(self) -> None:
+        for field in ("max_line_bytes", "max_stdout_bytes", "stderr_tail_bytes", "max_lines"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"`{field}` must be >= 1 (got {getattr(self, field)})")
+        if not (math.isfinite(self.kill_grace_s) and self.kill_grace_s >= 0):
+            raise ValueError(f"`kill_grace_s` must be a finite number of seconds >= 0 (got "
+                             f"{self.kill_grace_s})")
 
 
 class ProcessOutcome(msgspec.Struct, frozen=True):
-    """How the process ended and what it wrote (within the limits)."""
+    """How the process ended and what it wrote (within the limits); `cut_lines` are the
+    numbers (from 1) of the lines a bound cut short."""
 
     stdout: bytes
     lines: tuple[str, ...]
@@ -45,34 +65,41 @@ class ProcessOutcome(msgspec.Struct, frozen=True):
     timed_out: bool
     truncated: bool
     duration_ms: int
+    cut_lines: tuple[int, ...] = ()
 
 
 class _Lines:
-    """Stdout cut into lines, each line and the whole within bounds."""
+    """Stdout cut into lines, each line, their number and the whole within bounds."""
 
     def __init__(self, limits: StreamLimits) -> None:
         self.limits = limits
         self.raw = bytearray()
         self.lines: list[str] = []
+        self.cut: list[int] = []
         self.truncated = False
         self._line = bytearray()
         self._cut = False  # the current line passed max_line_bytes: drop until its end
+        self._over = False  # max_stdout_bytes reached: the current line ends cut
+        self._full = False  # max_lines reached: only the transcript takes more
 
     def feed(self, chunk: bytes) -> None:
         room = self.limits.max_stdout_bytes - len(self.raw)
         if room < len(chunk):
-            self.truncated = True
+            self.truncated = self._over = True
             chunk = chunk[:max(room, 0)]
         self.raw += chunk
-        start = 0
-        while start < len(chunk):
-            end = chunk.find(b"\n", start)
-            piece = chunk[start:] if end < 0 else chunk[start:end]
+        *ended, rest = chunk.split(b"\n")  # in C: a flood of line ends costs no Python loop
+        for piece in ended:
+            if self._full:
+                self.truncated = True
+                return
             self._add(piece)
-            if end < 0:
-                break
             self._end_line()
-            start = end + 1
+        if rest:
+            if self._full:
+                self.truncated = True
+                return
+            self._add(rest)
 
     def _add(self, piece: bytes) -> None:
         if self._cut:
@@ -86,25 +113,63 @@ class _Lines:
 
     def _end_line(self) -> None:
         self.lines.append(self._line.decode("utf-8", errors="replace").rstrip("\r"))
+        if self._cut:
+            self.cut.append(len(self.lines))
         self._line.clear()
         self._cut = False
+        self._full = len(self.lines) >= self.limits.max_lines
 
     def close(self) -> None:
         if self._line:
+            self._cut = self._cut or self._over
             self._end_line()
 
 
-async def _read_stdout(stream: asyncio.StreamReader, lines: _Lines) -> None:
-    while chunk := await stream.read(_CHUNK):
-        lines.feed(chunk)
+class _Output(asyncio.SubprocessProtocol):
+    """An agent process's stdout (as `_Lines`) and stderr tail as they come, and events for
+    its exit and for both pipes closed."""
+
+    def __init__(self, limits: StreamLimits) -> None:
+        self.lines = _Lines(limits)
+        self.tail = bytearray()
+        self.exited = asyncio.Event()
+        self.closed = asyncio.Event()
+        self._keep = limits.stderr_tail_bytes
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        chunk = data.encode() if isinstance(data, str) else data
+        if fd == 1:
+            self.lines.feed(chunk)
+        else:
+            self.tail += chunk
+            del self.tail[:max(len(self.tail) - self._keep, 0)]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open.discard(fd)
+        if not self._open:
+            self.closed.set()
+
+    def process_exited(self) -> None:
+        self.exited.set()
 
 
-async def _read_tail(stream: asyncio.StreamReader, keep: int) -> bytes:
-    tail = bytearray()
-    while chunk := await stream.read(_CHUNK):
-        tail += chunk
-        del tail[:max(len(tail) - keep, 0)]
-    return bytes(tail)
+class _Child:
+    """A spawned group leader: its pid, exit code, and a wait for its exit alone (asyncio's
+    Process.wait also waits for its pipes to close)."""
+
+    def __init__(self, transport: asyncio.SubprocessTransport, output: _Output) -> None:
+        self.transport = transport
+        self.output = output
+        self.pid = transport.get_pid()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.transport.get_returncode()
+
+    async def wait(self) -> int | None:
+        await self.output.exited.wait()
+        return self.returncode
 
 
 def _members(pgid: int) -> list[int]:
@@ -128,7 +193,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-async def kill_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+async def kill_group(proc: _Child, grace_s: float) -> None:
     """End process group `proc.pid`: SIGTERM, then SIGKILL after `grace_s` to whatever is
     left, and wait until the leader is reaped and no live member remains."""
     pgid = proc.pid
@@ -138,7 +203,7 @@ async def kill_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
     await end_group(proc)
 
 
-async def end_group(proc: asyncio.subprocess.Process) -> None:
+async def end_group(proc: _Child) -> None:
     """SIGKILL what is left of process group `proc.pid` and wait for all of it."""
     pgid = proc.pid
     _signal_group(pgid, signal.SIGKILL)
@@ -165,14 +230,11 @@ async def run_process(argv: Sequence[str], *, cwd: str | None, env: Mapping[str,
     OSError when the program cannot be started (missing, not executable, bad cwd).
     """
     began = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        start_new_session=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    lines = _Lines(limits)
-    reading = asyncio.gather(_read_stdout(proc.stdout, lines),
-                             _read_tail(proc.stderr, limits.stderr_tail_bytes))
+    output = _Output(limits)
+    transport, _ = await asyncio.get_running_loop().subprocess_exec(
+        lambda: output, *argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = _Child(transport, output)
     timed_out = False
     try:
         try:
@@ -183,17 +245,18 @@ async def run_process(argv: Sequence[str], *, cwd: str | None, env: Mapping[str,
             await kill_group(proc, limits.kill_grace_s)
         else:
             await end_group(proc)  # what it left behind holds the pipes open
-        _, tail = await reading
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(output.closed.wait(), DRAIN_S)
     except BaseException:
-        reading.cancel()
         # Cancelled (or failing) mid-run: end the group whatever happens to this task next.
         ending = asyncio.ensure_future(kill_group(proc, limits.kill_grace_s))
         with contextlib.suppress(BaseException):
             await asyncio.shield(ending)
-        with contextlib.suppress(BaseException):
-            await reading
         raise
+    finally:
+        transport.close()
+    lines = output.lines
     lines.close()
-    return ProcessOutcome(bytes(lines.raw), tuple(lines.lines), tail, proc.returncode,
-                          timed_out, lines.truncated,
-                          int((time.perf_counter() - began) * 1000))
+    return ProcessOutcome(bytes(lines.raw), tuple(lines.lines), bytes(output.tail),
+                          proc.returncode, timed_out, lines.truncated,
+                          int((time.perf_counter() - began) * 1000), tuple(lines.cut))

@@ -98,7 +98,18 @@ def _find(program: Program) -> tuple[str | None, str | None]:
 
 def check_program(program: Program) -> ProgramStatus:
     """Find `program` and read its version (blocking: it runs the program; call it in a
-    thread from async code)."""
+    thread from async code). Whatever goes wrong is the status's problem, never raised: a
+    check that raised would leave the program unchecked, and its runs dispatched."""
+    try:
+        return _check(program)
+    except Exception as exc:  # a path the OS refuses, a version past int()'s digit limit...
+        where = program.field
+        return ProgramStatus(program, None, None, (
+            f"{where}: {program.argv0} could not be checked ({type(exc).__name__}: "
+            f"{str(exc)[:200]}) — check that {where} names the right program"))
+
+
+def _check(program: Program) -> ProgramStatus:
     path, problem = _find(program)
     if path is None:
         return ProgramStatus(program, None, None, problem)

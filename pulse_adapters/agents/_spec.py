@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 
@@ -47,6 +49,9 @@ class DispatchPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     def __post_init__(self) -> None:
         if not self.stuck_after_s > 0:
             raise ValueError(f"`stuck_after_s` must be > 0 seconds (got {self.stuck_after_s})")
+        if not math.isfinite(self.stuck_after_s):
+            raise ValueError(f"`stuck_after_s` must be a finite number of seconds (got "
+                             f"{self.stuck_after_s})")
         if self.max_requeues < 0:
             raise ValueError(f"`max_requeues` must be >= 0 (got {self.max_requeues})")
 

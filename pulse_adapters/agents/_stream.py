@@ -16,23 +16,27 @@ class AgentOutputError(PulseError):
 
 class AgentStream(msgspec.Struct, frozen=True):
     """An agent process's output: stdout as lines (UTF-8, bad bytes replaced, without line
-    ends), the tail of stderr, the exit code, and whether a bound cut the output."""
+    ends), the tail of stderr, the exit code, whether a bound cut the output, and the numbers
+    (from 1) of the lines a bound cut short."""
 
     lines: tuple[str, ...]
     stderr_tail: str
     exit_code: int | None
     truncated: bool = False
+    cut_lines: tuple[int, ...] = ()
 
     def json_lines(self) -> list[dict[str, Any]]:
-        """Every non-empty stdout line as a JSON object (NDJSON); AgentOutputError naming the
-        first line that is not one."""
+        """Every non-empty stdout line as a JSON object (NDJSON), leaving out the lines a
+        bound cut short (`cut_lines`: what is left of them is not the event they were);
+        AgentOutputError naming the first other line that is not one."""
         found: list[dict[str, Any]] = []
+        cut = frozenset(self.cut_lines)
         for number, line in enumerate(self.lines, start=1):
-            if not line.strip():
+            if not line.strip() or number in cut:
                 continue
             try:
                 value = msgspec.json.decode(line)
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, RecursionError) as exc:  # or nested too deep to decode
                 raise AgentOutputError(f"stdout line {number} is not JSON ({exc}): "
                                        f"{line[:200]!r}") from None
             if not isinstance(value, dict):

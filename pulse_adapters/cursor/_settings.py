@@ -8,6 +8,7 @@ CURSOR_API_KEY in the engine's environment.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ class CursorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                              "for the CLI's default")
         if not self.run_timeout_s > 0:
             raise ValueError(f"`run_timeout_s` must be > 0 seconds (got {self.run_timeout_s})")
+        if not math.isfinite(self.run_timeout_s):
+            raise ValueError(f"`run_timeout_s` must be a finite number of seconds (got "
+                             f"{self.run_timeout_s})")
         for arg in self.extra_args:
             flag = arg.split("=", 1)[0]
             if flag in _OWN_FLAGS:

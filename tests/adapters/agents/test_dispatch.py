@@ -88,12 +88,15 @@ async def test_two_engines_racing_on_one_log_run_each_task_once(tmp_path: Path) 
         ids = await _create(engines[0], 5, prompt="slow")
         await asyncio.gather(*(e.tick() for e in engines))  # both see every task pending
         runs = await engines[0].events.read(kinds=["effect"])
-        assert len(runs) == 10  # each engine decided every task: the executors must refuse
+        # Mostly each engine decides every task (10): the executors must refuse the second.
+        # The second tick may see the first one's runs pending already, and skip those.
+        assert 5 <= len(runs) <= 10
         await asyncio.gather(*(e.executor_loop.run_until_idle() for e in engines))
         await _assert_each_ran_once(engines[0], ids)
         refused = [a.data["result"] for a in await engines[0].events.read(kinds=["effect-acked"])
                    if not a.data["result"]["dispatched"]]
-        assert len(refused) == 5 and all("version" in r["reason"] for r in refused)
+        assert len(refused) == len(runs) - 5
+        assert all("version" in r["reason"] for r in refused)
     finally:
         for engine in engines:
             await engine.close()
