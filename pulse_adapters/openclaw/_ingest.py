@@ -5,7 +5,9 @@ cursor (`openclaw-transcript-read` at key `openclaw-transcript:<agent>:<session 
 or assistant message becomes a `human-exchange` of the configured identity (role `human` or
 `agent`, record `openclaw-<message id>`); a row that is not a readable entry is recorded as
 `openclaw-transcript-malformed` and skipped. The exchanges, the malformed records and the
-cursor's advance are one append with the cursor's expected version: each message once.
+cursor's advance are one append with the cursor's expected version: each message once. A
+store that cannot be read (locked, corrupt, replaced) is recorded as an `error` at key
+`service:openclaw-transcripts`, once until the problem changes, and read again next time.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pulse_adapters.openclaw._kinds import (
 )
 from pulse_adapters.openclaw._settings import TranscriptSettings
 from pulse_adapters.openclaw._store import AgentStore, TranscriptRow
-from pulse_core import EventDraft, EventStore, VersionConflict
+from pulse_core import EventDraft, EventStore, VersionConflict, error_draft
 from pulse_core.memory import exchange_draft
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ def message_of(row: TranscriptRow) -> tuple[str, str, str] | None:
         entry = json.loads(row.text)
     except ValueError as exc:
         raise Malformed(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise Malformed("JSON nested too deeply to read") from None
     if not isinstance(entry, dict):
         raise Malformed(f"a JSON {type(entry).__name__}, not an entry object")
     if entry.get("type") != "message":
@@ -59,7 +63,8 @@ def message_of(row: TranscriptRow) -> tuple[str, str, str] | None:
     message, entry_id = entry.get("message"), entry.get("id")
     if not isinstance(message, dict) or not isinstance(entry_id, str) or not entry_id:
         raise Malformed("a message entry without an id or a message object")
-    role = ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    given = message.get("role")
+    role = ROLES.get(given) if isinstance(given, str) else None
     provenance = message.get("provenance")
     if role is None or (isinstance(provenance, dict)
                         and provenance.get("kind") == "internal_system"):
@@ -90,11 +95,20 @@ class TranscriptIngest:
         self.cursors: dict[str, tuple[int, int]] = {}  # session id -> (seq, cursor version)
 
     async def __call__(self, engine: Engine) -> None:
+        problem: str | None = None  # the store's last error, recorded once until it changes
         while True:
             try:
                 await self.ingest(engine.events)
-            except sqlite3.Error as exc:  # locked, or not yet created: the next read may do
-                log.warning("pulse: openclaw transcripts: %s: %s", self.store.path, exc)
+                problem = None
+            except sqlite3.Error as exc:  # locked, corrupt, replaced: the next read may do
+                said = f"{self.store.path}: {type(exc).__name__}: {exc}"
+                if said != problem:
+                    log.warning("pulse: openclaw transcripts: cannot read %s — retrying every "
+                                "%g s", said, self.settings.interval_s)
+                    await engine.events.append([error_draft(
+                        f"service:{self.name}", exc, {"store": str(self.store.path)},
+                        host=engine.host or "")])
+                problem = said
             await asyncio.sleep(self.settings.interval_s)
 
     async def ingest(self, events: EventStore) -> int:
@@ -108,7 +122,7 @@ class TranscriptIngest:
                                                self.settings.batch)
                 if not rows:
                     break
-                drafts = self._drafts(session_id, rows)
+                drafts, messages = self._drafts(session_id, rows)
                 key = transcript_key(self.store.agent, session_id)
                 try:
                     await events.append(drafts, expect={key: version})
@@ -116,7 +130,7 @@ class TranscriptIngest:
                     self.cursors.pop(session_id, None)
                     seq, version = await self._cursor(events, session_id)
                     continue
-                written += len(drafts) - 1
+                written += messages
                 seq, version = rows[-1].seq, version + 1
                 self.cursors[session_id] = (seq, version)
         return written
@@ -129,7 +143,8 @@ class TranscriptIngest:
                 else (-1, 0)
         return self.cursors[session_id]
 
-    def _drafts(self, session_id: str, rows: list[TranscriptRow]) -> list[EventDraft]:
+    def _drafts(self, session_id: str, rows: list[TranscriptRow]
+                ) -> tuple[list[EventDraft], int]:
         agent = self.store.agent
         drafts: list[EventDraft] = []
         messages = 0
@@ -154,4 +169,4 @@ class TranscriptIngest:
                                  TranscriptRead(agent=agent, session_id=session_id,
                                                 seq=rows[-1].seq, messages=messages),
                                  origin=ORIGIN))
-        return drafts
+        return drafts, messages

@@ -6,7 +6,8 @@ appended to the session's transcript with the Gateway RPC `chat.inject` (through
 `openclaw gateway call`), labelled `pulse:<effect id>`, and recorded as
 `openclaw-notice-delivered` at key `openclaw-notice:<effect id>` with expected version 0.
 `chat.inject` takes no idempotency key, so before each delivery the transcript is searched for
-the label: a delivery that landed before a crash is recorded, never repeated.
+the label: a delivery that landed before a crash is recorded, never repeated. Each attempt is
+claimed in the log first, so two engines on one log never deliver the same notice at once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import time
+import uuid
 from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from pulse_adapters.agents import ProgramCheck
 from pulse_adapters.openclaw._cli import OpenClawCli
@@ -28,7 +35,15 @@ from pulse_adapters.openclaw._kinds import (
 )
 from pulse_adapters.openclaw._settings import OpenClawSettings
 from pulse_adapters.openclaw._store import AgentStore
-from pulse_core import Backoff, Event, EventDraft, EventStore, VersionConflict, register_kind
+from pulse_core import (
+    Backoff,
+    Event,
+    EventDraft,
+    EventStore,
+    VersionConflict,
+    redact_urls,
+    register_kind,
+)
 
 if TYPE_CHECKING:
     from pulse_core import Engine
@@ -39,22 +54,43 @@ STARTED = "openclaw-notices-started"
 STARTED_KEY = "openclaw-notices"
 ORIGIN = "executor:openclaw-notices"
 MAX_TEXT = 4_000
+HIDDEN = frozenset({"type", "env"})
+
+CLAIMED = "openclaw-notice-claimed"
+CLAIM_POLL_S = 0.5
 
 register_kind(STARTED, "the openclaw notice service's first start; data: seq (notices of "
                        "effects after it are delivered); key: openclaw-notices, written once")
+register_kind(CLAIMED, "an engine attempts a notice's delivery; key: "
+                       "openclaw-notice-attempt:<effect id>; data: owner, host, pid, started, "
+                       "until_ms (the claim's lease)")
+
+
+def attempt_key(effect_id: str) -> str:
+    """The key of an effect's delivery attempts: claims and failures."""
+    return f"openclaw-notice-attempt:{effect_id}"
+
+
+def _started(pid: int) -> float:
+    """When process `pid` started; 0.0 when there is none."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, ValueError):
+        return 0.0
 
 
 def notice_text(effect: dict[str, Any]) -> str:
     """What the agent reads: a notify effect's level, topic and text; another effect's
-    tag and fields."""
+    tag and fields, never its `env` (a restart's environment may hold credentials), their URLs
+    cut to scheme and host."""
     tag = effect.get("type", "effect")
     if isinstance(effect.get("text"), str):
         level = effect.get("level") or "notice"
         topic = f" ({effect['topic']})" if effect.get("topic") else ""
         text = f"[pulse] {level}{topic}: {effect['text']}"
     else:
-        fields = ", ".join(f"{k}={v!r}" for k, v in effect.items() if k != "type")
-        text = f"[pulse] {tag}: {fields}"
+        fields = ", ".join(f"{k}={v!r}" for k, v in effect.items() if k not in HIDDEN)
+        text = redact_urls(f"[pulse] {tag}: {fields}")
     return text[:MAX_TEXT]
 
 
@@ -73,16 +109,19 @@ class NoticeDelivery:
         notices = settings.notices
         self.effects = frozenset(notices.effects)
         self.session_key = settings.notice_session()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.host = socket.gethostname()
         self.backoff = Backoff(initial_ms=int(notices.retry_initial_s * 1000), factor=2.0,
                                max_ms=int(notices.retry_max_s * 1000))
 
     async def cursor(self, events: EventStore) -> int:
-        """The seq after which effects are still to be settled (first start: the log's head,
-        recorded)."""
+        """The seq after which effects are still to be settled (first start: the engine's
+        `engine-started`, recorded)."""
         delivered = await events.read(kinds=[NOTICE_DELIVERED], newest_first=True, limit=1)
         started = await events.read(key=STARTED_KEY, limit=1)
-        if not started:
-            head = await events.last_seq()
+        if not started:  # from this engine's start: an effect appended since is not skipped
+            opened = await events.read(kinds=["engine-started"], newest_first=True, limit=1)
+            head = opened[0].seq if opened else await events.last_seq()
             try:
                 result = await events.append(
                     [EventDraft(STARTED, STARTED_KEY, {"seq": head}, origin=ORIGIN)],
@@ -101,10 +140,15 @@ class NoticeDelivery:
                 await self.settle(events, event, body)
 
     async def settle(self, events: EventStore, event: Event, effect: dict[str, Any]) -> None:
-        """Deliver the effect of `event` unless it already was; retry until it is."""
+        """Deliver the effect of `event` unless it already was; retry until it is. Each
+        attempt is claimed first (`openclaw-notice-claimed` at the attempt key, with that key's
+        expected version), so engines sharing the log never deliver one notice at once."""
         effect_id, key = event.key, notice_key(event.key)
         attempt = 0
         while await events.head(key) == 0:
+            if not await self.claim(events, effect_id, event.seq):
+                await asyncio.sleep(CLAIM_POLL_S)  # another engine delivers it now
+                continue
             try:
                 message_id, recovered = await self.deliver(effect_id, effect)
             except Exception as exc:
@@ -114,7 +158,7 @@ class NoticeDelivery:
                 log.warning("pulse: openclaw notice %s failed (attempt %d, again in %d ms): %s",
                             effect_id, attempt, delay, error)
                 await events.append([EventDraft(
-                    NOTICE_FAILED, f"openclaw-notice-attempt:{effect_id}",
+                    NOTICE_FAILED, attempt_key(effect_id),
                     NoticeFailed(effect_id=effect_id, attempt=attempt, error=error,
                                  retry_in_ms=delay), origin=ORIGIN, cause=event.seq)])
                 await asyncio.sleep(delay / 1000)
@@ -126,6 +170,33 @@ class NoticeDelivery:
                 await events.append([EventDraft(NOTICE_DELIVERED, key, record, origin=ORIGIN,
                                                 cause=event.seq)], expect={key: 0})
             return
+
+    async def claim(self, events: EventStore, effect_id: str, cause: int) -> bool:
+        """Whether this service may attempt the delivery now: no live claim of another
+        engine stands (one ends with its lease, or at once when its process on this host is
+        gone), and this one's claim was appended first."""
+        where = attempt_key(effect_id)
+        last = await events.read(key=where, newest_first=True, limit=1)
+        if last and last[0].kind == CLAIMED and self._held_elsewhere(last[0].data):
+            return False
+        lease_s = 2 * (self.settings.notices.timeout_s + 15)  # the CLI call's own limit, twice
+        claim = {"effect_id": effect_id, "owner": self.owner, "host": self.host,
+                 "pid": os.getpid(), "started": _started(os.getpid()),
+                 "until_ms": int((time.time() + lease_s) * 1000)}
+        try:
+            await events.append([EventDraft(CLAIMED, where, claim, origin=ORIGIN, cause=cause)],
+                                expect={where: last[0].version if last else 0})
+        except VersionConflict:
+            return False
+        return True
+
+    def _held_elsewhere(self, claim: Any) -> bool:
+        if not isinstance(claim, dict) or claim.get("owner") == self.owner:
+            return False
+        if claim.get("host") == self.host and _started(int(claim.get("pid", 0))) != \
+                claim.get("started"):
+            return False  # its process on this host is gone (or the pid is another's now)
+        return bool(int(claim.get("until_ms", 0)) > time.time() * 1000)
 
     async def deliver(self, effect_id: str, effect: dict[str, Any]) -> tuple[str | None, bool]:
         """(message id, recovered): the notice appended to the session now, or found there

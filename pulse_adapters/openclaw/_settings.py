@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +20,10 @@ MIN_VERSION = "2026.9.6"
 """The oldest OpenClaw this layer was tested with."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names that hold a credential: `env` goes into every gateway restart's `restart-process`
+# effect, and the log is never scrubbed.
+_SECRET_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD",
+                           "CREDENTIAL", "CREDENTIALS"})
 
 
 class OpenClawSettingsError(LayerError):
@@ -29,10 +34,11 @@ def _bad(field: str, problem: str) -> OpenClawSettingsError:
     return OpenClawSettingsError(f"layers.{LAYER}.{field} {problem}")
 
 
-def _positive(struct: msgspec.Struct, where: str, *names: str) -> None:
+def _positive(struct: msgspec.Struct, where: str, *names: str, unit: str = " seconds") -> None:
     for name in names:
-        if getattr(struct, name) <= 0:
-            raise _bad(f"{where}{name}", f"must be > 0 seconds (got {getattr(struct, name)!r})")
+        value = getattr(struct, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise _bad(f"{where}{name}", f"must be a finite number > 0{unit} (got {value!r})")
 
 
 class GatewaySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -79,7 +85,7 @@ class ModelSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
             raise _bad("model.base_url", f"must start with http:// or https:// (got "
                                          f"{self.base_url!r})")
-        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+        if self.api_key_env is not None and not _ENV_NAME.fullmatch(self.api_key_env):
             raise _bad("model.api_key_env", "must be the NAME of an environment variable, "
                                             "not the key itself")
         _positive(self, "model.", "interval_s", "probe_timeout_s")
@@ -118,7 +124,8 @@ class TranscriptSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
         if not self.identity.strip():
             raise _bad("transcripts.identity", "must name the memory identity the agent's "
                                                "conversations are about, e.g. \"owner\"")
-        _positive(self, "transcripts.", "interval_s", "batch")
+        _positive(self, "transcripts.", "interval_s")
+        _positive(self, "transcripts.", "batch", unit=" rows")
 
 
 class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -143,6 +150,15 @@ class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
         if not re.match(r"^[a-z0-9][a-z0-9_-]*$", self.agent):
             raise _bad("agent", f"must be an OpenClaw agent id like \"main\" (got {self.agent!r})")
         _positive(self, "", "cli_timeout_s", "sessions_interval_s")
+        for name, value in self.env.items():
+            if not _ENV_NAME.fullmatch(name) or "\0" in value:
+                raise _bad(f"env.{name}", "must be a variable NAME (letters, digits, _) with a "
+                                          "value without NUL bytes")
+            if _SECRET_WORDS & set(name.upper().split("_")):
+                raise _bad(f"env.{name}", "looks like a credential: env is recorded in the log "
+                                          "with every gateway restart — set it in the daemon's "
+                                          "own environment (OpenClaw's commands and the gateway "
+                                          "inherit it)")
 
     def resolved_state_dir(self) -> Path:
         """The OpenClaw state folder this layer reads."""

@@ -21,7 +21,8 @@ BUSY_TIMEOUT_MS = 2_000
 
 @dataclass(frozen=True)
 class TranscriptRow:
-    """One stored transcript entry: `text` is its JSON, None when stored compressed."""
+    """One stored transcript entry: `text` is its JSON, None when stored compressed (bytes
+    that are not UTF-8 are read as U+FFFD)."""
 
     session_id: str
     seq: int
@@ -62,11 +63,14 @@ class AgentStore:
     def rows_after(self, session_id: str, seq: int, limit: int) -> list[TranscriptRow]:
         """Up to `limit` rows of `session_id` after `seq`, oldest first (blocking)."""
         with self._reading() as db:
+            # as bytes: sqlite3 refuses a whole fetch over one TEXT value that is not UTF-8
             rows = db.execute(
-                "SELECT session_id, seq, event_json FROM transcript_events "
+                "SELECT session_id, seq, CAST(event_json AS BLOB) FROM transcript_events "
                 "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (session_id, seq, limit)).fetchall()
-        return [TranscriptRow(str(sid), int(n), text) for sid, n, text in rows]
+        return [TranscriptRow(str(sid), int(n), None if raw is None
+                              else bytes(raw).decode(errors="replace"))
+                for sid, n, raw in rows]
 
     def find_text(self, session_key: str, needle: str) -> bool:
         """Whether a stored entry of a session under `session_key` contains `needle`."""
