@@ -10,12 +10,18 @@ SURVIVAL_TAGS = frozenset(
 
 
 class RestartProcess(Effect, tag="restart-process"):
-    """Start an essential process again, detached, from its argv."""
+    """Start an essential process again, detached, from its argv.
+
+    `env_names` names the variables its configured `env` adds; their values are taken from
+    the configuration when the restart runs, never stored in the log (they may be secrets).
+    `env` holds values only in effects written before that, and is still honoured.
+    """
 
     name: str
     argv: tuple[str, ...]
     cwd: str | None = None
     env: dict[str, str] = {}  # noqa: RUF012 - msgspec copies mutable defaults
+    env_names: tuple[str, ...] = ()
     pidfile: str | None = None
     log: str | None = None
     reason: str = ""

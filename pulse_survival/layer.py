@@ -80,6 +80,7 @@ def survival_layer(config: SurvivalConfig, home: Path,
         raise SurvivalConfigError(
             f"essential process names must be unique across survival.processes and the "
             f"layers' essentials; repeated: {', '.join(repeated)} — rename one")
+    restartable = (*processes, *((config.llm.restart,) if config.llm.restart else ()))
     disks = config.disk_paths or (str(home),)
     watchers: tuple[Watcher, ...] = (
         SystemResourceWatcher(disks, config.resource.memory_pct, config.resource.disk_pct,
@@ -99,7 +100,7 @@ def survival_layer(config: SurvivalConfig, home: Path,
         ErrorEscalate(config.error_log),
     )
     executors: tuple[Executor, ...] = (
-        RestartProcessExecutor(HomeLayout.at(home).logs),
+        RestartProcessExecutor(HomeLayout.at(home).logs, restartable),
         FileArchiveExecutor(home),
         NotifyExecutor(config.notify),
         RollbackExecutor(directory or NoEngineDirectory()),

@@ -6,10 +6,11 @@ import asyncio
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pulse_core import ExecutionContext, Executor
+from pulse_core import Essential, ExecutionContext, Executor
 from pulse_survival.effects import RestartProcess
 
 
@@ -23,7 +24,9 @@ def write_pidfile(path: Path, pid: int) -> None:
 
 
 class RestartProcessExecutor(Executor):
-    """Starts `argv` (never through a shell) in a new session, stdout and stderr to its log.
+    """Starts `argv` (never through a shell) in a new session, stdout and stderr to its log,
+    with the engine's environment and the process's configured `env` (from `processes`, by
+    name: the effect in the log names the variables, never their values).
 
     Children that exit are reaped on the next restart, so none lingers as a zombie.
     """
@@ -32,8 +35,9 @@ class RestartProcessExecutor(Executor):
     timeout = 15.0
     max_attempts = 2
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, processes: Sequence[Essential] = ()) -> None:
         self.log_dir = log_dir
+        self.environments = {spec.name: dict(spec.env) for spec in processes}
         self._children: list[subprocess.Popen[bytes]] = []
 
     def _spawn(self, effect: RestartProcess) -> int:
@@ -45,7 +49,8 @@ class RestartProcessExecutor(Executor):
         # A new log is the owner's only (0600): a process's output may hold its secrets.
         with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
             child = subprocess.Popen(
-                list(effect.argv), cwd=effect.cwd, env={**os.environ, **effect.env},
+                list(effect.argv), cwd=effect.cwd,
+                env={**os.environ, **effect.env, **self.environments.get(effect.name, {})},
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True,
             )

@@ -23,8 +23,9 @@ HOUR_MS = 3_600_000
 
 def restart_of(spec: Essential, reason: str) -> RestartProcess:
     """The restart effect for an essential process."""
-    return RestartProcess(name=spec.name, argv=spec.argv, cwd=spec.cwd, env=dict(spec.env),
-                          pidfile=spec.pidfile, log=spec.log, reason=reason)
+    return RestartProcess(name=spec.name, argv=spec.argv, cwd=spec.cwd,
+                          env_names=tuple(sorted(spec.env)), pidfile=spec.pidfile,
+                          log=spec.log, reason=reason)
 
 
 def restart_backoff(initial_s: float, max_s: float) -> Backoff:

@@ -82,6 +82,32 @@ async def test_a_process_another_layer_declares_essential_is_kept_alive_by_survi
         await engine.close()
 
 
+async def test_a_restart_takes_its_env_from_the_config_and_never_writes_the_values_to_the_log(
+    tmp_path: Path, reaper: list[int]
+) -> None:
+    pidfile, out = tmp_path / "bot.pid", tmp_path / "bot.out"
+    code = (f"import os, time; open({str(out)!r}, 'w').write(os.environ['BOT_TOKEN']); "
+            "time.sleep(120)")
+    spec = Essential(name="bot", argv=(sys.executable, "-c", code), pidfile=str(pidfile),
+                     env={"BOT_TOKEN": "s3cr3t-value"}, log=str(tmp_path / "bot.log"))
+    engine = Engine(tmp_path / "home", layers=[Layer("agent-host", essentials=(spec,))])
+    await engine.open()
+    try:
+        await engine.step()
+        (acked,) = await engine.events.read(kinds=["effect-acked"])
+        reaper.append(acked.data["result"]["pid"])
+        for _ in range(100):
+            if out.exists() and out.read_text():
+                break
+            await asyncio.sleep(0.05)
+        assert out.read_text() == "s3cr3t-value"
+        (restart,) = await engine.events.read(kinds=["effect"])
+        assert restart.data["effect"]["env_names"] == ["BOT_TOKEN"]
+    finally:
+        await engine.close()
+    assert b"s3cr3t-value" not in (tmp_path / "home" / "events.db").read_bytes()
+
+
 def test_a_layer_essential_named_like_a_survival_process_is_refused(tmp_path: Path) -> None:
     spec = Essential(name="bot", match_cmdline="bot --serve")
     with pytest.raises(LayerError, match=r"SurvivalConfigError: .* repeated: bot"):
