@@ -20,10 +20,6 @@ MIN_VERSION = "2026.9.6"
 """The oldest OpenClaw this layer was tested with."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Names that hold a credential: `env` goes into every gateway restart's `restart-process`
-# effect, and the log is never scrubbed.
-_SECRET_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD",
-                           "CREDENTIAL", "CREDENTIALS"})
 
 
 class OpenClawSettingsError(LayerError):
@@ -154,11 +150,6 @@ class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
             if not _ENV_NAME.fullmatch(name) or "\0" in value:
                 raise _bad(f"env.{name}", "must be a variable NAME (letters, digits, _) with a "
                                           "value without NUL bytes")
-            if _SECRET_WORDS & set(name.upper().split("_")):
-                raise _bad(f"env.{name}", "looks like a credential: env is recorded in the log "
-                                          "with every gateway restart — set it in the daemon's "
-                                          "own environment (OpenClaw's commands and the gateway "
-                                          "inherit it)")
 
     def resolved_state_dir(self) -> Path:
         """The OpenClaw state folder this layer reads."""

@@ -264,10 +264,6 @@ def test_a_restart_effect_becomes_a_notice_without_its_environment() -> None:
 
 
 @pytest.mark.parametrize(("settings", "field", "problem"), [
-    ({"env": {"OPENAI_API_KEY": "sk-live-123"}}, "layers.openclaw.env.OPENAI_API_KEY",
-     "credential"),
-    ({"env": {"OPENCLAW_GATEWAY_TOKEN": "t"}}, "layers.openclaw.env.OPENCLAW_GATEWAY_TOKEN",
-     "credential"),
     ({"env": {"A=B": "1"}}, "layers.openclaw.env.A=B", "variable NAME"),
     ({"env": {"PATH": "/bin\0/usr/bin"}}, "layers.openclaw.env.PATH", "NUL"),
     ({"cli_timeout_s": float("nan")}, "layers.openclaw.cli_timeout_s", "finite"),
