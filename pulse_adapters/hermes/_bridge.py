@@ -6,6 +6,10 @@ defaults: its watchers, ticks and notices run while the host runs). When another
 the home (the pulse daemon, or another Hermes), it opens the home's stores instead and writes
 into the log that engine runs on. Work runs one job at a time, in the order it was handed
 over; a job that fails is logged and recorded as an `error` event, never raised to the host.
+A wait of the host's that runs out puts the bridge behind: until the jobs handed over by then
+have ended, or one of them has done its work (a slow home, not a stuck one), the host's waits
+return at once, so a locked or dead home costs the host one bounded wait, not one per turn;
+and a wait for a job that does not move gives up after `stall_s` even within its bound.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,15 +43,22 @@ Job = Callable[[EventStore], Awaitable[T]]
 class PulseBridge:
     """A home's engine (or, when the home is taken, its stores) served from a thread.
 
-    `mode` is "opening", then "engine" or "client" ("failed" when the home could not be
-    opened at all: every job is then skipped), and "closed" after `close`. `embed=False`
-    never starts an engine: the bridge is a client of whichever engine runs the home.
+    `mode` is "opening", then "engine" or "client" ("failed" while the home cannot be
+    opened: jobs are skipped, and the first job `reopen_after_s` after a failed opening tries
+    again), and "closed" after `close`. `embed=False` never starts an engine: the bridge is a
+    client of whichever engine runs the home. `flush` and `close` stop waiting after
+    `stall_s` in which no job did its work.
     """
 
-    def __init__(self, home: Path, *, embed: bool = True, name: str = "pulse") -> None:
+    def __init__(self, home: Path, *, embed: bool = True, name: str = "pulse",
+                 reopen_after_s: float = 30.0, stall_s: float = 0.5) -> None:
         self.home = home
         self.embed = embed
         self.name = name
+        self.reopen_after_s = reopen_after_s
+        self.stall_s = stall_s
+        self._reopen_at = 0.0
+        self._problem: str | None = None
         self.mode = "new"
         self.clock: Clock = SystemClock()
         self._engine: Engine | None = None
@@ -58,6 +70,9 @@ class PulseBridge:
         self._serial = asyncio.Lock()
         self._guard = threading.Lock()
         self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._behind: set[concurrent.futures.Future[Any]] = set()  # what a wait ran out on
+        self._worked = 0  # jobs (and openings) that did their work so far
+        self._worked_then = 0  # ... when a wait last ran out
         self._closing = False
 
     @property
@@ -92,40 +107,75 @@ class PulseBridge:
         job failed). A result that comes too late is handed to `late`."""
         if self._closing:
             return None
+        wait = self._wait_s(timeout_s)
         future = self._schedule(self._guarded(job, what))
         try:
-            return future.result(timeout_s)
+            return future.result(wait)
         except concurrent.futures.TimeoutError:
             if late is not None:
                 future.add_done_callback(lambda f: _hand_late(f, late))
-            log.info("%s: %s took longer than %.2f s; not waited for", self.name, what,
-                     timeout_s)
+            self._ran_out(what, wait)
             return None
 
     def flush(self, timeout_s: float) -> bool:
-        """Wait up to `timeout_s` for every job handed over so far; whether they all ended."""
+        """Wait up to `timeout_s` for every job handed over so far, while they move (see
+        `stall_s`); whether they all ended."""
+        wait = self._wait_s(timeout_s)
         with self._guard:
             pending = set(self._pending)
-        if not pending:
-            return True
-        _, left = concurrent.futures.wait(pending, timeout_s)
-        return not left
+        return not pending or self._await(pending, wait, "what was handed over")
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Let the jobs handed over end, close the engine (or the stores) and stop the
-        thread, waiting at most `timeout_s` overall."""
+        thread, waiting at most `timeout_s` overall, and no longer than `stall_s` once no
+        job is doing its work (even when behind: the last chance to write them)."""
         if self._closing or self.mode == "new":
             self._closing = True
             return
         self._closing = True
         future = self._schedule(self._close())
-        try:
-            future.result(timeout_s)
-        except (concurrent.futures.TimeoutError, Exception) as exc:
-            log.warning("%s: close did not finish within %.1f s (%s)", self.name, timeout_s,
-                        type(exc).__name__)
+        if not self._await({future}, timeout_s, "close"):
+            log.warning("%s: close did not finish; the jobs still waiting are dropped",
+                        self.name)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout_s)
+        self._thread.join(self.stall_s)
+
+    def _await(self, futures: set[concurrent.futures.Future[Any]], timeout_s: float,
+               what: str) -> bool:
+        """Wait for `futures` at most `timeout_s`, giving up after a `stall_s` in which no
+        job did its work; whether they all ended."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while (left_s := deadline - time.monotonic()) > 0:
+            with self._guard:
+                worked = self._worked
+            _, left = concurrent.futures.wait(futures, min(self.stall_s, left_s))
+            if not left:
+                return True
+            with self._guard:
+                if self._worked == worked:
+                    break  # stuck, not slow
+        self._ran_out(what, time.monotonic() - started)
+        return False
+
+    def _wait_s(self, timeout_s: float) -> float:
+        """`timeout_s`, or 0 while the jobs a wait ran out on have not all ended."""
+        with self._guard:
+            if self._behind & self._pending and self._worked == self._worked_then:
+                return 0.0
+            if self._behind:
+                self._behind = set()
+                log.info("%s: caught up with the jobs handed over; waiting again", self.name)
+        return timeout_s
+
+    def _ran_out(self, what: str, wait: float) -> None:
+        with self._guard:
+            self._behind |= self._pending
+            self._worked_then = self._worked
+        if wait > 0:
+            log.warning("%s: %s not done within %.2f s; not waited for until the bridge "
+                        "catches up (is the home %s locked or slow?)", self.name, what, wait,
+                        self.home)
 
     # -- on the bridge's loop ----------------------------------------------------------------
 
@@ -145,15 +195,23 @@ class PulseBridge:
             return await work
 
     async def _guarded(self, job: Job[T], what: str) -> T | None:
+        if self.mode == "failed" and time.monotonic() >= self._reopen_at:
+            await self._open()
         store = self._store
         if store is None:
-            return None  # the home did not open: said once, at open
+            return None  # the home is not open: said at the failed opening
         try:
-            return await job(store)
+            result = await job(store)
         except Exception as exc:
             log.warning("%s: %s failed: %s: %s", self.name, what, type(exc).__name__, exc)
             await self._record(what, exc)
             return None
+        self._did_work()
+        return result
+
+    def _did_work(self) -> None:
+        with self._guard:
+            self._worked += 1
 
     async def _record(self, what: str, exc: Exception) -> None:
         if self._store is None:
@@ -168,15 +226,25 @@ class PulseBridge:
         try:
             if self.embed and await self._open_engine():
                 self.mode = "engine"
-                return
-            self._stores = await open_home(self.home, clock=self.clock)
-            self._store = self._stores.events
-            self.mode = "client"
+            else:
+                self._stores = await open_home(self.home, clock=self.clock)
+                self._store = self._stores.events
+                self.mode = "client"
         except Exception as exc:
             self.mode = "failed"
-            log.error("%s: cannot open the pulse home %s: %s: %s — the plugin records "
-                      "nothing until Hermes restarts", self.name, self.home,
-                      type(exc).__name__, exc)
+            self._reopen_at = time.monotonic() + self.reopen_after_s
+            problem = f"{type(exc).__name__}: {exc}"
+            if problem != self._problem:
+                log.error("%s: cannot open the pulse home %s: %s — nothing is recorded until "
+                          "it opens (tried again every %g s)", self.name, self.home, problem,
+                          self.reopen_after_s)
+            self._problem = problem
+            return
+        self._did_work()
+        if self._problem is not None:
+            log.warning("%s: the pulse home %s is open (%s) after all", self.name, self.home,
+                        self.mode)
+            self._problem = None
 
     async def _open_engine(self) -> bool:
         engine = Engine(self.home)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,24 +67,20 @@ class HermesRunExecutor(AgentRunExecutor):
         return None if self.settings.workdir is None else Path(self.settings.workdir).expanduser()
 
     def env(self, run: AgentRun) -> Mapping[str, str]:
-        env = {"PULSE_HOME": str(self.pulse_home), "PULSE_HERMES_EMBED": "0",
-               "PULSE_HERMES_NOTICES": "0", "PULSE_HERMES_TASK": run.task_id,
-               **self.settings.model.run_env()}
-        if self.settings.home is not None:
-            env["HERMES_HOME"] = str(self.settings.hermes_home())
-        if not self.settings.lazy_installs:
-            env["HERMES_DISABLE_LAZY_INSTALLS"] = "1"
-        return env
+        return {"PULSE_HOME": str(self.pulse_home), "PULSE_HERMES_EMBED": "0",
+                "PULSE_HERMES_NOTICES": "0", "PULSE_HERMES_TASK": run.task_id,
+                **self.settings.model.run_env(), **self.settings.hermes_env()}
 
     def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
-        response = "\n".join(stream.lines).strip()
-        usage = self._usage(run)
+        scrub = _scrubber(self.settings.model.api_key())
+        response = scrub("\n".join(stream.lines).strip())
+        usage = json.loads(scrub(json.dumps(self._usage(run))))
         session = usage.get("session_id")
         session = session if isinstance(session, str) else None
         if usage.get("failed") or usage.get("completed") is False:
             why = usage.get("failure") or response or "no reason given"
             return AgentResult(ok=False, session=session,
-                               error=f"Hermes reports the run failed: {str(why)[:500]}")
+                               error=f"Hermes reports the run failed: {scrub(str(why))[:500]}")
         if not response:
             raise AgentOutputError("hermes printed no response on stdout")
         return AgentResult(result={"response": response, "usage": usage}, session=session)
@@ -104,3 +100,14 @@ class HermesRunExecutor(AgentRunExecutor):
         if not isinstance(usage, dict):
             raise AgentOutputError(f"hermes' usage report {report} is not a JSON object")
         return usage
+
+
+_SHORTEST_KEY = 8  # a shorter "key" (a stand-in's "x") is no secret, and scrubbing it mangles
+
+
+def _scrubber(key: str | None) -> Callable[[str], str]:
+    """What takes the run's model key out of a text Hermes printed or reported (a provider
+    that echoes the key in its error would otherwise put it into the log)."""
+    if key is None or len(key) < _SHORTEST_KEY:
+        return lambda text: text
+    return lambda text: text.replace(key, "[api key redacted]")

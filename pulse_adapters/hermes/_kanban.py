@@ -11,17 +11,19 @@ created and assigned in one append is never pending, so no pulse dispatcher hand
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import msgspec
 
-from pulse_core import EventDraft, EventStore, TaskBoard
+from pulse_core import EventDraft, EventStore, TaskBoard, VersionConflict
 
 PROJECT = "hermes-kanban"
 ORIGIN = "agent:hermes-kanban"
 HOOKS = ("kanban_task_claimed", "kanban_task_completed", "kanban_task_blocked")
 _PATH = ("pending", "assigned", "executing", "acked", "closed")
 _FINISHED = frozenset({"closed", "given-up"})
+_ATTEMPTS = 5  # another process moved the task between the read and the append: read again
 
 
 class KanbanTransition(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,8 +66,16 @@ def _step(status: str, change: KanbanTransition, title: str) -> EventDraft:
 
 async def mirror(events: EventStore, change: KanbanTransition, title: str = "") -> int:
     """Append what `change` means for its pulse task; how many transitions were written
-    (0: the task is there already, or finished). VersionConflict when another writer moved
-    the task between the read and the append."""
+    (0: the task is there already, or finished). When another writer (the hook in another
+    Hermes process) moves the task between the read and the append, the task is read again;
+    VersionConflict only when that keeps happening."""
+    for _ in range(_ATTEMPTS - 1):
+        with contextlib.suppress(VersionConflict):
+            return await _mirror_once(events, change, title)
+    return await _mirror_once(events, change, title)
+
+
+async def _mirror_once(events: EventStore, change: KanbanTransition, title: str) -> int:
     task = await TaskBoard(events).state(change.key)
     status = "absent" if task is None else task.status
     if status in _FINISHED:

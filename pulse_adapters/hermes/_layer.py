@@ -21,18 +21,18 @@ from pulse_core import Essential, HomeLayout, Layer, LayerContext, Service, Watc
 def hermes_program(settings: HermesSettings) -> Program:
     """The check of `settings.program`: found, and at least MIN_VERSION by `hermes dump`
     (`hermes --version` asks PyPI whether an update exists; `dump` stays on this machine)."""
-    env = {"HERMES_HOME": str(settings.hermes_home())} if settings.home is not None else {}
     return Program(field=f"{FIELD}.program", argv0=settings.program, min_version=MIN_VERSION,
-                   version_argv=("dump",), env=env,
+                   version_argv=("dump",), env=settings.hermes_env(),
                    install_hint="pip install 'hermes-agent>=0.19.0'")
 
 
 def gateway_essential(settings: HermesSettings, context: LayerContext) -> Essential:
-    """`hermes gateway run --replace` as a process the survival layer keeps alive."""
-    home = settings.hermes_home()
+    """`hermes gateway run --replace` as a process the survival layer keeps alive (never
+    pip-installing a platform's package unless `lazy_installs`)."""
+    env = {**settings.hermes_env(), "HERMES_HOME": str(settings.hermes_home())}
     return Essential(name="hermes-gateway",
                      argv=(settings.program, "gateway", "run", "--replace"),
-                     match_cmdline="hermes gateway run", env={"HERMES_HOME": str(home)},
+                     match_cmdline="hermes gateway run", env=env,
                      log=str(HomeLayout.at(context.home).logs / "hermes-gateway.log"))
 
 

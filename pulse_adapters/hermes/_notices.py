@@ -8,12 +8,16 @@ wins, so a notice reaches one turn, once.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
-from pulse_core import Event, EventDraft, EventStore, VersionConflict, register_kind
+from pulse_core import Event, EventDraft, EventStore, StoreError, VersionConflict, register_kind
+
+log = logging.getLogger("pulse.hermes")
 
 NOTICE_OFFERED = "hermes-notice-offered"
 NOTICE_HEADER = "[pulse] notices from the agent's nervous system (not from the user):"
@@ -66,33 +70,41 @@ class NoticeFollower:
         self.scan_limit = scan_limit
         self._after: int | None = None
 
-    async def claim(self, events: EventStore, now_ms: int, session: str = "") -> list[str]:
-        """The lines of the notices claimed for this turn, oldest first."""
+    async def claim(self, events: EventStore, now_ms: int, session: str = "", *,
+                    until: float | None = None) -> list[str]:
+        """The lines of the notices claimed for this turn, oldest first. None is claimed
+        once `time.monotonic()` passes `until` (the turn stopped waiting: a notice claimed
+        then could reach no one); a store failure ends the claiming, keeping what was
+        claimed so far and leaving the rest for the next call."""
         if not self.tags:
             return []
         if self._after is None:
             found = list(reversed(await events.read(kinds=["effect"], newest_first=True,
                                                     limit=self.scan_limit)))
+            if not found:
+                self._after = await events.last_seq()
         else:
             found = await events.read(self._after, kinds=["effect"])
-        if found:
-            self._after = found[-1].seq
-        elif self._after is None:
-            self._after = await events.last_seq()
         lines = []
         for event in found:
+            if until is not None and time.monotonic() > until:
+                break
             body = _notice_body(event, self.tags)
-            if body is None or now_ms - event.ts > self.max_age_ms:
-                continue
-            offer = NoticeOffered(effect=event.key, tag=str(body["type"]), session=session)
-            draft = EventDraft(NOTICE_OFFERED, notice_key(event.key),
-                               msgspec.to_builtins(offer), origin="agent:hermes",
-                               cause=event.seq)
-            try:
-                await events.append([draft], expect={draft.key: 0})
-            except VersionConflict:
-                continue  # offered already, by another turn or process
-            lines.append(notice_line(body))
+            if body is not None and now_ms - event.ts <= self.max_age_ms:
+                offer = NoticeOffered(effect=event.key, tag=str(body["type"]), session=session)
+                draft = EventDraft(NOTICE_OFFERED, notice_key(event.key),
+                                   msgspec.to_builtins(offer), origin="agent:hermes",
+                                   cause=event.seq)
+                try:
+                    await events.append([draft], expect={draft.key: 0})
+                except VersionConflict:
+                    pass  # offered already, by another turn or process
+                except StoreError as exc:
+                    log.warning("pulse plugin: notice %s not claimed: %s", event.key, exc)
+                    break
+                else:
+                    lines.append(notice_line(body))
+            self._after = event.seq
         return lines
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import functools
 import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,14 @@ import msgspec
 from pulse_adapters.hermes._bridge import PulseBridge
 from pulse_adapters.hermes._kanban import HOOKS as KANBAN_HOOKS
 from pulse_adapters.hermes._kanban import KanbanTransition, kanban_title, mirror
-from pulse_adapters.hermes._memory import SESSION_FOLLOWED, identity_of, session_key
+from pulse_adapters.hermes._memory import (
+    SESSION_FOLLOWED,
+    SESSION_INGESTED,
+    SUBAGENT,
+    identity_of,
+    session_key,
+    session_recorder,
+)
 from pulse_adapters.hermes._notices import NoticeFollower, notice_context
 from pulse_core import EventDraft, EventStore, MemoryBoard, VersionConflict
 
@@ -65,12 +72,16 @@ def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
     PULSE_HERMES_NOTICES=0 (the layer sets the last two in the runs it starts)."""
     fields = {k: v for k, v in (entry if isinstance(entry, dict) else {}).items()
               if k not in _HERMES_OWNED}
-    try:
-        settings = msgspec.convert(fields, PluginSettings)
-    except msgspec.ValidationError as exc:
-        log.warning("pulse plugin: plugins.entries.pulse in Hermes' config.yaml: %s — using "
-                    "the defaults", exc)
-        settings = PluginSettings()
+    valid = {}
+    for name, value in fields.items():  # one wrong field costs that field, not the home
+        try:
+            msgspec.convert({name: value}, PluginSettings)
+        except msgspec.ValidationError as exc:
+            log.warning("pulse plugin: plugins.entries.%s.%s in Hermes' config.yaml: %s — "
+                        "using its default", PLUGIN, name, exc)
+        else:
+            valid[name] = value
+    settings = msgspec.convert(valid, PluginSettings)
     changes: dict[str, Any] = {}
     if environ.get("PULSE_HOME"):
         changes["home"] = environ["PULSE_HOME"]
@@ -85,11 +96,22 @@ def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
     return msgspec.structs.replace(settings, **changes)
 
 
+REVIEW_THREAD = "bg-review"
+"""The thread Hermes runs its background memory/skill review in (run_agent.py): a fork of
+the agent on the parent's session, whose turns are Hermes' own harness prompt and answer."""
+
+
 def _hook(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A hook that never raises into Hermes: a failure is logged and recorded."""
+    """A hook that never raises into Hermes: a failure is logged and recorded. Hermes'
+    background review and delegated subagents fire the hooks too; they are not the
+    conversation, so they are ignored (their prompts are no human's, and a notice offered
+    to them would reach no one)."""
     def decorate(method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         def guarded(self: HermesPlugin, **kwargs: Any) -> Any:
+            if (kwargs.get("platform") == SUBAGENT
+                    or threading.current_thread().name == REVIEW_THREAD):
+                return None
             try:
                 return method(self, **kwargs)
             except Exception as exc:
@@ -115,6 +137,7 @@ class HermesPlugin:
         self._late: list[str] = []
         self._identities: dict[str, str] = {}
         self._followed: set[str] = set()
+        self._ingested: set[str] = set()  # sessions transcript ingest took first (bridge thread)
         self._first: str | None = None  # the process's first session: a one-shot's own
         self._lock = threading.Lock()
 
@@ -150,7 +173,7 @@ class HermesPlugin:
         if session:
             self._follow(session)
         if isinstance(user_message, str) and user_message.strip():
-            self._record(identity, user_message, "human")
+            self._record(session, identity, user_message, "human")
         return self._offer(session)
 
     @_hook("post_llm_call")
@@ -159,7 +182,7 @@ class HermesPlugin:
         with self._lock:
             identity = self._identities.get(session_id or "", self.settings.identity)
         if isinstance(assistant_response, str) and assistant_response.strip():
-            self._record(identity, assistant_response, "agent")
+            self._record(session_id or "", identity, assistant_response, "agent")
 
     @_hook("on_session_end")
     def on_session_end(self, *, session_id: str | None = None, **_: Any) -> None:
@@ -168,9 +191,8 @@ class HermesPlugin:
         # engine records its stop
         if one_shot(sys.argv) and (session_id or "") == self._first:
             self.close()
-        elif not self.bridge.flush(self.settings.flush_wait_s):
-            log.warning("pulse plugin: what this turn recorded was not all written within "
-                        "%.1f s", self.settings.flush_wait_s)
+        else:
+            self.bridge.flush(self.settings.flush_wait_s)
 
     @_hook("on_session_finalize")
     def on_session_finalize(self, **_: Any) -> None:
@@ -201,12 +223,17 @@ class HermesPlugin:
                            {"profile": self.profile}, origin=ORIGIN)
 
         async def job(events: EventStore) -> None:
-            with contextlib.suppress(VersionConflict):  # followed already: a resumed session
+            try:
                 await events.append([draft], expect={draft.key: 0})
+            except VersionConflict:  # followed already (a resumed session), or ingest's
+                if await session_recorder(events, session) == SESSION_INGESTED:
+                    self._ingested.add(session)
         self.bridge.submit(job, "session")
 
-    def _record(self, identity: str, text: str, role: str) -> None:
+    def _record(self, session: str, identity: str, text: str, role: str) -> None:
         async def job(events: EventStore) -> None:
+            if session in self._ingested:
+                return  # transcript ingest records this session from Hermes' store
             await MemoryBoard(events, origin=ORIGIN).exchange(identity, text, role)
         self.bridge.submit(job, "exchange")
 
@@ -214,8 +241,11 @@ class HermesPlugin:
         if not self.settings.notices:
             return None
 
+        until = time.monotonic() + self.settings.notice_wait_s
+
         async def job(events: EventStore) -> list[str]:
-            return await self.notices.claim(events, self.bridge.clock.now_ms(), session)
+            return await self.notices.claim(events, self.bridge.clock.now_ms(), session,
+                                            until=until)
         lines = self.bridge.call(job, "notices", timeout_s=self.settings.notice_wait_s,
                                  late=self._keep_late) or []
         with self._lock:

@@ -29,7 +29,7 @@ MIN_VERSION = "0.19.0"
 """The oldest hermes-agent the layer and the plugin are tested with."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_OWN_FLAGS = ("-z", "--oneshot", "--provider", "-m", "--model")
+_OWN_FLAGS = ("-z", "-m", "--oneshot", "--usage-file", "--provider", "--model")
 
 
 class HermesSettingsError(LayerError):
@@ -134,16 +134,34 @@ class HermesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         if not self.identity.strip():
             raise ValueError("`identity` must name whom unattributed exchanges are about")
         for arg in self.extra_args:
-            if arg.split("=", 1)[0] in _OWN_FLAGS:
+            if _own_flag(arg.split("=", 1)[0]):
                 raise ValueError(f"`extra_args` may not hold {arg}: the layer passes the "
-                                 "prompt with -z and the model through `model`")
+                                 "prompt with --oneshot, its usage report with --usage-file "
+                                 "and the model through `model`")
         if self.workdir is not None and not Path(self.workdir).expanduser().is_dir():
             raise ValueError(f"`workdir` is {self.workdir}, which is not a folder")
+
+    def hermes_env(self) -> dict[str, str]:
+        """What the environment of every Hermes process the layer starts gets: HERMES_HOME
+        (with `home`), and HERMES_DISABLE_LAZY_INSTALLS=1 unless `lazy_installs`."""
+        env = {} if self.home is None else {"HERMES_HOME": str(self.hermes_home())}
+        if not self.lazy_installs:
+            env["HERMES_DISABLE_LAZY_INSTALLS"] = "1"
+        return env
 
     def hermes_home(self, environ: Mapping[str, str] | None = None) -> Path:
         """The Hermes home runs and watchers use: `home`, else $HERMES_HOME, else ~/.hermes."""
         env = os.environ if environ is None else environ
         return Path(self.home or env.get("HERMES_HOME") or Path.home() / ".hermes").expanduser()
+
+
+def _own_flag(name: str) -> bool:
+    """Whether `name` is one of the flags the layer sets, or a long option Hermes' argparse
+    would take as an abbreviation of one (`--usage=F`)."""
+    if name in _OWN_FLAGS:
+        return True
+    return len(name) > 2 and name.startswith("--") and any(
+        flag.startswith(name) for flag in _OWN_FLAGS)
 
 
 def _placed(problem: str) -> str:

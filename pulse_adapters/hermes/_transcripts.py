@@ -1,10 +1,15 @@
 """Transcript ingest: Hermes' session store (HERMES_HOME/state.db, SQLite) followed into pulse
 memory, each message once.
 
-The store's `messages` rows are numbered by an increasing integer id; the cursor (the last
-id ingested) is an event in the log, appended with the exchanges it covers in one append at
-the cursor's expected version, so a message is remembered once whatever restarts or races.
-Sessions the pulse plugin records live (marked `hermes-session-followed`) are skipped.
+The store's `messages` rows are numbered by an increasing integer id (AUTOINCREMENT: never
+reused, whatever is deleted); the cursor (the last id ingested) is an event in the log,
+appended with the exchanges it covers in one append at the cursor's expected version, so a
+message is remembered once whatever restarts or races. A store whose ids end below the cursor
+was made anew (state.db deleted): it is ingested from its start, as a new generation.
+Delegated subagents' sessions (source `subagent`) are passed over. Sessions the pulse plugin
+records live (marked `hermes-session-followed`) are skipped; a session seen unmarked is
+marked `hermes-session-ingested` in the same append, at expected version 0 on its key, so a
+session is recorded by the plugin or by ingest, never by both.
 """
 
 from __future__ import annotations
@@ -19,8 +24,16 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from pulse_adapters.hermes._memory import ROLES, identity_of, session_key
-from pulse_core import EventDraft, EventStore, register_kind
+from pulse_adapters.hermes._memory import (
+    ROLES,
+    SESSION_FOLLOWED,
+    SESSION_INGESTED,
+    SUBAGENT,
+    identity_of,
+    session_key,
+    session_recorder,
+)
+from pulse_core import EventDraft, EventStore, VersionConflict, register_kind
 from pulse_core.memory import exchange_draft
 
 if TYPE_CHECKING:
@@ -33,9 +46,12 @@ ORIGIN = "agent:hermes"
 
 
 class TranscriptCursor(msgspec.Struct, frozen=True):
-    """Payload of hermes-transcript-cursor: the last message id ingested."""
+    """Payload of hermes-transcript-cursor: the last message id ingested, in the store's
+    `generation` (one more each time the store is found made anew: its ids below the
+    cursor)."""
 
     message_id: int
+    generation: int = 0
 
 
 register_kind(CURSOR_KIND, "how far Hermes' session store was ingested into memory; key: "
@@ -45,6 +61,10 @@ _SELECT = (
     "SELECT m.id, m.session_id, m.role, m.content, s.source, s.user_id "
     "FROM messages m LEFT JOIN sessions s ON s.id = m.session_id "
     "WHERE m.id > ? ORDER BY m.id LIMIT ?")
+_GIVEN = ("SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0), "
+          "coalesce((SELECT max(id) FROM messages), 0))")
+_GIVEN_PLAIN = "SELECT coalesce(max(id), 0) FROM messages"  # a store without AUTOINCREMENT
+_HAS_SEQUENCE = "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'"
 
 
 @dataclass(frozen=True)
@@ -61,14 +81,22 @@ class StoredMessage:
 
 def read_messages(db: Path, after: int, limit: int) -> list[StoredMessage]:
     """Messages with id > `after`, oldest first, read-only (blocking); [] without a store."""
+    return read_store(db, after, limit)[1]
+
+
+def read_store(db: Path, after: int, limit: int) -> tuple[int | None, list[StoredMessage]]:
+    """The highest message id the store ever gave (None without a store), and its messages
+    with id > `after`, oldest first; read-only, blocking."""
     if not db.exists():
-        return []
+        return None, []
     conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=5.0)
     try:
+        sequenced = conn.execute(_HAS_SEQUENCE).fetchone() is not None
+        given = conn.execute(_GIVEN if sequenced else _GIVEN_PLAIN).fetchone()
         rows = conn.execute(_SELECT, (after, limit)).fetchall()
     finally:
         conn.close()
-    return [StoredMessage(int(r[0]), str(r[1]), str(r[2]),
+    return int(given[0] or 0), [StoredMessage(int(r[0]), str(r[1]), str(r[2]),
                           r[3] if isinstance(r[3], str) else "", str(r[4] or ""),
                           None if r[5] is None else str(r[5])) for r in rows]
 
@@ -102,25 +130,46 @@ class TranscriptIngest:
                     log.warning("pulse: hermes transcripts: cannot read %s — retrying every "
                                 "%g s", problem, self.interval_s)
                 self._problem = problem
+            except VersionConflict as exc:  # the plugin marked a session just now: read again
+                log.debug("pulse: hermes transcripts: %s", exc)
             await asyncio.sleep(self.interval_s)
 
     async def step(self, events: EventStore) -> int:
         """Ingest the next batch; how many stored messages it moved the cursor over."""
         last = await events.read(key=self.key, newest_first=True, limit=1)
-        after = last[0].payload(TranscriptCursor).message_id if last else 0
+        cursor = last[0].payload(TranscriptCursor) if last else TranscriptCursor(0)
         version = last[0].version if last else 0
-        found = await asyncio.to_thread(read_messages, self.db, after, self.batch)
+        given, found = await asyncio.to_thread(read_store, self.db, cursor.message_id,
+                                               self.batch)
+        if given is not None and given < cursor.message_id:  # a new store: ids from 1 again
+            log.warning("pulse: hermes transcripts: %s is a new store (its ids end at %d, "
+                        "below the %d ingested): ingesting it from its start", self.db,
+                        given, cursor.message_id)
+            cursor = TranscriptCursor(0, cursor.generation + 1)
+            given, found = await asyncio.to_thread(read_store, self.db, 0, self.batch)
         if not found:
             return 0
-        live = {s for s in {m.session for m in found} if await events.head(session_key(s))}
+        recorders = {s: await session_recorder(events, s) for s in {m.session for m in found}}
+        live = {s for s, kind in recorders.items() if kind == SESSION_FOLLOWED}
+        taken = sorted(s for s, kind in recorders.items() if kind is None)
         drafts = [
             exchange_draft(identity_of(m.platform, m.user, self.identity), m.text,
-                           ROLES[m.role], record=f"x-hermes-{self._records}-{m.id}",
+                           ROLES[m.role], record=self._record(cursor.generation, m.id),
                            origin=ORIGIN)
             for m in found
-            if m.session not in live and m.role in ROLES and m.text.strip()]
+            if m.session not in live and m.platform != SUBAGENT and m.role in ROLES
+            and m.text.strip()]
+        drafts += [EventDraft(SESSION_INGESTED, session_key(s), {"home": self.key},
+                              origin=ORIGIN) for s in taken]
         drafts.append(EventDraft(CURSOR_KIND, self.key,
-                                 msgspec.to_builtins(TranscriptCursor(found[-1].id)),
+                                 msgspec.to_builtins(TranscriptCursor(found[-1].id,
+                                                                      cursor.generation)),
                                  origin=ORIGIN))
-        await events.append(drafts, expect={self.key: version})
+        await events.append(drafts, expect={self.key: version,
+                                            **{session_key(s): 0 for s in taken}})
         return len(found)
+
+    def _record(self, generation: int, message_id: int) -> str:
+        """The exchange's record id: one per message of one store."""
+        store = self._records if generation == 0 else f"{self._records}.{generation}"
+        return f"x-hermes-{store}-{message_id}"

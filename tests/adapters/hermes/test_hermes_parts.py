@@ -56,7 +56,8 @@ def test_the_layer_declares_its_gateway_and_probes_the_route_it_is_given(tmp_pat
     assert [w.key for w in layer.watchers] == ["hermes", "llm-route"]
     (gateway,) = layer.essentials
     assert gateway.argv == ("hermes", "gateway", "run", "--replace")
-    assert gateway.env == {"HERMES_HOME": str(tmp_path / "h")}
+    assert gateway.env == {"HERMES_HOME": str(tmp_path / "h"),
+                           "HERMES_DISABLE_LAZY_INSTALLS": "1"}
     assert [r.name for r in layer.rules] == ["hermes-run-dispatcher"]
     watch_only = build_hermes(None, LayerContext(tmp_path, SystemClock())).layer
     assert watch_only.rules == () and watch_only.essentials == ()
