@@ -38,6 +38,7 @@ from pulse_core import (
 
 _MARGIN_S = 60.0  # Executor.timeout above the run's own: store writes and the kill grace
 _OPEN = frozenset({"assigned", "executing"})
+_SHORTEST_SECRET = 8
 
 
 class AgentRunExecutor(Executor):
@@ -84,6 +85,26 @@ class AgentRunExecutor(Executor):
     def env(self, run: AgentRun) -> Mapping[str, str]:
         """Variables set over the engine's environment for `run`."""
         return {}
+
+    def secrets(self, run: AgentRun) -> Sequence[str]:
+        """Values `run` may print that must never be stored (a model key a provider echoes
+        in its error): `redact` takes them out of the transcript, the stderr tail, the
+        reasons and the result. Default: none; values shorter than 8 characters are ignored
+        (no secret, and replacing them would mangle the text)."""
+        return ()
+
+    def redact(self, run: AgentRun, text: str) -> str:
+        """`text` with each of `run`'s `secrets` replaced by `[redacted]`."""
+        for secret in self.secrets(run):
+            if len(secret) >= _SHORTEST_SECRET:
+                text = text.replace(secret, "[redacted]")
+        return text
+
+    def _redact_bytes(self, run: AgentRun, data: bytes) -> bytes:
+        for secret in self.secrets(run):
+            if len(secret) >= _SHORTEST_SECRET:
+                data = data.replace(secret.encode(), b"[redacted]")
+        return data
 
     @abc.abstractmethod
     def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
@@ -141,12 +162,13 @@ class AgentRunExecutor(Executor):
 
     async def _finish(self, board: TaskBoard, run: AgentRun, task: TaskState, version: int, *,
                       outcome: ProcessOutcome, events: EventStore) -> dict[str, Any]:
-        stderr = outcome.stderr_tail.decode("utf-8", errors="replace")
+        stderr_tail = self._redact_bytes(run, outcome.stderr_tail)
+        stderr = stderr_tail.decode("utf-8", errors="replace")
         transcript = stderr_digest = None
         if events.objects is not None:
-            transcript = await events.objects.put(outcome.stdout)
-            if outcome.stderr_tail:
-                stderr_digest = await events.objects.put(outcome.stderr_tail)
+            transcript = await events.objects.put(self._redact_bytes(run, outcome.stdout))
+            if stderr_tail:
+                stderr_digest = await events.objects.put(stderr_tail)
         record: dict[str, Any] = {
             "dispatched": True, "exit_code": outcome.exit_code,
             "duration_ms": outcome.duration_ms, "transcript": transcript,
@@ -171,6 +193,12 @@ class AgentRunExecutor(Executor):
                 reason = f"the output could not be read: {type(exc).__name__}: {exc}"
             else:
                 reason = "" if parsed.ok else f"the agent reported an error: {parsed.error}"
+        reason = self.redact(run, reason)
+        if parsed is not None:
+            redacted = self.redact(run, msgspec.json.encode(parsed.result).decode())
+            session = None if parsed.session is None else self.redact(run, parsed.session)
+            parsed = msgspec.structs.replace(parsed, result=msgspec.json.decode(redacted),
+                                             session=session)
         try:
             if parsed is not None and not reason:
                 result = {"result": parsed.result, "session": parsed.session,

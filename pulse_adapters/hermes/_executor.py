@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,14 @@ class HermesRunExecutor(AgentRunExecutor):
                 "PULSE_HERMES_NOTICES": "0", "PULSE_HERMES_TASK": run.task_id,
                 **self.settings.model.run_env(), **self.settings.hermes_env()}
 
+    def secrets(self, run: AgentRun) -> Sequence[str]:
+        key = self.settings.model.api_key()
+        return () if key is None else (key,)
+
     def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
-        scrub = _scrubber(self.settings.model.api_key())
+        def scrub(text: str) -> str:
+            return self.redact(run, text)
+
         response = scrub("\n".join(stream.lines).strip())
         usage = json.loads(scrub(json.dumps(self._usage(run))))
         session = usage.get("session_id")
@@ -101,13 +107,3 @@ class HermesRunExecutor(AgentRunExecutor):
             raise AgentOutputError(f"hermes' usage report {report} is not a JSON object")
         return usage
 
-
-_SHORTEST_KEY = 8  # a shorter "key" (a stand-in's "x") is no secret, and scrubbing it mangles
-
-
-def _scrubber(key: str | None) -> Callable[[str], str]:
-    """What takes the run's model key out of a text Hermes printed or reported (a provider
-    that echoes the key in its error would otherwise put it into the log)."""
-    if key is None or len(key) < _SHORTEST_KEY:
-        return lambda text: text
-    return lambda text: text.replace(key, "[api key redacted]")

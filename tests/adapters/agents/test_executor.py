@@ -219,3 +219,30 @@ async def test_a_parser_that_fails_settles_the_task_rather_than_leaving_it_execu
         assert "the output could not be read: TypeError" in (task.reason or "")
     finally:
         await engine.close()
+
+
+class _KeyedExecutor(ScriptExecutor):
+    """A host whose runs may print a secret (here: the task id the stand-in echoes)."""
+
+    def secrets(self, run: AgentRun) -> tuple[str, ...]:
+        return ("sk-live-0123456789", "short")
+
+
+async def test_a_hosts_secrets_never_reach_the_transcript_the_result_or_the_reason(
+        tmp_path: Path) -> None:
+    executor = _KeyedExecutor(tmp_path / "pids", policy=DispatchPolicy(max_requeues=0))
+    engine = await _engine(tmp_path, executor)
+    try:
+        board = TaskBoard(engine.events)
+        await board.create("sk-live-0123456789", "echoes the key", prompt="ok")
+        await engine.step()
+        task = (await engine.snapshot()).projection("tasks")["sk-live-0123456789"]
+        assert task.status == "closed"
+        assert task.result["result"] == "did [redacted]"
+        assert task.result["session"] == "s-[redacted]"
+        transcript = await engine.objects.get(task.result["transcript"])
+        assert b"sk-live-0123456789" not in transcript and b"[redacted]" in transcript
+        assert executor.redact(ScriptRun(task_id="t", task_version=1, agent="a", prompt="",
+                                         project="p"), "short stays") == "short stays"
+    finally:
+        await engine.close()
