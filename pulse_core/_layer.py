@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
@@ -157,6 +157,30 @@ def settings_problem(root: type[msgspec.Struct], exc: msgspec.ValidationError) -
         field, _, problem = message[1:].partition("` ")
         return f"setting `{'.'.join(filter(None, (where, field)))}` {problem}"
     return f"setting `{where}` is wrong: {message}" if where else message
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def layer_settings(settings: Any, root: type[S], error: type[PulseError], layer: str) -> S:
+    """`settings` as the layer's `root` Struct: one already, None (every default), or
+    config.json's object for `layer`. Anything else, or a field that is unknown or wrong, is
+    refused with `error` naming it from config.json's root (`setting
+    `layers.<layer>.<field>` ...`, as `settings_problem` words it)."""
+    if isinstance(settings, root):
+        return settings
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise error(f"layers.{layer} must be a JSON object of the layer's settings, not "
+                    f"{type(settings).__name__}")
+    try:
+        return msgspec.convert(dict(settings), root)
+    except msgspec.ValidationError as exc:
+        problem = settings_problem(root, exc)
+    if problem.startswith("setting `"):
+        raise error(f"setting `layers.{layer}.{problem.removeprefix('setting `')}")
+    raise error(f"layers.{layer}: {problem}")
 
 
 def _entry_points(group: str, name: str | None = None) -> list[EntryPoint]:

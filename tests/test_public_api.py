@@ -35,7 +35,7 @@ EXPECTED_CORE = {
     "decode_effect", "decode_mark", "dedup", "default_builtin_rules", "effect_draft",
     "effect_type", "emits",
     "error_backoff", "error_draft", "fold_effect", "guarded", "host_of", "identity_key",
-    "known_kinds",
+    "known_kinds", "layer_settings",
     "load_layer", "load_layers", "open_home", "parse_store_url", "purge_payload",
     "read_identities", "read_identity", "redact_urls", "register_kind", "retry_effect",
     "settings_problem",

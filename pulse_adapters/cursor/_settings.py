@@ -9,14 +9,13 @@ CURSOR_API_KEY in the engine's environment.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from pulse_adapters.agents import AgentSpec, DispatchPolicy
-from pulse_core import LayerError, settings_problem
+from pulse_core import LayerError, layer_settings
 
 LAYER = "cursor"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
@@ -105,13 +104,6 @@ class CursorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return next((a for a in self.agents if a.name == name), None)
 
 
-def _placed(problem: str) -> str:
-    """`problem` (from settings_problem) with its field named from config.json's root."""
-    if problem.startswith("setting `"):
-        return f"setting `{FIELD}.{problem.removeprefix('setting `')}"
-    return f"{FIELD}: {problem}"
-
-
 def load_settings(settings: Any) -> CursorSettings:
     """`settings` as CursorSettings: one already, or config.json's object for the layer.
 
@@ -123,11 +115,4 @@ def load_settings(settings: Any) -> CursorSettings:
         raise CursorSettingsError(
             f"layer {LAYER!r} needs settings: at least `agents`, e.g. "
             '{"agents": [{"name": "coder", "repo": "/srv/repo"}]} under ' + FIELD)
-    if not isinstance(settings, Mapping):
-        raise CursorSettingsError(f"layer {LAYER!r}: {FIELD} must be a JSON object, not "
-                                  f"{type(settings).__name__}")
-    try:
-        return msgspec.convert(dict(settings), CursorSettings)
-    except msgspec.ValidationError as exc:
-        problem = settings_problem(CursorSettings, exc)
-        raise CursorSettingsError(f"layer {LAYER!r}: {_placed(problem)}") from None
+    return layer_settings(settings, CursorSettings, CursorSettingsError, LAYER)

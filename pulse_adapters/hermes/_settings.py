@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.agents import AgentSpec, DispatchPolicy
-from pulse_core import LayerError, settings_problem
+from pulse_core import LayerError, layer_settings
 
 LAYER = "hermes"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
@@ -164,18 +164,7 @@ def _own_flag(name: str) -> bool:
         flag.startswith(name) for flag in _OWN_FLAGS)
 
 
-def _placed(problem: str) -> str:
-    if problem.startswith("setting `"):
-        return f"setting `{FIELD}.{problem.removeprefix('setting `')}"
-    return f"{FIELD}: {problem}"
-
-
 def load_settings(settings: Any) -> HermesSettings:
     """`settings` as HermesSettings: one already, config.json's object for the layer, or None
     for the defaults (watch only). HermesSettingsError names the field that is wrong."""
-    if isinstance(settings, HermesSettings):
-        return settings
-    try:
-        return msgspec.convert(settings or {}, HermesSettings)
-    except msgspec.ValidationError as exc:
-        raise HermesSettingsError(_placed(settings_problem(HermesSettings, exc))) from None
+    return layer_settings(settings, HermesSettings, HermesSettingsError, LAYER)

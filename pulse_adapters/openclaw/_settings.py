@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from pulse_core import LayerError, settings_problem
+from pulse_core import LayerError, layer_settings
 
 LAYER = "openclaw"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
@@ -169,15 +168,4 @@ class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
 def load_settings(settings: Any) -> OpenClawSettings:
     """`settings` as OpenClawSettings: one already, None (every default), or config.json's
     object; OpenClawSettingsError names the field that is unknown or wrong."""
-    if isinstance(settings, OpenClawSettings):
-        return settings
-    if settings is None:
-        return OpenClawSettings()
-    if not isinstance(settings, Mapping):
-        raise OpenClawSettingsError(f"layers.{LAYER} must be a JSON object, not "
-                                    f"{type(settings).__name__}")
-    try:
-        return msgspec.convert(dict(settings), OpenClawSettings)
-    except msgspec.ValidationError as exc:
-        problem = settings_problem(OpenClawSettings, exc)
-        raise OpenClawSettingsError(f"layers.{LAYER}: {problem}") from None
+    return layer_settings(settings, OpenClawSettings, OpenClawSettingsError, LAYER)

@@ -27,6 +27,7 @@ from pulse_core import (
     UnhandledEffect,
     available_layers,
     emits,
+    layer_settings,
     load_layer,
     settings_problem,
 )
@@ -331,3 +332,23 @@ async def test_a_failing_service_is_recorded_under_its_own_key_and_does_not_slow
         (error,) = await engine.events.read(kinds=["error"])
         assert error.key == "service:follower", error.key
         assert (await engine.snapshot()).projection("errors") == ()
+
+
+class _FleetError(LayerError):
+    pass
+
+
+def test_layer_settings_names_each_problem_from_config_json_s_root() -> None:
+    assert layer_settings(None, _Fleet, _FleetError, "fleet") == _Fleet()
+    kept = _Fleet(lead=_Worker("a"))
+    assert layer_settings(kept, _Fleet, _FleetError, "fleet") is kept
+    assert layer_settings({"workers": [{"name": "a"}]}, _Fleet, _FleetError,
+                          "fleet").workers == (_Worker("a"),)
+    with pytest.raises(_FleetError, match=r"^layers\.fleet must be a JSON object .* not list"):
+        layer_settings([], _Fleet, _FleetError, "fleet")
+    with pytest.raises(_FleetError) as caught:
+        layer_settings({"workers": [{"name": "a", "rpeo": "/x"}]}, _Fleet, _FleetError, "fleet")
+    assert str(caught.value).startswith(
+        "setting `layers.fleet.workers[0]`: unknown field `rpeo` (did you mean `repo`?)")
+    with pytest.raises(_FleetError, match=r"^layers\.fleet: unknown field `wokers`"):
+        layer_settings({"wokers": []}, _Fleet, _FleetError, "fleet")
