@@ -54,6 +54,12 @@ def test_append(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
           floors=1)
 
 
+def test_agent_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("agent_runs").main(["--tasks", "5", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out, ["agent run p50", "agent run p99"],
+          ["bare subprocess spawn+exit p50", "bare subprocess spawn+exit p99"], floors=1)
+
+
 def test_dispatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench("dispatch").main(["--effects", "100", "--tmp", str(tmp_path)])
     check(capsys.readouterr().out, ["dispatch p50", "dispatch p99"],
