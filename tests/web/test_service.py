@@ -29,6 +29,9 @@ def web_engine(home: Path, port: int = 0) -> Engine:
 
 
 SERVE_WITHIN_S = 30.0
+# A test waits up to SERVE_WITHIN_S for the UI's process (niced) and up to 3 x 5 s for it to
+# stop; beside other test workers on a busy machine both can take most of that.
+TEST_TIME_LIMIT_S = 120
 
 
 async def served(home: Path, other_than: int | None = None) -> dict[str, object]:
