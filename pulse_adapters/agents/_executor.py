@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import math
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,19 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
-from pulse_adapters.agents._process import ProcessOutcome, StreamLimits, run_process
+from pulse_adapters.agents._process import (
+    ProcessOutcome,
+    StreamLimits,
+    end_leftover,
+    run_process,
+    started_at,
+)
 from pulse_adapters.agents._program import ProgramCheck
 from pulse_adapters.agents._spec import DispatchPolicy
 from pulse_adapters.agents._stream import AgentOutputError, AgentResult, AgentStream
 from pulse_core import (
     Effect,
+    EventDraft,
     EventStore,
     ExecutionContext,
     Executor,
@@ -34,7 +42,26 @@ from pulse_core import (
     TaskBoard,
     TaskState,
     VersionConflict,
+    register_kind,
 )
+
+SPAWNED = "agent-run-spawned"
+
+
+class RunSpawned(msgspec.Struct, frozen=True):
+    """agent-run-spawned: the process group a run of task `task_id` started on `host`
+    (its leader `pid`, started at `started`), so a later run or a takeover of the task
+    ends what an engine that died mid-run left running."""
+
+    effect_id: str
+    task_id: str
+    pid: int
+    started: float
+    host: str
+
+
+register_kind(SPAWNED, "an agent run's process group started; key: agent-run:<task id>",
+              RunSpawned)
 
 _MARGIN_S = 60.0  # Executor.timeout above the run's own: store writes and the kill grace
 _OPEN = frozenset({"assigned", "executing"})
@@ -130,8 +157,9 @@ class AgentRunExecutor(Executor):
         except (VersionConflict, InvalidTransition) as exc:
             return {"dispatched": False, "reason": str(exc)}
         started = await board.start(effect.task_id, expect_version=assigned.version)
+        await self._end_leftover(ctx.events, effect.task_id)
         try:
-            outcome = await self._spawn(effect, program)
+            outcome = await self._spawn(effect, program, ctx)
         except asyncio.CancelledError:
             await asyncio.shield(self._settle(
                 board, task, started.version, "interrupted: the run was cancelled (engine "
@@ -153,12 +181,34 @@ class AgentRunExecutor(Executor):
                 await finishing
             raise
 
-    async def _spawn(self, run: AgentRun, program: str) -> ProcessOutcome:
+    async def _spawn(self, run: AgentRun, program: str, ctx: ExecutionContext
+                     ) -> ProcessOutcome:
         argv = [str(part) for part in self.argv(run, program)]
         cwd = self.cwd(run)
+
+        async def spawned(pid: int) -> None:
+            body = RunSpawned(ctx.effect_id, run.task_id, pid, started_at(pid) or 0.0,
+                              socket.gethostname())
+            await ctx.events.append([EventDraft(SPAWNED, f"agent-run:{run.task_id}",
+                                                msgspec.to_builtins(body),
+                                                origin=f"executor:{self.name}")])
+
         return await run_process(argv, cwd=None if cwd is None else str(cwd),
                                  env={**os.environ, **self.env(run)},
-                                 timeout_s=self.run_timeout_s, limits=self.limits)
+                                 timeout_s=self.run_timeout_s, limits=self.limits,
+                                 spawned=spawned)
+
+    async def _end_leftover(self, events: EventStore, task_id: str) -> bool:
+        """End the process group of this task's last run when an engine that died mid-run
+        left it running on this host (True when there was one)."""
+        last = await events.read(key=f"agent-run:{task_id}", kinds=[SPAWNED],
+                                 newest_first=True, limit=1)
+        if not last:
+            return False
+        body = last[0].payload(RunSpawned)
+        if body.host != socket.gethostname():
+            return False
+        return await end_leftover(body.pid, body.started, self.limits.kill_grace_s)
 
     async def _finish(self, board: TaskBoard, run: AgentRun, task: TaskState, version: int, *,
                       outcome: ProcessOutcome, events: EventStore) -> dict[str, Any]:
@@ -233,5 +283,8 @@ class AgentRunExecutor(Executor):
         if task is None or task.version != effect.task_version or task.status not in _OPEN:
             now = "absent" if task is None else f"{task.status} at version {task.version}"
             return {"timed_out": False, "reason": f"task {effect.task_id!r} moved on ({now})"}
-        state = await self._settle(board, task, task.version, effect.reason)
+        reason = effect.reason
+        if await self._end_leftover(board.store, effect.task_id):
+            reason += "; the process group its last run left running was killed"
+        state = await self._settle(board, task, task.version, reason)
         return {"timed_out": state != "moved-on", "task": state, "reason": effect.reason}

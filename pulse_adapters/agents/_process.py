@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import msgspec
 import psutil
@@ -212,6 +212,39 @@ async def end_group(proc: _Child) -> None:
     await asyncio.to_thread(_wait_group_gone, pgid)
 
 
+def started_at(pid: int) -> float | None:
+    """When process `pid` started (psutil's create_time), None when there is none."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+async def end_leftover(pid: int, started: float, grace_s: float) -> bool:
+    """End the process group an earlier run left (its engine died mid-run) when its leader
+    `pid` still runs as the same process (started at `started`) and leads its group:
+    SIGTERM, SIGKILL after `grace_s`, then wait for the group. True when there was one."""
+    now = started_at(pid)
+    try:
+        leads = now is not None and abs(now - started) < 0.01 and os.getpgid(pid) == pid
+    except ProcessLookupError:
+        leads = False
+    if not leads:
+        return False
+    await asyncio.to_thread(_term_then_kill, pid, grace_s)
+    return True
+
+
+def _term_then_kill(pgid: int, grace_s: float) -> None:
+    """SIGTERM group `pgid`, wait up to `grace_s` for it, then SIGKILL what is left and wait
+    for it; blocking: run it in a thread."""
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _members(pgid) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    _wait_group_gone(pgid)
+
+
 def _wait_group_gone(pgid: int) -> None:
     """SIGKILL group `pgid` until no live member is left, or GONE_WITHIN_S passed (a process
     stuck in the kernel cannot be killed); blocking: run it in a thread."""
@@ -223,9 +256,12 @@ def _wait_group_gone(pgid: int) -> None:
 
 
 async def run_process(argv: Sequence[str], *, cwd: str | None, env: Mapping[str, str],
-                      timeout_s: float, limits: StreamLimits) -> ProcessOutcome:
+                      timeout_s: float, limits: StreamLimits,
+                      spawned: Callable[[int], Awaitable[None]] | None = None
+                      ) -> ProcessOutcome:
     """Run `argv` (no shell) in a new process group with stdin closed, until it exits or
     `timeout_s` passes; the group is ended either way, and when the caller is cancelled.
+    `spawned(pid)` is awaited once the group leader runs (a failure there ends the group).
 
     OSError when the program cannot be started (missing, not executable, bad cwd).
     """
@@ -237,6 +273,8 @@ async def run_process(argv: Sequence[str], *, cwd: str | None, env: Mapping[str,
     proc = _Child(transport, output)
     timed_out = False
     try:
+        if spawned is not None:
+            await spawned(proc.pid)
         try:
             async with asyncio.timeout(timeout_s):
                 await proc.wait()

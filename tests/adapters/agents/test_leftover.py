@@ -1,0 +1,104 @@
+"""An engine that dies mid-run leaves its agent's process group running (a session of its
+own); the task's takeover or next run ends that group before the task runs again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import psutil
+import pytest
+
+from pulse_adapters.agents import AgentSpec, DispatchPolicy, TaskDispatcher
+from pulse_adapters.agents._executor import SPAWNED, RunSpawned
+from pulse_core import Engine, EventDraft, ManualClock, TaskBoard
+from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
+
+TEST_TIME_LIMIT_S = 60
+
+
+@pytest.fixture
+def orphan() -> Iterator[subprocess.Popen[bytes]]:
+    """A process group as a dead engine's run leaves it: a leader and a child, in a session
+    of their own."""
+    leader = subprocess.Popen(  # a child that lives as long as the group
+        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable,"
+         " '-c', 'import time; time.sleep(120)']); time.sleep(120)"],
+        start_new_session=True)
+    yield leader
+    leader.kill()
+    leader.wait()
+
+
+def _spawned(task: str, pid: int, started: float) -> EventDraft:
+    body = RunSpawned("e-dead", task, pid, started, socket.gethostname())
+    return EventDraft(SPAWNED, f"agent-run:{task}", msgspec.to_builtins(body),
+                      origin="executor:ScriptExecutor")
+
+
+def _group(pgid: int) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.pid != pgid and \
+                    os.getpgid(proc.pid) == pgid:
+                found.append(proc.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return found
+
+
+async def test_a_stuck_task_s_leftover_process_group_is_killed_before_it_runs_again(
+        tmp_path: Path, orphan: subprocess.Popen[bytes]) -> None:
+    clock = ManualClock()
+    policy = DispatchPolicy(stuck_after_s=60, max_requeues=1)
+    executor = ScriptExecutor(tmp_path / "pids", policy=policy)
+    engine = Engine(tmp_path / "home", rules=[TaskDispatcher(ScriptRun, [AgentSpec(name="a")],
+                                                             policy)],
+                    executors=[executor], clock=clock)
+    await engine.open()
+    try:
+        for _ in range(100):  # the leader's own child has started
+            if _group(orphan.pid):
+                break
+            await asyncio.sleep(0.02)
+        child = _group(orphan.pid)
+        assert child, "the orphan's child did not start"
+        board = TaskBoard(engine.events)
+        await board.create("t-1", "cut short", prompt="ok")
+        await board.assign("t-1", "a")
+        await board.start("t-1")  # as the dead engine left it: executing, its group running
+        await engine.events.append([_spawned("t-1", orphan.pid,
+                                             psutil.Process(orphan.pid).create_time())])
+        clock.advance(60_000)
+        await engine.step()  # stuck: taken back, and what its run left is ended first
+        task = await board.state("t-1")
+        assert task is not None and task.status == "pending"
+        assert "the process group its last run left running was killed" in (task.reason or "")
+        assert orphan.wait(5) is not None
+        assert all(not psutil.pid_exists(p) or psutil.Process(p).status() ==
+                   psutil.STATUS_ZOMBIE for p in child)
+        await engine.step()  # runs again, alone
+        assert (await board.state("t-1")).status == "closed"  # type: ignore[union-attr]
+    finally:
+        await engine.close()
+
+
+async def test_a_pid_now_used_by_another_process_is_left_alone(
+        tmp_path: Path, orphan: subprocess.Popen[bytes]) -> None:
+    executor = ScriptExecutor(tmp_path / "pids")
+    engine = Engine(tmp_path / "home", executors=[executor], clock=ManualClock())
+    await engine.open()
+    try:
+        started = psutil.Process(orphan.pid).create_time()
+        await engine.events.append([_spawned("t-1", orphan.pid, started - 5.0)])
+        assert await executor._end_leftover(engine.events, "t-1") is False
+        assert orphan.poll() is None
+    finally:
+        await engine.close()
