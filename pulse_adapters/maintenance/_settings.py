@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from pulse_core._authority import PERMISSIONS
 from pulse_core._errors import LayerError
-from pulse_core._layer import settings_problem
+from pulse_core._layer import layer_settings
 
 LAYER = "maintenance"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
@@ -235,15 +234,4 @@ class MaintenanceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
 def load_settings(settings: Any) -> MaintenanceSettings:
     """`settings` as MaintenanceSettings: one already, None (the defaults), or config.json's
     object for the layer. MaintenanceSettingsError names the field that is unknown or wrong."""
-    if isinstance(settings, MaintenanceSettings):
-        return settings
-    if settings is None:
-        return MaintenanceSettings()
-    if not isinstance(settings, Mapping):
-        raise MaintenanceSettingsError(f"layer {LAYER!r}: settings must be a JSON object, not "
-                                       f"{type(settings).__name__}")
-    try:
-        return msgspec.convert(dict(settings), MaintenanceSettings)
-    except msgspec.ValidationError as exc:
-        problem = settings_problem(MaintenanceSettings, exc)
-        raise MaintenanceSettingsError(f"layer {LAYER!r}: {problem}") from None
+    return layer_settings(settings, MaintenanceSettings, MaintenanceSettingsError, LAYER)

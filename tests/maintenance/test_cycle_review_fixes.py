@@ -300,7 +300,7 @@ async def test_cycle_the_ledger_keeps_a_bounded_list_of_running_cycles(tmp_path:
 def test_cycle_settings_past_their_upper_bound_are_refused_naming_the_field(
     config: dict[str, Any], field: str,
 ) -> None:
-    with pytest.raises(MaintenanceSettingsError, match=f"`{field}`"):
+    with pytest.raises(MaintenanceSettingsError, match=f"`layers.maintenance.{field}`"):
         load_settings(config)
 
 
