@@ -76,6 +76,7 @@ from pulse_core._layer import (
     load_layers,
     settings_problem,
 )
+from pulse_core._lease import process_started
 from pulse_core._memory_view import (
     IdentityRecords,
     IdentitySummary,
@@ -256,6 +257,7 @@ __all__ = [
     "load_layers",
     "open_home",
     "parse_store_url",
+    "process_started",
     "purge_payload",
     "read_identities",
     "read_identity",

@@ -6,6 +6,7 @@ executor every host's runs go through (AgentRunExecutor), and the check of a hos
 from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
 from pulse_adapters.agents._executor import AgentRunExecutor
+from pulse_adapters.agents._notices import notice_fields
 from pulse_adapters.agents._process import StreamLimits
 from pulse_adapters.agents._program import (
     Program,
@@ -33,6 +34,7 @@ __all__ = [
     "TaskDispatcher",
     "TaskTimedOut",
     "check_program",
+    "notice_fields",
     "plan_dispatch",
     "timed_out_type",
 ]

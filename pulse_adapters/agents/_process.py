@@ -213,7 +213,9 @@ async def end_group(proc: _Child) -> None:
 
 
 def started_at(pid: int) -> float | None:
-    """When process `pid` started (psutil's create_time), None when there is none."""
+    """When process `pid` started (psutil's create_time), None when there is none. A zombie
+    counts, unlike pulse_core.process_started: a dead engine's group leader may wait unreaped
+    as one while the rest of its group still runs."""
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:

@@ -15,7 +15,16 @@ from typing import Any
 
 import msgspec
 
-from pulse_core import Event, EventDraft, EventStore, StoreError, VersionConflict, register_kind
+from pulse_adapters.agents import notice_fields
+from pulse_core import (
+    Event,
+    EventDraft,
+    EventStore,
+    StoreError,
+    VersionConflict,
+    redact_urls,
+    register_kind,
+)
 
 log = logging.getLogger("pulse.hermes")
 
@@ -41,15 +50,16 @@ def notice_key(effect_id: str) -> str:
 
 
 def notice_line(body: dict[str, Any]) -> str:
-    """One line for the agent: a Notify's level, topic and text; another effect's fields."""
+    """One line for the agent: a Notify's level, topic and text; another effect's fields
+    (never its `env`, URLs cut to scheme and host)."""
     tag = str(body.get("type", "effect"))
     text = body.get("text")
     if isinstance(text, str) and text.strip():
         level, topic = body.get("level"), body.get("topic")
         label = " ".join(str(p) for p in (level, topic) if p)
         return f"- [{label or tag}] {text.strip()}"
-    fields = {k: v for k, v in body.items() if k != "type"}
-    return f"- [{tag}] {msgspec.json.encode(fields).decode()}"
+    fields = msgspec.json.encode(notice_fields(body)).decode()
+    return f"- [{tag}] {redact_urls(fields)}"
 
 
 def notice_context(lines: Sequence[str]) -> str:

@@ -21,9 +21,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
-from pulse_adapters.agents import ProgramCheck
+from pulse_adapters.agents import ProgramCheck, notice_fields
 from pulse_adapters.openclaw._cli import OpenClawCli
 from pulse_adapters.openclaw._kinds import (
     NOTICE_DELIVERED,
@@ -41,6 +39,7 @@ from pulse_core import (
     EventDraft,
     EventStore,
     VersionConflict,
+    process_started,
     redact_urls,
     register_kind,
 )
@@ -54,7 +53,6 @@ STARTED = "openclaw-notices-started"
 STARTED_KEY = "openclaw-notices"
 ORIGIN = "executor:openclaw-notices"
 MAX_TEXT = 4_000
-HIDDEN = frozenset({"type", "env"})
 
 CLAIMED = "openclaw-notice-claimed"
 CLAIM_POLL_S = 0.5
@@ -71,14 +69,6 @@ def attempt_key(effect_id: str) -> str:
     return f"openclaw-notice-attempt:{effect_id}"
 
 
-def _started(pid: int) -> float:
-    """When process `pid` started; 0.0 when there is none."""
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.Error, ValueError):
-        return 0.0
-
-
 def notice_text(effect: dict[str, Any]) -> str:
     """What the agent reads: a notify effect's level, topic and text; another effect's
     tag and fields, never its `env` (a restart's environment may hold credentials), their URLs
@@ -89,7 +79,7 @@ def notice_text(effect: dict[str, Any]) -> str:
         topic = f" ({effect['topic']})" if effect.get("topic") else ""
         text = f"[pulse] {level}{topic}: {effect['text']}"
     else:
-        fields = ", ".join(f"{k}={v!r}" for k, v in effect.items() if k not in HIDDEN)
+        fields = ", ".join(f"{k}={v!r}" for k, v in notice_fields(effect).items())
         text = redact_urls(f"[pulse] {tag}: {fields}")
     return text[:MAX_TEXT]
 
@@ -181,7 +171,7 @@ class NoticeDelivery:
             return False
         lease_s = 2 * (self.settings.notices.timeout_s + 15)  # the CLI call's own limit, twice
         claim = {"effect_id": effect_id, "owner": self.owner, "host": self.host,
-                 "pid": os.getpid(), "started": _started(os.getpid()),
+                 "pid": os.getpid(), "started": process_started(os.getpid()),
                  "until_ms": int((time.time() + lease_s) * 1000)}
         try:
             await events.append([EventDraft(CLAIMED, where, claim, origin=ORIGIN, cause=cause)],
@@ -193,7 +183,7 @@ class NoticeDelivery:
     def _held_elsewhere(self, claim: Any) -> bool:
         if not isinstance(claim, dict) or claim.get("owner") == self.owner:
             return False
-        if claim.get("host") == self.host and _started(int(claim.get("pid", 0))) != \
+        if claim.get("host") == self.host and process_started(int(claim.get("pid", 0))) != \
                 claim.get("started"):
             return False  # its process on this host is gone (or the pid is another's now)
         return bool(int(claim.get("until_ms", 0)) > time.time() * 1000)

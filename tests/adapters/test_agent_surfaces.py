@@ -16,7 +16,7 @@ SURFACES = {
         "AgentOutputError", "AgentResult", "AgentRun", "AgentRunExecutor", "AgentSpec",
         "AgentStream", "DispatchPolicy", "Program", "ProgramCheck", "ProgramStatus",
         "ProgramUnavailable", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
-        "check_program", "plan_dispatch", "timed_out_type",
+        "check_program", "notice_fields", "plan_dispatch", "timed_out_type",
     },
     "pulse_adapters.cursor": {
         "CursorAgent", "CursorExecutor", "CursorLayer", "CursorOutcome", "CursorRun",

@@ -35,7 +35,7 @@ from pulse_adapters.hermes import (
     plugin_settings,
 )
 from pulse_adapters.hermes._kanban import mirror
-from pulse_adapters.hermes._notices import NOTICE_OFFERED
+from pulse_adapters.hermes._notices import NOTICE_OFFERED, notice_line
 from pulse_core import (
     Engine,
     EventStore,
@@ -527,3 +527,12 @@ def test_a_slow_but_working_home_still_gets_what_a_one_shot_turn_recorded(
     said = [(e.data["role"], e.data["text"]) for e in asyncio.run(read_events(home))
             if e.kind == "human-exchange"]
     assert said == [("human", "hello"), ("agent", "ok")]
+
+
+def test_a_notice_of_another_effect_never_shows_its_env_or_a_url_s_secrets() -> None:
+    line = notice_line({"type": "restart-process", "name": "gateway",
+                        "env": {"OPENAI_API_KEY": "sk-live-123"},
+                        "reason": "down; hook https://u:hunter2@hooks.example.com/t?k=s3"})
+    assert "sk-live-123" not in line and "OPENAI_API_KEY" not in line
+    assert "hunter2" not in line and "k=s3" not in line
+    assert line.startswith("- [restart-process] ") and "gateway" in line
