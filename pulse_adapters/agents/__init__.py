@@ -17,6 +17,7 @@ from pulse_adapters.agents._program import (
 )
 from pulse_adapters.agents._spec import AgentSpec, DispatchPolicy
 from pulse_adapters.agents._stream import AgentOutputError, AgentResult, AgentStream
+from pulse_adapters.agents._trouble import StoreTrouble
 
 __all__ = [
     "AgentOutputError",
@@ -30,6 +31,7 @@ __all__ = [
     "ProgramCheck",
     "ProgramStatus",
     "ProgramUnavailable",
+    "StoreTrouble",
     "StreamLimits",
     "TaskDispatcher",
     "TaskTimedOut",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from pulse_adapters.agents import StoreTrouble
 from pulse_adapters.hermes._memory import (
     ROLES,
     SESSION_FOLLOWED,
@@ -116,20 +117,16 @@ class TranscriptIngest:
         self.batch = batch
         self.key = f"hermes-transcripts:{hermes_home}"
         self._records = hashlib.sha256(str(hermes_home).encode()).hexdigest()[:8]
-        self._problem: str | None = None
 
     async def __call__(self, engine: Engine) -> None:
+        trouble = StoreTrouble(self.name, self.db, log, self.interval_s)
         while True:
             try:
                 while await self.step(engine.events) == self.batch:
                     pass  # a full batch: more are waiting
-                self._problem = None
-            except sqlite3.Error as exc:
-                problem = f"{self.db}: {type(exc).__name__}: {exc}"
-                if problem != self._problem:
-                    log.warning("pulse: hermes transcripts: cannot read %s — retrying every "
-                                "%g s", problem, self.interval_s)
-                self._problem = problem
+                trouble.cleared()
+            except sqlite3.Error as exc:  # locked, corrupt, replaced: the next read may do
+                await trouble.report(engine.events, exc, engine.host or "")
             except VersionConflict as exc:  # the plugin marked a session just now: read again
                 log.debug("pulse: hermes transcripts: %s", exc)
             await asyncio.sleep(self.interval_s)

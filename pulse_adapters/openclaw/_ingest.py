@@ -18,6 +18,7 @@ import logging
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from pulse_adapters.agents import StoreTrouble
 from pulse_adapters.openclaw._kinds import (
     TRANSCRIPT_MALFORMED,
     TRANSCRIPT_READ,
@@ -27,7 +28,7 @@ from pulse_adapters.openclaw._kinds import (
 )
 from pulse_adapters.openclaw._settings import TranscriptSettings
 from pulse_adapters.openclaw._store import AgentStore, TranscriptRow
-from pulse_core import EventDraft, EventStore, VersionConflict, error_draft
+from pulse_core import EventDraft, EventStore, VersionConflict
 from pulse_core.memory import exchange_draft
 
 if TYPE_CHECKING:
@@ -95,20 +96,13 @@ class TranscriptIngest:
         self.cursors: dict[str, tuple[int, int]] = {}  # session id -> (seq, cursor version)
 
     async def __call__(self, engine: Engine) -> None:
-        problem: str | None = None  # the store's last error, recorded once until it changes
+        trouble = StoreTrouble(self.name, self.store.path, log, self.settings.interval_s)
         while True:
             try:
                 await self.ingest(engine.events)
-                problem = None
+                trouble.cleared()
             except sqlite3.Error as exc:  # locked, corrupt, replaced: the next read may do
-                said = f"{self.store.path}: {type(exc).__name__}: {exc}"
-                if said != problem:
-                    log.warning("pulse: openclaw transcripts: cannot read %s — retrying every "
-                                "%g s", said, self.settings.interval_s)
-                    await engine.events.append([error_draft(
-                        f"service:{self.name}", exc, {"store": str(self.store.path)},
-                        host=engine.host or "")])
-                problem = said
+                await trouble.report(engine.events, exc, engine.host or "")
             await asyncio.sleep(self.settings.interval_s)
 
     async def ingest(self, events: EventStore) -> int:

@@ -15,7 +15,7 @@ SURFACES = {
     "pulse_adapters.agents": {
         "AgentOutputError", "AgentResult", "AgentRun", "AgentRunExecutor", "AgentSpec",
         "AgentStream", "DispatchPolicy", "Program", "ProgramCheck", "ProgramStatus",
-        "ProgramUnavailable", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
+        "ProgramUnavailable", "StoreTrouble", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
         "check_program", "notice_fields", "plan_dispatch", "timed_out_type",
     },
     "pulse_adapters.cursor": {

@@ -536,3 +536,28 @@ def test_a_notice_of_another_effect_never_shows_its_env_or_a_url_s_secrets() -> 
     assert "sk-live-123" not in line and "OPENAI_API_KEY" not in line
     assert "hunter2" not in line and "k=s3" not in line
     assert line.startswith("- [restart-process] ") and "gateway" in line
+
+
+async def test_a_corrupt_state_db_is_recorded_once_as_an_error_and_ingest_runs_on(
+        tmp_path: Path) -> None:
+    hermes_home = tmp_path / "hermes"
+    hermes_home.mkdir()
+    (hermes_home / "state.db").write_bytes(b"this is not a database\0" * 400)
+    ingest = TranscriptIngest(hermes_home, identity="owner", interval_s=0.02)
+    async with Engine(tmp_path / "pulse") as engine:
+        task = asyncio.create_task(ingest(engine))
+        try:
+            for _ in range(500):
+                if await engine.events.read(key="service:hermes-transcripts"):
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # many more reads fail the same way
+            errors = await engine.events.read(key="service:hermes-transcripts")
+            assert not task.done()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert len(errors) == 1, [e.data for e in errors]
+    assert "not a database" in errors[0].data["message"]
+    assert errors[0].data["store"] == str(hermes_home / "state.db")
