@@ -5,9 +5,12 @@ cursor (`openclaw-transcript-read` at key `openclaw-transcript:<agent>:<session 
 or assistant message becomes a `human-exchange` of the configured identity (role `human` or
 `agent`, record `openclaw-<message id>`); a row that is not a readable entry is recorded as
 `openclaw-transcript-malformed` and skipped. The exchanges, the malformed records and the
-cursor's advance are one append with the cursor's expected version: each message once. A
-store that cannot be read (locked, corrupt, replaced) is recorded as an `error` at key
-`service:openclaw-transcripts`, once until the problem changes, and read again next time.
+cursor's advance are one append with the cursor's expected version: each message once. A row
+the log refuses to store (a JSON-escaped lone surrogate, say) is recorded as an `error` at key
+`service:openclaw-transcripts` naming its session and seq, in the append that moves the cursor
+past it (so once), and the rows around it are stored. A store that cannot be read (locked,
+corrupt, replaced) is recorded as an `error` at that key too, once until the problem changes,
+and read again next time.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pulse_adapters.openclaw._kinds import (
 )
 from pulse_adapters.openclaw._settings import TranscriptSettings
 from pulse_adapters.openclaw._store import AgentStore, TranscriptRow
-from pulse_core import EventDraft, EventStore, VersionConflict
+from pulse_core import EventDraft, EventStore, InvalidEvent, VersionConflict, error_draft
 from pulse_core.memory import exchange_draft
 
 if TYPE_CHECKING:
@@ -99,13 +102,13 @@ class TranscriptIngest:
         trouble = StoreTrouble(self.name, self.store.path, log, self.settings.interval_s)
         while True:
             try:
-                await self.ingest(engine.events)
+                await self.ingest(engine.events, host=engine.host or "")
                 trouble.cleared()
             except sqlite3.Error as exc:  # locked, corrupt, replaced: the next read may do
                 await trouble.report(engine.events, exc, engine.host or "")
             await asyncio.sleep(self.settings.interval_s)
 
-    async def ingest(self, events: EventStore) -> int:
+    async def ingest(self, events: EventStore, *, host: str = "") -> int:
         """Ingest what every session gained since its cursor; the number of exchanges."""
         heads = await asyncio.to_thread(self.store.session_heads)
         written = 0
@@ -116,18 +119,45 @@ class TranscriptIngest:
                                                self.settings.batch)
                 if not rows:
                     break
-                drafts, messages = self._drafts(session_id, rows)
-                key = transcript_key(self.store.agent, session_id)
                 try:
-                    await events.append(drafts, expect={key: version})
+                    version, messages = await self._store(events, session_id, rows, version,
+                                                          host)
                 except VersionConflict:  # another engine moved it: read it again
                     self.cursors.pop(session_id, None)
                     seq, version = await self._cursor(events, session_id)
                     continue
                 written += messages
-                seq, version = rows[-1].seq, version + 1
+                seq = rows[-1].seq
                 self.cursors[session_id] = (seq, version)
         return written
+
+    async def _store(self, events: EventStore, session_id: str, rows: list[TranscriptRow],
+                     version: int, host: str) -> tuple[int, int]:
+        """Append `rows` and the cursor past them at the cursor's `version`: the cursor's new
+        version and the exchanges stored. Rows the log refuses are halved down to the one
+        row it refuses, which is recorded as an `error` instead."""
+        drafts, messages = self._drafts(session_id, rows)
+        key = transcript_key(self.store.agent, session_id)
+        try:
+            await events.append([*drafts, self._read(session_id, rows[-1].seq, messages)],
+                                expect={key: version})
+        except InvalidEvent as exc:
+            if len(rows) > 1:
+                half = len(rows) // 2
+                version, before = await self._store(events, session_id, rows[:half], version,
+                                                    host)
+                version, after = await self._store(events, session_id, rows[half:], version,
+                                                   host)
+                return version, before + after
+            log.warning("pulse: openclaw transcript %s row %d not stored: %s", session_id,
+                        rows[0].seq, exc)
+            refused = error_draft(f"service:{self.name}", exc, {
+                "store": str(self.store.path), "session_id": session_id, "seq": rows[0].seq},
+                host=host)
+            await events.append([refused, self._read(session_id, rows[0].seq, 0)],
+                                expect={key: version})
+            messages = 0
+        return version + 1, messages
 
     async def _cursor(self, events: EventStore, session_id: str) -> tuple[int, int]:
         if session_id not in self.cursors:
@@ -159,8 +189,11 @@ class TranscriptIngest:
             messages += 1
             drafts.append(exchange_draft(self.settings.identity, text, role,
                                          record=f"openclaw-{message_id}", origin=ORIGIN))
-        drafts.append(EventDraft(TRANSCRIPT_READ, transcript_key(agent, session_id),
-                                 TranscriptRead(agent=agent, session_id=session_id,
-                                                seq=rows[-1].seq, messages=messages),
-                                 origin=ORIGIN))
         return drafts, messages
+
+    def _read(self, session_id: str, seq: int, messages: int) -> EventDraft:
+        """The cursor's advance to row `seq` over `messages` exchanges."""
+        agent = self.store.agent
+        return EventDraft(TRANSCRIPT_READ, transcript_key(agent, session_id),
+                          TranscriptRead(agent=agent, session_id=session_id, seq=seq,
+                                         messages=messages), origin=ORIGIN)

@@ -124,6 +124,29 @@ async def test_a_poison_row_is_recorded_and_every_session_reads_on(tmp_path: Pat
     assert "not JSON" in malformed[1].data["reason"]
 
 
+async def test_a_row_the_log_cannot_store_is_recorded_once_and_the_rows_around_it_stored(
+    tmp_path: Path,
+) -> None:
+    store = agent_store(tmp_path / "state")
+    # json.dumps escapes the half of an emoji as \ud83d: the row is ASCII, the message a str
+    # UTF-8 cannot hold
+    add(store, "a", said("a-1", "before"), said("a-2", "half an emoji \ud83d"),
+        said("a-3", "after"))
+    add(store, "b", said("b-1", "other session"))
+    async with Engine(tmp_path / "pulse") as engine:
+        ingest = TranscriptIngest(TranscriptSettings(identity="ana"), store)
+        assert await ingest.ingest(engine.events) == 3
+        add(store, "a", said("a-4", "later"))
+        again = TranscriptIngest(TranscriptSettings(identity="ana"), store)  # a new engine
+        assert await again.ingest(engine.events) == 1
+        errors = await engine.events.read(key="service:openclaw-transcripts")
+        memory = (await engine.snapshot()).projection("memory")["ana"]
+    assert [x.text for x in memory.exchanges] == ["before", "after", "other session", "later"]
+    assert [(e.data["session_id"], e.data["seq"]) for e in errors] == [("a", 1)]
+    assert "surrogate" in errors[0].data["message"]
+    assert errors[0].data["store"] == str(store.path)
+
+
 async def test_a_corrupt_store_is_recorded_once_and_read_when_it_is_replaced(
     tmp_path: Path,
 ) -> None:
@@ -252,6 +275,46 @@ async def test_a_live_claim_is_waited_out_and_a_dead_engines_claim_taken_over(
         (delivered,) = await engine.events.read(kinds=[NOTICE_DELIVERED])
     assert len(cli.calls) == 1
     assert delivered.data["recovered"] is True
+
+
+class HeldCli(InjectingCli):
+    """chat.inject that lands at once but answers only when `answer` is set: an engine stuck
+    in its delivery while its claim runs out."""
+
+    def __init__(self, store: AgentStore) -> None:
+        super().__init__(store, delay_s=0)
+        self.landed = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
+        result = await super().call(method, params, timeout_s=timeout_s)
+        self.landed.set()
+        await self.answer.wait()
+        return result
+
+
+async def test_a_delivery_taken_over_mid_call_is_recorded_once(tmp_path: Path) -> None:
+    store = agent_store(tmp_path / "state")
+    held = HeldCli(store)
+    async with Engine(tmp_path / "pulse") as engine:
+        event = await effect_of(engine.events, "disk / is 91% full")
+        body = event.data["effect"]
+        slow = asyncio.create_task(delivery(tmp_path, store, held).settle(engine.events, event,
+                                                                           body))
+        async with asyncio.timeout(30):  # bounds a hang only
+            await held.landed.wait()
+        # its lease ran out; an engine that claimed after it died before delivering
+        await engine.events.append([claim_by(event.key, host=socket.gethostname(),
+                                             pid=2 ** 22 + 7, started=1.0)])
+        takeover = InjectingCli(store, delay_s=0)
+        async with asyncio.timeout(30):
+            await delivery(tmp_path, store, takeover).settle(engine.events, event, body)
+            held.answer.set()  # the first engine's call returns after the takeover recorded
+            await slow
+        records = await engine.events.read(kinds=[NOTICE_DELIVERED])
+    assert takeover.calls == []  # found in the transcript: not delivered again
+    assert [(r.key, r.data["recovered"]) for r in records] == [
+        (f"openclaw-notice:{event.key}", True)]
 
 
 def test_a_restart_effect_becomes_a_notice_without_its_environment() -> None:
