@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 
-# A scheme and '://', then everything up to white space or a character no URL holds
-# unencoded (a backslash is kept in: some write paths with it).
-_URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*)://(?P<body>[^\s\"<>`{}|^]*)")
+# A scheme and '://', then everything up to white space, a quote or an angle bracket (a
+# backslash is kept in: some write paths with it; so are '{}|^`', which a URL should encode
+# but a token written by hand may hold: stopping there would leave the token's rest).
+_URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*)://(?P<body>[^\s\"<>]*)")
 _QUERY = re.compile(r"[?#]")
-_HOST_END = re.compile(r"[/?#\\]")
-# Closes a quoted or parenthesised URL, or ends the sentence it stands in.
-_CLOSING = "').,;:]!"
+_HOST_END = re.compile(r"[/?#\\{}|^`]")
+# Closes a quoted, parenthesised or braced URL, or ends the sentence it stands in.
+_CLOSING = "').,;:]!}`|"
 
 
 def _keep_origin(match: re.Match[str]) -> str:

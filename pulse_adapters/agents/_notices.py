@@ -11,5 +11,6 @@ HIDDEN = frozenset({"type", "env"})
 def notice_fields(effect: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a stored effect (`event.data["effect"]`) a notice may show: never its
     `type` (the notice names it) or an `env` (a restart's environment may hold credentials).
-    Callers cut URLs in what they make of them (`pulse_core.redact_urls`)."""
+    Callers cut every URL in the whole text they make of a notice, a notify's text too
+    (`pulse_core.redact_urls`): paths, queries and user info hold webhook tokens."""
     return {k: v for k, v in effect.items() if k not in HIDDEN}

@@ -51,13 +51,13 @@ def notice_key(effect_id: str) -> str:
 
 def notice_line(body: dict[str, Any]) -> str:
     """One line for the agent: a Notify's level, topic and text; another effect's fields
-    (never its `env`, URLs cut to scheme and host)."""
+    (never its `env`); every URL cut to scheme and host, in a notify's text too."""
     tag = str(body.get("type", "effect"))
     text = body.get("text")
     if isinstance(text, str) and text.strip():
         level, topic = body.get("level"), body.get("topic")
         label = " ".join(str(p) for p in (level, topic) if p)
-        return f"- [{label or tag}] {text.strip()}"
+        return f"- [{label or tag}] {redact_urls(text.strip())}"
     fields = msgspec.json.encode(notice_fields(body)).decode()
     return f"- [{tag}] {redact_urls(fields)}"
 

@@ -71,8 +71,8 @@ def attempt_key(effect_id: str) -> str:
 
 def notice_text(effect: dict[str, Any]) -> str:
     """What the agent reads: a notify effect's level, topic and text; another effect's
-    tag and fields, never its `env` (a restart's environment may hold credentials), their URLs
-    cut to scheme and host."""
+    tag and fields, never its `env` (a restart's environment may hold credentials); every URL
+    cut to scheme and host, in a notify's text too."""
     tag = effect.get("type", "effect")
     if isinstance(effect.get("text"), str):
         level = effect.get("level") or "notice"
@@ -80,8 +80,8 @@ def notice_text(effect: dict[str, Any]) -> str:
         text = f"[pulse] {level}{topic}: {effect['text']}"
     else:
         fields = ", ".join(f"{k}={v!r}" for k, v in notice_fields(effect).items())
-        text = redact_urls(f"[pulse] {tag}: {fields}")
-    return text[:MAX_TEXT]
+        text = f"[pulse] {tag}: {fields}"
+    return redact_urls(text)[:MAX_TEXT]
 
 
 class NoticeDelivery:

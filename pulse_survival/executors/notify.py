@@ -7,6 +7,7 @@ import os
 import stat
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -62,7 +63,7 @@ class NotifyExecutor(Executor):
         return {"delivered": delivered}
 
     async def _post(self, url: str, body: dict[str, Any], idempotency_key: str) -> None:
-        origin = redact_urls(url)  # all a stored message may say of a webhook
+        origin = webhook_origin(url)
         try:
             async with httpx.AsyncClient(timeout=self.sinks.webhook_timeout_s) as client:
                 response = await client.post(url, json=body,
@@ -76,6 +77,13 @@ class NotifyExecutor(Executor):
             raise WebhookFailed(f"notify webhook {origin} answered HTTP "
                                 f"{response.status_code} {response.reason_phrase} — check "
                                 "survival.notify.webhook_url and the receiving service")
+
+
+def webhook_origin(url: str) -> str:
+    """All a stored message may say of the webhook `url`: its scheme and host (with its
+    port). Characters a URL may not hold unencoded (`{`, `|`, a space...) are encoded first,
+    so no part of the path, query or user info is left beside the host."""
+    return redact_urls(quote(url, safe=":/?#[]@%"))
 
 
 class NotifyLogRefused(PulseError):
