@@ -156,10 +156,11 @@ async def read_activity(store: EventStore, activity_id: str) -> Activity | None:
 
 async def end_activity(store: EventStore, activity_id: str, status: str, *, ended_at: int,
                        origin: str, outputs: Sequence[str] = (), reason: str = "",
-                       report: Any = None,
-                       extra: Sequence[EventDraft] = ()) -> Event:
+                       report: Any = None, extra: Sequence[EventDraft] = (),
+                       cause: int | None = None) -> Event:
     """End a running activity (status completed, failed or cancelled) with `extra` drafts
-    in the same append; InvalidTransition when it already ended or does not exist."""
+    in the same append, the end with cause `cause`; InvalidTransition when it already ended
+    or does not exist."""
     if status not in ENDED:
         raise InvalidEvent(f"status {status!r}: an activity ends completed, failed or "
                            "cancelled")
@@ -170,7 +171,7 @@ async def end_activity(store: EventStore, activity_id: str, status: str, *, ende
                                 "activity ends — record a correction as a new activity")
     end = EventDraft(f"activity-{status}", activity_key(activity_id), msgspec.to_builtins(
         ActivityEnd(ended_at=ended_at, outputs=tuple(outputs), reason=reason,
-                    report=report)), origin=origin)
+                    report=report)), origin=origin, cause=cause)
     result = await store.append([*extra, end],
                                 expect={activity_key(activity_id): current.version})
     return result.events[-1]
@@ -191,13 +192,15 @@ async def perform_once(
                                        dict[str, int]]]],
     *,
     origin: str,
+    cause: int | None = None,
 ) -> Performed:
     """Do the logical operation `operation` at most once, ever.
 
     `work()` reads what it needs and returns the drafts of its changes, the activity that
     records them (its report holds the outcome, "no effect" included) and the expected
-    versions the changes rely on. They are appended together with the expectation that the
-    activity `operation` does not exist yet. When it already exists its stored outcome is
+    versions the changes rely on. They are appended together (the activity with origin
+    `origin` and cause `cause`) with the expectation that the activity `operation` does not
+    exist yet. When it already exists its stored outcome is
     returned; when one of the other keys moved, `work()` runs once more on fresh reads
     (`retry_once`), and a second conflict is raised.
     """
@@ -207,7 +210,7 @@ async def perform_once(
         if done is not None:
             return Performed(done, ran=False)
         drafts, body, expect = await work()
-        record = activity_draft(operation, body, origin=origin)
+        record = activity_draft(operation, body, origin=origin, cause=cause)
         try:
             result = await store.append([*drafts, record],
                                         expect={**expect, activity_key(operation): 0})

@@ -90,9 +90,9 @@ class _Sweep:
 
     def __init__(self, store: EventStore, reader: ElementsReader, cycle_start: int,
                  policy: DecayPolicy, origin: str, *,
-                 authorize: Authorize | None = None) -> None:
+                 authorize: Authorize | None = None, cause: int | None = None) -> None:
         self.store, self.reader, self.origin = store, reader, origin
-        self.authorize = authorize
+        self.authorize, self.cause = authorize, cause
         self.cycle_start, self.policy = cycle_start, policy
         self.decayed = self.writes = self.conflicts = 0
         self.deferred: list[str] = []
@@ -110,7 +110,7 @@ class _Sweep:
     def draft(self, identity: str, records: dict[str, float]) -> EventDraft:
         body = Metabolized(self.cycle_start, self.policy.factor, records)
         return EventDraft("memory-metabolized", identity_key(identity),
-                          msgspec.to_builtins(body), origin=self.origin)
+                          msgspec.to_builtins(body), origin=self.origin, cause=self.cause)
 
     async def batch(self, ids: list[str]) -> None:
         """Decay `ids` (those still eligible): one append, or one per identity on conflict."""
@@ -156,8 +156,8 @@ class _Sweep:
 
 async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
                 policy: DecayPolicy | None = None, origin: str = MAINTENANCE_ORIGIN,
-                max_batches: int | None = None,
-                authorize: Authorize | None = None) -> SweepReport:
+                max_batches: int | None = None, authorize: Authorize | None = None,
+                cause: int | None = None) -> SweepReport:
     """Decay every eligible record once for `cycle_start`, `policy.limit` per batch.
 
     Batches repeat until one decays fewer than `limit` records (or `max_batches` ran). A
@@ -170,9 +170,10 @@ async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
     the key versions it returns are expected by that append, so a revocation between the
     check and the write conflicts and is seen at the re-check. What earlier batches wrote
     stays, and a later sweep with the same `cycle_start` goes on from where this one stopped.
+    Every event it writes has `cause` (e.g. the seq of the activity the sweep is part of).
     """
     policy = policy or DecayPolicy()
-    run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize)
+    run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize, cause=cause)
     state = await reader.current()
     queue = [e.id for e in eligible_for_decay(state, cycle_start=cycle_start,
                                               floor=policy.floor,

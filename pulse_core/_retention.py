@@ -55,16 +55,17 @@ def _stage(*allowed: str, action: str) -> Check:
 
 class RetentionLadder:
     """Retention actions of `principal` over the elements, each checked against its grants
-    (read afresh at every action) and written with origin `origin`."""
+    (read afresh at every action) and written with origin `origin` and cause `cause`."""
 
     def __init__(self, store: EventStore, reader: ElementsReader, authority: Authority,
                  principal: str, *, origin: str, objects: ObjectStore | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, cause: int | None = None) -> None:
         self.store = store
         self.reader = reader
         self.authority = authority
         self.principal = principal
         self.origin = origin
+        self.cause = cause
         self.objects = objects if objects is not None else store.objects
         self.clock = clock or SystemClock()
 
@@ -137,7 +138,8 @@ class RetentionLadder:
 
         def extra(element: Element) -> list[EventDraft]:
             return [EventDraft("payload-purged", d, {"reason": reason or "purge",
-                                                     "element": eid}, origin=self.origin)
+                                                     "element": eid},
+                               origin=self.origin, cause=self.cause)
                     for d in digest]
         event = await self._step(eid, "element-purged", "purge", reason, check,
                                  grant=("purge", f"purge {eid!r}"), activity=f"purge:{eid}",
@@ -169,7 +171,8 @@ class RetentionLadder:
 
         def extra(element: Element) -> list[EventDraft]:
             return [EventDraft("payload-purged", d, {"reason": reason or "payload purge",
-                                                     "element": eid}, origin=self.origin)
+                                                     "element": eid},
+                               origin=self.origin, cause=self.cause)
                     for d in digests]
         event = await self._step(eid, "payload-purged", "payload_purge", reason, check,
                                  grant=("purge", f"purge the payload of {eid!r}"),
@@ -217,7 +220,8 @@ class RetentionLadder:
                                         f"{before.corrected_by!r}: correct that one instead")
             body = Correction(record=old_record, by=new_record, reason=reason)
             drafts = [EventDraft("evidence-corrected", identity_key(identity),
-                                 msgspec.to_builtins(body), origin=self.origin)]
+                                 msgspec.to_builtins(body), origin=self.origin,
+                                 cause=self.cause)]
             flagged, stale = self._stale_drafts(state, old, depth, limit, "evidence corrected")
             identities = {identity} | {split_element_id(e)[0] for e in flagged}
             drafts += [*stale, self._activity(f"correction-{uuid7()}", "evidence_correction",
@@ -269,7 +273,8 @@ class RetentionLadder:
             flagged.append(eid)
             body = Stale(record=element.record, root=root, reason=reason)
             drafts.append(EventDraft("derivation-stale", identity_key(element.identity),
-                                     msgspec.to_builtins(body), origin=self.origin))
+                                     msgspec.to_builtins(body), origin=self.origin,
+                                     cause=self.cause))
         return flagged, drafts
 
     def _activity(self, activity_id: str, activity_class: str, inputs: Sequence[str],
@@ -278,7 +283,7 @@ class RetentionLadder:
         body = ActivityBody(activity_class=activity_class, actors=(self.principal,),
                             inputs=tuple(inputs), outputs=tuple(inputs), started_at=now,
                             ended_at=now, report=report)
-        return activity_draft(activity_id, body, origin=self.origin)
+        return activity_draft(activity_id, body, origin=self.origin, cause=self.cause)
 
     async def _allowed(self, permission: str, action: str) -> dict[str, int]:
         """Check the grant now; the expectation that makes a write conflict if it is revoked
@@ -301,7 +306,8 @@ class RetentionLadder:
             act = activity or f"{activity_class.replace('_', '-')}-{uuid7()}"
             body = StageChange(record=element.record, reason=reason, activity=act)
             drafts = [EventDraft(kind, identity_key(element.identity),
-                                 msgspec.to_builtins(body), origin=self.origin)] if own else []
+                                 msgspec.to_builtins(body), origin=self.origin,
+                                 cause=self.cause)] if own else []
             drafts += [*(extra(element) if extra is not None else ()),
                        self._activity(act, activity_class, (eid,),
                                       {"kind": kind, "reason": reason, "was": element.stage,

@@ -130,10 +130,10 @@ def sleep_key(task_id: str) -> str:
 
 
 def sleep_task_draft(task_id: str, body: SleepTaskCreated, *, origin: str,
-                     idem: str | None = None) -> EventDraft:
+                     idem: str | None = None, cause: int | None = None) -> EventDraft:
     """The sleep-task-created draft (append it expecting version 0 of its key)."""
     return EventDraft("sleep-task-created", sleep_key(task_id), msgspec.to_builtins(body),
-                      origin=origin, idem=idem)
+                      origin=origin, idem=idem, cause=cause)
 
 
 def fold_sleep_task(state: SleepTask | None, event: Event) -> SleepTask | None:
@@ -214,12 +214,15 @@ def sleep_task_counts(tasks: Iterable[SleepTask]) -> dict[str, int]:
 
 class SleepBoard:
     """Creates, claims, completes and fails sleep tasks, each move appended with the task's
-    expected version. `clock` decides when a lease has expired (the store's clock in tests)."""
+    expected version. `clock` decides when a lease has expired (the store's clock in tests);
+    every event it writes has origin `origin` and cause `cause`."""
 
-    def __init__(self, store: EventStore, origin: str, *, clock: Clock | None = None) -> None:
+    def __init__(self, store: EventStore, origin: str, *, clock: Clock | None = None,
+                 cause: int | None = None) -> None:
         self.store = store
         self.origin = origin
         self.clock = clock or SystemClock()
+        self.cause = cause
 
     async def state(self, task_id: str) -> SleepTask | None:
         """The task as its events say now (None if it does not exist)."""
@@ -240,7 +243,7 @@ class SleepBoard:
                        else "t-" + hashlib.sha256(idem.encode()).hexdigest()[:20])
         body = SleepTaskCreated(task_class=task_class, priority=priority, subject=subject,
                                 reason=reason, assigned_to=assigned_to)
-        draft = sleep_task_draft(task_id, body, origin=self.origin, idem=idem)
+        draft = sleep_task_draft(task_id, body, origin=self.origin, idem=idem, cause=self.cause)
         await self.store.append([draft], expect={sleep_key(task_id): 0})
         task = await self.state(task_id)
         assert task is not None
@@ -261,7 +264,7 @@ class SleepBoard:
             return None
         draft = EventDraft("sleep-task-claimed", sleep_key(task_id),
                            msgspec.to_builtins(SleepTaskClaimed(by, now + lease_ms)),
-                           origin=self.origin)
+                           origin=self.origin, cause=self.cause)
         try:
             await self.store.append([draft], expect={sleep_key(task_id): task.version})
         except VersionConflict:
@@ -287,7 +290,7 @@ class SleepBoard:
             raise InvalidTransition(f"{kind}: sleep task {task_id!r} is {now}, not running "
                                     f"under {by!r}'s claim — claim it first; a completed or "
                                     "failed task is final")
-        draft = EventDraft(kind, sleep_key(task_id), body, origin=self.origin)
+        draft = EventDraft(kind, sleep_key(task_id), body, origin=self.origin, cause=self.cause)
         await self.store.append([draft], expect={sleep_key(task_id): task.version})
         done = await self.state(task_id)
         assert done is not None

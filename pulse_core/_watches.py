@@ -138,7 +138,8 @@ class Evaluation(msgspec.Struct, frozen=True):
 
 async def evaluate_watches(store: EventStore, watches_state: Mapping[str, Watch], after_seq: int,
                            now_ms: int, *, origin: str, page: int = 5_000,
-                           max_events: int | None = None) -> Evaluation:
+                           max_events: int | None = None,
+                           cause: int | None = None) -> Evaluation:
     """Evaluate armed watches against the changes committed after `after_seq`.
 
     `watches_state` must reflect the log through `after_seq` at least (the Watches
@@ -151,7 +152,8 @@ async def evaluate_watches(store: EventStore, watches_state: Mapping[str, Watch]
     cut to the budget): the read stops at that page boundary, and `consumed_through` says
     where to resume. Delta fires and satisfactions found so far are made; a silence watch
     with no match is fired only once every change up to the log's head at evaluation time
-    was consumed (`complete`). A fire another evaluator made first is not reported.
+    was consumed (`complete`). A fire another evaluator made first is not reported. What it
+    writes has origin `origin` and cause `cause`.
     """
     if page < 1:
         raise ValueError(f"page must be >= 1, not {page}")
@@ -195,23 +197,25 @@ async def evaluate_watches(store: EventStore, watches_state: Mapping[str, Watch]
         match = matched.get(watch.id)
         if watch.spec.watch_class == "delta":
             if match is not None:
-                done = await _fire(store, watch, match, now_ms, origin)
+                done = await _fire(store, watch, match, now_ms, origin, cause=cause)
                 fired.extend([done] if done else [])
             continue
         due = watch.spec.due_at
         assert due is not None
         if match is not None and match.ts <= due:
-            if await _satisfy(store, watch, match, origin):
+            if await _satisfy(store, watch, match, origin, cause):
                 satisfied.append(watch.id)
         elif due <= now_ms and (complete or match is not None):
-            done = await _fire(store, watch, None, now_ms, origin)
+            done = await _fire(store, watch, None, now_ms, origin, cause=cause)
             fired.extend([done] if done else [])
     return Evaluation(tuple(fired), tuple(satisfied), consumed, complete)
 
 
-async def _satisfy(store: EventStore, watch: Watch, event: Event, origin: str) -> bool:
+async def _satisfy(store: EventStore, watch: Watch, event: Event, origin: str,
+                   cause: int | None) -> bool:
     draft = EventDraft("watch-satisfied", watch_key(watch.id),
-                       msgspec.to_builtins(WatchSatisfied(event.seq)), origin=origin)
+                       msgspec.to_builtins(WatchSatisfied(event.seq)), origin=origin,
+                       cause=cause)
     try:
         await store.append([draft], expect={watch_key(watch.id): watch.version})
     except VersionConflict:
@@ -220,7 +224,7 @@ async def _satisfy(store: EventStore, watch: Watch, event: Event, origin: str) -
 
 
 async def _fire(store: EventStore, watch: Watch, event: Event | None, now_ms: int,
-                origin: str) -> Fire | None:
+                origin: str, *, cause: int | None) -> Fire | None:
     trigger = None if event is None else event.seq
     operation = fire_operation(watch, trigger)
 
@@ -237,13 +241,13 @@ async def _fire(store: EventStore, watch: Watch, event: Event | None, now_ms: in
         produced = "wake" if spec.produces == "wake" else operation
         drafts = [EventDraft("watch-fired", watch_key(watch.id), msgspec.to_builtins(
             WatchFired(trigger, spec.due_at if event is None else None, produced)),
-            origin=origin)]
+            origin=origin, cause=cause)]
         expect = {watch_key(watch.id): current.version}
         if spec.produces == "sleep-task":
             task = SleepTaskCreated(task_class=spec.task_class, priority=spec.priority,
                                     subject=watch.id, reason=spec.reason or f"watch "
                                     f"{watch.id} fired")
-            drafts.append(sleep_task_draft(operation, task, origin=origin))
+            drafts.append(sleep_task_draft(operation, task, origin=origin, cause=cause))
             expect[sleep_key(operation)] = 0
         body = ActivityBody(activity_class="watch_fire", actors=(origin,), inputs=inputs,
                             outputs=(produced if produced == "wake" else sleep_key(produced),),
@@ -255,7 +259,7 @@ async def _fire(store: EventStore, watch: Watch, event: Event | None, now_ms: in
     if latest is None or latest.version != watch.version:
         return None  # moved since the state was read: fired, satisfied or disarmed
     try:
-        done = await perform_once(store, operation, work, origin=origin)
+        done = await perform_once(store, operation, work, origin=origin, cause=cause)
     except VersionConflict:
         return None  # moved twice under us: the next evaluation sees it settled
     report = done.activity.report

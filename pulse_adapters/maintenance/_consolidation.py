@@ -295,11 +295,12 @@ async def build_batch(store: EventStore, state: ElementsState, identity: str, *,
 async def consolidate(store: EventStore, reader: ElementsReader, proposer: Proposer, *,
                       identity: str, now: int, origin: str = "executor:maintenance",
                       limit: int = 20, min_age_ms: int = 3_600_000, min_roots: int = 2,
-                      max_insights: int = 4) -> ConsolidationReport:
+                      max_insights: int = 4, cause: int | None = None) -> ConsolidationReport:
     """Consolidate `identity`'s sources older than `now - min_age_ms`: ask `proposer`,
-    gate, and write each accepted insight in one append with the identity's expected
-    version (a conflict: re-read, re-gate, retry once; a second defers it). Fewer than
-    `min_roots` sources: nothing is asked. A proposer that fails is reported, not raised."""
+    gate, and write each accepted insight (with cause `cause`) in one append with the
+    identity's expected version (a conflict: re-read, re-gate, retry once; a second defers
+    it). Fewer than `min_roots` sources: nothing is asked. A proposer that fails is
+    reported, not raised."""
     state = await reader.current()
     batch = await build_batch(store, state, identity, cutoff=now - min_age_ms, limit=limit,
                               min_roots=min_roots, max_insights=max_insights)
@@ -323,7 +324,7 @@ async def consolidate(store: EventStore, reader: ElementsReader, proposer: Propo
     if len(proposals) > PROPOSALS_MAX:
         rejected.append(Rejection("", f"{len(proposals) - PROPOSALS_MAX} proposals past the "
                                       f"first {PROPOSALS_MAX} were not read"))
-    writer = _Writer(store, reader, batch, origin, now)
+    writer = _Writer(store, reader, batch, origin, now, cause=cause)
     deferred = 0
     for insight in accepted:
         try:
@@ -342,16 +343,16 @@ class _Writer:
     """Writes accepted insights of one batch, each re-gated against the state as it is."""
 
     def __init__(self, store: EventStore, reader: ElementsReader, batch: ConsolidationBatch,
-                 origin: str, now: int) -> None:
+                 origin: str, now: int, *, cause: int | None) -> None:
         self.store, self.reader, self.batch = store, reader, batch
-        self.origin, self.now = origin, now
+        self.origin, self.now, self.cause = origin, now, cause
         self.written: list[str] = []
 
     async def write(self, insight: Insight) -> str | Rejection:
         """Write `insight` in one append guarded by the identity's version; its element id,
         or the rejection the fresh state gives it."""
         state = await self.reader.current()
-        identity, origin = self.batch.identity, self.origin
+        identity, origin, cause = self.batch.identity, self.origin, self.cause
         again = _check({"text": insight.text, "inputs": list(insight.inputs),
                         "salience": insight.salience}, state, self.batch.shown,
                        self.batch.min_roots, self.written)
@@ -364,13 +365,14 @@ class _Writer:
         drafts = [
             EventDraft("insight-recorded", key, msgspec.to_builtins(InsightRecorded(
                 record=record, text=again.text, derived_from=again.inputs, activity=activity,
-                salience=again.salience)), origin=origin),
+                salience=again.salience)), origin=origin, cause=cause),
             EventDraft("element-consolidated", key, msgspec.to_builtins(Consolidated(
-                records=again.inputs, to=eid)), origin=origin),
+                records=again.inputs, to=eid)), origin=origin, cause=cause),
             activity_draft(activity, ActivityBody(
                 activity_class="semantic_consolidation", actors=(origin,),
                 inputs=again.inputs, outputs=(eid,), started_at=self.now,
-                ended_at=self.now, report={"roots": list(again.roots)}), origin=origin),
+                ended_at=self.now, report={"roots": list(again.roots)}), origin=origin,
+                cause=cause),
         ]
         await self.store.append(drafts, expect={key: state.versions.get(identity, 0)})
         self.written.append(eid)

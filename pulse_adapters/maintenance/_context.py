@@ -45,9 +45,11 @@ def claims(task: SleepTask, now_ms: int) -> bool:
 @dataclass
 class CycleRun:
     """What the steps of one cycle share: the store, the settings, the cycle's identity and
-    start (and the seq of its activity-started), one elements reader, one budget, the last
-    completed cycle's report, the consolidation proposer (None: off), and what the report
-    will say (counts, deferred, needed authority, warnings...)."""
+    start (and the seq of its activity-started, the cause of every event it writes), one
+    elements reader, one budget, the last completed cycle's report, the consolidation
+    proposer (None: off), and what the report will say (deferred, needed authority,
+    warnings...; the changes are read from the log, but for `changes`, counts that write
+    nothing, such as skills_reviewed)."""
 
     store: EventStore
     settings: MaintenanceSettings
@@ -79,6 +81,11 @@ class CycleRun:
     def now(self) -> int:
         """The time now (ms)."""
         return self.clock.now_ms()
+
+    @property
+    def cause(self) -> int | None:
+        """The cause of every event this cycle writes: the seq of its activity-started."""
+        return self.began_seq or None
 
     @property
     def abandoned_before(self) -> int:

@@ -5,7 +5,8 @@ The cycle's `cycle_start` is bound once, when its `activity-started` is written;
 same cycle (the effect retried, the engine restarted) finds that activity running and reuses
 it, so a replayed sweep never decays an element twice, and a cycle that already ended returns
 its stored report. A step that raises is a warning in the report and the cycle goes on; only a
-failing store ends the cycle failed.
+failing store ends the cycle failed. The report counts what the log holds of the cycle (see
+_work), every attempt's writes, and a resumed attempt's budgets start from there.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pulse_adapters.maintenance._report import (
 )
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceSettings
 from pulse_adapters.maintenance._steps import STEPS, assessment, final_assessment
+from pulse_adapters.maintenance._work import CycleWork, cycle_work
 from pulse_core._activities import (
     Activity,
     ActivityBody,
@@ -92,20 +94,29 @@ async def begin(store: EventStore, cycle: str, trigger: str, now: int) -> Activi
     return started
 
 
-def _report(run: CycleRun, status: str, health_from: Assessment) -> CycleReport:
-    changed = sum(run.changes.values())
+async def _report(run: CycleRun, status: str, health_from: Assessment) -> CycleReport:
+    """The report: writes and changes as the log holds them for the cycle (every attempt's),
+    the rest as this attempt found it."""
+    work = await cycle_work(run.store, run.began_seq)
+    changes = {**work.changes, **{k: v for k, v in run.changes.items() if v}}
+    changed = sum(changes.values())
     return CycleReport(
         cycle=run.cycle, status=status, trigger=run.trigger, cycle_start=run.cycle_start,
         ended_at=run.now, outcome=CHANGED if changed else NOTHING_TO_DO,
-        reviewed=run.budget.reviewed, writes=run.budget.writes,
-        transactions=run.budget.transactions,
-        changes={k: v for k, v in sorted(run.changes.items()) if v},
+        reviewed=run.budget.reviewed, writes=work.writes, transactions=work.transactions,
+        changes=dict(sorted(changes.items())),
         assessment=run.assessment, deferred=tuple(run.deferred),
         needed_authority=tuple(run.needed_authority), warnings=tuple(run.warnings),
         overdue=tuple(run.overdue), contested=tuple(run.contested),
         health=health_signals(health_from), steps=tuple(run.steps),
         consumed_through=run.consumed_through, through_seq=run.through_seq,
         swept_at=run.swept_at)
+
+
+def _budget(settings: MaintenanceSettings, spent: CycleWork) -> Budget:
+    """The cycle's budget less what its earlier attempts spent."""
+    return Budget(settings.budgets, reviewed=spent.reviewed, writes=spent.writes,
+                  transactions=spent.transactions)
 
 
 def stored_report(activity: Activity) -> CycleReport:
@@ -150,11 +161,13 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
     if activity.status != "running":
         return stored_report(activity)
     started = activity.report if isinstance(activity.report, dict) else {}
+    spent = await cycle_work(store, activity.seq)  # what earlier attempts wrote, if any
     run = CycleRun(store=store, settings=settings, cycle=cycle,
                    cycle_start=activity.started_at, trigger=str(started.get("trigger", trigger)),
                    through_seq=int(started.get("through_seq", 0)), clock=clock,
                    authority=authority, reader=_reader(store, reader),
-                   budget=Budget(settings.budgets), previous=await previous_report(store, cycle),
+                   budget=_budget(settings, spent),
+                   previous=await previous_report(store, cycle),
                    began_seq=activity.seq, proposer=proposer)
     run.swept_at = run.previous.swept_at if run.previous is not None else None
     try:
@@ -164,8 +177,8 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
         final = await _final(run)
     except StoreError as exc:
         return await _fail(run, exc)
-    report = _report(run, "completed", final)
     try:
+        report = await _report(run, "completed", final)
         await end_activity(store, cycle, "completed", ended_at=report.ended_at, origin=ORIGIN,
                            report=msgspec.to_builtins(report))
     except InvalidTransition:  # a concurrent run of this same cycle ended it first
@@ -186,8 +199,8 @@ async def _close_abandoned(run: CycleRun) -> None:
                   f"began; cycle {run.cycle} took over")
         with contextlib.suppress(InvalidTransition):  # it ended meanwhile
             await end_activity(run.store, stale.id, "cancelled", ended_at=run.now,
-                               origin=ORIGIN, reason=reason)
-            run.changes["abandoned_cycles_closed"] += 1
+                               origin=ORIGIN, reason=reason, cause=run.cause)
+            run.budget.spend(writes=1, transactions=1)
             run.warnings.append(f"cycle {stale.id} was {reason}")
 
 
@@ -223,8 +236,8 @@ async def _fail(run: CycleRun, exc: StoreError) -> CycleReport:
     """Record the cycle failed (the store is what failed); CycleFailed when even that fails,
     so the effect's retry resumes the running cycle."""
     run.warnings.append(f"store: {type(exc).__name__}: {exc}")
-    report = _report(run, "failed", run.assessment)
     try:
+        report = await _report(run, "failed", run.assessment)
         await end_activity(run.store, run.cycle, "failed", ended_at=report.ended_at,
                            origin=ORIGIN, reason=f"{type(exc).__name__}: {exc}",
                            report=msgspec.to_builtins(report))

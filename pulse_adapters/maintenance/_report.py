@@ -113,14 +113,16 @@ class Budget:
 
     A step asks before it writes (`allows`) and records what it spent (`spend`); it looks at
     no more elements than `review(n)` grants. What a step could not do within the budget it
-    reports as deferred, and the next cycle does it.
+    reports as deferred, and the next cycle does it. A resumed cycle's budget starts from
+    what its earlier attempts spent (`reviewed`, `writes`, `transactions`).
     """
 
-    def __init__(self, budgets: Budgets) -> None:
+    def __init__(self, budgets: Budgets, *, reviewed: int = 0, writes: int = 0,
+                 transactions: int = 0) -> None:
         self.limits = budgets
-        self.reviewed = 0
-        self.writes = 0
-        self.transactions = 0
+        self.reviewed = reviewed
+        self.writes = writes
+        self.transactions = transactions
 
     @property
     def elements_left(self) -> int:

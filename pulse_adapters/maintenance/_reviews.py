@@ -43,7 +43,7 @@ async def derivations(run: CycleRun) -> None:
         return
     roots = [e for e in (await run.census()).revised if (e.revised_seq or 0) > run.since_seq]
     ladder = RetentionLadder(run.store, run.reader, run.authority, PRINCIPAL, origin=ORIGIN,
-                             clock=run.clock)
+                             clock=run.clock, cause=run.cause)
     for index, root in enumerate(roots):
         if not run.budget.allows(writes=10, transactions=2) or not run.budget.review(1):
             run.deferred.append(f"derivation review: {len(roots) - index} revised roots left "
@@ -53,7 +53,6 @@ async def derivations(run: CycleRun) -> None:
                                                           f"{root.revised_seq}")
         if flagged:
             run.budget.spend(writes=len(flagged) + 1, transactions=1)
-        run.changes["stale_flagged"] += len(flagged)
     await _review_tasks(run)
 
 
@@ -66,7 +65,7 @@ async def _review_tasks(run: CycleRun) -> None:
         return
     state = await run.reader.current()
     tasks = await run.fold(SleepTasks())
-    board = SleepBoard(run.store, ORIGIN, clock=run.clock)
+    board = SleepBoard(run.store, ORIGIN, clock=run.clock, cause=run.cause)
     for eid in stale:
         element = state.elements.get(eid)
         for root in element.stale_roots if element is not None else ():
@@ -88,7 +87,6 @@ async def _review_tasks(run: CycleRun) -> None:
                                     f"{_clip(root)}): {type(exc).__name__}: {_clip(str(exc))}")
                 continue
             run.budget.spend(writes=1, transactions=1)
-            run.changes["review_tasks_created"] += 1
 
 
 def _clip(text: str, at: int = 120) -> str:
@@ -114,16 +112,14 @@ async def commitments(run: CycleRun) -> None:
                    "status": c.status}, severity="warning", routine=False)
         fresh[e.identity].append(EventDraft(
             "observation-recorded", identity_key(e.identity), msgspec.to_builtins(body),
-            origin=ORIGIN, idem=f"maintenance:overdue:{e.id}"))
+            origin=ORIGIN, idem=f"maintenance:overdue:{e.id}", cause=run.cause))
     if fresh and not await run.allowed("maintain", "surface overdue commitments"):
         return
     for drafts in fresh.values():
         if not run.budget.allows(writes=len(drafts)):
             run.deferred.append("commitment review: overdue notices left (budget)")
             return
-        result = await run.append(drafts)
-        if not result.replayed:
-            run.changes["overdue_surfaced"] += len(drafts)
+        await run.append(drafts)
 
 
 # -- 10. watches -----------------------------------------------------------------------------
@@ -143,7 +139,7 @@ async def watches(run: CycleRun) -> None:
         run.consumed_through = max(after, head)  # nothing armed: nothing can match
         return
     result = await evaluate_watches(run.store, watching, after, run.now, origin=ORIGIN,
-                                    max_events=WATCH_EVENTS)
+                                    max_events=WATCH_EVENTS, cause=run.cause)
     run.consumed_through = result.consumed_through
     if not result.complete:
         run.deferred.append(f"watch evaluation: read through seq {result.consumed_through:,} "
@@ -152,8 +148,6 @@ async def watches(run: CycleRun) -> None:
     fired = len(result.fired)
     run.budget.spend(writes=3 * fired + len(result.satisfied),
                      transactions=fired + len(result.satisfied))
-    run.changes["watches_fired"] += fired
-    run.changes["watches_satisfied"] += len(result.satisfied)
 
 
 # -- 14. retention ---------------------------------------------------------------------------
@@ -176,7 +170,7 @@ async def retention(run: CycleRun) -> None:
             "archive", f"archive {len(candidates)} consolidated exchanges at the floor"):
         return
     ladder = RetentionLadder(run.store, run.reader, run.authority, PRINCIPAL, origin=ORIGIN,
-                             clock=run.clock)
+                             clock=run.clock, cause=run.cause)
     for index, element in enumerate(candidates):
         if not run.budget.allows(writes=2) or not run.budget.review(1):
             run.deferred.append(f"retention: {len(candidates) - index} archive candidates "
@@ -190,6 +184,5 @@ async def retention(run: CycleRun) -> None:
         except InvalidTransition:
             continue  # archived, restored or removed meanwhile: its state is someone's choice
         run.budget.spend(writes=2, transactions=1)
-        run.changes["archived"] += 1
 
 

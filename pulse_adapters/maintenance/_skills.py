@@ -367,11 +367,11 @@ class SkillBoard:
         loaded = await self._load(skill_id)
         return None if loaded is None else loaded[0]
 
-    async def decide(self, skill_id: str, policy: VerdictPolicy | None = None
-                     ) -> SkillVerdict | None:
-        """Run the verdict and, when it moves the skill, record it with a lifecycle_verdict
-        activity in one append guarded by the skill's expected version (a conflict: re-read,
-        re-evaluate, retry once). None: the rule says nothing changes."""
+    async def decide(self, skill_id: str, policy: VerdictPolicy | None = None, *,
+                     cause: int | None = None) -> SkillVerdict | None:
+        """Run the verdict and, when it moves the skill, record it (with cause `cause`) with
+        a lifecycle_verdict activity in one append guarded by the skill's expected version (a
+        conflict: re-read, re-evaluate, retry once). None: the rule says nothing changes."""
         rule = policy or VerdictPolicy()
 
         async def attempt() -> SkillVerdict | None:
@@ -387,9 +387,9 @@ class SkillBoard:
                                     ActivityBody(
                 activity_class="lifecycle_verdict", actors=(self.origin,),
                 inputs=(key, family_key(skill.body.task_family)), outputs=(key,),
-                report=msgspec.to_builtins(found)), origin=self.origin)
+                report=msgspec.to_builtins(found)), origin=self.origin, cause=cause)
             draft = EventDraft("skill-verdict", key, msgspec.to_builtins(found),
-                               origin=self.origin)
+                               origin=self.origin, cause=cause)
             await self.store.append([draft, record],
                                     expect={key: skill.version, record.key: 0})
             return found

@@ -104,7 +104,7 @@ async def sleep_tasks(run: CycleRun) -> None:
     kept visible). An assignment is a label: the grants decide what maintenance may do."""
     if not await run.allowed("maintain", "process sleep tasks"):
         return
-    board = SleepBoard(run.store, ORIGIN, clock=run.clock)
+    board = SleepBoard(run.store, ORIGIN, clock=run.clock, cause=run.cause)
     lease_ms = int(run.settings.timeout_s * 1000)
     now = run.now
     tasks = await run.fold(SleepTasks())
@@ -130,10 +130,8 @@ async def sleep_tasks(run: CycleRun) -> None:
             raise  # not the task's fault: its lease runs out and it is claimable again
         except Exception as exc:
             await board.fail(task.id, run.cycle, f"{type(exc).__name__}: {exc}")
-            run.changes["sleep_tasks_failed"] += 1
         else:
             await board.complete(task.id, run.cycle, outcome)
-            run.changes["sleep_tasks_completed"] += 1
         run.budget.spend(writes=1, transactions=1)
 
 
@@ -165,9 +163,8 @@ async def consolidation(run: CycleRun) -> None:
         if index and not await run.allowed("maintain", "record consolidated insights"):
             return  # the grant was revoked meanwhile: current governance applies
         report = await consolidate(run.store, run.reader, run.proposer, identity=identity,
-                                   now=run.now, origin=ORIGIN)
+                                   now=run.now, origin=ORIGIN, cause=run.cause)
         run.budget.spend(writes=3 * report.accepted, transactions=report.accepted)
-        run.changes["semantic_consolidations"] += report.accepted
         if report.error:
             run.warnings.append(f"consolidation of {identity}: {report.error}")
         if report.deferred:
@@ -190,11 +187,10 @@ async def skill_verdicts(run: CycleRun) -> None:
         if not run.budget.allows(writes=2, transactions=1) or not run.budget.review(1):
             run.deferred.append(f"skill verdicts: {len(skills) - index} skills left (budget)")
             return
-        moved = await board.decide(skill)
+        moved = await board.decide(skill, cause=run.cause)
         run.changes["skills_reviewed"] += 1
         if moved is not None:
             run.budget.spend(writes=2, transactions=1)
-            run.changes["skill_verdicts"] += 1
 
 
 # -- 5. metabolism ---------------------------------------------------------------------------
@@ -269,20 +265,18 @@ async def metabolism(run: CycleRun) -> None:
     try:
         report: SweepReport | None = await sweep(
             run.store, run.reader, cycle_start=run.cycle_start, policy=policy,
-            origin=ORIGIN, max_batches=batches, authorize=authorize)
+            origin=ORIGIN, max_batches=batches, authorize=authorize, cause=run.cause)
     except NotAuthorized as exc:  # revoked mid-sweep: what was written stays, counted below
         report = None
         run.needed_authority.append(f"metabolism: stopped mid-sweep: {exc}")
     written = [e for e in await run.store.read(before, kinds=["memory-metabolized"])
-               if e.origin == ORIGIN and isinstance(e.data, dict)
-               and e.data.get("cycle_start") == run.cycle_start]
+               if e.origin == ORIGIN and e.cause == run.cause and isinstance(e.data, dict)]
     decayed = sum(len(e.data.get("strengths") or ()) for e in written)
     if written:
         run.swept_at = run.cycle_start
     run.budget.spend(writes=len(written),  # stopped: at most one append per event written
                      transactions=len(written) if report is None else report.writes)
     run.budget.review(decayed)
-    run.changes["decayed"] += decayed
     if report is None:
         return
     if not report.complete:
