@@ -3,10 +3,12 @@ at a ChatServer on 127.0.0.1, and helpers to run `hermes` and read a pulse home 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ class HermesRig:
                 "HERMES_HOME": str(self.hermes_home), "LANG": "C.UTF-8",
                 "HERMES_DISABLE_LAZY_INSTALLS": "1", **extra}
 
-    def run(self, *args: str, timeout: float = 40.0, **extra: str
+    def run(self, *args: str, timeout: float = 120.0, **extra: str
             ) -> tuple[subprocess.CompletedProcess[str], float]:
         """Run `hermes *args`: what it did, and its wall time in seconds."""
         started = time.perf_counter()
@@ -64,7 +66,7 @@ def hermes_rig(tmp_path: Path, server: ChatServer, *, model: bool = True,
 def upulse(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real `upulse --home HOME ...`."""
     return subprocess.run([str(UPULSE), "--home", str(home), *args], capture_output=True,
-                          text=True, timeout=30, check=True, stdin=subprocess.DEVNULL)
+                          text=True, timeout=120, check=True, stdin=subprocess.DEVNULL)
 
 
 async def read_events(home: Path, **filters: Any) -> list[Event]:
@@ -79,3 +81,10 @@ async def read_events(home: Path, **filters: Any) -> list[Event]:
 def chat_requests(server: ChatServer) -> list[Any]:
     """The bodies of the chat-completion requests the server received."""
     return [r.json() for r in server.requests if r.path.endswith("/chat/completions")]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], limit_s: float = 60.0) -> None:
+    """Wait until `check()` holds (`limit_s` only ends a hang)."""
+    async with asyncio.timeout(limit_s):
+        while not await check():  # noqa: ASYNC110 - the engine and Hermes run on their own
+            await asyncio.sleep(0.05)

