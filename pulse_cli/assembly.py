@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pulse_cli.config import Config, ConfigError
+from pulse_cli.config import Config, ConfigError, home_host
 from pulse_cli.loader import EngineCode, load_engine_code
 from pulse_core import (
     Clock,
@@ -87,12 +87,12 @@ def tick_source(code: EngineCode, home: Path) -> Path:
     return home / "config.json"
 
 
-def bound_host(cfg: Config) -> str:
-    """The host the engine of a home with settings `cfg` is bound to, as the engine's
-    `placement`: config.json's `host` (else this machine's hostname) when its store is shared
-    across hosts (PostgreSQL), '' when the log is the home's alone. Promote and rollback
-    record their events under it (pulse_cli.directory_log.event_key)."""
-    return placement(cfg.store, cfg.host)
+def bound_host(root: Path, cfg: Config) -> str:
+    """The host the engine of the home `root` with settings `cfg` is bound to, as the
+    engine's `placement`: the home's host name (pulse_cli.config.home_host) when its store
+    is shared across hosts (PostgreSQL), '' when the log is the home's alone. Promote and
+    rollback record their events under it (pulse_cli.directory_log.event_key)."""
+    return home_host(root, cfg) if placement(cfg.store, cfg.host) else ""
 
 
 def build_engine(root: Path, cfg: Config, code: EngineCode, *,
@@ -120,7 +120,7 @@ def build_engine(root: Path, cfg: Config, code: EngineCode, *,
         business=code.build(LayerContext(root, clock, directory)),
         store=cfg.store,
         side_store=cfg.side_store,
-        host=cfg.host,
+        host=bound_host(root, cfg) or cfg.host,  # on a log of its own, claims name the machine
         clock=clock,
         survival=cfg.survival,
         engine_directory=directory,

@@ -13,9 +13,13 @@ factory when the engine is built (pulse_cli.assembly), which names the layer.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import re
+import secrets
+import socket
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,8 +33,8 @@ from pulse_cli.home import CliError, check_instance_name
 from pulse_cli.loader import MAX_TICK_MS, MIN_TICK_MS
 from pulse_cli.output import without_passwords
 from pulse_core import PulseError, parse_store_url
-from pulse_core._homelock import write_private
-from pulse_core._lease import check_host
+from pulse_core._homelock import PRIVATE_FILE, denied, write_private
+from pulse_core._lease import MAX_HOST_LENGTH, check_host
 from pulse_core.store._redis import SCHEMES, parse_redis_url
 
 if TYPE_CHECKING:
@@ -73,9 +77,9 @@ class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class Config:
     """A home's settings, validated. `store` is the event log's URL (None: the home's own
     log, as pulse_core._home.HomeLayout names it); `side_store` the side store's URL (None:
-    the home's own state.db); `host` the name this engine's claims give its host (None: the
-    machine's hostname); `layers` maps each configured layer's name to its settings, in
-    order."""
+    the home's own state.db); `host` the name this engine's claims and its engine directory's
+    events give its host (None: the one kept in HOME/host.id, see `home_host`); `layers`
+    maps each configured layer's name to its settings, in order."""
 
     instance: str
     default_tick_ms: int
@@ -102,7 +106,7 @@ ALLOWED: dict[str, str] = {
     "side_store": ("a side-store URL such as \"redis://host:6379/0\" or "
                    "\"sqlite:///abs/path/state.db\" (null: the home's own state.db)"),
     "host": ("a host name for this engine's claims, 1-255 printable characters without "
-             "spaces (null: this machine's hostname)"),
+             "spaces, one per home (null: a name made once for this home, kept in host.id)"),
     "layers": "an object mapping each layer's name to its settings, in order",
     "layers.*": "an object of that layer's settings, or null",
 }
@@ -286,16 +290,71 @@ def load_or_default(path: Path) -> Config:
 
 
 def default_config_text(instance: str, *, store: str | None = None,
-                        side_store: str | None = None) -> str:
+                        side_store: str | None = None, host: str | None = None) -> str:
     """The config.json `upulse init` writes: every setting at its default, but the store
-    URLs given (`upulse init --store URL --side-store URL`)."""
-    stored = ConfigFile(instance=instance, store=store, side_store=side_store)
+    URLs and the host name given (`upulse init --store URL --side-store URL --host NAME`)."""
+    stored = ConfigFile(instance=instance, store=store, side_store=side_store, host=host)
     return msgspec.json.format(msgspec.json.encode(stored), indent=2).decode() + "\n"
 
 
 def write_default(path: Path, instance: str, *, store: str | None = None,
-                  side_store: str | None = None) -> None:
-    """Write a default config.json for `instance` (with the store URLs given) atomically,
-    readable by its owner only."""
-    write_private(path, default_config_text(instance, store=store,
-                                            side_store=side_store).encode())
+                  side_store: str | None = None, host: str | None = None) -> None:
+    """Write a default config.json for `instance` (with the store URLs and host name given)
+    atomically, readable by its owner only."""
+    write_private(path, default_config_text(instance, store=store, side_store=side_store,
+                                            host=host).encode())
+
+
+# -- the home's host name ------------------------------------------------------------------------
+
+HOST_FILE = "host.id"
+"""The file in a home that keeps the host name made for it when config.json's `host` is null."""
+
+
+def new_host_name() -> str:
+    """A host name no other home has: this machine's hostname and six random hex digits.
+
+    Homes sharing a log (PostgreSQL) tell their engine directories' events apart by it, so
+    two homes of one machine must not share one; that they differ is safe for claims too (a
+    loop judges another host's claims by their lease alone)."""
+    suffix = f"-{secrets.token_hex(3)}"
+    machine = "".join(c for c in socket.gethostname() if c.isprintable() and not c.isspace())
+    return check_host((machine or "host")[:MAX_HOST_LENGTH - len(suffix)] + suffix)
+
+
+def home_host(root: Path, cfg: Config) -> str:
+    """The host name of the engine of the home `root` with settings `cfg`: config.json's
+    `host`, else the one kept in `root`/host.id, made once (new_host_name) by the first
+    process that asks and read by every later one. ConfigError when host.id holds no host
+    name."""
+    if cfg.host is not None:
+        return cfg.host
+    path = root / HOST_FILE
+    if not path.exists():
+        _keep_once(path, f"{new_host_name()}\n".encode())
+    try:
+        return check_host(path.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeDecodeError, PulseError) as exc:
+        raise ConfigError(f"{path}: cannot read this home's host name ({exc}) — write there "
+                          "one line, 1-255 printable characters without spaces, or set "
+                          f"\"host\" in {root / 'config.json'}") from None
+
+
+def _keep_once(path: Path, data: bytes) -> None:
+    """Create `path` (0600) holding `data` unless it exists; of two processes creating it at
+    once, the first one's is kept whole and the other's dropped."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    except PermissionError:
+        raise denied(path, "create") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), PRIVATE_FILE)  # the umask may have taken bits away
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        with contextlib.suppress(FileExistsError):  # another process's came first: it stays
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)

@@ -102,7 +102,8 @@ class Daemon:
         self.pid = os.getpid()
         self.status = DaemonStatus(self.pid, "starting", now_ms(), now_ms(), cfg.instance)
         self._settings(cfg)
-        self.directory = (GitEngineDirectory(home.root, store=cfg.store, host=bound_host(cfg),
+        self.directory = (GitEngineDirectory(home.root, store=cfg.store,
+                                             host=bound_host(home.root, cfg),
                                              on_rollback=self._rolled_back)
                           if home.engine.is_dir() else None)
         self.problems: list[EventDraft] = []
@@ -149,7 +150,7 @@ class Daemon:
             self.log.say(f"engine code in {self.home.engine} cannot run; {only}: {exc}",
                          event="engine-load-failed", level="error")
             self.problems.append(error_draft(LOAD_KEY, exc, self.home.engine / "engine.py",
-                                             bound_host(self.cfg)))
+                                             bound_host(self.home.root, self.cfg)))
             code = NO_CODE
             engine = self._build(self.cfg, code)
         self.code = code

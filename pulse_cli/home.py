@@ -10,6 +10,7 @@ logs and lock) are named by pulse_core._home.HomeLayout; the CLI adds its own::
     ├── daemon.pid           written once the daemon's engine is open; removed on stop
     ├── daemon.status.json   refreshed by the daemon every second (DaemonStatus)
     ├── daemon.log           the daemon's stdout and stderr
+    ├── host.id              the home's host name when config.json's is null (config.home_host)
     └── (HomeLayout's files)
 
 `--home DIR` names a home; `--instance NAME` is `BASE/instances/NAME`; without either the

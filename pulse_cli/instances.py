@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import msgspec
@@ -40,8 +41,9 @@ from pulse_cli.stores import (
     store_url,
     unavailable,
 )
-from pulse_core import Event, EventStore, LoopState, StoreError
+from pulse_core import Event, EventStore, LoopState, PulseError, StoreError
 from pulse_core._homelock import private_folder
+from pulse_core._lease import check_host
 from pulse_core.store import open_event_store
 from pulse_core.store._side import open_side_store
 from pulse_survival import ProcessState, SupervisedState
@@ -51,26 +53,33 @@ ERROR_LOOKBACK = 100_000  # events searched back from the head for the last erro
 
 
 async def initialise(home: Home, instance: str, *, store: str | None = None,
-                     side_store: str | None = None, as_json: bool = False) -> int:
+                     side_store: str | None = None, host: str | None = None,
+                     as_json: bool = False) -> int:
     """Lay out `home` (config, stores, objects/, engine directory); what exists is kept as is.
     `store` and `side_store` go into a new config.json (a PostgreSQL log, a Redis side
     store); each is checked first (reachable, the log's schema created), so nothing is laid
-    out for a URL that does not work. Prints what was created (with `as_json`: the home,
-    the instance and the created names)."""
+    out for a URL that does not work. `host` goes there too (None: a name no other home has,
+    pulse_cli.config.new_host_name); a bad one is a UsageError before anything is made.
+    Prints what was created (with `as_json`: the home, the instance, its host name and the
+    created names)."""
     from pulse_adapters.web._settings import TOKEN_FILE, ensure_token, token_path
     from pulse_cli.enginedir import init_engine_dir  # git and the template: only for init
 
     created: list[str] = []
+    if host is not None:
+        _check_host_option(host)
     if home.config.exists():
         cfg = config_file.load(home.config)
-        _keeps(home, cfg, store=store, side_store=side_store)
+        _keeps(home, cfg, store=store, side_store=side_store, host=host)
     else:
         cfg = config_file.parse_config(
-            config_file.default_config_text(instance, store=store, side_store=side_store
-                                             ).encode(), str(home.config))
+            config_file.default_config_text(instance, store=store, side_store=side_store,
+                                            host=host or config_file.new_host_name()
+                                            ).encode(), str(home.config))
         await check_servers(home, cfg)
         private_folder(home.root)
-        config_file.write_default(home.config, instance, store=store, side_store=side_store)
+        config_file.write_default(home.config, instance, store=store, side_store=side_store,
+                                  host=cfg.host)
         created.append(home.config.name)
     layout = home.layout
     log = log_file(home, cfg)
@@ -90,7 +99,8 @@ async def initialise(home: Home, instance: str, *, store: str | None = None,
     if engine_dir:
         created += ["engine/", "staging/"]
     if as_json:
-        print_json({"home": str(home.root), "instance": cfg.instance, "created": created})
+        print_json({"home": str(home.root), "instance": cfg.instance,
+                    "host": config_file.home_host(home.root, cfg), "created": created})
         return 0
     where = shown(store_url(home, cfg))
     log_line = "" if log is not None else f"; the event log is at {where}"
@@ -103,14 +113,33 @@ async def initialise(home: Home, instance: str, *, store: str | None = None,
     return 0
 
 
+class BadHostName(UsageError):
+    """`upulse init --host` names something that cannot be a host name."""
+
+
+def _check_host_option(host: str) -> None:
+    """BadHostName unless `host` can be config.json's host."""
+    try:
+        check_host(host)
+    except PulseError:
+        raise BadHostName(
+            f"--host {json.dumps(host)}: a host name is 1-255 printable characters without "
+            "spaces, and one per home that shares a log — give another, or leave --host out "
+            "for this machine's hostname with a random suffix") from None
+
+
 def _keeps(home: Home, cfg: config_file.Config, *, store: str | None,
-           side_store: str | None) -> None:
-    """UsageError when --store or --side-store asks for another URL than the existing
-    config.json names: init never changes a home's settings."""
+           side_store: str | None, host: str | None = None) -> None:
+    """UsageError when --store, --side-store or --host asks for another value than the
+    existing config.json names: init never changes a home's settings."""
     for option, given, kept in (("--store", store, cfg.store),
-                                ("--side-store", side_store, cfg.side_store)):
+                                ("--side-store", side_store, cfg.side_store),
+                                ("--host", host, cfg.host)):
         if given is not None and given != kept:
-            now = shown(kept) if kept else "the home's own file (null)"
+            if option == "--host":
+                now = json.dumps(kept) if kept else "null (a name kept in host.id)"
+            else:
+                now = shown(kept) if kept else "the home's own file (null)"
             move = (" `upulse migrate --to URL --switch` moves the event log"
                     if option == "--store" else "")
             raise UsageError(f"{home.config} exists and names {option.lstrip('-')} {now}; init "

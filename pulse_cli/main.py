@@ -250,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "lay out a home: config.json, its stores (events, vitals, side, objects), "
                     "engine/, staging/; what exists (an embedded engine's log) is kept",
                     lambda a, h: {"instance": _instance_name(a, h), "store": a.store,
-                                  "side_store": a.side_store, "as_json": a.json})
+                                  "side_store": a.side_store, "host": a.host,
+                                  "as_json": a.json})
     init.epilog = "Re-running init on an existing home changes nothing and says so."
     init.add_argument("--store", metavar="URL",
                       help="keep the event log there: postgresql://user@host:5432/db (checked "
@@ -258,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--side-store", metavar="URL",
                       help="keep the side store there: redis://host:6379/0 (checked now; "
                            "default: HOME/state.db)")
+    init.add_argument("--host", metavar="NAME",
+                      help="the name this home's engine gives its host in a log it shares "
+                           "(claims, promote and rollback events); one per home (default: "
+                           "this machine's hostname and a random suffix)")
     json_flag(init, "print the home, the instance and what was created as one JSON document")
     migrate = _command(sub, "migrate", "migrate.migrate",
                        "copy this home's event log into an empty PostgreSQL database exactly, "

@@ -96,7 +96,8 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
     home.readable()
     cfg = config_file.load_or_default(home.config)
     source_url, target = store_url(home, cfg), _target(to)
-    hosts = bound_host(cfg), bound_host(dataclasses.replace(cfg, store=to))
+    hosts = (bound_host(home.root, cfg),
+             bound_host(home.root, dataclasses.replace(cfg, store=to)))
     done = Migration(source=shown(source_url), target=target.display())
     say = _Progress(quiet=as_json)
     with _held(home):

@@ -63,7 +63,7 @@ async def _promote(home: Home, as_json: bool) -> PromoteResult:
     """The gate and the merge; without `as_json`, each gate step is printed as it runs."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
-    result = await gate_and_merge(home.root, store=cfg.store, host=bound_host(cfg),
+    result = await gate_and_merge(home.root, store=cfg.store, host=bound_host(home.root, cfg),
                                   waiting=_waiting, progress=None if as_json else _progress)
     if as_json:
         return result
@@ -98,7 +98,7 @@ async def rollback(home: Home, revision: str | None, *, reason: str,
     before anything is recorded or signalled: an error, exit 1."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
-    done = await revert(home.root, revision, store=cfg.store, host=bound_host(cfg),
+    done = await revert(home.root, revision, store=cfg.store, host=bound_host(home.root, cfg),
                         reason=reason)
     reload = _reloaded(home)
     if as_json:

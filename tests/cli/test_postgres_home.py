@@ -89,10 +89,12 @@ def test_config_takes_a_postgresql_store_a_redis_side_store_and_a_host() -> None
      '"sqlite:///abs/path/state.db" (null: the home\'s own state.db), got "sqlite://state.db"'),
     ({"host": "two words"},
      "config.json: host must be a host name for this engine's claims, 1-255 printable "
-     "characters without spaces (null: this machine's hostname), got \"two words\""),
+     "characters without spaces, one per home (null: a name made once for this home, kept in "
+     "host.id), got \"two words\""),
     ({"host": 7},
      "config.json: host must be a host name for this engine's claims, 1-255 printable "
-     "characters without spaces (null: this machine's hostname), got 7"),
+     "characters without spaces, one per home (null: a name made once for this home, kept in "
+     "host.id), got 7"),
 ])
 def test_a_bad_side_store_or_host_is_refused_naming_the_field(document: object, expected: str
                                                                ) -> None:

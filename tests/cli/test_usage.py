@@ -275,7 +275,8 @@ def test_init_json_says_what_it_created(tmp_path: Path,
     assert code == 0 and first["home"] == str(home) and first["instance"] == "home"
     assert "config.json" in first["created"] and "events.db" in first["created"]
     code, out, _ = run(capsys, "init", "--json", "--home", home)
-    assert json.loads(out) == {"home": str(home), "instance": "home", "created": []}
+    assert json.loads(out) == {"home": str(home), "instance": "home", "host": first["host"],
+                               "created": []}
 
 
 @pytest.mark.parametrize(("argv", "target"), [
