@@ -8,7 +8,9 @@ read back from PostgreSQL and compared, field by field, with the source, and eac
 version with the one its last row gives. Nothing of the home is written: the source log is
 opened read-only and config.json changes only with `--switch`, after the verification
 passed. The home lock is held throughout, so no daemon starts on the home meanwhile (one
-that runs refuses the migration: stop it first).
+that runs refuses the migration: stop it first); in the target, the `migrate` exclusive
+section is held from before its emptiness check to the switch, so two migrations into one
+empty log never both find it empty (the second is refused, told to leave the log alone).
 
 Before anything is copied, the source is checked for what PostgreSQL cannot take or a shared
 log would misread: a text field holding a NUL character (PostgreSQL's text cannot store it),
@@ -27,11 +29,12 @@ rehearsal would lose what the home wrote since (the output says so).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import IO
 
 import msgspec
@@ -109,24 +112,25 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
             await _refuse_nul(source, done.source, page, say)
             sink = await _open(to, read_only=False)
             try:
-                await _refuse_unless_empty(sink, done.target)
-                say(f"copying {await source.last_seq()} events from {done.source} to "
-                    f"{done.target}")
-                started = time.monotonic()
-                done.events = await _copy(source, sink, page, say)
-                done.copy_s = time.monotonic() - started
-                done.keys, done.mismatches = await _verify(source, sink, done.events, page, say)
-                done.verify_s = time.monotonic() - started - done.copy_s
-                done.verified = not done.mismatches
-                if done.verified and switch:
-                    done.carried_over = await _carry_over(source, sink, *hosts)
+                async with _only_migration(sink, done.target):
+                    await _refuse_unless_empty(sink, done.target)
+                    say(f"copying {await source.last_seq()} events from {done.source} to "
+                        f"{done.target}")
+                    started = time.monotonic()
+                    done.events = await _copy(source, sink, page, say)
+                    done.copy_s = time.monotonic() - started
+                    done.keys, done.mismatches = await _verify(source, sink, done.events,
+                                                               page, say)
+                    done.verify_s = time.monotonic() - started - done.copy_s
+                    done.verified = not done.mismatches
+                    if done.verified and switch:
+                        done.carried_over = await _carry_over(source, sink, *hosts)
+                        _switch(home, to)
+                        done.switched = True
             finally:
                 await sink.close()
         finally:
             await source.close()
-        if done.verified and switch:
-            _switch(home, to)
-            done.switched = True
     _report(done, home, as_json)
     if not done.verified:
         raise MigrationMismatch(
@@ -236,6 +240,36 @@ async def _carry_over(source: EventStore, sink: EventStore, was: str, now: str) 
             f"the copy was verified, but the engine directory's last promote and rollback "
             f"could not be restated under {event_key(now)}: {' '.join(str(exc).split())} — "
             "the home was not switched: drop that database and migrate again") from None
+
+
+MIGRATION_LOCK = "migrate"
+"""The exclusive section (Recorder.exclusive) a migration holds in its target, from before the
+emptiness check to the switch: migrations into one log run one at a time."""
+MIGRATION_WAIT_S = 5.0
+"""How long a migration waits for another one into the same target before it refuses."""
+
+
+class MigrationInProgress(MigrationRefused):
+    """Another `upulse migrate` is copying into the same target right now."""
+
+
+@contextlib.asynccontextmanager
+async def _only_migration(sink: EventStore, where: str) -> AsyncIterator[None]:
+    """Hold MIGRATION_LOCK in `sink` while inside; MigrationInProgress when another migration
+    holds it for longer than MIGRATION_WAIT_S. Two migrations into one empty log would both
+    find it empty, and the second's copy would then fail on the first's rows."""
+    async with contextlib.AsyncExitStack() as held:
+        try:
+            async with asyncio.timeout(MIGRATION_WAIT_S):
+                await held.enter_async_context(sink.recorder.exclusive(MIGRATION_LOCK))
+        except TimeoutError:
+            raise MigrationInProgress(
+                f"migrate refused: another `upulse migrate` is copying into {where} right now "
+                "— that log is the other migration's: leave it alone, and migrate this home "
+                "into another empty database (or schema, ?schema=NAME)") from None
+        except StoreError as exc:
+            raise MigrationRefused(unavailable(where, exc)) from None
+        yield
 
 
 async def _refuse_unless_empty(sink: EventStore, where: str) -> None:

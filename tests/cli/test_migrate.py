@@ -4,15 +4,19 @@ PostgreSQL server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from pulse_cli.migrate import _Progress, _verify
+from pulse_cli.migrate import MIGRATION_LOCK, _Progress, _verify
 from pulse_core import EventDraft, EventStore, SqliteEventStore, TaskBoard, open_home
 from pulse_core._effects import effect_draft
 from pulse_core.store import StoredRow, open_event_store
@@ -303,3 +307,59 @@ async def test_migrate_refuses_a_log_holding_a_nul_character_naming_the_rows_bef
     assert "copying" not in done.stderr  # refused before the first row was read for it
     assert pulse_schema_count(postgres_server, pg_url) == "0"
     assert fingerprint(home) == before
+
+
+async def _held_while(url: str, run: Callable[[], subprocess.CompletedProcess[str]]
+                      ) -> subprocess.CompletedProcess[str]:
+    """`run` (in a thread) while the target's migration lock is held, as a migration copying
+    there holds it."""
+    store = await open_event_store(url)
+    try:
+        async with store.recorder.exclusive(MIGRATION_LOCK):
+            return await asyncio.to_thread(run)
+    finally:
+        await store.close()
+
+
+async def test_migrate_refuses_a_target_another_migration_is_copying_into_and_leaves_it(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home)
+    done = await _held_while(pg_url, lambda: upulse(
+        "migrate", "--home", home, "--to", pg_url, "--switch", ok=False))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "migrate refused: another `upulse migrate` is copying into postgresql://" in (
+        done.stderr)
+    assert "leave it alone" in done.stderr and "drop" not in done.stderr
+    assert await rows_at(pg_url) == []
+    assert json.loads((home / "config.json").read_text())["store"] is None
+
+
+def test_two_migrations_into_one_empty_log_at_once_one_wins_the_other_never_says_drop(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    homes = [upulse.init(tmp_path / name) for name in ("a", "b")]
+    for home in homes:
+        asyncio.run(fill(home, notes=3_000))
+    runs = [subprocess.Popen([sys.executable, "-m", "pulse_cli", "migrate", "--home",
+                              str(home), "--to", pg_url, "--switch", "--page", "200"],
+                             env=upulse.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, text=True) for home in homes]
+    outcomes = [(run.wait(timeout=90), *run.communicate()) for run in runs]
+    assert sorted(code for code, _, _ in outcomes) == [0, 1], outcomes
+    [(winner, (_, won, _))] = [(h, o) for h, o in zip(homes, outcomes, strict=True) if not o[0]]
+    [(loser, (_, _, said))] = [(h, o) for h, o in zip(homes, outcomes, strict=True) if o[0]]
+    assert "drop" not in said, said
+    assert ("another `upulse migrate` is copying into" in said
+            or "already holds 3003 event(s)" in said), said
+    assert won.startswith("verified: 3003 events")
+    assert json.loads((winner / "config.json").read_text())["store"] == pg_url
+    assert json.loads((loser / "config.json").read_text())["store"] is None
+    assert asyncio.run(rows_at(pg_url)) == asyncio.run(_rows_of(winner))
+
+
+async def _rows_of(home: Path) -> list[StoredRow]:
+    source = await SqliteEventStore.open(home / "events.db", read_only=True)
+    try:
+        return await all_rows(source)
+    finally:
+        await source.close()
