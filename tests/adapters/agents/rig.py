@@ -4,10 +4,13 @@ on demand: the prompt names the behaviour."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
+
+import psutil
 
 from pulse_adapters.agents import (
     AgentOutputError,
@@ -63,3 +66,29 @@ class ScriptExecutor(AgentRunExecutor):
         if last.get("is_error"):
             return AgentResult(ok=False, error=str(last.get("result")))
         return AgentResult(result=last.get("result"), session=last.get("session_id"))
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie waiting to be reaped counts)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _read_pids(path: Path) -> tuple[int, int] | None:
+    text = path.read_text() if path.exists() else ""
+    if not text.endswith("\n"):
+        return None
+    leader, child = text.split()
+    return int(leader), int(child)
+
+
+async def stand_in_pids(path: Path) -> tuple[int, int]:
+    """The pids a hanging stand-in wrote to `path` (its own, its child's), once written."""
+    for _ in range(1000):
+        found = await asyncio.to_thread(_read_pids, path)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the stand-in never wrote {path}")

@@ -1,7 +1,8 @@
 """A stand-in agent: `stand_in.py BEHAVIOUR TASK`. It prints NDJSON events like a coding
 agent, and behaves as told: ok, slow (a second), fail (exit 3), malformed, error (an
 is_error result), hang (starts a child that ignores SIGTERM, writes both pids to
-$STAND_IN_PIDS, then sleeps)."""
+$STAND_IN_PIDS, then sleeps), leak (prints $STAND_IN_SECRET in its output, on stderr and in
+its result), leak-fail (prints it on stderr, then exits 3)."""
 
 import json
 import os
@@ -17,6 +18,12 @@ if behaviour == "slow":
 if behaviour == "fail":
     print("agent: the model refused the request", file=sys.stderr)
     sys.exit(3)
+secret = os.environ.get("STAND_IN_SECRET", "")
+if behaviour.startswith("leak"):
+    print(f"provider: the key {secret} was refused", file=sys.stderr, flush=True)
+    if behaviour == "leak-fail":
+        sys.exit(3)
+    print(json.dumps({"type": "assistant", "text": f"calling with {secret}"}), flush=True)
 if behaviour == "malformed":
     print("{this is not json", flush=True)
     sys.exit(0)
@@ -32,5 +39,6 @@ if behaviour in ("hang", "hang-quiet"):
     time.sleep(120)
 print(json.dumps({"type": "assistant", "text": f"done {task}"}), flush=True)
 print(json.dumps({"type": "result", "is_error": behaviour == "error",
-                  "result": f"did {task}" if behaviour != "error" else "no access",
+                  "result": f"did {task}{' with ' + secret if behaviour == 'leak' else ''}"
+                  if behaviour != "error" else "no access",
                   "session_id": f"s-{task}", "duration_ms": 5}), flush=True)

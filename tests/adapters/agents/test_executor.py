@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import psutil
-
 from pulse_adapters.agents import (
     AgentResult,
     AgentRun,
@@ -18,7 +16,7 @@ from pulse_adapters.agents import (
     TaskDispatcher,
 )
 from pulse_core import Engine, ExecutionContext, ManualClock, SystemClock, TaskBoard
-from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
+from tests.adapters.agents.rig import ScriptExecutor, ScriptRun, gone, stand_in_pids
 
 TEST_TIME_LIMIT_S = 60
 
@@ -106,30 +104,6 @@ async def test_malformed_output_and_an_agent_error_fail_the_run_with_the_reason(
         await engine.close()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _read_pids(path: Path) -> tuple[int, int] | None:
-    text = path.read_text() if path.exists() else ""
-    if not text.endswith("\n"):
-        return None
-    leader, child = text.split()
-    return int(leader), int(child)
-
-
-async def _pids(path: Path) -> tuple[int, int]:
-    for _ in range(500):
-        found = _read_pids(path)
-        if found is not None:
-            return found
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"the stand-in never wrote {path}")
-
-
 async def test_a_run_past_its_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     executor = ScriptExecutor(pids, run_timeout_s=1.0)
@@ -137,8 +111,8 @@ async def test_a_run_past_its_timeout_kills_the_whole_process_group(tmp_path: Pa
     try:
         await TaskBoard(engine.events).create("t-1", "hang", prompt="hang-quiet")
         await engine.step()
-        leader, child = await _pids(pids)
-        assert _gone(leader) and _gone(child)  # both ignored SIGTERM: SIGKILL after the grace
+        leader, child = await stand_in_pids(pids)
+        assert gone(leader) and gone(child)  # both ignored SIGTERM: SIGKILL after the grace
         task = (await engine.snapshot()).projection("tasks")["t-1"]
         assert task.status == "pending" and task.requeues == 1
         assert "timed out after 1 s (run_timeout_s)" in task.reason
@@ -158,8 +132,8 @@ async def test_cancelling_a_run_kills_its_process_group_and_requeues_the_task(
                         prompt="hang", project="default")
         ctx = ExecutionContext("e-1", 1, 0, "test", SystemClock(), engine.events)
         running = asyncio.create_task(executor.execute(run, ctx))
-        leader, child = await _pids(pids)
-        assert not _gone(leader) and not _gone(child)
+        leader, child = await stand_in_pids(pids)
+        assert not gone(leader) and not gone(child)
         running.cancel()
         try:
             await running
@@ -167,7 +141,7 @@ async def test_cancelling_a_run_kills_its_process_group_and_requeues_the_task(
             pass
         else:
             raise AssertionError("the cancelled run returned instead of re-raising")
-        assert _gone(leader) and _gone(child)
+        assert gone(leader) and gone(child)
         task = await board.state("t-1")
         assert task is not None and task.status == "pending"
         assert task.reason is not None and task.reason.startswith("interrupted")
@@ -244,5 +218,48 @@ async def test_a_hosts_secrets_never_reach_the_transcript_the_result_or_the_reas
         assert b"sk-live-0123456789" not in transcript and b"[redacted]" in transcript
         assert executor.redact(ScriptRun(task_id="t", task_version=1, agent="a", prompt="",
                                          project="p"), "short stays") == "short stays"
+    finally:
+        await engine.close()
+
+
+EIGHT = "k8-12345"  # a secret of exactly the shortest length redacted
+
+
+class _EightExecutor(ScriptExecutor):
+    """A host whose runs hold a secret of exactly 8 characters, which they print."""
+
+    def env(self, run: AgentRun) -> dict[str, str]:
+        return {**super().env(run), "STAND_IN_SECRET": EIGHT}
+
+    def secrets(self, run: AgentRun) -> tuple[str, ...]:
+        return (EIGHT, "k7-1234")
+
+
+async def test_a_secret_of_exactly_8_characters_is_redacted_and_one_of_7_is_not(
+        tmp_path: Path) -> None:
+    executor = _EightExecutor(tmp_path / "pids", policy=DispatchPolicy(requeue_on_failure=False))
+    engine = await _engine(tmp_path, executor)
+    try:
+        board = TaskBoard(engine.events)
+        await board.create("t-ok", "prints the key", prompt="leak")
+        await board.create("t-fail", "fails quoting the key", prompt="leak-fail")
+        await engine.step()
+        await engine.step()
+        tasks = (await engine.snapshot()).projection("tasks")
+        assert engine.objects is not None
+        closed, failed = tasks["t-ok"], tasks["t-fail"]
+        assert closed.status == "closed" and closed.result["result"] == "did t-ok with [redacted]"
+        transcript = await engine.objects.get(closed.result["transcript"])
+        assert b"calling with [redacted]" in transcript and EIGHT.encode() not in transcript
+        assert failed.status == "given-up"
+        assert "the key [redacted] was refused" in failed.reason and EIGHT not in failed.reason
+        stderrs = [a.data["result"]["stderr"] for a in await engine.events.read(
+            kinds=["effect-acked"])]
+        assert len(stderrs) == 2
+        for digest in stderrs:
+            tail = await engine.objects.get(digest)
+            assert b"the key [redacted] was refused" in tail and EIGHT.encode() not in tail
+        run = ScriptRun(task_id="t", task_version=1, agent="a", prompt="", project="p")
+        assert executor.redact(run, "k7-1234 stays") == "k7-1234 stays"
     finally:
         await engine.close()

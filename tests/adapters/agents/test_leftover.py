@@ -36,6 +36,16 @@ def orphan() -> Iterator[subprocess.Popen[bytes]]:
     leader.wait()
 
 
+@pytest.fixture
+def stranger() -> Iterator[subprocess.Popen[bytes]]:
+    """A process that never ran an agent: it holds a pid a run once recorded."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                            start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
 def _spawned(task: str, pid: int, started: float) -> EventDraft:
     body = RunSpawned("e-dead", task, pid, started, socket.gethostname())
     return EventDraft(SPAWNED, f"agent-run:{task}", msgspec.to_builtins(body),
@@ -100,5 +110,42 @@ async def test_a_pid_now_used_by_another_process_is_left_alone(
         await engine.events.append([_spawned("t-1", orphan.pid, started - 5.0)])
         assert await executor._end_leftover(engine.events, "t-1") is False
         assert orphan.poll() is None
+    finally:
+        await engine.close()
+
+
+async def test_a_task_s_next_run_ends_the_group_a_dead_engine_left_and_spares_a_reused_pid(
+        tmp_path: Path, orphan: subprocess.Popen[bytes],
+        stranger: subprocess.Popen[bytes]) -> None:
+    executor = ScriptExecutor(tmp_path / "pids")
+    agent = AgentSpec(name="a", concurrency=2)
+    engine = Engine(tmp_path / "home", rules=[TaskDispatcher(ScriptRun, [agent])],
+                    executors=[executor], clock=ManualClock())
+    await engine.open()
+    try:
+        for _ in range(100):  # the leader's own child has started
+            if _group(orphan.pid):
+                break
+            await asyncio.sleep(0.02)
+        child = _group(orphan.pid)
+        assert child, "the orphan's child did not start"
+        board = TaskBoard(engine.events)
+        # both back to pending after their engine died mid-run (requeued by an operator)
+        for task in ("t-orphaned", "t-reused"):
+            await board.create(task, "cut short", prompt="ok")
+            await board.assign(task, "a")
+            await board.start(task)
+            await board.requeue(task, "the engine died")
+        await engine.events.append([
+            _spawned("t-orphaned", orphan.pid, psutil.Process(orphan.pid).create_time()),
+            # the pid its run had is another process's now (started later)
+            _spawned("t-reused", stranger.pid, psutil.Process(stranger.pid).create_time() - 5)])
+        await engine.step()
+        for task in ("t-orphaned", "t-reused"):
+            assert (await board.state(task)).status == "closed"  # type: ignore[union-attr]
+        assert orphan.wait(5) is not None
+        assert all(not psutil.pid_exists(p) or psutil.Process(p).status() ==
+                   psutil.STATUS_ZOMBIE for p in child)
+        assert stranger.poll() is None
     finally:
         await engine.close()
