@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import uvicorn
 
+from pulse_adapters.web._connections import bounded_http, connection_cap
 from pulse_adapters.web._report import EngineReport
 from pulse_adapters.web._settings import load_settings, read_token
 from pulse_adapters.web._view import EngineView
@@ -95,7 +96,8 @@ async def serve(setup: dict[str, Any]) -> None:
         app = build_app(view, settings, read_token(home), sock.getsockname()[1])
         server = Server(uvicorn.Config(
             app, log_config=None, access_log=False, lifespan="off", proxy_headers=False,
-            server_header=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+            server_header=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            http=bounded_http(settings.request_timeout_s, connection_cap())))
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not serving.done():  # noqa: ASYNC110 (no start event)
             await asyncio.sleep(0.01)

@@ -48,13 +48,15 @@ class WebSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
     `upulse ui` tell which). `allowed_hosts` adds Host header values the UI answers to
     besides 127.0.0.1, localhost and [::1] on its port (the name a reverse proxy forwards);
     any other Host is refused, which stops DNS-rebinding pages from reading it.
-    `live_every_s` is how often live pages get a fresh overview.
+    `live_every_s` is how often live pages get a fresh overview. `request_timeout_s` is how
+    long a client may take to send a whole request before it is disconnected.
     """
 
     host: str = "127.0.0.1"
     port: int = 8421
     allowed_hosts: tuple[str, ...] = ()
     live_every_s: float = 1.0
+    request_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         try:
@@ -70,6 +72,9 @@ class WebSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
                                             "(optionally with :port)")
         if not 0.1 <= self.live_every_s <= 60:
             raise _bad("live_every_s", f"must be 0.1..60 seconds (got {self.live_every_s})")
+        if not 0.5 <= self.request_timeout_s <= 300:
+            raise _bad("request_timeout_s",
+                       f"must be 0.5..300 seconds (got {self.request_timeout_s})")
 
 
 def _bad(field: str, problem: str) -> WebSettingsError:

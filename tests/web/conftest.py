@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -24,7 +25,8 @@ import psutil
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
-from pulse_core import Effect, SqliteEventStore
+from pulse_adapters.web import ensure_token
+from pulse_core import Effect, Engine, EventDraft, SqliteEventStore
 from pulse_core._effects import effect_draft
 from tests.cli.runner import Upulse, wait_until
 from tests.cli.support import promote_without_gate, stage_new_text
@@ -280,3 +282,75 @@ def screenshot(request: pytest.FixtureRequest) -> Callable[[Page, str], Path]:
         return path
 
     return save
+
+
+class UiProcess:
+    """The UI's own process (`python -m pulse_adapters.web`, as the web service starts it) on
+    a home of its own, given its settings on stdin the way the service gives them, its file
+    limit (RLIMIT_NOFILE) lowered to `files` when given. Other writers append to the home's
+    log as the engine would."""
+
+    def __init__(self, home: Path, settings: dict[str, Any], files: int | None = None) -> None:
+        self.home = home
+        self.settings = settings
+        self.files = files
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.token = ""
+
+    def start(self) -> None:
+        """Make the home, start the process, and wait for the address it serves."""
+        async def make_home() -> None:
+            async with Engine(self.home):
+                pass
+
+        run_async(make_home)
+        self.token = ensure_token(self.home)
+        self.process = subprocess.Popen(self._argv(), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps({
+            "home": str(self.home), "store": None, "placement": "",
+            "settings": self.settings}).encode() + b"\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], 30)
+        assert ready, "the UI's process printed no address within 30 s"
+        self.url = json.loads(self.process.stdout.readline())["url"]
+
+    def _argv(self) -> list[str]:
+        """`python -m pulse_adapters.web`, its file limit set first when `files` is given."""
+        if self.files is None:
+            return [sys.executable, "-m", "pulse_adapters.web"]
+        return [sys.executable, "-c", "import resource, runpy; resource.setrlimit("
+                f"resource.RLIMIT_NOFILE, ({self.files}, {self.files})); "
+                "runpy.run_module('pulse_adapters.web', run_name='__main__')"]
+
+    def stop(self) -> None:
+        """End the process as the service does: its stdin closed, then SIGKILL."""
+        if self.process is None:
+            return
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def bearer(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
+
+    def host(self) -> str:
+        """The Host header the UI answers to."""
+        return self.url.removeprefix("http://").rstrip("/")
+
+    def append(self, *drafts: EventDraft) -> None:
+        """Append `drafts` to the home's log, as the engine's process would."""
+        async def append() -> None:
+            events = await SqliteEventStore.open(self.home / "events.db")
+            try:
+                await events.append(list(drafts))
+            finally:
+                await events.close()
+
+        run_async(append)

@@ -40,6 +40,7 @@ def test_no_settings_serve_loopback_on_8421() -> None:
     ({"host": "localhost"}, ["`host`", "IP address"]),
     ({"allowed_hosts": ["a b"]}, ["`allowed_hosts`", "'a b'"]),
     ({"live_every_s": 0}, ["`live_every_s`", "0.1..60"]),
+    ({"request_timeout_s": 0}, ["`request_timeout_s`", "0.5..300"]),
     ([], ["JSON object"]),
 ])
 def test_a_bad_setting_is_named(given: object, names: list[str]) -> None:
