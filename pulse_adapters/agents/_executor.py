@@ -157,8 +157,8 @@ class AgentRunExecutor(Executor):
         except (VersionConflict, InvalidTransition) as exc:
             return {"dispatched": False, "reason": str(exc)}
         started = await board.start(effect.task_id, expect_version=assigned.version)
-        await self._end_leftover(ctx.events, effect.task_id)
-        try:
+        try:  # a cancellation while a leftover group is ended requeues the task too
+            await self._end_leftover(ctx.events, effect.task_id)
             outcome = await self._spawn(effect, program, ctx)
         except asyncio.CancelledError:
             await asyncio.shield(self._settle(

@@ -15,7 +15,7 @@ import msgspec
 import psutil
 import pytest
 
-from pulse_adapters.agents import AgentSpec, DispatchPolicy, TaskDispatcher
+from pulse_adapters.agents import AgentSpec, DispatchPolicy, StreamLimits, TaskDispatcher
 from pulse_adapters.agents._executor import SPAWNED, RunSpawned
 from pulse_core import Engine, EventDraft, ManualClock, TaskBoard
 from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
@@ -149,3 +149,50 @@ async def test_a_task_s_next_run_ends_the_group_a_dead_engine_left_and_spares_a_
         assert stranger.poll() is None
     finally:
         await engine.close()
+
+
+@pytest.fixture
+def stubborn() -> Iterator[subprocess.Popen[bytes]]:
+    """A dead engine's leftover group whose leader ignores SIGTERM: ending it takes the kill
+    grace."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+         "signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, start_new_session=True)
+    assert leader.stdout is not None and leader.stdout.readline() == b"ready\n"
+    yield leader
+    leader.kill()
+    leader.wait()
+
+
+async def test_a_shutdown_while_a_run_ends_a_leftover_group_requeues_the_task(
+        tmp_path: Path, stubborn: subprocess.Popen[bytes]) -> None:
+    policy = DispatchPolicy(requeue_on_failure=False)
+    executor = ScriptExecutor(tmp_path / "pids", policy=policy,
+                              limits=StreamLimits(kill_grace_s=3.0))
+    home = tmp_path / "home"
+    engine = Engine(home, rules=[TaskDispatcher(ScriptRun, [AgentSpec(name="a")], policy)],
+                    executors=[executor], clock=ManualClock(), drain_timeout=0.3)
+    await engine.open()
+    try:
+        board = TaskBoard(engine.events)
+        await board.create("t-1", "cut short", prompt="ok")
+        await engine.events.append([_spawned("t-1", stubborn.pid,
+                                             psutil.Process(stubborn.pid).create_time())])
+        await engine.tick()  # the run is decided
+        await engine.start()  # its executor starts ending the leftover group (3 s grace)
+        for _ in range(500):
+            task = await board.state("t-1")
+            if task is not None and task.status == "executing":
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await engine.close()  # the drain ends before the grace: the run is cancelled
+    after = Engine(home, clock=ManualClock())
+    await after.open()
+    try:
+        task = await TaskBoard(after.events).state("t-1")
+        assert task is not None and task.status == "pending", task
+        assert (task.reason or "").startswith("interrupted")
+    finally:
+        await after.close()
