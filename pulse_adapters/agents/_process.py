@@ -223,18 +223,31 @@ def started_at(pid: int) -> float | None:
 
 
 async def end_leftover(pid: int, started: float, grace_s: float) -> bool:
-    """End the process group an earlier run left (its engine died mid-run) when its leader
-    `pid` still runs as the same process (started at `started`) and leads its group:
-    SIGTERM, SIGKILL after `grace_s`, then wait for the group. True when there was one."""
-    now = started_at(pid)
-    try:
-        leads = now is not None and abs(now - started) < 0.01 and os.getpgid(pid) == pid
-    except ProcessLookupError:
-        leads = False
-    if not leads:
+    """End the process group an earlier run left (its engine died mid-run): SIGTERM, SIGKILL
+    after `grace_s`, then wait for the group. True when there was one (see `_left_by`)."""
+    return await asyncio.to_thread(_end_leftover, pid, started, grace_s)
+
+
+def _end_leftover(pid: int, started: float, grace_s: float) -> bool:
+    if not _left_by(pid, started):
         return False
-    await asyncio.to_thread(_term_then_kill, pid, grace_s)
+    _term_then_kill(pid, grace_s)
     return True
+
+
+def _left_by(pid: int, started: float) -> bool:
+    """Whether group `pid` is still the one a run's leader `pid`, started at `started`, led:
+    the leader runs as that same process and leads its group; or the leader is gone and
+    members of its group started since run on (the kernel gives no process a pid still
+    naming a group). A pid another process holds now is left alone. Blocking: run it in a
+    thread."""
+    now = started_at(pid)
+    if now is None:
+        return any((started_at(member) or 0.0) >= started - 0.01 for member in _members(pid))
+    try:
+        return abs(now - started) < 0.01 and os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 def _term_then_kill(pgid: int, grace_s: float) -> None:

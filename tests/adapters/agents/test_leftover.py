@@ -4,7 +4,9 @@ own); the task's takeover or next run ends that group before the task runs again
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -196,3 +198,40 @@ async def test_a_shutdown_while_a_run_ends_a_leftover_group_requeues_the_task(
         assert (task.reason or "").startswith("interrupted")
     finally:
         await after.close()
+
+
+@pytest.fixture
+def headless() -> Iterator[tuple[int, float, int]]:
+    """A dead engine's leftover group whose leader exited since (and was reaped), leaving a
+    child in the group: (the leader's pid, its start time, the child's pid)."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; p = subprocess.Popen([sys.executable, "
+         "'-c', 'import time; time.sleep(120)']); print(p.pid, flush=True)"],
+        stdout=subprocess.PIPE, start_new_session=True)
+    started = psutil.Process(leader.pid).create_time()
+    assert leader.stdout is not None
+    child = int(leader.stdout.readline())
+    leader.wait()
+    leader.stdout.close()
+    yield leader.pid, started, child
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child, signal.SIGKILL)
+
+
+async def test_a_group_whose_leader_exited_is_still_ended_by_the_next_run(
+        tmp_path: Path, headless: tuple[int, float, int]) -> None:
+    pid, started, child = headless
+    executor = ScriptExecutor(tmp_path / "pids")
+    engine = Engine(tmp_path / "home", rules=[TaskDispatcher(ScriptRun, [AgentSpec(name="a")])],
+                    executors=[executor], clock=ManualClock())
+    await engine.open()
+    try:
+        assert _group(pid) == [child]
+        board = TaskBoard(engine.events)
+        await board.create("t-1", "cut short", prompt="ok")
+        await engine.events.append([_spawned("t-1", pid, started)])
+        await engine.step()
+        assert (await board.state("t-1")).status == "closed"  # type: ignore[union-attr]
+        assert not _group(pid)
+    finally:
+        await engine.close()
