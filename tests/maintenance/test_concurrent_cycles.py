@@ -1,22 +1,23 @@
 """Two maintenance cycles at once on one home, in one store or in two stores over the same
-file: every sleep task is processed once, every watch fires once, every element decays once."""
+log (a SQLite file, a PostgreSQL database): every sleep task is processed once, every watch
+fires once, every element decays once."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from pulse_adapters.maintenance import run_cycle
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_adapters.maintenance._steps import STEPS
-from pulse_core import EventDraft, ManualClock, SqliteEventStore
+from pulse_core import EventDraft, ManualClock
 from pulse_core._sleep import SleepBoard
 from pulse_core._watches import WatchArmed, WatchCondition, arm_watch
 from pulse_core.memory import identity_key
 from pulse_core.store._base import EventStore
+from tests.maintenance.conftest import OpenStore
 
 HOUR = 3_600_000
 TASKS = 12
@@ -63,14 +64,13 @@ async def check_once(store: EventStore, tasks: list[str]) -> None:
     assert len(decayed) == 44 and set(decayed.values()) == {1}
 
 
-@pytest.mark.parametrize("stores", ["one store", "two stores on one file"])
+@pytest.mark.parametrize("stores", ["one store", "two stores on one log"])
 async def test_two_concurrent_cycles_process_each_sleep_task_once_and_fire_each_watch_once(
-    tmp_path: Path, stores: str,
+    open_store: OpenStore, stores: str,
 ) -> None:
     clock = ManualClock()
-    path = tmp_path / "events.db"
-    first = await SqliteEventStore.open(path, clock=clock)
-    second = first if stores == "one store" else await SqliteEventStore.open(path, clock=clock)
+    first = await open_store(clock)
+    second = first if stores == "one store" else await open_store(clock)
     tasks = await build_home(first, clock)
     a, b = await asyncio.gather(run_cycle(first, clock=clock, cycle="a"),
                                 run_cycle(second, clock=clock, cycle="b"))
@@ -86,10 +86,10 @@ async def test_two_concurrent_cycles_process_each_sleep_task_once_and_fire_each_
 
 
 async def test_a_cycle_overlapping_an_earlier_one_leaves_the_sweep_to_it(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock()
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await build_home(store, clock)
     began, release = asyncio.Event(), asyncio.Event()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -22,7 +21,7 @@ from pulse_adapters.maintenance import (
     run_cycle,
 )
 from pulse_adapters.maintenance._context import CycleRun
-from pulse_core import EventDraft, ManualClock, MemoryBoard, SqliteEventStore
+from pulse_core import EventDraft, ManualClock, MemoryBoard
 from pulse_core._activities import read_activity
 from pulse_core._beliefs import BeliefBoard
 from pulse_core._elements import ElementsReader, ElementsState
@@ -31,6 +30,7 @@ from pulse_core._sleep import SleepBoard
 from pulse_core._watches import WatchArmed, WatchCondition, arm_watch, decide_watch, read_watch
 from pulse_core.memory import Memory, identity_key
 from pulse_core.store._base import EventStore
+from tests.maintenance.conftest import OpenStore
 
 DAY = 86_400_000
 HOUR = 3_600_000
@@ -84,9 +84,9 @@ def clock() -> ManualClock:
 
 
 async def test_a_full_cycle_runs_every_step_and_reports_what_it_did(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     ids = await build_home(store, clock)
     report = await run_cycle(store, clock=clock, cycle="c1")
     after = await elements(store)
@@ -126,9 +126,9 @@ async def _memory(store: EventStore) -> Any:
 
 
 async def test_the_next_cycle_reviews_what_the_last_one_fired_and_flagged(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     ids = await build_home(store, clock)
     first = await run_cycle(store, clock=clock)
     clock.advance(DAY)
@@ -155,9 +155,9 @@ async def test_the_next_cycle_reviews_what_the_last_one_fired_and_flagged(
 
 
 async def test_the_report_carries_the_health_signals_of_the_memory_it_leaves(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     board = MemoryBoard(store)
     for i in range(31):
         await board.exchange("bob", f"hello {i}")
@@ -177,9 +177,9 @@ async def test_the_report_carries_the_health_signals_of_the_memory_it_leaves(
 
 
 async def test_an_empty_home_completes_with_nothing_safe_to_do(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     report = await run_cycle(store, clock=clock)
     assert (report.status, report.outcome, report.changes) == ("completed", NOTHING_TO_DO, {})
     assert report.healthy
@@ -195,9 +195,9 @@ async def _cancel_after_first_batch(store: EventStore, cycle: asyncio.Task[Cycle
 
 
 async def test_a_cycle_cancelled_after_its_first_sweep_batch_then_rerun_decays_nothing_twice(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await store.append([draft(f"p{i % 7}", "human-exchange", record=f"x-{i}", text="hi")
                         for i in range(60)])
     settings = MaintenanceSettings(decay=DecaySettings(limit=10))
@@ -224,9 +224,9 @@ async def test_a_cycle_cancelled_after_its_first_sweep_batch_then_rerun_decays_n
 
 
 async def test_an_ended_cycle_run_again_returns_its_report_and_writes_nothing(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await MemoryBoard(store).exchange("ana", "hi")
     first = await run_cycle(store, clock=clock, cycle="once")
     head = await store.last_seq()
@@ -237,9 +237,9 @@ async def test_an_ended_cycle_run_again_returns_its_report_and_writes_nothing(
 
 
 async def test_a_step_that_raises_is_a_warning_and_the_cycle_goes_on(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await MemoryBoard(store).exchange("ana", "hi")
     from pulse_adapters.maintenance._steps import metabolism
 
@@ -255,9 +255,9 @@ async def test_a_step_that_raises_is_a_warning_and_the_cycle_goes_on(
 
 
 async def test_a_failing_store_ends_the_cycle_failed_with_the_reason(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
 
     async def disk_full(run: CycleRun) -> None:
         raise StoreUnavailable("database or disk is full")
@@ -270,9 +270,9 @@ async def test_a_failing_store_ends_the_cycle_failed_with_the_reason(
 
 
 async def test_budgets_bound_a_cycle_and_the_next_one_does_the_rest(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await store.append([draft(f"p{i}", "human-exchange", record=f"x-{i}", text="hi")
                         for i in range(30)])
     settings = MaintenanceSettings(budgets=Budgets(max_writes=12, max_transactions=5),
@@ -291,9 +291,9 @@ async def test_budgets_bound_a_cycle_and_the_next_one_does_the_rest(
 
 
 async def test_what_needs_a_grant_maintenance_lacks_is_reported_not_done(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     ids = await build_home(store, clock)
     settings = MaintenanceSettings(grants=("read", "search", "maintain"))
     report = await run_cycle(store, settings, clock=clock)
@@ -306,9 +306,9 @@ async def test_what_needs_a_grant_maintenance_lacks_is_reported_not_done(
 
 
 async def test_cycles_closer_than_the_decay_interval_decay_once(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await MemoryBoard(store).exchange("ana", "hi")
     first = await run_cycle(store, clock=clock)
     clock.advance(HOUR)  # an on-demand cycle soon after: everything but the sweep
@@ -326,9 +326,9 @@ async def test_cycles_closer_than_the_decay_interval_decay_once(
 
 
 async def test_a_configured_proposer_consolidates_once_and_the_next_cycle_moves_on(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     board = MemoryBoard(store)
     said = [(await board.exchange("ana", text)).data["record"]
             for text in ("I run every morning", "ran 10k today", "new running shoes")]
@@ -354,9 +354,9 @@ async def test_a_configured_proposer_consolidates_once_and_the_next_cycle_moves_
 
 
 async def test_a_stale_flag_without_a_review_task_gets_one(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await MemoryBoard(store).set_state("ana", "city", "Lisbon")
     await store.append([
         draft("ana", "insight-recorded", record="i-1", text="Lisbon", derived_from=["city"],
@@ -377,9 +377,9 @@ async def test_a_stale_flag_without_a_review_task_gets_one(
 
 
 async def test_a_fire_the_agent_already_decided_is_left_as_decided(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await arm_watch(store, "w", WatchArmed(watch_class="silence", condition=WatchCondition(
         key_prefix="identity:bob"), due_at=clock.now_ms() + HOUR), origin="agent")
     clock.advance(2 * HOUR)
@@ -397,9 +397,9 @@ async def test_a_fire_the_agent_already_decided_is_left_as_decided(
 
 
 async def test_skills_get_their_deterministic_verdict_each_cycle(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await SkillBoard(store, "agent").propose("brew", SkillProposed(
         name="brew coffee", task_family="coffee", procedure="grind, pour"))
     report = await run_cycle(store, clock=clock)
@@ -410,9 +410,9 @@ async def test_skills_get_their_deterministic_verdict_each_cycle(
 
 
 async def test_a_cycle_abandoned_long_ago_is_ended_cancelled_by_the_next(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await MemoryBoard(store).exchange("ana", "hi")
 
     async def crash(run: CycleRun) -> None:
@@ -433,9 +433,9 @@ async def test_a_cycle_abandoned_long_ago_is_ended_cancelled_by_the_next(
 
 
 async def test_sleep_tasks_for_others_are_left_and_unknown_work_fails_visibly(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     board = SleepBoard(store, "agent")
     theirs = await board.create("review_derived", subject="ana/i-1", assigned_to="agent")
     odd = await board.create("paint_the_fence", assigned_to="maintenance")
@@ -451,9 +451,9 @@ async def test_sleep_tasks_for_others_are_left_and_unknown_work_fails_visibly(
 
 
 async def test_an_exchange_somebody_restored_is_not_archived_again(
-    tmp_path: Path, clock: ManualClock,
+    open_store: OpenStore, clock: ManualClock,
 ) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     ids = await build_home(store, clock)
     first = await run_cycle(store, clock=clock)
     assert first.changes["archived"] == 1

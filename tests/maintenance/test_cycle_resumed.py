@@ -15,8 +15,9 @@ import msgspec
 
 from pulse_adapters.maintenance import MaintenanceSettings, run_cycle
 from pulse_adapters.maintenance._settings import ORIGIN
-from pulse_core import EventDraft, SqliteEventStore, identity_key
+from pulse_core import EventDraft, identity_key
 from pulse_core._activities import read_activity
+from tests.maintenance.conftest import OpenStore
 
 RECORDS = 60
 LIMIT = 5  # elements per sweep batch: 12 batches would decay everything
@@ -31,10 +32,10 @@ ATTEMPT = textwrap.dedent("""
     import msgspec
 
     from pulse_adapters.maintenance import MaintenanceSettings, run_cycle
-    from pulse_core import SqliteEventStore
     from pulse_core._authority import Authority
+    from pulse_core.store import open_event_store
 
-    db, marker, hang_at, settings = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    url, marker, hang_at, settings = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
 
     class Hangs(Authority):
@@ -51,7 +52,7 @@ ATTEMPT = textwrap.dedent("""
 
 
     async def main() -> None:
-        store = await SqliteEventStore.open(db)
+        store = await open_event_store(url)
         config = msgspec.json.decode(settings, type=MaintenanceSettings)
         await run_cycle(store, config, cycle="night-1",
                         authority=Hangs(store, {"maintenance": config.grants}))
@@ -71,17 +72,16 @@ async def until(condition: object, what: str, deadline_s: float = 60.0) -> None:
 
 
 async def test_a_cycle_killed_mid_sweep_reports_every_attempts_work_within_one_budget(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str, open_store: OpenStore,
 ) -> None:
-    db = tmp_path / "events.db"
-    store = await SqliteEventStore.open(db)
+    store = await open_store()
     await store.append([EventDraft("human-exchange", identity_key("ana"),
                                    {"record": f"x-{i}", "text": "hi", "role": "human"},
                                    origin="human") for i in range(RECORDS)])
     settings = msgspec.json.encode(SETTINGS).decode()
     marker = tmp_path / "hung"
     attempt = await asyncio.create_subprocess_exec(  # a real process, SIGKILLed mid-sweep
-        sys.executable, "-c", ATTEMPT, str(db), str(marker), str(HANG_AT), settings,
+        sys.executable, "-c", ATTEMPT, store_url, str(marker), str(HANG_AT), settings,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     try:
         await until(lambda: marker.exists() or attempt.returncode is not None,

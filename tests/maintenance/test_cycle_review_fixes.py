@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from pulse_adapters.maintenance._settings import (
     load_settings,
 )
 from pulse_adapters.maintenance._steps import metabolism
-from pulse_core import EventDraft, ManualClock, SqliteEventStore
+from pulse_core import EventDraft, ManualClock
 from pulse_core._activities import read_activity
 from pulse_core._authority import Authority
 from pulse_core._elements import ElementsReader
@@ -46,6 +45,7 @@ from pulse_core._watches import (
 )
 from pulse_core.memory import identity_key
 from pulse_core.store._base import EventStore
+from tests.maintenance.conftest import OpenStore
 
 HOUR = 3_600_000
 
@@ -80,10 +80,10 @@ async def _boom(run: CycleRun) -> None:
 
 
 async def test_cycle_a_cycle_that_swept_then_failed_still_counts_for_the_decay_interval(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await store.append(exchanges("ana", 3))
     await run_cycle(store, cycle="c0", clock=clock)
     clock.advance(13 * HOUR)
@@ -99,11 +99,11 @@ async def test_cycle_a_cycle_that_swept_then_failed_still_counts_for_the_decay_i
 
 
 async def test_cycle_concurrent_cycles_in_two_stores_decay_each_element_once_per_interval(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    one = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
-    two = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    one = await open_store(clock)
+    two = await open_store(clock)
     await one.append([d for i in range(5) for d in exchanges(f"p{i}", 20, f"x{i}")])
     settings = MaintenanceSettings(budgets=Budgets(max_transactions=1000, max_writes=100_000))
     await asyncio.gather(run_cycle(one, settings, cycle="a", clock=clock),
@@ -121,10 +121,10 @@ async def test_cycle_concurrent_cycles_in_two_stores_decay_each_element_once_per
 
 
 async def test_cycle_a_grant_revoked_during_a_sweep_stops_it_at_the_next_batch(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await store.append([d for i in range(10) for d in exchanges(f"p{i}", 1)])
     settings = load_settings({"decay": {"limit": 1}})
     authority = Authority(store, {})
@@ -152,10 +152,10 @@ async def test_cycle_a_grant_revoked_during_a_sweep_stops_it_at_the_next_batch(
 
 
 async def test_cycle_a_grant_revoked_during_the_sleep_task_loop_stops_it_at_the_next_task(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     board = SleepBoard(store, "agent", clock=clock)
     for i in range(4):
         await board.create("review_derived", subject=f"ana/x-{i}", assigned_to="maintenance")
@@ -184,10 +184,10 @@ async def test_cycle_a_grant_revoked_during_the_sleep_task_loop_stops_it_at_the_
 
 
 async def test_cycle_a_fired_watch_is_surfaced_and_the_agent_still_decides_it(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await arm_watch(store, "deploy", WatchArmed(watch_class="delta", condition=WatchCondition(
         key_prefix="identity:ana")), origin="agent")
     await store.append(exchanges("ana", 1))
@@ -209,10 +209,10 @@ async def test_cycle_a_fired_watch_is_surfaced_and_the_agent_still_decides_it(
 
 
 async def test_cycle_tasks_maintenance_never_claims_start_no_backlog_or_watch_cycle(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     board = SleepBoard(store, "agent", clock=clock)
     for i in range(12):
         await board.create("summarize", subject=f"ana/x-{i}")  # unassigned, a class it lacks
@@ -233,10 +233,10 @@ async def test_cycle_tasks_maintenance_never_claims_start_no_backlog_or_watch_cy
 
 
 async def test_cycle_a_change_matching_an_armed_delta_watch_triggers_a_watch_cycle(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await arm_watch(store, "deploy", WatchArmed(watch_class="delta", condition=WatchCondition(
         key_prefix="identity:ana")), origin="agent")
     rule = MaintenanceRule(load_settings({"schedule": {"every_h": None}}))
@@ -252,10 +252,10 @@ async def test_cycle_a_change_matching_an_armed_delta_watch_triggers_a_watch_cyc
 
 
 async def test_cycle_a_forged_cycle_began_neither_counts_nor_postpones_the_schedule(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await store.append([
         EventDraft("maintenance-cycle-began", "notes:x", {"cycle": "g1", "cycle_start": 2**62},
                    origin="agent"),
@@ -272,8 +272,10 @@ async def test_cycle_a_forged_cycle_began_neither_counts_nor_postpones_the_sched
     await store.close()
 
 
-async def test_cycle_the_ledger_keeps_a_bounded_list_of_running_cycles(tmp_path: Path) -> None:
-    store = await SqliteEventStore.open(tmp_path / "events.db")
+async def test_cycle_the_ledger_keeps_a_bounded_list_of_running_cycles(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store()
     await store.append([EventDraft("maintenance-cycle-began", CYCLES_KEY,
                                    {"cycle": f"c{i}", "cycle_start": 1}, origin=ORIGIN)
                         for i in range(MAX_RUNNING + 50)])
@@ -310,7 +312,7 @@ def test_cycle_the_largest_allowed_settings_load() -> None:
 
 
 async def test_cycle_an_exception_closing_abandoned_cycles_or_assessing_is_a_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pulse_adapters.maintenance import _cycle
 
@@ -319,7 +321,7 @@ async def test_cycle_an_exception_closing_abandoned_cycles_or_assessing_is_a_war
 
     monkeypatch.setattr(_cycle, "running_before", broken)
     monkeypatch.setattr(_cycle, "final_assessment", broken)
-    store = await SqliteEventStore.open(tmp_path / "events.db")
+    store = await open_store()
     report = await run_cycle(store, cycle="c")
     activity = await read_activity(store, "c")
     assert activity is not None and activity.status == "completed"
@@ -333,10 +335,10 @@ async def test_cycle_an_exception_closing_abandoned_cycles_or_assessing_is_a_war
 
 
 async def test_cycle_a_silence_watch_due_in_under_a_second_still_gives_a_hint_of_a_second(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await arm_watch(store, "w", WatchArmed(watch_class="silence", condition=WatchCondition(
         key_prefix="identity:bob"), due_at=clock.now_ms() + 300), origin="agent")
     rule = MaintenanceRule(load_settings({"schedule": {"every_h": None}}))
@@ -354,10 +356,10 @@ async def test_cycle_a_silence_watch_due_in_under_a_second_still_gives_a_hint_of
 
 
 async def test_cycle_a_poisoned_stale_flag_is_skipped_with_a_warning_and_the_others_reviewed(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await store.append(exchanges("ana", 8))
     await store.append([EventDraft("derivation-stale", identity_key("ana"), {
         "record": f"x-{i}", "root": "r" * 512 if i == 0 else "ana/root"}, origin="agent")
@@ -373,13 +375,13 @@ async def test_cycle_a_poisoned_stale_flag_is_skipped_with_a_warning_and_the_oth
 
 
 async def test_cycle_a_grant_revoked_between_the_check_and_the_batch_write_never_lands(
-    tmp_path: Path,
+    open_store: OpenStore,
 ) -> None:
     from pulse_core._authority import authority_key
     from pulse_core._errors import NotAuthorized
     from pulse_core._metabolism import sweep
 
-    store = await SqliteEventStore.open(tmp_path / "events.db")
+    store = await open_store()
     await store.append([d for i in range(3) for d in exchanges(f"p{i}", 2)])
     authority = Authority(store, {})
     await authority.issue("maintenance", "maintain", origin="human")
@@ -403,12 +405,12 @@ async def test_cycle_a_grant_revoked_between_the_check_and_the_batch_write_never
 
 
 async def test_cycle_a_cycle_reads_each_sleep_task_event_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pulse_core._sleep import SleepTaskCreated, sleep_task_draft
 
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await store.append([sleep_task_draft(f"t{i}", SleepTaskCreated(task_class="summarize"),
                                          origin="agent") for i in range(200)])
     read: Counter[int] = Counter()
@@ -427,12 +429,12 @@ async def test_cycle_a_cycle_reads_each_sleep_task_event_once(
 
 
 async def test_cycle_a_cycle_reads_only_the_cycles_the_last_one_could_not_close(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pulse_core._activities import read_activity
 
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     start = clock.now_ms() - 30 * 86_400_000
     await store.append([EventDraft("maintenance-cycle-began", CYCLES_KEY, {
         "cycle": f"old{i}", "cycle_start": start + i * 600_000}, origin=ORIGIN)
@@ -458,13 +460,13 @@ async def test_cycle_a_cycle_reads_only_the_cycles_the_last_one_could_not_close(
 
 
 async def test_cycle_watch_evaluation_reads_a_bounded_share_of_the_log_and_the_next_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import pulse_adapters.maintenance._reviews as reviews
 
     monkeypatch.setattr(reviews, "WATCH_EVENTS", 4)
     clock = ManualClock(1_700_000_000_000)
-    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    store = await open_store(clock)
     await arm_watch(store, "bob", WatchArmed(watch_class="delta", condition=WatchCondition(
         key_prefix="identity:bob")), origin="agent")
     await store.append(exchanges("ana", 12))

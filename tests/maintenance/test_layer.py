@@ -30,11 +30,9 @@ from pulse_adapters.maintenance._executor import cycle_id
 from pulse_core import (
     Engine,
     EventDraft,
-    HomeLayout,
     LayerContext,
     LayerError,
     ManualClock,
-    SqliteEventStore,
     available_layers,
     load_layer,
     load_layers,
@@ -50,25 +48,28 @@ from pulse_core._watches import (
     read_watch,
 )
 from pulse_core.memory import identity_key
+from pulse_core.store import open_event_store
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
 QUIET = {"schedule": {"every_h": [12, 24]}, "triggers": {"min_gap_s": 600}}
 
 
-def engine_with(home: Path, clock: ManualClock, settings: Any = None) -> Engine:
-    """An engine running the maintenance layer (a long default tick, so the rule's hint is
-    what shows; close interrupts attempts in flight at once)."""
+def engine_with(home: Path, clock: ManualClock, settings: Any = None, *,
+                store: str | None = None) -> Engine:
+    """An engine running the maintenance layer on the log at `store` (default: the home's
+    SQLite file), a long default tick, so the rule's hint is what shows; close interrupts
+    attempts in flight at once."""
     built = layer(settings, LayerContext(home, clock))
     return Engine(home, layers=[built], clock=clock, default_tick_ms=2 * DAY,
-                  drain_timeout=0.0)
+                  drain_timeout=0.0, store=store)
 
 
 @contextlib.asynccontextmanager
-async def opened(home: Path, clock: ManualClock, settings: Any = None
-                 ) -> AsyncIterator[Engine]:
+async def opened(home: Path, clock: ManualClock, settings: Any = None, *,
+                 store: str | None = None) -> AsyncIterator[Engine]:
     """The engine opened, its loops not started: ticks and executors are the test's."""
-    engine = engine_with(home, clock, settings)
+    engine = engine_with(home, clock, settings, store=store)
     await engine.open()
     try:
         yield engine
@@ -132,10 +133,10 @@ def test_a_wrong_setting_is_refused_naming_the_field(
 
 
 async def test_the_first_tick_runs_a_scheduled_cycle_and_the_tick_wakes_for_the_next(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str,
 ) -> None:
     clock = ManualClock()
-    async with opened(tmp_path, clock, QUIET) as engine:
+    async with opened(tmp_path, clock, QUIET, store=store_url) as engine:
         await engine.append([EventDraft("human-exchange", identity_key("ana"),
                                         {"record": "x-1", "text": "hi"}, origin="human")])
         await tick_and_run(engine)
@@ -157,9 +158,9 @@ async def test_the_first_tick_runs_a_scheduled_cycle_and_the_tick_wakes_for_the_
         assert [c["trigger"] for c in await cycles(engine)] == ["scheduled", "scheduled"]
 
 
-async def test_a_requested_cycle_starts_at_the_next_tick(tmp_path: Path) -> None:
+async def test_a_requested_cycle_starts_at_the_next_tick(tmp_path: Path, store_url: str) -> None:
     clock = ManualClock()
-    async with opened(tmp_path, clock, QUIET) as engine:
+    async with opened(tmp_path, clock, QUIET, store=store_url) as engine:
         await tick_and_run(engine)
         await request_cycle(engine.events, "the agent asked after a hard day")
         await tick_and_run(engine)
@@ -168,10 +169,12 @@ async def test_a_requested_cycle_starts_at_the_next_tick(tmp_path: Path) -> None
         assert triggers[1:] == [("on-demand", "the agent asked after a hard day")]
 
 
-async def test_a_long_session_starts_a_cycle_once_the_gap_has_passed(tmp_path: Path) -> None:
+async def test_a_long_session_starts_a_cycle_once_the_gap_has_passed(
+    tmp_path: Path, store_url: str,
+) -> None:
     clock = ManualClock()
     settings = {**QUIET, "triggers": {"post_session_exchanges": 5, "min_gap_s": 600}}
-    async with opened(tmp_path, clock, settings) as engine:
+    async with opened(tmp_path, clock, settings, store=store_url) as engine:
         await tick_and_run(engine)
         await engine.append([EventDraft("human-exchange", identity_key("ana"),
                                         {"record": f"x-{i}", "text": "hi"}, origin="human")
@@ -187,10 +190,10 @@ async def test_a_long_session_starts_a_cycle_once_the_gap_has_passed(tmp_path: P
         assert len(await cycles(engine)) == 2
 
 
-async def test_a_backlog_of_sleep_tasks_starts_a_cycle(tmp_path: Path) -> None:
+async def test_a_backlog_of_sleep_tasks_starts_a_cycle(tmp_path: Path, store_url: str) -> None:
     clock = ManualClock()
     settings = {**QUIET, "triggers": {"backlog": 3, "min_gap_s": 60}}
-    async with opened(tmp_path, clock, settings) as engine:
+    async with opened(tmp_path, clock, settings, store=store_url) as engine:
         await tick_and_run(engine)
         board = SleepBoard(engine.events, "agent", clock=clock)
         for i in range(3):
@@ -204,10 +207,10 @@ async def test_a_backlog_of_sleep_tasks_starts_a_cycle(tmp_path: Path) -> None:
 
 
 async def test_a_silence_watch_wakes_the_tick_at_its_due_time_and_a_cycle_fires_it(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str,
 ) -> None:
     clock = ManualClock()
-    async with opened(tmp_path, clock, QUIET) as engine:
+    async with opened(tmp_path, clock, QUIET, store=store_url) as engine:
         await tick_and_run(engine)
         await arm_watch(engine.events, "bob-quiet", WatchArmed(
             watch_class="silence", condition=WatchCondition(key_prefix="identity:bob"),
@@ -221,9 +224,11 @@ async def test_a_silence_watch_wakes_the_tick_at_its_due_time_and_a_cycle_fires_
         assert [e.key for e in fired] == ["watch:bob-quiet"]
 
 
-async def test_one_cycle_at_a_time_however_many_ticks_see_it_due(tmp_path: Path) -> None:
+async def test_one_cycle_at_a_time_however_many_ticks_see_it_due(
+    tmp_path: Path, store_url: str,
+) -> None:
     clock = ManualClock()
-    async with opened(tmp_path, clock, QUIET) as engine:
+    async with opened(tmp_path, clock, QUIET, store=store_url) as engine:
         await engine.tick()
         await request_cycle(engine.events, "again")
         await engine.tick()
@@ -238,12 +243,12 @@ async def test_one_cycle_at_a_time_however_many_ticks_see_it_due(tmp_path: Path)
 
 
 async def test_a_cycle_cut_short_by_an_engine_restart_resumes_with_its_cycle_start(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str,
 ) -> None:
     clock = ManualClock()
     settings = MaintenanceSettings(triggers=Triggers(min_gap_s=600),
                                    decay=DecaySettings(limit=5))
-    engine = engine_with(tmp_path, clock, settings)
+    engine = engine_with(tmp_path, clock, settings, store=store_url)
     await engine.open()  # closed below, mid-cycle
     await engine.append([EventDraft("human-exchange", identity_key(f"p{i}"),
                                     {"record": f"x-{i}", "text": "hi"}, origin="human")
@@ -255,12 +260,12 @@ async def test_a_cycle_cut_short_by_an_engine_restart_resumes_with_its_cycle_sta
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     await engine.close()  # drain_timeout 0: the attempt is interrupted, left to retry
-    (effect,) = await _effects(tmp_path, clock)
-    started = await _activity(tmp_path, clock, cycle_id(effect))
+    (effect,) = await _effects(store_url)
+    started = await _activity(store_url, cycle_id(effect))
     assert started["status"] == "running"
 
     clock.advance(HOUR)  # past the retry delay and the lease
-    async with opened(tmp_path, clock, settings) as again:
+    async with opened(tmp_path, clock, settings, store=store_url) as again:
         await again.executor_loop.run_until_idle()
         activity = await read_activity(again.events, cycle_id(effect))
         assert activity is not None and activity.status == "completed"
@@ -272,8 +277,8 @@ async def test_a_cycle_cut_short_by_an_engine_restart_resumes_with_its_cycle_sta
         assert len(per_record) == 40 and set(per_record.values()) == {1}
 
 
-async def _effects(home: Path, clock: ManualClock) -> list[str]:
-    store = await SqliteEventStore.open(HomeLayout.at(home).events_db, read_only=True)
+async def _effects(url: str) -> list[str]:
+    store = await open_event_store(url, read_only=True)
     try:
         return [e.key for e in await store.read(kinds=["effect"])
                 if e.data["effect"]["type"] == MaintenanceCycle.tag()]
@@ -281,8 +286,8 @@ async def _effects(home: Path, clock: ManualClock) -> list[str]:
         await store.close()
 
 
-async def _activity(home: Path, clock: ManualClock, activity_id: str) -> dict[str, Any]:
-    store = await SqliteEventStore.open(HomeLayout.at(home).events_db, read_only=True)
+async def _activity(url: str, activity_id: str) -> dict[str, Any]:
+    store = await open_event_store(url, read_only=True)
     try:
         activity = await read_activity(store, activity_id)
         assert activity is not None
@@ -309,9 +314,11 @@ def test_an_llm_proposer_is_built_from_the_settings_and_closed_by_a_service(
     assert off.services == () and off.executors[0].proposer is None  # type: ignore[attr-defined]
 
 
-async def test_a_watch_fired_elsewhere_starts_a_cycle_that_reviews_it(tmp_path: Path) -> None:
+async def test_a_watch_fired_elsewhere_starts_a_cycle_that_reviews_it(
+    tmp_path: Path, store_url: str,
+) -> None:
     clock = ManualClock()
-    async with opened(tmp_path, clock, QUIET) as engine:
+    async with opened(tmp_path, clock, QUIET, store=store_url) as engine:
         await tick_and_run(engine)
         await arm_watch(engine.events, "ana-news", WatchArmed(
             watch_class="delta", condition=WatchCondition(key_prefix="identity:ana")),
@@ -331,10 +338,10 @@ async def test_a_watch_fired_elsewhere_starts_a_cycle_that_reviews_it(tmp_path: 
         assert done.data["outcome"]["decision"] == "surfaced"
 
 
-async def test_a_daily_schedule_waits_for_its_local_time(tmp_path: Path) -> None:
+async def test_a_daily_schedule_waits_for_its_local_time(tmp_path: Path, store_url: str) -> None:
     clock = ManualClock(1_700_000_000_000)  # 2023-11-14 22:13:20 in Lisbon (WET, UTC+0)
     settings = {"schedule": {"daily_at": "03:00", "tz": "Europe/Lisbon"}}
-    async with opened(tmp_path, clock, settings) as engine:
+    async with opened(tmp_path, clock, settings, store=store_url) as engine:
         await engine.append([EventDraft("human-exchange", identity_key("ana"),
                                         {"record": "x-1", "text": "hi"}, origin="human")])
         await tick_and_run(engine)
