@@ -18,6 +18,8 @@ from pulse_core.store._pg_schema import (
     Connection,
     ConnectionPool,
     close_quietly,
+    deadline,
+    drop,
     first_line,
     is_disconnect,
     lock_key,
@@ -30,19 +32,29 @@ log = logging.getLogger("pulse.events")
 
 #: between attempts to get the LISTEN connection back
 RECONNECT = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.2)
+#: how long close waits for the LISTEN task to end by itself before cancelling it
+CLOSE_WAIT = 1.0
 
 
 class Listener:
     """Calls `wake()` on each notification on `channel`, and once after each (re)connect,
-    since commits made while it was not listening were announced to nobody."""
+    since commits made while it was not listening were announced to nobody.
+
+    After `probe` seconds without a notification it checks that the server still answers
+    (within `probe` seconds too): a server that stopped answering without closing the
+    connection is left for a new connection, not waited on forever.
+    """
 
     def __init__(self, connect: Callable[[], Awaitable[Connection]], channel: str,
-                 location: str) -> None:
+                 location: str, *, probe: float) -> None:
         self._connect = connect
         self._channel = channel
         self._location = location
+        self._probe = probe
         self._wakes: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
+        self._conn: Connection | None = None
+        self._stop = asyncio.Event()
         #: connections made so far (the first, then one per reconnect)
         self.connections = 0
 
@@ -59,33 +71,47 @@ class Listener:
 
     async def _run(self) -> None:
         failures = 0
-        while True:
-            conn: Connection | None = None
+        while not self._stop.is_set():
             try:
-                conn = await self._connect()
-                await conn.execute(f"LISTEN {quoted(self._channel)}")
+                self._conn = conn = await self._connect()
+                with deadline(conn, self._probe):
+                    await conn.execute(f"LISTEN {quoted(self._channel)}")
                 self.connections += 1
                 if failures:
                     log.info("pulse: %s: listening for commits again", self._location)
                 failures = 0
                 self._wake()
-                async for _ in conn.notifies():
-                    self._wake()
+                while True:
+                    async for _ in conn.notifies(timeout=self._probe):
+                        self._wake()
+                    with deadline(conn, self._probe):
+                        await conn.execute("SELECT 1")
             except (psycopg.Error, OSError, StoreError) as exc:
+                if self._stop.is_set():
+                    return
                 failures += 1
                 if failures == 1:
                     log.warning("pulse: %s: lost the connection that hears other processes' "
                                 "commits (%s); reconnecting, readers poll meanwhile",
                                 self._location, first_line(exc))
-                await asyncio.sleep(RECONNECT.delay_ms(failures) / 1000)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(),
+                                           RECONNECT.delay_ms(failures) / 1000)
             finally:
-                if conn is not None:
-                    await close_quietly(conn)
+                used, self._conn = self._conn, None
+                if used is not None:
+                    await close_quietly(used)
 
     async def close(self) -> None:
-        """Stop listening."""
+        """Stop listening, without waiting on the server: the connection is dropped."""
+        self._stop.set()
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        if self._conn is not None:
+            drop(self._conn)  # its wait ends with a lost connection, and the task with it
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_WAIT)
+        if not done:  # connecting: nothing to drop yet
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -172,8 +198,9 @@ async def _release(held: _Held, key: int) -> None:
     """Unlock `held`; StoreUnavailable if it was lost meanwhile."""
     if held.lost is None:
         try:
-            cur = await held.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            row = await cur.fetchone()
+            with deadline(held.conn, held.timeout):
+                cur = await held.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                row = await cur.fetchone()
             if not (row and row[0]):
                 held.lost = "the server no longer knew it"
         except (psycopg.Error, OSError) as exc:

@@ -31,6 +31,7 @@ from pulse_core.store._pg_schema import (
     COLUMNS,
     Connection,
     ConnectionPool,
+    NoAnswer,
     first_line,
     is_cancelled,
     is_disconnect,
@@ -43,6 +44,8 @@ from pulse_core.store._url import PostgresURL
 
 COPY_CHUNK = 2_000  # rows per transaction of copy_rows
 IDLE_IN_TRANSACTION_MS = 30_000
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+              "keepalives_count": 3}
 
 
 @dataclass
@@ -69,9 +72,11 @@ class PostgresRecorder(Recorder):
         self._max_batch = max_batch
         self._sql = LogSQL(url.schema)
         self._s = self._sql.s
-        self._pool = ConnectionPool(self._connect, url.pool_size, self.location)
+        self._pool = ConnectionPool(self._connect, url.pool_size, self.location,
+                                    bound=url.operation_timeout)
         self._locks = ConnectionPool(self._connect, 64, self.location)
-        self._listener = Listener(self._connect_listener, self._sql.channel, self.location)
+        self._listener = Listener(self._connect, self._sql.channel, self.location,
+                                  probe=url.operation_timeout)
         self._pending: collections.deque[_Request] = collections.deque()
         self._committer: asyncio.Task[None] | None = None
         self._closed = False
@@ -93,24 +98,20 @@ class PostgresRecorder(Recorder):
             raise
         return recorder
 
-    async def _connect(self, **settings: str | int) -> Connection:
-        """A new session: read-only ones refuse every write; in writable ones a transaction
-        left idle (a stopped process holding the writer lock) is ended by the server, and no
-        statement or lock timeout set on the database or role cuts a wait for the writer
-        lock or an exclusive lock (a wait is as long as the transaction before it)."""
+    async def _connect(self) -> Connection:
+        """A new session, with TCP keepalives so a silently dropped link is noticed:
+        read-only ones refuse every write; in writable ones a transaction left idle (a
+        stopped process holding the writer lock) is ended by the server, and no statement
+        or lock timeout set on the database or role cuts a wait for the writer lock or an
+        exclusive lock (a wait is as long as the transaction before it)."""
         options = ("-c default_transaction_read_only=on" if self.read_only
                    else f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} "
                         "-c statement_timeout=0 -c lock_timeout=0")
         with pg_errors(self.location, "connecting"):
             conn: Connection = await psycopg.AsyncConnection.connect(
-                make_conninfo(self.url.dsn, **settings), autocommit=True,
+                make_conninfo(self.url.dsn, **KEEPALIVES), autocommit=True,
                 connect_timeout=max(1, round(self.url.connect_timeout)), options=options)
         return conn
-
-    async def _connect_listener(self) -> Connection:
-        """The LISTEN session, with TCP keepalives so a silently dropped link is noticed."""
-        return await self._connect(keepalives=1, keepalives_idle=10, keepalives_interval=5,
-                                   keepalives_count=3)
 
     # -- inserting -------------------------------------------------------------------------
 
@@ -146,6 +147,8 @@ class PostgresRecorder(Recorder):
                     outcomes = await self._commit([req.append for req in batch])
                 except Exception as exc:
                     outcomes = exc
+                if self._closed and isinstance(outcomes, StoreUnavailable):
+                    self._refuse_waiting(outcomes)
                 for index, req in enumerate(batch):
                     outcome = outcomes if isinstance(outcomes, Exception) else outcomes[index]
                     if isinstance(outcome, Exception):
@@ -154,6 +157,14 @@ class PostgresRecorder(Recorder):
                         resolve(req.future, outcome)
         finally:
             self._committer = None
+
+    def _refuse_waiting(self, failure: StoreUnavailable) -> None:
+        """Closing while the server fails: the appends still waiting fail at once (nothing
+        of them was sent), rather than each after its own deadline."""
+        while self._pending:
+            reject(self._pending.popleft().future, StoreUnavailable(
+                f"{self.location}: not stored: the store was closed while the server failed "
+                f"({failure}) — append it again once the server answers"))
 
     async def _commit(self, appends: list[PreparedAppend]) -> list[Outcome]:
         """One transaction for `appends`; once more on a new connection when the first was
@@ -174,7 +185,7 @@ class PostgresRecorder(Recorder):
             except (psycopg.Error, OSError) as exc:
                 if is_disconnect(exc):
                     await self._pool.discard_idle()
-                    if attempt == 1:
+                    if attempt == 1 and not isinstance(exc, NoAnswer):
                         continue
                 elif len(appends) > 1 and not is_cancelled(exc):
                     return await self._one_by_one(appends)
@@ -214,7 +225,7 @@ class PostgresRecorder(Recorder):
                     cur = await conn.execute(sql, args)
                     return await cur.fetchall()
             except (psycopg.Error, OSError) as exc:
-                if attempt == 2 or not is_disconnect(exc):
+                if attempt == 2 or not is_disconnect(exc) or isinstance(exc, NoAnswer):
                     raise store_error(exc, self.location, doing) from exc
                 await self._pool.discard_idle()
         raise AssertionError("unreachable")

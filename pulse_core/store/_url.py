@@ -56,7 +56,10 @@ class PostgresURL(NamedTuple):
     a unix-socket directory (starting with /) or "" for libpq's default socket; `schema` is
     the PostgreSQL schema holding the log (several logs may share a database, one schema
     each); `pool_size` caps this process's connections to it (besides one for LISTEN and one
-    per held `exclusive` lock); `connect_timeout` (seconds) bounds each connection attempt.
+    per held `exclusive` lock); `connect_timeout` (seconds) bounds each connection attempt;
+    `operation_timeout` (seconds) bounds every round trip on a connection (a server that
+    stops answering without closing it fails the call with StoreUnavailable instead of
+    holding it forever).
     """
 
     scheme: str
@@ -67,13 +70,15 @@ class PostgresURL(NamedTuple):
     schema: str = "pulse"
     pool_size: int = 4
     connect_timeout: float = 10.0
+    operation_timeout: float = 30.0
 
     def url(self) -> str:
         """The URL again (password included), with every pulse option spelled out."""
         parts = urlsplit(self.dsn)
         query = parse_qs(parts.query, keep_blank_values=True)
         query.update(schema=[self.schema], pool_size=[str(self.pool_size)],
-                     connect_timeout=[f"{self.connect_timeout:g}"])
+                     connect_timeout=[f"{self.connect_timeout:g}"],
+                     operation_timeout=[f"{self.operation_timeout:g}"])
         return _postgres_url(self.scheme, parts.netloc, parts.path, query)
 
     @property
@@ -108,7 +113,7 @@ _LIBPQ = frozenset({
     "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
     "tcp_user_timeout", "channel_binding", "gssencmode", "krbsrvname",
 })
-_PULSE = frozenset({"schema", "pool_size", "connect_timeout"})
+_PULSE = frozenset({"schema", "pool_size", "connect_timeout", "operation_timeout"})
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -198,7 +203,8 @@ def _parse_postgres_url(url: str) -> PostgresURL:
     unknown = sorted(set(query) - _LIBPQ - _PULSE)
     if unknown:
         raise StoreError(f"store URL {shown!r}: unknown option(s) {', '.join(unknown)} — a "
-                         "postgresql store takes schema, pool_size, connect_timeout and "
+                         "postgresql store takes schema, pool_size, connect_timeout, "
+                         "operation_timeout and "
                          "libpq's connection options (sslmode, application_name, ...)")
     database = unquote(parts.path.lstrip("/"))
     if not database or "/" in database:
@@ -215,6 +221,8 @@ def _parse_postgres_url(url: str) -> PostgresURL:
                          "of connections from 1 to 1000")
     timeout = seconds_option(query.pop("connect_timeout", ["10"])[-1],
                              f"store URL {shown!r}: connect_timeout")
+    deadline = seconds_option(query.pop("operation_timeout", ["30"])[-1],
+                              f"store URL {shown!r}: operation_timeout")
     host = query.get("host", [_netloc_host(parts.netloc)])[-1]
     raw_port = query["port"][-1] if "port" in query else str(port or 5432)
     port = int(raw_port) if raw_port.isdigit() else 0
@@ -223,7 +231,8 @@ def _parse_postgres_url(url: str) -> PostgresURL:
                          "from 1 to 65535")
     dsn = _postgres_url("postgresql", parts.netloc, parts.path, query)
     scheme = parts.scheme
-    return PostgresURL(scheme, dsn, host, port, database, schema, pool_size, timeout)
+    return PostgresURL(scheme, dsn, host, port, database, schema, pool_size, timeout,
+                       deadline)
 
 
 async def open_event_store(

@@ -1,0 +1,242 @@
+"""A PostgreSQL server that stops answering without closing its connections (a storage stall,
+a paused VM, dropped packets): every round trip is bounded by the store's operation_timeout,
+a stalled one fails typed (StoreUnavailable), close() returns, ticks carry on failing and
+retrying, and once the server answers again the engine carries on.
+
+The stall is real: a loopback TCP proxy in front of a real server stops forwarding (its
+connections stay open), as a paused machine between them would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from pulse_core import Engine, EventDraft, StoreUnavailable
+from pulse_core.store import open_event_store
+from tests.servers import LOOPBACK, PostgresServer
+
+TEST_TIME_LIMIT_S = 120
+BOUND_S = 1.0  # the operation_timeout of these tests
+T = TypeVar("T")
+
+
+class StallingProxy:
+    """Forwards 127.0.0.1:`port` to a PostgreSQL server, one thread per direction of each
+    connection. `pause()` holds everything it receives (connections stay open); `resume()`
+    lets it through again. `lose_commit_reply` drops the connection once the server has the
+    next COMMIT, before its reply reaches the client; `lose_commit` drops it before the
+    server gets the COMMIT, calling `between()` once the server side is gone."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.refusing = False
+        self.lose_commit_reply = False
+        self.lose_commit = False
+        self.between: Callable[[], None] | None = None
+        self.cuts = 0
+        self._listener = socket.create_server((LOOPBACK, 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, database: str, **options: str) -> str:
+        query = "&".join(f"{k}={v}" for k, v in options.items())
+        return f"postgresql://pulse@{LOOPBACK}:{self.port}/{database}" + (
+            f"?{query}" if query else "")
+
+    def pause(self) -> None:
+        self.flowing.clear()
+
+    def resume(self) -> None:
+        self.flowing.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self.refusing:
+                client.close()
+                continue
+            server = socket.create_connection((LOOPBACK, self.target))
+            self._sockets += [client, server]
+            doomed = threading.Event()
+            threading.Thread(target=self._pipe, args=(client, server, doomed, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, doomed, False),
+                             daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, doomed: threading.Event,
+              upstream: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                self.flowing.wait()
+                if upstream and b"COMMIT\x00" in data and self.lose_commit:
+                    self.lose_commit = False
+                    doomed.set()
+                    self._cut(dst, src)  # the server never gets the COMMIT
+                    return
+                if upstream and b"COMMIT\x00" in data and self.lose_commit_reply:
+                    self.lose_commit_reply = False
+                    doomed.set()
+                elif not upstream and doomed.is_set():
+                    self._cut(src, dst)  # the server has committed; its reply is lost
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        if not doomed.is_set():  # else the thread cutting the connection closes it
+            for sock in (src, dst):
+                _shut(sock)
+
+    def _cut(self, server: socket.socket, client: socket.socket) -> None:
+        _shut(server)
+        if self.between is not None:
+            self.between()
+        self.cuts += 1
+        _shut(client)
+
+    def close(self) -> None:
+        self.resume()
+        self._listener.close()
+        for sock in self._sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+@pytest.fixture
+def proxy(postgres_server: PostgresServer) -> Iterator[StallingProxy]:
+    found = StallingProxy(postgres_server.port)
+    yield found
+    found.close()
+
+
+def database(postgres_server: PostgresServer) -> str:
+    return postgres_server.create_database().rsplit("/", 1)[1]
+
+
+async def within(seconds: float, what: str, work: Awaitable[T]) -> T:
+    """`work` awaited; fail naming `what` if it has not ended within `seconds` (a hang)."""
+    try:
+        return await asyncio.wait_for(work, seconds)
+    except TimeoutError:
+        raise AssertionError(f"{what} did not end within {seconds:g} s") from None
+
+
+async def test_appends_and_reads_on_a_stalled_server_fail_typed_and_close_returns(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    url = proxy.url(database(postgres_server), operation_timeout=str(BOUND_S),
+                    connect_timeout="1")
+    store = await open_event_store(url)
+    await store.append([EventDraft("tick", "n", {"i": 0})])
+    proxy.pause()
+    # Generous limits: they only catch a hang; the bound is a few operation_timeouts.
+    with pytest.raises(StoreUnavailable, match="operation_timeout"):
+        await within(30, "an append on a stalled server",
+                     store.append([EventDraft("tick", "n", {"i": 1})]))
+    with pytest.raises(StoreUnavailable):
+        await within(30, "a read on a stalled server", store.read())
+    pending = asyncio.ensure_future(store.append([EventDraft("tick", "n", {"i": 2})]))
+    await asyncio.sleep(0)
+    began = time.monotonic()
+    await within(30, "close() on a stalled server", store.close())
+    closed_in = time.monotonic() - began
+    with pytest.raises(StoreUnavailable):
+        await within(5, "the append handed in before close", pending)
+    assert closed_in < 20, closed_in
+    proxy.resume()
+    again = await open_event_store(url)
+    try:
+        await again.append([EventDraft("tick", "n", {"i": 3})])
+        numbers = [e.data["i"] for e in await again.read(kinds=["tick"])]
+        # What the stall cut off was not stored; nothing was stored twice.
+        assert numbers[0] == 0 and numbers[-1] == 3 and len(set(numbers)) == len(numbers)
+    finally:
+        await again.close()
+
+
+async def test_the_listen_connection_of_a_stalled_server_is_replaced(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    url = proxy.url(database(postgres_server), operation_timeout=str(BOUND_S),
+                    connect_timeout="1")
+    store = await open_event_store(url)
+    writer = await open_event_store(postgres_server.url(url.rsplit("/", 1)[1].split("?")[0]))
+    try:
+        woken = asyncio.Event()
+        recorder = store.recorder
+        listener = recorder._listener  # type: ignore[attr-defined]
+        assert recorder.listen(woken.set)
+        await _until(lambda: listener.connections >= 1)
+        proxy.pause()
+        await asyncio.sleep(3 * BOUND_S)  # the probe finds no answer and reconnects meanwhile
+        proxy.resume()
+        await _until(lambda: listener.connections >= 2)  # a new LISTEN connection
+        woken.clear()
+        await writer.append([EventDraft("tick", "n", {"i": 1})])
+        await within(30, "a wake after another process's commit", woken.wait())
+    finally:
+        await within(30, "close()", store.close())
+        await writer.close()
+
+
+async def test_an_engine_on_a_stalled_server_keeps_ticking_and_carries_on_after(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    url = proxy.url(database(postgres_server), operation_timeout=str(BOUND_S),
+                    connect_timeout="1")
+    engine = Engine(tmp_path / "home", store=url, default_tick_ms=100)
+    async with engine:
+        await engine.tick()
+        proxy.pause()
+        for _ in range(2):  # each tick fails within the bound, none hangs
+            with pytest.raises(StoreUnavailable):
+                await within(30, "a tick on a stalled server", engine.tick())
+        proxy.resume()
+        await within(30, "a tick once the server answers", _retry_tick(engine))
+
+
+async def _retry_tick(engine: Engine) -> None:
+    while True:
+        try:
+            await engine.tick()
+            return
+        except StoreUnavailable:
+            await asyncio.sleep(0.1)
+
+
+async def _until(check: Callable[[], bool], seconds: float = 30) -> None:
+    """Wait until `check()` holds; fail after `seconds` (a hang)."""
+    give_up = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"gave up after {seconds:g} s")
+        await asyncio.sleep(0.05)
+
+
+async def test_engine_close_returns_while_the_server_is_stalled(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    url = proxy.url(database(postgres_server), operation_timeout=str(BOUND_S),
+                    connect_timeout="1")
+    engine = Engine(tmp_path / "home", store=url, default_tick_ms=100)
+    await engine.open()
+    await engine.tick()
+    proxy.pause()
+    try:
+        await within(60, "Engine.close() on a stalled server", engine.close())
+    finally:
+        proxy.resume()
