@@ -13,7 +13,7 @@ import msgspec
 from pulse_core._clock import Clock
 from pulse_core._effects import Mark, effect_draft, mark_draft
 from pulse_core._errors import PayloadNotEncodable, PulseError, StoreUnavailable
-from pulse_core._events import EventDraft, encode_data, error_draft
+from pulse_core._events import EventDraft, encode_data, error_draft, uuid7
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._instruments import Instruments
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
@@ -36,6 +36,17 @@ class TickMemo(msgspec.Struct):
     last_tick_ms: int
     started_at: int
     vitals: dict[str, Sample]
+
+
+class _Decided(msgspec.Struct):
+    """A tick run, and what the ticker moves to once its drafts are stored; kept while the
+    store refuses them as unavailable (maybe stored, maybe not), to append them again."""
+
+    drafts: list[EventDraft]
+    next_prev: Snapshot
+    cursor: int
+    decision: Decision
+    started: float
 
 
 class Ticker:
@@ -63,6 +74,7 @@ class Ticker:
         #: told of each tick that completes (the engine sets its instruments)
         self.instruments = Instruments()
         self._prev: Snapshot | None = None
+        self._owed: _Decided | None = None
         self._resumed: TickMemo | None = None
         self._cursor = 0
         self._max_age = {w.key: int(max(w.window, 2 * w.interval + w.timeout) * 1000)
@@ -128,8 +140,25 @@ class Ticker:
 
     async def tick(self, projector: Projector, executors: ExecutorLoop, vitals: VitalsStore,
                    events: EventStore) -> Decision:
-        """Run the chain once; append its effects, marks, errors and a tick record together."""
+        """Run the chain once; append its effects, marks, errors and a tick record together.
+
+        Every draft carries an idempotency key. When the store refuses the append as
+        unavailable (maybe stored, maybe not), the next call appends the same drafts again
+        (stored at most once) and completes that tick instead of running the chain anew,
+        which would decide its effects a second time under new effect ids.
+        """
         async with self.lock:
+            if self._owed is not None:
+                owed = self._owed
+                try:
+                    await events.append(owed.drafts)
+                except StoreUnavailable:
+                    raise
+                except PulseError:
+                    self._owed = None  # refused for good, so not stored: run ticks anew
+                    raise
+                self._owed = None
+                return self._done(owed)
             started = time.perf_counter()
             curr, cursor = await self.snapshot(projector, executors, vitals)
             prev = self._prev or self._first_prev(curr)
@@ -143,22 +172,37 @@ class Ticker:
                                        "errors": sum(d.kind == "error" for d in drafts),
                                        "seen_seq": curr.seq},
                     origin="engine"))
-                try:
-                    await events.append(drafts)
-                except StoreUnavailable:
-                    if self.unrecorded is not None:
-                        self.unrecorded([d for d in drafts if d.kind == "error"])
-                    raise
             # The next prev keeps the last reading of keys not sampled since (a watcher's first
             # sample after a restart may land after the first tick): a comparison of prev and
             # curr then sees no change where there was none.
-            self._prev = msgspec.structs.replace(curr, vitals={**prev.vitals, **curr.vitals})
-            self._cursor = cursor
-            self.number = curr.number
-            self.last_tick_ms = decision.tick_ms
-            self.last_tick_at = curr.at
-            self.instruments.tick(curr.number, time.perf_counter() - started)
-            return decision
+            next_prev = msgspec.structs.replace(curr, vitals={**prev.vitals, **curr.vitals})
+            done = _Decided([], next_prev, cursor, decision, started)
+            if drafts:
+                token = uuid7()
+                drafts = [msgspec.structs.replace(d, idem=f"tick:{token}:{i}")
+                          for i, d in enumerate(drafts)]
+                try:
+                    await events.append(drafts)
+                except StoreUnavailable:
+                    # Its errors are recorded late (marked so) by the error reports; the
+                    # rest waits for the next call.
+                    if self.unrecorded is not None:
+                        self.unrecorded([d for d in drafts if d.kind == "error"])
+                    done.drafts = [d for d in drafts if d.kind != "error"]
+                    self._owed = done
+                    raise
+            return self._done(done)
+
+    def _done(self, tick: _Decided) -> Decision:
+        """Move on past `tick`, stored."""
+        curr = tick.next_prev
+        self._prev = curr
+        self._cursor = tick.cursor
+        self.number = curr.number
+        self.last_tick_ms = tick.decision.tick_ms
+        self.last_tick_at = curr.at
+        self.instruments.tick(curr.number, time.perf_counter() - tick.started)
+        return tick.decision
 
     async def save_memo(self) -> None:
         """Persist the last snapshot's light part (raises OSError when the disk refuses)."""

@@ -1,0 +1,131 @@
+"""A PostgreSQL commit whose reply is lost: the connection drops once the server has the
+COMMIT, and the server cannot be asked at once whether it committed. The tick that asked for
+it is completed with the same drafts, never run again: each effect it decided is recorded
+once (the documented "pay once per ctx.effect_id" holds). And a commit cut off before the
+server had its COMMIT counts as stored only if its own first event sits at its seq, not
+another writer's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from pulse_core import (
+    Decision,
+    Effect,
+    Engine,
+    EventDraft,
+    ExecutionContext,
+    Executor,
+    Inner,
+    Snapshot,
+    StoreUnavailable,
+)
+from pulse_core.store import open_event_store
+from tests.faults.test_pg_stall import StallingProxy, database, proxy, within
+from tests.servers import PostgresServer
+
+__all__ = ["proxy"]  # the fixture, shared with the stall tests
+
+TEST_TIME_LIMIT_S = 120
+
+
+class Pay(Effect, tag="test-pay"):
+    to: str
+    cents: int
+
+
+async def pay_on_first_tick(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
+    effects, tick_ms = await inner(prev, curr)
+    if curr.number == 1:
+        effects = [*effects, Pay(to="ada", cents=500)]
+    return Decision(effects, tick_ms)
+
+
+class Payer(Executor):
+    """Pays once per effect id (as the documented example does)."""
+
+    handles = (Pay,)
+
+    def __init__(self) -> None:
+        self.paid: set[str] = set()
+
+    async def execute(self, effect: Pay, ctx: ExecutionContext) -> None:
+        self.paid.add(ctx.effect_id)
+
+
+async def test_a_tick_whose_commit_reply_is_lost_records_its_effects_once(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    name = database(postgres_server)
+    payer = Payer()
+    engine = Engine(tmp_path / "home", store=proxy.url(name, connect_timeout="1"),
+                    rules=[pay_on_first_tick], executors=[payer], default_tick_ms=100)
+    await engine.open()  # its loops not started: the test ticks it
+    try:
+        # The server commits tick 1; its reply is lost, and the look at the log that would
+        # tell finds no server either (the proxy refuses new connections meanwhile).
+
+        def refuse() -> None:
+            proxy.refusing = True
+
+        proxy.between = refuse
+        proxy.lose_commit_reply = True
+        with pytest.raises(StoreUnavailable, match="may or may not be stored"):
+            await within(60, "the tick whose reply is lost", engine.tick())
+        assert proxy.cuts == 1
+        proxy.refusing = False
+        # The effect the server did store runs meanwhile (it is no longer pending).
+        await within(60, "the stored effect's run", engine.executor_loop.run_until_idle())
+        assert len(payer.paid) == 1
+        await within(60, "the tick once the server answers", _tick(engine))
+        await within(60, "one more tick", engine.tick())
+        pays = [e for e in await engine.events.read(kinds=["effect"])
+                if e.data["effect"]["type"] == "test-pay"]
+        ticks = [e.data["number"] for e in await engine.events.read(kinds=["tick"])]
+    finally:
+        await engine.close()
+    assert len(pays) == 1 and len(payer.paid) == 1, ([e.key for e in pays], payer.paid)
+    assert ticks.count(1) == 1, ticks
+
+
+async def _tick(engine: Engine) -> Decision:
+    while True:
+        try:
+            return await engine.tick()
+        except StoreUnavailable:
+            await asyncio.sleep(0.1)
+
+
+async def test_a_commit_cut_before_the_server_had_it_is_not_taken_for_another_writers_row(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    name = database(postgres_server)
+    direct = postgres_server.url(name)
+    store = await open_event_store(proxy.url(name, connect_timeout="5"))
+    other = await open_event_store(direct)
+    await other.close()
+
+    def another_writer_takes_the_seq() -> None:
+        # The server side is gone, so its transaction rolled back; the seq it would have
+        # had goes to another writer's event before the cut-off one is checked.
+        async def write() -> None:
+            writer = await open_event_store(direct)
+            try:
+                await writer.append([EventDraft("tick", "other", {"by": "other"})])
+            finally:
+                await writer.close()
+        asyncio.run(write())
+
+    try:
+        await store.append([EventDraft("tick", "mine", {"by": "me", "n": 0})])
+        proxy.between = another_writer_takes_the_seq
+        proxy.lose_commit = True
+        with pytest.raises(StoreUnavailable, match="may or may not be stored"):
+            await within(60, "the cut-off append",
+                         store.append([EventDraft("tick", "mine", {"by": "me", "n": 1})]))
+        assert proxy.cuts == 1
+        by = [(e.seq, e.data["by"]) for e in await store.read(kinds=["tick"])]
+        assert by == [(1, "me"), (2, "other")]
+    finally:
+        await store.close()
