@@ -25,7 +25,8 @@ from pulse_adapters.openclaw import gateway_essential, load_settings
 from pulse_core import LayerContext, SystemClock
 from tests.agent_programs import openclaw_program
 
-START_LIMIT_S = 45.0
+START_LIMIT_S = 240.0
+"""Bounds a hang only: a gateway starts in ~11 s alone, past 45 s on a loaded machine."""
 
 
 def free_port() -> int:
@@ -70,7 +71,7 @@ class Gateway:
     def pid(self) -> int:
         return int(self.pidfile.read_text().split()[0])
 
-    def openclaw(self, *args: str, timeout_s: float = 60) -> Any:
+    def openclaw(self, *args: str, timeout_s: float = 240) -> Any:
         """Run the openclaw CLI against this gateway; its JSON output."""
         done = subprocess.run([self.settings["program"], *args], env={**os.environ, **self.env},
                               capture_output=True, text=True, timeout=timeout_s, check=False,
@@ -128,7 +129,7 @@ def start_gateway(root: Path, model: ChatServer) -> Gateway:
     return gateway
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], limit_s: float = 30.0) -> None:
+async def eventually(check: Callable[[], Awaitable[bool]], limit_s: float = 120.0) -> None:
     """Wait until `check()` holds (`limit_s` only ends a hang)."""
     async with asyncio.timeout(limit_s):
         while not await check():  # noqa: ASYNC110 - the engine and gateway run on their own

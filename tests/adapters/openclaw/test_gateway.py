@@ -31,7 +31,7 @@ from pulse_survival.effects import Notify
 from tests.adapters.awareness_rig import reply
 from tests.adapters.openclaw.rig import Gateway, eventually, start_gateway, wait_healthy
 
-TEST_TIME_LIMIT_S = 90  # the first test also starts the gateway (~11 s) and runs a turn
+TEST_TIME_LIMIT_S = 600  # bounds a hang only: a gateway restart waits up to START_LIMIT_S
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ async def test_a_notice_lands_in_the_session_once_across_an_engine_restart(
         async def delivered() -> bool:
             return bool(await engine.events.read(kinds=[NOTICE_DELIVERED]))
 
-        await eventually(delivered, limit_s=45)
+        await eventually(delivered, limit_s=240)
 
         async def probed() -> bool:  # the gateway's own model route, for llm_watchdog
             sample = (await engine.vitals.latest()).get("llm-route")
@@ -108,7 +108,7 @@ async def test_a_notice_lands_in_the_session_once_across_an_engine_restart(
         async def both() -> bool:
             return len(await engine.events.read(kinds=[NOTICE_DELIVERED])) == 2
 
-        await eventually(both, limit_s=45)
+        await eventually(both, limit_s=240)
         records = await engine.events.read(kinds=[NOTICE_DELIVERED])
     assert [r.key for r in records] == [f"openclaw-notice:{effect.key}",
                                         f"openclaw-notice:{later.key}"]
@@ -121,7 +121,7 @@ async def test_a_notice_lands_in_the_session_once_across_an_engine_restart(
     assert route["openclaw-gateway"].data["ok"] is True
 
 
-async def test_malformed_transcript_rows_are_recorded_and_skipped(
+async def test_malformed_and_unstorable_transcript_rows_are_recorded_and_skipped(
     gateway: Gateway, tmp_path: Path,
 ) -> None:
     source = AgentStore(Path(gateway.env["OPENCLAW_STATE_DIR"]), "main")
@@ -136,6 +136,8 @@ async def test_malformed_transcript_rows_are_recorded_and_skipped(
         session, head = db.execute("SELECT session_id, MAX(seq) FROM transcript_events").fetchone()
         for offset, line in enumerate(['{"type":"message", "id": "cut', '["a", "list"]',
                                        '{"type":"message","message":{"role":"user"}}',
+                                       '{"type":"message","id":"m-half","message":{"role":'
+                                       '"user","content":"half an emoji \\ud83d"}}',
                                        '{"type":"message","id":"m-after","message":{"role":'
                                        '"user","content":"after the broken lines"}}'], 1):
             db.execute("INSERT INTO transcript_events (session_id, seq, event_json, "
@@ -146,8 +148,10 @@ async def test_malformed_transcript_rows_are_recorded_and_skipped(
         assert await TranscriptIngest(TranscriptSettings(identity="ana"), copy).ingest(
             engine.events) == 0  # the cursor is in the log: nothing twice
         broken = await engine.events.read(kinds=[TRANSCRIPT_MALFORMED])
+        refused = await engine.events.read(key="service:openclaw-transcripts")
         memory = (await engine.snapshot()).projection("memory")["ana"]
     assert [e.data["seq"] for e in broken] == [head + 1, head + 2, head + 3]
+    assert [(e.data["session_id"], e.data["seq"]) for e in refused] == [(session, head + 4)]
     assert "not JSON" in broken[0].data["reason"] and "list" in broken[1].data["reason"]
     assert memory.exchanges[-1].text == "after the broken lines"
     assert [x.record for x in memory.exchanges].count("openclaw-m-after") == 1
@@ -165,7 +169,7 @@ async def test_a_killed_gateway_is_started_again_and_the_restart_recorded(
             return any(isinstance(e.data, dict) and e.data.get("result", {}).get("name")
                        == "openclaw-gateway" for e in acked)
 
-        await eventually(restarted, limit_s=30)
+        await eventually(restarted, limit_s=240)
         restarts = [e for e in await engine.events.read(kinds=["effect"])
                     if e.data["effect"]["type"] == "restart-process"]
     assert [e.data["effect"]["name"] for e in restarts] == ["openclaw-gateway"]

@@ -147,21 +147,36 @@ async def test_a_row_the_log_cannot_store_is_recorded_once_and_the_rows_around_i
     assert errors[0].data["store"] == str(store.path)
 
 
+class CountedIngest(TranscriptIngest):
+    """Transcript ingest that counts its rounds."""
+
+    rounds = 0
+
+    async def ingest(self, events: EventStore, *, host: str = "") -> int:
+        self.rounds += 1
+        return await super().ingest(events, host=host)
+
+
 async def test_a_corrupt_store_is_recorded_once_and_read_when_it_is_replaced(
     tmp_path: Path,
 ) -> None:
     store = AgentStore(tmp_path / "state", "main")
     store.path.parent.mkdir(parents=True)
     store.path.write_bytes(b"this is not a database\0" * 400)
-    ingest = TranscriptIngest(TranscriptSettings(identity="ana", interval_s=0.02), store)
+    ingest = CountedIngest(TranscriptSettings(identity="ana", interval_s=0.02), store)
     async with Engine(tmp_path / "pulse") as engine:
         task = asyncio.create_task(ingest(engine))
         try:
             async def recorded() -> bool:
                 return bool(await engine.events.read(key="service:openclaw-transcripts"))
 
-            await eventually(recorded, limit_s=10)
-            await asyncio.sleep(0.3)  # many more reads fail the same way
+            await eventually(recorded, limit_s=30)
+            seen = ingest.rounds
+
+            async def failed_again() -> bool:  # many more reads fail the same way
+                return ingest.rounds >= seen + 5
+
+            await eventually(failed_again, limit_s=30)
             errors = await engine.events.read(key="service:openclaw-transcripts")
             store.path.unlink()
             agent_store(tmp_path / "state")
@@ -171,7 +186,7 @@ async def test_a_corrupt_store_is_recorded_once_and_read_when_it_is_replaced(
                 memory = (await engine.snapshot()).projection("memory")
                 return "ana" in memory and len(memory["ana"].exchanges) == 1
 
-            await eventually(read, limit_s=10)
+            await eventually(read, limit_s=30)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -237,7 +252,7 @@ async def test_two_engines_on_one_log_deliver_a_notice_once(tmp_path: Path) -> N
     async with Engine(tmp_path / "pulse") as engine:
         event = await effect_of(engine.events, "disk / is 91% full")
         first, second = delivery(tmp_path, store, cli), delivery(tmp_path, store, cli)
-        async with asyncio.timeout(20):
+        async with asyncio.timeout(30):
             await asyncio.gather(first.settle(engine.events, event, event.data["effect"]),
                                  second.settle(engine.events, event, event.data["effect"]))
         records = await engine.events.read(kinds=[NOTICE_DELIVERED])
@@ -270,7 +285,7 @@ async def test_a_live_claim_is_waited_out_and_a_dead_engines_claim_taken_over(
         await cli.call("chat.inject", {"label": notice_label(event.key), "message": "x"})
         await engine.events.append([claim_by(event.key, host=socket.gethostname(),
                                              pid=2 ** 22 + 7, started=1.0)])
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             await delivery(tmp_path, store, cli).settle(engine.events, event, body)
         (delivered,) = await engine.events.read(kinds=[NOTICE_DELIVERED])
     assert len(cli.calls) == 1
@@ -352,5 +367,5 @@ async def test_an_effect_appended_as_the_engine_starts_gets_its_notice(tmp_path:
         async def delivered() -> bool:
             return bool(await engine.events.read(kinds=[NOTICE_DELIVERED]))
 
-        await eventually(delivered, limit_s=10)
+        await eventually(delivered, limit_s=30)
     assert [c["label"] for c in cli.calls] == [notice_label(event.key)]

@@ -114,7 +114,7 @@ async def test_a_missing_program_is_recorded_once_and_the_engine_runs_on(
         async def recorded() -> bool:
             return bool(await engine.events.read(key="service:openclaw-program"))
 
-        await eventually(recorded, limit_s=10)
+        await eventually(recorded, limit_s=30)
         (error,) = await engine.events.read(key="service:openclaw-program")
         assert await parts.transcripts.ingest(engine.events) == 0  # no store yet: nothing
     assert "layers.openclaw.program" in error.data["message"]
