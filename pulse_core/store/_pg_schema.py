@@ -95,10 +95,17 @@ def is_cancelled(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
 
 
+def is_out_of_resources(exc: BaseException) -> bool:
+    """Whether the server refused the statement for want of resources (SQLSTATE class 53: a
+    full disk, no memory, too many connections): it answered, so nothing of the transaction
+    is stored."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("53")
+
+
 def is_disconnect(exc: BaseException) -> bool:
     """Whether `exc` means the connection (not the statement) failed."""
     return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)) and not (
-        is_cancelled(exc))
+        is_cancelled(exc) or is_out_of_resources(exc))
 
 
 class NoAnswer(psycopg.OperationalError):
@@ -153,6 +160,16 @@ def store_error(exc: BaseException, location: str, doing: str) -> StoreError:
         return StoreUnavailable(
             f"{location}: {doing} failed: the server cancelled the statement (a timeout set "
             f"on the server?): {first_line(exc)} — retry")
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return StoreUnavailable(
+            f"{location}: {doing} failed, nothing of it stored: the database server's disk "
+            f"is full ({first_line(exc)}) — free space where the database (or its "
+            "tablespace) lives, then retry")
+    if isinstance(exc, psycopg.Error) and is_out_of_resources(exc):
+        return StoreUnavailable(
+            f"{location}: {doing} failed, nothing of it stored: the server is out of "
+            f"resources (SQLSTATE {exc.sqlstate}: {first_line(exc)}) — "
+            "see the server's log and limits, then retry")
     if is_disconnect(exc):
         return StoreUnavailable(
             f"{location}: {doing} failed: {first_line(exc)} — check that the PostgreSQL "

@@ -35,6 +35,7 @@ from pulse_core.store._pg_schema import (
     first_line,
     is_cancelled,
     is_disconnect,
+    is_out_of_resources,
     pg_errors,
     prepare,
     store_error,
@@ -187,7 +188,7 @@ class PostgresRecorder(Recorder):
                     await self._pool.discard_idle()
                     if attempt == 1 and not isinstance(exc, NoAnswer):
                         continue
-                elif len(appends) > 1 and not is_cancelled(exc):
+                elif len(appends) > 1 and not (is_cancelled(exc) or is_out_of_resources(exc)):
                     return await self._one_by_one(appends)
                 raise store_error(exc, self.location, "appending") from exc
         raise AssertionError("unreachable")
