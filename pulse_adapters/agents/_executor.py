@@ -66,6 +66,7 @@ register_kind(SPAWNED, "an agent run's process group started; key: agent-run:<ta
 _MARGIN_S = 60.0  # Executor.timeout above the run's own: store writes and the kill grace
 _OPEN = frozenset({"assigned", "executing"})
 _SHORTEST_SECRET = 8
+_SHORTEST_PIECE = 4  # of a secret a bound cut: a shorter piece tells nothing of it
 
 
 class AgentRunExecutor(Executor):
@@ -116,8 +117,10 @@ class AgentRunExecutor(Executor):
     def secrets(self, run: AgentRun) -> Sequence[str]:
         """Values `run` may print that must never be stored (a model key a provider echoes
         in its error): `redact` takes them out of the transcript, the stderr tail, the
-        reasons and the result. Default: none; values shorter than 8 characters are ignored
-        (no secret, and replacing them would mangle the text)."""
+        reasons and the result, and a piece of one (from 4 characters) that the stderr tail
+        starts with or a transcript cut at max_stdout_bytes ends with. Default: none; values
+        shorter than 8 characters are ignored (no secret, and replacing them would mangle
+        the text)."""
         return ()
 
     def redact(self, run: AgentRun, text: str) -> str:
@@ -127,10 +130,15 @@ class AgentRunExecutor(Executor):
                 text = text.replace(secret, "[redacted]")
         return text
 
-    def _redact_bytes(self, run: AgentRun, data: bytes) -> bytes:
+    def _redact_bytes(self, run: AgentRun, data: bytes, *, cut_before: bool = False,
+                      cut_after: bool = False) -> bytes:
+        """`data` redacted; where a bound cut the output just before it (`cut_before`) or
+        just after it (`cut_after`), a piece of a secret it starts or ends with goes too."""
         for secret in self.secrets(run):
             if len(secret) >= _SHORTEST_SECRET:
-                data = data.replace(secret.encode(), b"[redacted]")
+                raw = secret.encode()
+                data = _cut_pieces(data.replace(raw, b"[redacted]"), raw,
+                                   start=cut_before, end=cut_after)
         return data
 
     @abc.abstractmethod
@@ -212,11 +220,14 @@ class AgentRunExecutor(Executor):
 
     async def _finish(self, board: TaskBoard, run: AgentRun, task: TaskState, version: int, *,
                       outcome: ProcessOutcome, events: EventStore) -> dict[str, Any]:
-        stderr_tail = self._redact_bytes(run, outcome.stderr_tail)
+        limits, tail = self.limits, outcome.stderr_tail
+        stderr_tail = self._redact_bytes(run, tail,
+                                         cut_before=len(tail) >= limits.stderr_tail_bytes)
         stderr = stderr_tail.decode("utf-8", errors="replace")
         transcript = stderr_digest = None
         if events.objects is not None:
-            transcript = await events.objects.put(self._redact_bytes(run, outcome.stdout))
+            transcript = await events.objects.put(self._redact_bytes(
+                run, outcome.stdout, cut_after=len(outcome.stdout) >= limits.max_stdout_bytes))
             if stderr_tail:
                 stderr_digest = await events.objects.put(stderr_tail)
         record: dict[str, Any] = {
@@ -288,3 +299,15 @@ class AgentRunExecutor(Executor):
             reason += "; the process group its last run left running was killed"
         state = await self._settle(board, task, task.version, reason)
         return {"timed_out": state != "moved-on", "task": state, "reason": effect.reason}
+
+
+def _cut_pieces(data: bytes, secret: bytes, *, start: bool, end: bool) -> bytes:
+    """`data` with the longest piece of `secret` (from _SHORTEST_PIECE bytes) it starts with
+    (`start`: the secret's end) or ends with (`end`: its beginning) replaced by
+    `[redacted]`."""
+    for size in range(len(secret) - 1, _SHORTEST_PIECE - 1, -1):
+        if start and data.startswith(secret[-size:]):
+            data, start = b"[redacted]" + data[size:], False
+        if end and data.endswith(secret[:size]):
+            data, end = data[:-size] + b"[redacted]", False
+    return data

@@ -13,6 +13,7 @@ from pulse_adapters.agents import (
     DispatchPolicy,
     Program,
     ProgramCheck,
+    StreamLimits,
     TaskDispatcher,
 )
 from pulse_core import Engine, ExecutionContext, ManualClock, SystemClock, TaskBoard
@@ -261,5 +262,37 @@ async def test_a_secret_of_exactly_8_characters_is_redacted_and_one_of_7_is_not(
             assert b"the key [redacted] was refused" in tail and EIGHT.encode() not in tail
         run = ScriptRun(task_id="t", task_version=1, agent="a", prompt="", project="p")
         assert executor.redact(run, "k7-1234 stays") == "k7-1234 stays"
+    finally:
+        await engine.close()
+
+
+async def test_a_secret_cut_by_an_output_bound_leaves_no_piece_of_it_stored(
+        tmp_path: Path) -> None:
+    stderr = f"provider: the key {EIGHT} was refused\n".encode()
+    first = b'{"type": "system", "subtype": "init", "session_id": "s-t-cut"}\n'
+    cut = first + f'{{"type": "assistant", "text": "calling with {EIGHT[:5]}'.encode()
+    limits = StreamLimits(kill_grace_s=0.3, stderr_tail_bytes=len(" was refused\n") + 7,
+                          max_stdout_bytes=len(cut))
+    executor = _EightExecutor(tmp_path / "pids", limits=limits,
+                              policy=DispatchPolicy(requeue_on_failure=False))
+    engine = await _engine(tmp_path, executor)
+    try:
+        board = TaskBoard(engine.events)
+        await board.create("t-tail", "fails quoting the key", prompt="leak-fail")
+        await board.create("t-cut", "prints the key", prompt="leak")
+        await engine.step()
+        await engine.step()
+        assert engine.objects is not None
+        tasks = (await engine.snapshot()).projection("tasks")
+        acked = {a.data["result"]["transcript"]: a.data["result"] for a in
+                 await engine.events.read(kinds=["effect-acked"])}
+        stored = [await engine.objects.get(digest) for result in acked.values()
+                  for digest in (result["transcript"], result["stderr"]) if digest]
+        assert b"[redacted] was refused\n" in stored and stderr[-20:] not in stored
+        assert any(s.startswith(first) and s.endswith(b"calling with [redacted]")
+                   for s in stored)
+        for text in (*stored, *(t.reason.encode() for t in tasks.values())):
+            for piece in (EIGHT[-5:], EIGHT[:5]):
+                assert piece.encode() not in text, (piece, text)
     finally:
         await engine.close()
