@@ -87,6 +87,30 @@ async def test_salience_and_legal_hold_protect_and_are_counted(store: EventStore
     assert state.elements["p0/s0"].strength == state.elements["p0/s1"].strength == 1.0
 
 
+async def test_a_pending_or_blocked_high_impact_commitment_never_decays(
+    store: EventStore,
+) -> None:
+    reader = ElementsReader(store)
+    made = [EventDraft("commitment-made", "identity:ana", {"record": f"c-{status}", "text": "call",
+                                                           "impact": impact}, origin="agent")
+            for status, impact in (("pending", "high"), ("blocked", "high"),
+                                   ("fulfilled", "high"), ("low", "normal"))]
+    await store.append(made)
+    await store.append([EventDraft("commitment-updated", "identity:ana",
+                                   {"record": f"c-{status}", "status": status}, origin="agent")
+                        for status in ("blocked", "fulfilled")])
+    for status in ("pending", "blocked", "fulfilled"):  # salience alone no longer shields
+        await set_salience(store, reader, "ana", f"c-{status}", 0.0)
+    report = await sweep(store, reader, cycle_start=1_000, policy=POLICY)
+    state = await reader.current()
+    blocked = state.elements["ana/c-blocked"].commitment
+    assert blocked is not None and blocked.status == "blocked"
+    strengths = {r: state.elements[f"ana/c-{r}"].strength for r in
+                 ("pending", "blocked", "fulfilled", "low")}
+    assert strengths == {"pending": 1.0, "blocked": 1.0, "fulfilled": 0.5, "low": 0.5}
+    assert (report.decayed, report.protected) == (2, 2)
+
+
 async def test_a_sweep_writes_with_the_expected_version_and_defers_after_one_retry(
     store: EventStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

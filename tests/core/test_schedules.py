@@ -130,6 +130,24 @@ async def test_daily_at_keeps_local_time_across_a_dst_change(tmp_path: Path) -> 
     await store.close()
 
 
+async def test_a_daily_slot_fired_at_its_exact_millisecond_is_next_due_a_day_later(
+    tmp_path: Path,
+) -> None:
+    three_am = int(dt.datetime(2026, 5, 4, 3, 0, tzinfo=dt.UTC).timestamp() * 1000)
+    clock = ManualClock(three_am)  # the home is born on the slot: it is due at once
+    daily = DailyAt("nightly", "03:00")
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    await note(store)
+    assert next_due(daily, await state_of(store), three_am) == three_am
+    assert await fire_schedule(store, daily, three_am, three_am) is not None
+    state = await state_of(store)
+    assert next_due(daily, state, three_am) == three_am + 24 * H
+    assert not is_due(daily, state, three_am)
+    assert await fire_schedule(store, daily, three_am, three_am) is None
+    assert len(await store.read(kinds=["schedule-fired"])) == 1
+    await store.close()
+
+
 async def test_two_concurrent_fires_of_one_due_time_make_one_event(tmp_path: Path) -> None:
     one = await SqliteEventStore.open(tmp_path / "events.db")
     two = await SqliteEventStore.open(tmp_path / "events.db")
