@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import IO
@@ -43,7 +42,7 @@ from pulse_cli import config as config_file
 from pulse_cli.assembly import bound_host
 from pulse_cli.directory_log import carry_over, event_key
 from pulse_cli.home import CliError, DaemonStateError, Home, UsageError
-from pulse_cli.output import print_json, printable
+from pulse_cli.output import Progress, print_json, printable
 from pulse_cli.stores import shown, store_url, unavailable
 from pulse_core import EventStore, HomeLocked, PulseError, StoreError
 from pulse_core._effect_index import EffectIndex
@@ -57,7 +56,6 @@ MISMATCHES_SHOWN = 10
 NUL_SHOWN = 5
 TEXT_FIELDS = ("id", "kind", "key", "origin", "tx", "idem", "hash")
 UNFINISHED = (EffectStatus.PENDING, EffectStatus.EXECUTING, EffectStatus.RETRYING)
-PROGRESS_EVERY_S = 1.0
 
 
 class MigrationRefused(CliError):
@@ -102,7 +100,7 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
     hosts = (bound_host(home.root, cfg),
              bound_host(home.root, dataclasses.replace(cfg, store=to)))
     done = Migration(source=shown(source_url), target=target.display())
-    say = _Progress(quiet=as_json)
+    say = Progress(quiet=as_json)
     with _held(home):
         source = await _open(source_url, read_only=True)
         try:
@@ -203,7 +201,7 @@ async def _unfinished(source: EventStore, where: str, *, refuse: bool) -> int:
     return total
 
 
-async def _refuse_nul(source: EventStore, where: str, page: int, say: _Progress) -> None:
+async def _refuse_nul(source: EventStore, where: str, page: int, say: Progress) -> None:
     """MigrationRefused, naming the first few seqs and fields, when a text field of a row
     of `source` holds a NUL character, which PostgreSQL's text cannot store."""
     found: list[str] = []
@@ -281,7 +279,7 @@ async def _refuse_unless_empty(sink: EventStore, where: str) -> None:
             "schema (?schema=NAME), and migrate into that")
 
 
-async def _copy(source: EventStore, sink: EventStore, page: int, say: _Progress) -> int:
+async def _copy(source: EventStore, sink: EventStore, page: int, say: Progress) -> int:
     """Every row of `source` after the last copied, into `sink`, `page` rows at a time,
     until `source` has no more; the number of rows copied. MigrationRefused, saying what
     the target now holds, when a store fails halfway."""
@@ -312,7 +310,7 @@ def _copier(sink: EventStore) -> Callable[[Sequence[StoredRow]], Awaitable[int]]
 
 
 async def _verify(source: EventStore, sink: EventStore, copied: int, page: int,
-                  say: _Progress) -> tuple[int, list[str]]:
+                  say: Progress) -> tuple[int, list[str]]:
     """Every row of `sink` compared, field by field, with `source`'s, and every key's version
     in `sink` with the version of its last row; the number of keys and what differs."""
     differ: list[str] = []
@@ -394,38 +392,3 @@ def _report(done: Migration, home: Home, as_json: bool) -> None:
             f"not switched: {home.root} still runs on {done.source}. This copy is a snapshot "
             "— pointing config.json at it by hand would lose what the home writes from now "
             "on; to move the home, migrate into an empty database again with --switch"))
-
-
-class _Progress:
-    """Progress lines on stderr: each `say`, and `every` at most once a second (the last
-    one held back is printed by `flush`)."""
-
-    def __init__(self, *, quiet: bool) -> None:
-        self.quiet = quiet
-        self._last = 0.0
-        self._held: str | None = None
-
-    def __call__(self, line: str) -> None:
-        if not self.quiet:
-            print(printable(line), file=sys.stderr, flush=True)
-
-    def every(self, line: str) -> None:
-        now = time.monotonic()
-        if now - self._last >= PROGRESS_EVERY_S:
-            self._last, self._held = now, None
-            self(line)
-        else:
-            self._held = line
-
-    def hold(self) -> None:
-        """The next `every` line waits a second: what ends sooner prints nothing."""
-        self._last, self._held = time.monotonic(), None
-
-    def drop(self) -> None:
-        """Forget the line `every` held back."""
-        self._held = None
-
-    def flush(self) -> None:
-        if self._held is not None:
-            self(self._held)
-            self._held = None

@@ -132,3 +132,41 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) -> None:
     """Print a table, or `empty` when there are no rows."""
     print(table(headers, rows) if rows else empty)
+
+
+PROGRESS_EVERY_S = 1.0
+
+
+class Progress:
+    """Progress lines of a long command on stderr (none when `quiet`): each call, and
+    `every` at most once a second (the last one held back is printed by `flush`)."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self._last = 0.0
+        self._held: str | None = None
+
+    def __call__(self, line: str) -> None:
+        if not self.quiet:
+            print(printable(line), file=sys.stderr, flush=True)
+
+    def every(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_EVERY_S:
+            self._last, self._held = now, None
+            self(line)
+        else:
+            self._held = line
+
+    def hold(self) -> None:
+        """The next `every` line waits a second: what ends sooner prints nothing."""
+        self._last, self._held = time.monotonic(), None
+
+    def drop(self) -> None:
+        """Forget the line `every` held back."""
+        self._held = None
+
+    def flush(self) -> None:
+        if self._held is not None:
+            self(self._held)
+            self._held = None

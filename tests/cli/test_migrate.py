@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from pulse_cli.migrate import MIGRATION_LOCK, _Progress, _verify
+from pulse_cli.migrate import MIGRATION_LOCK, _verify
+from pulse_cli.output import Progress
 from pulse_core import EventDraft, EventStore, SqliteEventStore, TaskBoard, open_home
 from pulse_core._effects import effect_draft
 from pulse_core.store import StoredRow, open_event_store
@@ -185,7 +186,7 @@ async def test_verification_names_each_row_and_field_that_differs(
         rows = await all_rows(source)
         tampered = msgspec.structs.replace(rows[1], data=b'{"text":"changed"}', ts=1)
         await sink.recorder.copy_rows([rows[0], tampered, *rows[2:-1]])  # type: ignore[attr-defined]
-        keys, differ = await _verify(source, sink, len(rows) - 1, 2, _Progress(quiet=True))
+        keys, differ = await _verify(source, sink, len(rows) - 1, 2, Progress(quiet=True))
     finally:
         await sink.close()
         await source.close()
