@@ -97,6 +97,7 @@ class TranscriptIngest:
         self.settings = settings
         self.store = store
         self.cursors: dict[str, tuple[int, int]] = {}  # session id -> (seq, cursor version)
+        self.keyless: set[str] = set()  # sessions whose cursor's key the log cannot store
 
     async def __call__(self, engine: Engine) -> None:
         trouble = StoreTrouble(self.name, self.store.path, log, self.settings.interval_s)
@@ -113,6 +114,8 @@ class TranscriptIngest:
         heads = await asyncio.to_thread(self.store.session_heads)
         written = 0
         for session_id, head in heads.items():
+            if session_id in self.keyless:
+                continue
             seq, version = await self._cursor(events, session_id)
             while seq < head:
                 rows = await asyncio.to_thread(self.store.rows_after, session_id, seq,
@@ -126,6 +129,9 @@ class TranscriptIngest:
                     self.cursors.pop(session_id, None)
                     seq, version = await self._cursor(events, session_id)
                     continue
+                except InvalidEvent as exc:  # no cursor can be stored (a NUL in its id)
+                    await self._pass_over(events, session_id, exc, host)
+                    break
                 written += messages
                 seq = rows[-1].seq
                 self.cursors[session_id] = (seq, version)
@@ -158,6 +164,14 @@ class TranscriptIngest:
                                 expect={key: version})
             messages = 0
         return version + 1, messages
+
+    async def _pass_over(self, events: EventStore, session_id: str, exc: InvalidEvent,
+                         host: str) -> None:
+        """Leave out, while this service runs, a session no cursor can be kept for."""
+        self.keyless.add(session_id)
+        log.warning("pulse: openclaw transcript %r passed over: %s", session_id, exc)
+        await events.append([error_draft(f"service:{self.name}", exc, {
+            "store": str(self.store.path), "session_id": session_id}, host=host)])
 
     async def _cursor(self, events: EventStore, session_id: str) -> tuple[int, int]:
         if session_id not in self.cursors:

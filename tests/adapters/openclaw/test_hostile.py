@@ -147,6 +147,22 @@ async def test_a_row_the_log_cannot_store_is_recorded_once_and_the_rows_around_i
     assert errors[0].data["store"] == str(store.path)
 
 
+async def test_a_session_whose_cursor_no_key_can_hold_is_recorded_and_passed_over(
+    tmp_path: Path,
+) -> None:
+    store = agent_store(tmp_path / "state")
+    add(store, "a\0b", said("x-1", "in a session named with a NUL"))
+    add(store, "c", said("c-1", "kept"))
+    async with Engine(tmp_path / "pulse") as engine:
+        ingest = TranscriptIngest(TranscriptSettings(identity="ana"), store)
+        assert await ingest.ingest(engine.events) == 1
+        add(store, "c", said("c-2", "and on"))
+        assert await ingest.ingest(engine.events) == 1
+        errors = await engine.events.read(key="service:openclaw-transcripts")
+    assert [e.data["session_id"] for e in errors] == ["a\0b"]
+    assert "NUL" in errors[0].data["message"]
+
+
 class CountedIngest(TranscriptIngest):
     """Transcript ingest that counts its rounds."""
 
