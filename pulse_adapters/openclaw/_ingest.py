@@ -8,9 +8,10 @@ or assistant message becomes a `human-exchange` of the configured identity (role
 cursor's advance are one append with the cursor's expected version: each message once. A row
 the log refuses to store (a JSON-escaped lone surrogate, say) is recorded as an `error` at key
 `service:openclaw-transcripts` naming its session and seq, in the append that moves the cursor
-past it (so once), and the rows around it are stored. A store that cannot be read (locked,
-corrupt, replaced) is recorded as an `error` at that key too, once until the problem changes,
-and read again next time.
+past it (so once), and the rows around it are stored; a session no cursor key can name (a
+NUL in its id) is recorded so and passed over while the service runs. A store that cannot be
+read (locked, corrupt, replaced) is recorded as an `error` at that key too, once until the
+problem changes, and read again next time.
 """
 
 from __future__ import annotations
