@@ -245,8 +245,13 @@ async def open_event_store(
     """The EventStore over the recorder `url` names, opened (read-only: nothing written)."""
     parsed = parse_store_url(url) if isinstance(url, str) else url
     if isinstance(parsed, PostgresURL):
-        from pulse_core.store._postgres import PostgresRecorder
-
+        try:
+            from pulse_core.store._postgres import PostgresRecorder
+        except ImportError as exc:
+            if not (exc.name or "").startswith("psycopg"):
+                raise
+            raise StoreError(f"store {parsed.display()}: the PostgreSQL driver (psycopg 3) is "
+                             "not installed — pip install 'pulse-engine[postgresql]'") from exc
         recorder = await PostgresRecorder.open(parsed, read_only=read_only, clock=clock)
         return EventStore(recorder, objects=objects)
     return await SqliteEventStore.open(
