@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 
-from pulse_core._effect_index import FOLDED
 from pulse_core._effects import EffectEntry, EffectStatus, fold_effect
 from pulse_core._errors import (
     EffectNotFound,
@@ -86,12 +85,13 @@ async def _control(events: EventStore, effect_id: str, action: str, reason: str,
 
 
 async def read_effect(events: EventStore, effect_id: str) -> EffectEntry:
-    """Effect `effect_id` folded from its events; EffectNotFound when the log has none."""
+    """Effect `effect_id` folded from its events; EffectNotFound when the log has none. Its
+    version is its key's, a note filed under the key counted too (the fold passes over it)."""
     if not isinstance(effect_id, str) or not effect_id:  # None would read every key
         raise EffectNotFound(str(effect_id), f"{effect_id!r} is not an effect id — `upulse "
                                              "effects` lists the effects and their ids")
     entry: EffectEntry | None = None
-    for event in await events.read(kinds=FOLDED, key=effect_id):
+    for event in await events.read(key=effect_id):
         entry = fold_effect(entry, event)
     if entry is None:
         raise EffectNotFound(effect_id, f"no effect {effect_id!r} in this log — `upulse "

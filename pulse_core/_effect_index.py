@@ -25,7 +25,7 @@ from pulse_core._projector import (
 from pulse_core.store._base import EventStore
 
 _CHECKPOINT = "executor-loop"
-_CHECKPOINT_VERSION = 2  # 2: EffectEntry.attempts_before_retry
+_CHECKPOINT_VERSION = 3  # 2: EffectEntry.attempts_before_retry; 3: lease_ms
 PAGE = 5_000
 CHECKPOINT_EVERY = 10_000
 FOLDED = EFFECT_KINDS | {QUARANTINED}
@@ -44,7 +44,7 @@ class EffectIndex:
         self.store = store
         self.checkpoints = checkpoints
         self.entries: dict[str, EffectEntry] = {}
-        self._timers: list[tuple[int, str]] = []  # (retry or lease end, id); stale ones too
+        self._timers: list[tuple[int, str]] = []  # (retry, id); stale ones too
         self.cursor = 0
         self._saved_cursor = 0
         self._lock = asyncio.Lock()
@@ -108,9 +108,10 @@ class EffectIndex:
 
     async def _refold(self, key: str, end: int) -> EffectEntry | None:
         """Effect `key` as its events up to seq `end` leave it (None once finished): a retry
-        follows a finish, which this index had already forgotten."""
+        follows a finish, which this index had already forgotten. Every event of the key is
+        read, a note filed under it too, so the entry's version is the key's."""
         entry: EffectEntry | None = None
-        for event in await self.store.read(kinds=FOLDED, key=key):
+        for event in await self.store.read(key=key):
             if event.seq > end:
                 break
             entry = fold_effect(entry, event)
@@ -135,7 +136,7 @@ class EffectIndex:
                          if not host or entry.host in ("", host))
 
     def next_due(self, now: int) -> int | None:
-        """The soonest retry or lease expiry after `now` (clock ms), if any."""
+        """The soonest retry after `now` (clock ms), if any."""
         timers = self._timers  # it runs at every wake of the loop: no pass over every entry
         while timers:
             due, effect_id = timers[0]
@@ -173,9 +174,16 @@ class EffectIndex:
 
 
 def _due(entry: EffectEntry) -> int | None:
-    """When `entry` is next due: its retry, or the end of its lease (None: neither)."""
-    if entry.status is EffectStatus.RETRYING:
-        return entry.retry_at
-    if entry.status is EffectStatus.EXECUTING:
-        return entry.lease_until
-    return None
+    """When `entry` is next due to retry (None: it is not retrying). A lease's end is each
+    loop's own count (pulse_core._lease.Leases), never a time on another host's clock."""
+    return entry.retry_at if entry.status is EffectStatus.RETRYING else None
+
+
+async def foreign_head(store: EventStore, key: str, version: int) -> int | None:
+    """The version effect `key` is at if every event after `version` is foreign to the
+    effect (a note filed under its id: the index folds none of them), so a write that
+    expected `version` may expect that instead; None when the effect itself moved on."""
+    later = [e for e in await store.read(key=key) if e.version > version]
+    if not later or any(e.kind in FOLDED for e in later):
+        return None
+    return later[-1].version

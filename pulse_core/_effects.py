@@ -7,8 +7,9 @@ An effect's life is a run of events on one key, the effect id::
                      └─▶ effect-failed ─(retry_at)─▶ effect-executing ─▶ ...
                                        └─(final)
 
-A claim (`effect-executing`) carries a lease; when the lease runs out, or its owner process
-is gone, the effect can be claimed again with the next attempt number. An operator may cancel
+A claim (`effect-executing`) carries a lease of `lease_ms`; when the lease runs out (timed
+by each loop on its own clock from when it saw the claim), or its owner process is gone, the
+effect can be claimed again with the next attempt number. An operator may cancel
 a pending or retrying effect (`effect-cancelled`: it never runs) and retry one that failed for
 good or was cancelled (`effect-retried`: pending again; see pulse_core._effect_control).
 """
@@ -272,7 +273,8 @@ class EffectEntry(msgspec.Struct, gc=False):
     `attempts_before_retry` those made before an operator's last retry, so the executor's
     `max_attempts` counts the attempts after it while attempt numbers (and the idempotency
     keys made of them) never repeat. `error` is the last attempt's error, kept through a
-    retry.
+    retry. `lease_until` is the claim's lease end on its claimer's clock; `lease_ms` its
+    length, the only part another host may rely on (their clocks need not agree).
     """
 
     id: str
@@ -283,6 +285,7 @@ class EffectEntry(msgspec.Struct, gc=False):
     attempt: int = 0
     attempts_before_retry: int = 0
     lease_until: int = 0
+    lease_ms: int = 0
     owner: str = ""
     owner_pid: int = 0
     owner_started: float = 0.0
@@ -350,7 +353,7 @@ def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
         if lost_claim:
             entry.status = EffectStatus.EXECUTING
             entry.attempt += 1
-            entry.lease_until, entry.owner, entry.owner_pid = 0, "", 0
+            entry.lease_until, entry.lease_ms, entry.owner, entry.owner_pid = 0, 0, "", 0
         return entry
     entry.version = event.version
     entry.updated_at = event.ts
@@ -358,6 +361,10 @@ def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
         entry.status = EffectStatus.EXECUTING
         entry.attempt = int(_number(data.get("attempt"), entry.attempt + 1))
         entry.lease_until = int(_number(data.get("lease_until"), 0))
+        # A claim written before claims said their length: its lease end less its commit
+        # time, both on the claimer's clock.
+        entry.lease_ms = max(0, int(_number(data.get("lease_ms"),
+                                            entry.lease_until - event.ts)))
         entry.owner = str(data.get("owner", ""))
         entry.owner_pid = int(_number(data.get("pid"), 0))
         entry.owner_started = float(_number(data.get("started"), 0.0))
@@ -380,7 +387,7 @@ def fold_effect(entry: EffectEntry | None, event: Event) -> EffectEntry | None:
         # Pending again, as if new, except that attempts go on numbering from the last one.
         entry.status = EffectStatus.PENDING
         entry.attempts_before_retry = entry.attempt
-        entry.retry_at = entry.lease_until = entry.owner_pid = 0
+        entry.retry_at = entry.lease_until = entry.lease_ms = entry.owner_pid = 0
         entry.owner, entry.owner_started, entry.result = "", 0.0, None
     return entry
 

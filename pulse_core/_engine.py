@@ -239,10 +239,11 @@ class Engine:
             await self._projector.catch_up()
             await self._executor_loop.refresh()
             await self.ticker.resume(stores.events, stores.vitals)
+            # Which effects this host runs: another host's loop leaves them to it.
             await stores.events.append([EventDraft(
                 "engine-started", "engine", {"pid": os.getpid(),
                                              "owner": self._executor_loop.owner},
-                origin="engine")])
+                origin="engine"), self._executor_loop.announcement()])
             stack.push_async_callback(self._stopped)
             stack.push_async_callback(self._drain)  # after the loops stop, before _stopped
         except BaseException:

@@ -305,7 +305,7 @@ _register_builtin(
         ("error", "a rule, watcher or loop raised; data: where, type, message"),
         ("effect", "an action described as data, for an executor; key: effect id"),
         ("effect-executing", "an executor claimed an effect; data: attempt, lease_until, "
-                             "owner, pid, started"),
+                             "lease_ms, owner, pid, started"),
         ("effect-acked", "an effect finished; data: attempt, result, duration_ms"),
         ("effect-failed", "an effect attempt failed; data: attempt, error, retry_at or final"),
         ("mark", "a fact a rule recorded about its own state (a counter, a backoff, a "
@@ -359,3 +359,17 @@ register_kind("effect-cancelled", "an operator cancelled a pending or retrying e
 register_kind("effect-retried", "an operator made a finally failed or cancelled effect "
                                 "pending again, its executor's max_attempts counted afresh; "
                                 "key: effect id; data: reason, was", EffectControlled)
+
+
+class ExecutorsAnnounced(msgspec.Struct, frozen=True):
+    """The data of `executors-announced`: the effect tags the engines of `host` run, as the
+    engine `owner` (its executor loop's owner id) announced them when it opened."""
+
+    host: str
+    tags: list[str]
+    owner: str = ""
+
+
+register_kind("executors-announced", "an engine opened and runs these effect types; key: "
+                                     "executors@<host>; data: host, tags, owner (the latest "
+                                     "of each host counts)", ExecutorsAnnounced)

@@ -1,8 +1,12 @@
 """The ExecutorLoop: claims effects from the log with a lease, runs them, records the outcome.
 
-Claims are appends of `effect-executing` that expect the effect's current version, so of two
-loops (or two processes) racing for one attempt exactly one wins. The loop wakes at once on a
-commit in its own process and reads the log every `scan_interval` for other writers.
+Claims are appends of `effect-executing` that expect the effect's key's version, so of two
+loops (or processes) racing for one attempt exactly one wins; an event of another kind filed
+under the key (an operator's note) moves the version, not the effect, and the claim or outcome
+is written again expecting the key's new version. Each loop times a claim's lease on its own
+clock (pulse_core._lease.Leases); an effect no executor here handles is left to the hosts that
+announced its type (pulse_core._roster). The loop wakes at once on a commit in its own process
+and reads the log every `scan_interval` for other writers.
 
 A store that cannot be written for a while (a lock held past its busy timeout, a full disk,
 a database restarting) never ends an attempt unobserved: the outcome is written again with
@@ -25,9 +29,9 @@ from typing import Any
 
 import msgspec
 
-from pulse_core._attempts import Claim, claim_draft, ending
+from pulse_core._attempts import Claim, claim_draft, ending, record_outcome
 from pulse_core._clock import Clock, SystemClock
-from pulse_core._effect_index import EffectIndex
+from pulse_core._effect_index import EffectIndex, foreign_head
 from pulse_core._effects import (
     Backoff,
     EffectEntry,
@@ -39,22 +43,18 @@ from pulse_core._effects import (
     executors_by_tag,
 )
 from pulse_core._errors import (
-    AppendRejected,
     StoreClosed,
-    StoreUnavailable,
     UnknownEffect,
     VersionConflict,
 )
 from pulse_core._events import EventDraft, encode_data
 from pulse_core._instruments import Instruments, timed_attempt, waited_s
-from pulse_core._lease import Owner
+from pulse_core._lease import Leases, Owner
+from pulse_core._roster import Roster, announcement
 from pulse_core._supervisor import Reporter, StoreOutage, wait_signal
 from pulse_core.store._base import EventStore
 from pulse_core.store._side import SideStore
 from pulse_core.store._vitals import VitalsStore
-
-WRITE_BACKOFF = Backoff(initial_ms=50, factor=2.0, max_ms=2_000, jitter=0.1)
-"""Spacing of the retries of a claim's outcome that the store could not take."""
 
 READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
 """Spacing of `run`'s reads after the store failed one, and of claims after one failed."""
@@ -80,8 +80,10 @@ class ExecutorLoop:
 
     `host` names its machine in its claims (default: the hostname): a claim from another host
     is taken over once its lease ends, one from this host also once its process is gone; an
-    effect bound to another host is left to that host's engines. `on_error(where, exc)` hears
-    of every store error the loop survives (default: logged).
+    effect bound to another host is left to that host's engines. An effect no executor here
+    handles is left to the hosts whose latest `executors-announced` runs its type; with
+    `fail_unhandled` it is failed for good when none does (else left alone). `on_error(where,
+    exc)` hears of every store error the loop survives (default: logged).
     """
 
     def __init__(
@@ -117,6 +119,8 @@ class ExecutorLoop:
         self._by_tag = executors_by_tag(executors)
         self.concurrency = concurrency
         self._index = EffectIndex(store, checkpoints)
+        self._leases = Leases(self.clock)
+        self._roster = Roster(store)
         self._entries = self._index.entries
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
         self._held_back: dict[str, tuple[int, float]] = {}  # claims that failed: count, until
@@ -132,8 +136,16 @@ class ExecutorLoop:
     async def refresh(self) -> None:
         """Fold every effect event committed since the last refresh into the index."""
         await self._index.refresh()
+        self._leases.observe(self._entries.values())
         for gone in [i for i in self._held_back if i not in self._entries]:
             del self._held_back[gone]
+        if self.fail_unhandled and any(e.tag not in self._by_tag for e in self._entries.values()):
+            await self._roster.refresh()  # read only when an effect may be another host's
+
+    def announcement(self) -> EventDraft:
+        """The `executors-announced` event saying which effect types this loop's host runs
+        (the engine records it as it opens)."""
+        return announcement(self.host, self.owner, self._by_tag)
 
     def pending_dedup_keys(self) -> frozenset[str]:
         """Dedup keys of every unfinished effect that may run on this loop's host."""
@@ -150,15 +162,18 @@ class ExecutorLoop:
         held = self._held_back.get(entry.id)
         if held is not None and asyncio.get_running_loop().time() < held[1]:
             return False
-        if not self.fail_unhandled and entry.tag not in self._by_tag:
-            return False  # another process's executors will take it
+        if entry.tag not in self._by_tag and not self._fails_unhandled(entry):
+            return False  # another host's executors will take it
         if entry.status is EffectStatus.PENDING:
             return True
         if entry.status is EffectStatus.RETRYING:
             return entry.retry_at <= now
-        if entry.lease_until <= now:
-            return True
-        return self._me.outlived(entry)
+        return self._leases.ended(entry) or self._me.outlived(entry)
+
+    def _fails_unhandled(self, entry: EffectEntry) -> bool:
+        """Whether to fail `entry`, which no executor here handles, for good: with
+        `fail_unhandled`, when no host (its own, if bound to one) announced its type."""
+        return self.fail_unhandled and not self._roster.runners(entry.tag, entry.host)
 
     def _next_due(self, now: int) -> float:
         soonest = self._index.next_due(now)
@@ -167,6 +182,9 @@ class ExecutorLoop:
         held = min((until for _, until in self._held_back.values() if until > clock), default=None)
         if held is not None:
             wait = min(wait, held - clock)
+        lease = self._leases.next_end_s()
+        if lease is not None:
+            wait = min(wait, lease)
         return max(0.0, min(self.scan_interval, wait))
 
     # -- running -----------------------------------------------------------------------------
@@ -283,21 +301,28 @@ class ExecutorLoop:
 
     async def _claim_and_run(self, entry: EffectEntry) -> EffectOutcome:
         executor = self._by_tag.get(entry.tag)
-        if self._stopping or (executor is None and not self.fail_unhandled):
+        if executor is None and not self._fails_unhandled(entry):
             return EffectOutcome.LOST_CLAIM
-        lease_until = (self.clock.now_ms() + int((executor.timeout if executor else 0) * 1000)
-                       + self.lease_grace_ms)
-        draft = claim_draft(entry, self._me, lease_until,
-                            f"executor:{executor.name if executor else 'loop'}")
-        try:
-            claimed = await self.store.append([draft], expect={entry.id: entry.version})
-        except VersionConflict:  # another claim won; never retried at once (no busy loop)
+        now = self.clock.now_ms()
+        lease_ms = int((executor.timeout if executor else 0) * 1000) + self.lease_grace_ms
+        draft = claim_draft(entry, self._me, now + lease_ms,
+                            f"executor:{executor.name if executor else 'loop'}", lease_ms=lease_ms)
+        expected: int | None = entry.version
+        while expected is not None:
+            if self._stopping:  # drain began after this attempt was dispatched
+                return EffectOutcome.LOST_CLAIM
+            try:
+                claimed = await self.store.append([draft], expect={entry.id: expected})
+                break
+            except VersionConflict:
+                expected = await foreign_head(self.store, entry.id, expected)
+        else:  # another claim won; never retried at once (no busy loop)
             self._hold_back(entry.id)
             return EffectOutcome.LOST_CLAIM
         self._held_back.pop(entry.id, None)
         self._outage.answered()
-        claim = Claim(entry, claimed.events[0].version, lease_until, entry.attempt + 1,
-                       draft.origin, executor)
+        claim = Claim(entry, claimed.events[0].version, now + lease_ms, entry.attempt + 1,
+                      draft.origin, executor)
         self.instruments.dispatched(entry.tag, waited_s(entry, self.clock.now_ms()))
         return await timed_attempt(self.instruments, entry.tag, self._run(claim))
 
@@ -305,9 +330,8 @@ class ExecutorLoop:
         """Run the attempt `claim` opened, and record how it ended."""
         entry, executor = claim.entry, claim.executor
         if executor is None:
-            known = ", ".join(sorted(self._by_tag)) or "none"
-            return await self._finish(claim, error=f"no executor handles effect {entry.tag!r} "
-                                                   f"(handled here: {known})")
+            return await self._finish(claim, error=self._roster.unhandled(
+                entry.id, entry.tag, entry.host, self.host, self._by_tag))
         try:
             effect = decode_effect(entry.data)
         except (UnknownEffect, msgspec.ValidationError) as exc:
@@ -340,38 +364,9 @@ class ExecutorLoop:
         """Record how `claim`'s attempt ended (see `ending`); LOST_CLAIM if it was not."""
         draft, outcome = ending(claim, self.clock.now_ms(), acked=acked, error=error,
                                 final=final, interrupted=interrupted)
-        return outcome if await self._record(claim, draft) else EffectOutcome.LOST_CLAIM
-
-    async def _record(self, claim: Claim, draft: EventDraft) -> bool:
-        """Append an attempt's outcome, expecting its claim's version; True once written.
-
-        StoreUnavailable is retried with WRITE_BACKOFF while the lease holds. False (after
-        telling `on_error`, unless another loop simply took over) leaves the effect to be
-        claimed again when the lease expires.
-        """
-        where = f"executor-loop: recording {draft.kind} of effect {claim.entry.id}"
-        failures = 0
-        while True:
-            try:
-                await self.store.append([draft], expect={claim.entry.id: claim.version})
-                self._outage.answered()
-                return True
-            except AppendRejected:
-                return False  # our lease expired and another loop reclaimed the effect
-            except StoreUnavailable as exc:
-                failures += 1
-                delay = WRITE_BACKOFF.delay_ms(failures)
-                if self.clock.now_ms() + delay >= claim.until:
-                    self._outage.failed(f"{where}: gave up as its lease ends; it will be claimed "
-                                 "again", exc)
-                    return False
-                if failures == 1:
-                    self._outage.failed(f"{where}: retrying while its lease holds", exc)
-                await asyncio.sleep(delay / 1000)
-            except Exception as exc:
-                self.on_error(f"{where}: not written; it will be claimed again when its "
-                              "lease ends", exc)
-                return False
+        written = await record_outcome(self.store, claim, draft, clock=self.clock,
+                                       outage=self._outage, on_error=self.on_error)
+        return outcome if written else EffectOutcome.LOST_CLAIM
 
     # -- lifecycle ---------------------------------------------------------------------------
 

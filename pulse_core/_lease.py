@@ -1,22 +1,30 @@
 """Who holds a claim: the owner an executor loop writes into `effect-executing`, and how
 another loop tells that the owner is gone.
 
-An owner names its host. A loop judges a claim from another host by its lease expiry only
-(a process id means nothing across machines); a claim from its own host also by whether the
-owner's process still lives, so a crashed process's claims are taken over at once. Host names
-must therefore tell machines apart: two machines under one name would judge each other's
-process ids.
+An owner names its host. A loop judges a claim from another host by its lease only (a process
+id means nothing across machines); a claim from its own host also by whether the owner's
+process still lives, so a crashed process's claims are taken over at once. Host names must
+therefore tell machines apart: two machines under one name would judge each other's process
+ids.
+
+A lease never compares two hosts' clocks: a claim says how long it holds (`lease_ms`), and
+each loop counts that on its own clock from the moment it first saw the claim (`Leases`). A
+loop sees a claim only after it committed, so its count ends no sooner than the claimer's.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import socket
+import time
+from collections.abc import Callable, Iterable
 
 import msgspec
 import psutil
 
-from pulse_core._effects import EffectEntry
+from pulse_core._clock import Clock, SystemClock
+from pulse_core._effects import EffectEntry, EffectStatus
 from pulse_core._errors import PulseError
 from pulse_core._events import uuid7
 
@@ -78,3 +86,61 @@ class Owner(msgspec.Struct, frozen=True):
         if entry.owner_pid == self.pid and entry.owner_started == self.started:
             return False
         return process_started(entry.owner_pid) != entry.owner_started
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Leases:
+    """When the lease of each claim a loop has seen ends for that loop: the claim's
+    `lease_ms`, counted on the loop's own clock from the moment it first saw that claim (a
+    claim first seen after a start counts as seen then). The claimer's clock is never read,
+    so hosts whose clocks disagree still run one attempt at a time.
+
+    The system clock is timed by the monotonic clock (a step of the wall clock ends no
+    lease); an injected clock (tests, dry runs) by itself.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._now: Callable[[], int] = (_monotonic_ms if isinstance(clock, SystemClock)
+                                        else clock.now_ms)
+        self._ends: dict[str, tuple[int, int]] = {}  # effect id: (claim's version, lease end)
+        self._timers: list[tuple[int, str]] = []  # (lease end, id); stale ones too
+
+    def observe(self, entries: Iterable[EffectEntry]) -> None:
+        """Start the count of every claim among `entries` not seen before; forget the rest."""
+        now = self._now()
+        ends: dict[str, tuple[int, int]] = {}
+        for entry in entries:
+            if entry.status is EffectStatus.EXECUTING:
+                seen = self._ends.get(entry.id)
+                ends[entry.id] = (seen if seen is not None and seen[0] == entry.version
+                                  else self._start(entry, now))
+        self._ends = ends
+
+    def ended(self, entry: EffectEntry) -> bool:
+        """Whether the lease of `entry`'s claim has run out as this loop counts it (a claim
+        not seen before starts its count now)."""
+        now = self._now()
+        seen = self._ends.get(entry.id)
+        if seen is None or seen[0] != entry.version:
+            seen = self._ends[entry.id] = self._start(entry, now)
+        return seen[1] <= now
+
+    def _start(self, entry: EffectEntry, now: int) -> tuple[int, int]:
+        end = now + entry.lease_ms
+        heapq.heappush(self._timers, (end, entry.id))
+        return entry.version, end
+
+    def next_end_s(self) -> float | None:
+        """Seconds until the soonest lease still counted ends (None: none)."""
+        now = self._now()
+        timers = self._timers
+        while timers:
+            end, effect_id = timers[0]
+            seen = self._ends.get(effect_id)
+            if end > now and seen is not None and seen[1] == end:
+                return (end - now) / 1000
+            heapq.heappop(timers)  # past, or the claim is gone or replaced since
+        return None

@@ -28,7 +28,7 @@ from pulse_core import (
 from pulse_core._effects import effect_draft
 from pulse_core._projector import INLINE_FOLD
 from pulse_core._supervisor import wait_signal
-from pulse_core.store import Page, SqliteRecorder
+from pulse_core.store import AppendResult, Page, PreparedAppend, SqliteRecorder
 
 
 class Task(Effect, tag="loop-task"):
@@ -144,16 +144,44 @@ async def test_an_expired_lease_is_reclaimed_with_the_next_attempt(
     (effect_id,) = await add(store, Task(n=7))
     await store.append([EventDraft(
         "effect-executing", effect_id,
-        {"attempt": 1, "lease_until": clock.now_ms() + 10_000, "owner": "elsewhere:1:x",
-         "pid": 1, "started": 0.0},
+        {"attempt": 1, "lease_until": clock.now_ms() + 10_000, "lease_ms": 10_000,
+         "owner": "elsewhere:1:x", "pid": 1, "started": 0.0},
         origin="executor:other")], expect={effect_id: 1})
     worker = Worker()
     loop = ExecutorLoop(store, [worker], clock=clock)
     await loop.run_until_idle()
     assert worker.calls == []  # another host's live lease is respected
-    clock.advance(10_000)
+    clock.advance(9_999)
+    await loop.run_until_idle()
+    assert worker.calls == []
+    clock.advance(1)
     await loop.run_until_idle()
     assert worker.calls == [(7, 2, f"{effect_id}:2")]
+
+
+async def test_a_claim_written_before_claims_said_their_length_holds_until_its_lease_end(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    store = await SqliteEventStore.open(tmp_path / "old.db", clock=clock)  # stamps ts
+    try:
+        (effect_id,) = await add(store, Task(n=7))
+        await store.append([EventDraft(
+            "effect-executing", effect_id,
+            {"attempt": 1, "lease_until": clock.now_ms() + 10_000, "owner": "elsewhere:1:x",
+             "pid": 1, "started": 0.0},
+            origin="executor:other")], expect={effect_id: 1})
+        worker = Worker()
+        loop = ExecutorLoop(store, [worker], clock=clock)
+        await loop.run_until_idle()
+        clock.advance(9_999)
+        await loop.run_until_idle()
+        assert worker.calls == []  # its length: lease_until less the claim's own time
+        clock.advance(1)
+        await loop.run_until_idle()
+        assert worker.calls == [(7, 2, f"{effect_id}:2")]
+    finally:
+        await store.close()
 
 
 async def test_the_loop_sees_effects_written_by_another_process_on_its_scan(
@@ -471,7 +499,7 @@ async def test_a_claim_whose_owner_process_died_is_taken_over_before_its_lease_e
         for effect_id, child in zip((dead_id, live_id), children, strict=True):
             await store.append([EventDraft(
                 "effect-executing", effect_id,
-                {"attempt": 1, "lease_until": clock.now_ms() + 3_600_000,
+                {"attempt": 1, "lease_until": clock.now_ms() + 3_600_000, "lease_ms": 3_600_000,
                  "owner": f"{socket.gethostname()}:{child.pid}:abc", "pid": child.pid,
                  "started": psutil.Process(child.pid).create_time()},
                 origin="executor:other")], expect={effect_id: 1})
@@ -518,6 +546,7 @@ async def test_a_late_attempt_whose_lease_was_taken_over_records_nothing(
         [effect_draft(Job(n=1), origin="agent")])).events]
     first = asyncio.create_task(late.run_until_idle())
     await asyncio.wait_for(worker.entered.wait(), 5)
+    await takeover.refresh()  # it sees attempt 1's claim: its lease counts from now
     clock.advance(int(worker.timeout * 1000) + late.lease_grace_ms)  # attempt 1's lease ends
     await takeover.run_until_idle()  # attempt 2 claims and finishes
     worker.gate.set()  # now attempt 1 ends too, late
@@ -614,5 +643,76 @@ async def test_run_until_idle_returns_only_with_every_outcome_folded(tmp_path: P
         await executors.run_until_idle()
         assert len(await store.read(kinds=["effect-acked"])) == 8
         assert executors.unfinished == 0
+    finally:
+        await store.close()
+
+
+async def test_an_attempt_dispatched_just_before_claims_stop_never_claims(
+        store: SqliteEventStore) -> None:
+    await add(store, Task(n=1), Task(n=2))
+    worker = Worker()
+    loop = ExecutorLoop(store, [worker], clock=ManualClock())
+    await loop.refresh()
+    assert loop.dispatch() == 2  # both attempts created, neither has run yet
+    assert await loop.drain(30) == 0  # drain begins before they claim
+    assert worker.calls == []
+    assert await store.read(kinds=["effect-executing"]) == []
+    await loop.refresh()
+    assert loop.unfinished == 2  # left pending for the next engine
+
+
+def _other_hosts_claim(effect_id: str, clock: ManualClock) -> EventDraft:
+    return EventDraft(
+        "effect-executing", effect_id,
+        {"attempt": 1, "lease_until": clock.now_ms() + 60_000, "lease_ms": 60_000,
+         "owner": "elsewhere:1:x", "pid": 1, "started": 0.0}, origin="executor:other")
+
+
+async def test_a_claim_that_lost_its_race_is_not_tried_again_before_its_backoff(
+        store: SqliteEventStore) -> None:
+    clock = ManualClock()
+    (effect_id,) = await add(store, Task(n=1))
+    loop = ExecutorLoop(store, [Worker()], clock=clock)
+    await loop.refresh()  # judges it pending at version 1
+    await store.append([_other_hosts_claim(effect_id, clock)], expect={effect_id: 1})
+    assert loop.dispatch() == 1
+    await asyncio.gather(*loop._inflight.values())  # its claim conflicted
+    # Before a read shows why, the loop must not claim again at once: a read that cannot
+    # show it (a lagging replica, a row it cannot fold) would make that a busy loop.
+    assert loop.dispatch() == 0
+
+
+class RefusedClaims(SqliteRecorder):
+    """A real recorder that refuses the next `failures` claims as a locked database would."""
+
+    failures = 0
+
+    async def insert(self, append: PreparedAppend) -> AppendResult:
+        if self.failures and any(d.kind == "effect-executing" for d in append.drafts):
+            self.failures -= 1
+            raise StoreUnavailable(f"{self.path}: database is locked")
+        return await super().insert(append)
+
+
+async def test_a_claim_the_store_refused_is_not_tried_again_before_its_backoff(
+        tmp_path: Path) -> None:
+    recorder = await RefusedClaims.open(tmp_path / "events.db")
+    store = EventStore(recorder)
+    reported: list[tuple[str, BaseException]] = []
+    try:
+        await add(store, Task(n=1))
+        worker = Worker()
+        loop = ExecutorLoop(store, [worker], clock=ManualClock(),
+                            on_error=lambda where, exc: reported.append((where, exc)))
+        recorder.failures = 1
+        await loop.refresh()
+        assert loop.dispatch() == 1
+        await asyncio.gather(*loop._inflight.values())  # the store refused its claim
+        assert [type(exc) for _, exc in reported] == [StoreUnavailable]
+        await loop.refresh()
+        assert loop.dispatch() == 0  # held back for READ_BACKOFF, not claimed at once
+        await _until(store, lambda: _is(loop.dispatch() == 1))  # and claimed after it
+        await asyncio.gather(*loop._inflight.values())
+        assert [n for n, _, _ in worker.calls] == [1]
     finally:
         await store.close()

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pulse_core import (
     Effect,
@@ -22,8 +23,9 @@ from pulse_core import (
     TaskBoard,
 )
 from pulse_core._effects import effect_draft
+from pulse_core._events import QUARANTINED
 from pulse_core.memory import Memory, MemoryBoard
-from pulse_core.store import AppendResult
+from pulse_core.store import AppendResult, Page, SqliteRecorder
 
 MARK = "QQcorruptQQ"
 
@@ -102,8 +104,8 @@ async def test_an_effect_whose_ack_is_quarantined_runs_again_once_its_lease_ends
     home.mkdir()
     key = await _effect_with(
         home,
-        ("effect-executing", {"attempt": 1, "lease_until": 5_000, "owner": "gone:1:x",
-                              "pid": 0, "started": 0.0}),
+        ("effect-executing", {"attempt": 1, "lease_until": 5_000, "lease_ms": 4_000,
+                              "owner": "gone:1:x", "pid": 0, "started": 0.0}),
         ("effect-acked", {"attempt": 1, "result": MARK, "duration_ms": 1}))
     corrupt(home / "events.db")
     chores = Chores()
@@ -202,3 +204,42 @@ async def test_the_memory_fold_follows_an_identity_past_a_quarantined_row(
         assert "mood" in str(memory.state) and "plan" not in str(memory.state)
     finally:
         await store.close()
+
+
+class MeetAtTheCheck(SqliteRecorder):
+    """A real recorder whose first look for a row's quarantine record waits at `barrier`
+    until the other store has looked too: two processes meet one bad row at once."""
+
+    barrier: asyncio.Barrier | None = None
+
+    async def select(self, *args: Any, **kwargs: Any) -> Page:
+        page = await super().select(*args, **kwargs)
+        if self.barrier is not None and kwargs.get("kinds") == [QUARANTINED]:
+            barrier, self.barrier = self.barrier, None
+            await barrier.wait()
+        return page
+
+
+async def test_two_stores_that_meet_one_bad_row_at_once_record_one_quarantine(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+    store = await SqliteEventStore.open(db)
+    (bad,) = (await store.append([EventDraft("effect", "e-1", {"effect": MARK},
+                                             origin="agent")])).events
+    await store.close()
+    corrupt(db)
+    barrier = asyncio.Barrier(2)
+    recorders = [await MeetAtTheCheck.open(db) for _ in range(2)]
+    stores = [EventStore(recorder) for recorder in recorders]
+    try:
+        for recorder in recorders:
+            recorder.barrier = barrier
+        first, second = await asyncio.wait_for(asyncio.gather(
+            *(s.quarantine(bad.seq, "bad row") for s in stores)), 30)
+        assert first.seq == second.seq
+        records = await stores[0].read(kinds=[QUARANTINED])
+        assert [(r.key, r.data["seq"]) for r in records] == [("e-1", bad.seq)]
+    finally:
+        for s in stores:
+            await s.close()

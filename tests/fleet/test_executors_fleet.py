@@ -1,7 +1,8 @@
 """Executors on several hosts sharing one log: a claim from another host is judged by its
-lease only, one from this host also by its process; engines in processes of their own (each
-standing in for a host: its own home folder and host name, the same PostgreSQL store URL)
-run every effect to exactly one ack while two of them are SIGKILLed. (PostgreSQL restarted
+lease only (counted from when this host saw it), one from this host also by its process;
+engines in processes of their own (each standing in for a host: its own home folder and host
+name, the same PostgreSQL store URL) run every effect to exactly one ack while two of them are
+SIGKILLed. (PostgreSQL restarted
 under such engines: test_postgres_restart.py.)"""
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ async def test_a_claim_of_a_killed_process_on_another_host_is_taken_only_once_it
         clock = ManualClock(int(time.time() * 1000))
         runs = Runs()
         loop = ExecutorLoop(store, [runs], clock=clock, host="host-a")
-        await loop.run_until_idle()
+        await loop.run_until_idle()  # host-a sees the claim: its lease counts from now
         assert runs.runs == []  # its process is dead, but host-a cannot know that
-        clock.advance(claim.data["lease_until"] - clock.now_ms() - 1)
+        clock.advance(claim.data["lease_ms"] - 1)
         await loop.run_until_idle()
         assert runs.runs == []  # a millisecond before the lease ends
         clock.advance(1)
