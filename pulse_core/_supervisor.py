@@ -121,13 +121,17 @@ class Once:
 
 
 class Supervisor:
-    """Runs named loops, restarts them when they raise, and stops them all together."""
+    """Runs named loops, restarts them when they raise, and stops them all together.
+
+    A loop waits `backoff` before each restart, longer after each failure in a row; one
+    that ran `stable_s` seconds or more before it failed starts its backoff over."""
 
     def __init__(self, report: Reporter, *, clock: Clock | None = None,
-                 backoff: Backoff = LOOP_BACKOFF) -> None:
+                 backoff: Backoff = LOOP_BACKOFF, stable_s: float = STABLE_S) -> None:
         self._report = report
         self.clock: Clock = clock or SystemClock()
         self.backoff = backoff
+        self.stable_s = stable_s
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._status: dict[str, LoopStatus] = {}
         self._spawned: set[asyncio.Task[Any]] = set()
@@ -161,7 +165,7 @@ class Supervisor:
                 else:
                     status.state = LoopState.EXITED
                     return
-                failures = 1 if loop.time() - began >= STABLE_S else failures + 1
+                failures = 1 if loop.time() - began >= self.stable_s else failures + 1
                 status.state = LoopState.BACKOFF
                 status.last_error = redact_urls(f"{type(failure).__name__}: {failure}")
                 status.restarts += 1

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from pathlib import Path
 
 import pytest
 
-from pulse_core import Backoff, Engine, LoopState, ManualClock, Supervisor
-from pulse_core._supervisor import wait_signal
+from pulse_core import Backoff, Engine, LoopState, ManualClock, StoreUnavailable, Supervisor
+from pulse_core._supervisor import StoreOutage, wait_signal
 
 
 async def test_a_cancel_that_arrives_as_the_wait_expires_is_never_swallowed() -> None:
@@ -184,3 +186,62 @@ async def test_a_watcher_that_fails_outside_collect_backs_off_and_says_so(
     # Without the backoff this loop would fail every 10 ms: about 50 errors in 0.5 s.
     assert 2 <= len(errors) <= 8
     assert status.restarts >= 2 and status.last_error == "ValueError: cannot judge"
+
+
+async def test_a_loop_that_ran_healthily_for_a_while_starts_its_backoff_over() -> None:
+    asked: list[int] = []  # the failure count each restart's delay was asked for
+
+    class Recorded(Backoff, frozen=True):
+        def delay_ms(self, attempt: int) -> int:
+            asked.append(attempt)
+            return 1
+
+    runs = 0
+    done = asyncio.Event()
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 3:
+            await asyncio.sleep(0.6)  # a healthy run longer than stable_s, then a failure
+        if runs == 5:
+            done.set()
+            await asyncio.sleep(3600)
+        raise OSError(f"failure {runs}")
+
+    supervisor = Supervisor(lambda where, exc: None, backoff=Recorded(), stable_s=0.5)
+    supervisor.start("flaky", flaky)
+    try:
+        await asyncio.wait_for(done.wait(), 30)
+    finally:
+        await supervisor.stop()
+    assert asked == [1, 2, 1, 2]
+
+
+def _outage_length(report: BaseException) -> float:
+    found = re.search(r"unavailable for ([0-9.]+) s", str(report))
+    assert found is not None, report
+    return float(found.group(1))
+
+
+async def test_an_outage_is_reported_with_its_length_from_its_first_error() -> None:
+    reports: list[BaseException] = []
+    outage = StoreOutage("executor-loop", "host:1:x", lambda where, exc: reports.append(exc))
+    began = time.monotonic()
+    outage.failed("executor-loop", StoreUnavailable("database is locked"))
+    await asyncio.sleep(0.3)
+    outage.failed("executor-loop", StoreUnavailable("still locked"))
+    await asyncio.sleep(0.3)
+    outage.answered()
+    first = time.monotonic() - began
+    await asyncio.sleep(0.3)  # the store answers; a second, shorter outage follows
+    began = time.monotonic()
+    outage.failed("executor-loop", StoreUnavailable("locked again"))
+    outage.answered()
+    second = time.monotonic() - began
+    outage.answered()  # no outage going on: nothing more to report
+    assert len(reports) == 5
+    assert 0.55 <= _outage_length(reports[2]) <= first + 0.05
+    assert "first error: database is locked" in str(reports[2])
+    assert _outage_length(reports[4]) <= second + 0.05
+    assert "first error: locked again" in str(reports[4])
