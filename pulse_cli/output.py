@@ -36,7 +36,7 @@ _ESCAPES_BUT_NEWLINES = {code: text for code, text in _ESCAPES.items() if code !
 
 # A URL's password: between `scheme://user:` and the last '@' ahead of the host, or a
 # `password=` option in its query.
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*):[^\s?#\"'<>]*@")
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@\"'<>]*):[^\s\"'<>]*@")
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)[^&#\s\"'<>]*", re.IGNORECASE)
 
 

@@ -19,7 +19,13 @@ def _keep_origin(match: re.Match[str]) -> str:
     kept = body.rstrip(_CLOSING)
     closing = body[len(kept):]
     # User info ends at the last '@' before the query: a password holding '/' is cut too.
-    userinfo_end = _QUERY.split(kept, maxsplit=1)[0].rfind("@")
+    # An authority with a ':' but no '@' may be a password holding '?' or '#' unencoded:
+    # then the user info ends at the URL's last '@'.
+    authority = _HOST_END.split(kept, maxsplit=1)[0]
+    if "@" not in authority and ":" in authority:
+        userinfo_end = kept.rfind("@")
+    else:
+        userinfo_end = _QUERY.split(kept, maxsplit=1)[0].rfind("@")
     host = _HOST_END.split(kept[userinfo_end + 1:], maxsplit=1)[0]
     return f"{match['scheme']}://{host}{closing}"
 
@@ -27,6 +33,7 @@ def _keep_origin(match: re.Match[str]) -> str:
 def redact_urls(text: str) -> str:
     """`text` with every URL cut to its scheme and host (with its port): user names,
     passwords, paths, queries and fragments, where webhook tokens and API keys live, are
-    dropped. Nothing before a URL's last '@' (ahead of its query) is ever kept, so a URL
-    whose path holds an '@' shows what follows it as its host."""
+    dropped. Nothing before a URL's last '@' (ahead of its query; anywhere in it when what
+    precedes its first '/', '?' or '#' holds a ':' but no '@') is ever kept, so a URL whose
+    path holds an '@' shows what follows it as its host."""
     return _URL.sub(_keep_origin, text)

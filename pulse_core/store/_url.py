@@ -13,7 +13,7 @@ import math
 import re
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from pulse_core._clock import Clock
 from pulse_core._errors import StoreError
@@ -139,8 +139,9 @@ def parse_store_url(url: str) -> StoreURL:
         raise StoreError(f"store URL {_shown(url)!r}: unknown scheme {parts.scheme!r} — write "
                          f"{_KNOWN}")
     if parts.netloc not in ("", "localhost"):
-        raise StoreError(f"store URL {url!r}: {parts.netloc!r} reads as a host; a sqlite URL "
-                         "has three slashes before an absolute path: sqlite:///home/me/events.db")
+        raise StoreError(f"store URL {_shown(url)!r}: what follows 'sqlite://' reads as a "
+                         "host; a sqlite URL has three slashes before an absolute path: "
+                         "sqlite:///home/me/events.db")
     path = Path(unquote(parts.path))
     if not parts.path or not path.is_absolute() or path.name in ("", ".", ".."):
         raise StoreError(f"store URL {url!r}: give the absolute path of a file, as in "
@@ -164,15 +165,13 @@ def parse_store_url(url: str) -> StoreURL:
 
 
 def _shown(url: str) -> str:
-    """`url` with any password cut out, for an error message."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    cut = urlunsplit((parts.scheme, f"{user}:***@{netloc[1]}", parts.path, parts.query,
-                      parts.fragment))
-    return re.sub(r"(password=)[^&]*", r"\1***", cut)
+    """`url` for an error message, its user name and password cut out whatever characters
+    the password holds ('#', '?', '/' and '@' unencoded too): everything between '://' and
+    the URL's last '@', and the value of a password= option."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        url = f"{scheme}://***@{rest.rpartition('@')[2]}"
+    return re.sub(r"(password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def _postgres_url(scheme: str, netloc: str, path: str, query: dict[str, list[str]]) -> str:
@@ -180,6 +179,18 @@ def _postgres_url(scheme: str, netloc: str, path: str, query: dict[str, list[str
     unix socket named by ?host=)."""
     options = urlencode(query, doseq=True)
     return f"{scheme}://{netloc}{path}" + (f"?{options}" if options else "")
+
+
+def _encoded_netloc(netloc: str) -> str:
+    """`netloc` with its user name and password percent-encoded as libpq reads them: libpq
+    ends the user info at the first '@' (Python at the last) and refuses a '%' that starts
+    no escape, quoting the password in its error."""
+    userinfo, at, hostport = netloc.rpartition("@")
+    if not at:
+        return netloc
+    user, colon, password = userinfo.partition(":")
+    return (quote(unquote(user), safe="") + colon + quote(unquote(password), safe="") + "@"
+            + hostport)
 
 
 def _netloc_host(netloc: str) -> str:
@@ -199,7 +210,9 @@ def _parse_postgres_url(url: str) -> PostgresURL:
         port = parts.port
     except ValueError:
         raise StoreError(f"store URL {shown!r}: cannot read its port or options — write "
-                         "postgresql://user@host:5432/database?schema=pulse&pool_size=4") from None
+                         "postgresql://user@host:5432/database?schema=pulse&pool_size=4 (a "
+                         "password holding '#', '?', '/' or '@' written percent-encoded: %23, "
+                         "%3F, %2F, %40)") from None
     unknown = sorted(set(query) - _LIBPQ - _PULSE)
     if unknown:
         raise StoreError(f"store URL {shown!r}: unknown option(s) {', '.join(unknown)} — a "
@@ -229,7 +242,7 @@ def _parse_postgres_url(url: str) -> PostgresURL:
     if not 1 <= port <= 65535:
         raise StoreError(f"store URL {shown!r}: port={raw_port!r} — give one port number, "
                          "from 1 to 65535")
-    dsn = _postgres_url("postgresql", parts.netloc, parts.path, query)
+    dsn = _postgres_url("postgresql", _encoded_netloc(parts.netloc), parts.path, query)
     scheme = parts.scheme
     return PostgresURL(scheme, dsn, host, port, database, schema, pool_size, timeout,
                        deadline)
