@@ -609,10 +609,11 @@ async def test_copy_rows_refuses_rows_that_do_not_continue_the_log(pg_url: str) 
 
 def test_a_postgres_url_keeps_libpq_options_and_names_itself_without_its_password() -> None:
     parsed = pg("postgres://ana:pw@db.example:6543/fleet?sslmode=require&schema=team1"
-                "&pool_size=8&connect_timeout=3")
+                "&pool_size=8&connect_timeout=3&operation_timeout=12.5")
     assert (parsed.host, parsed.port, parsed.database, parsed.schema) == (
         "db.example", 6543, "fleet", "team1")
-    assert (parsed.pool_size, parsed.connect_timeout) == (8, 3.0)
+    assert (parsed.pool_size, parsed.connect_timeout, parsed.operation_timeout) == (8, 3.0, 12.5)
+    assert "operation_timeout" not in parsed.dsn and pg("postgresql://h/db").operation_timeout == 30
     assert parsed.display() == "postgresql://db.example:6543/fleet?schema=team1"
     assert "sslmode=require" in parsed.dsn and "schema" not in parsed.dsn
     assert pg(parsed.url()) == parsed
@@ -627,6 +628,7 @@ def test_a_postgres_url_keeps_libpq_options_and_names_itself_without_its_passwor
     ("postgresql://h/db?schema=Bad-Name", "schema='Bad-Name'"),
     ("postgresql://h/db?pool_size=0", "pool_size='0'"),
     ("postgresql://h/db?connect_timeout=never", "connect_timeout='never'"),
+    ("postgresql://h/db?operation_timeout=0", "operation_timeout='0'"),
     ("postgresql://u:secret@h:port/db", "cannot read its port"),
 ])
 def test_a_postgres_url_that_cannot_be_used_says_why_without_its_password(
