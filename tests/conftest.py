@@ -1,5 +1,6 @@
-"""Fixtures for every test: a hard time limit, so nothing can hang the suite; real
-PostgreSQL and Redis servers on loopback for the tests that need them (tests/servers.py)."""
+"""Fixtures for every test: a hard time limit, so nothing can hang the suite (scaled by
+PULSE_TEST_SLOWNESS, tests/timing.py); real PostgreSQL and Redis servers on loopback for the
+tests that need them (tests/servers.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from types import FrameType
 import pytest
 
 from tests.servers import PostgresServer, RedisServer
+from tests.timing import scaled
 
 DEFAULT_TIME_LIMIT_S = 60
 
@@ -24,11 +26,11 @@ class TimeLimitExceeded(Exception):
 
 @pytest.fixture(autouse=True)
 def time_box(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail (rather than hang) a test that runs past its module's TEST_TIME_LIMIT_S."""
-    limit = getattr(request.module, "TEST_TIME_LIMIT_S", DEFAULT_TIME_LIMIT_S)
+    """Fail (rather than hang) a test that runs past its module's TEST_TIME_LIMIT_S, scaled."""
+    limit = scaled(getattr(request.module, "TEST_TIME_LIMIT_S", DEFAULT_TIME_LIMIT_S))
 
     def expire(signum: int, frame: FrameType | None) -> None:
-        raise TimeLimitExceeded(f"test ran past its {limit} s limit")
+        raise TimeLimitExceeded(f"test ran past its {limit:g} s limit")
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, limit)

@@ -119,9 +119,9 @@ async def test_a_read_only_redis_side_store_reads_and_never_writes(redis_db: str
 async def test_a_killed_server_fails_fast_naming_it_and_the_store_heals_when_it_is_back(
     redis_db: str, restore_redis: RedisServer,
 ) -> None:
-    side = await open_side_store(redis_db)
+    side = await open_side_store(f"{redis_db}?timeout=30")
     secret = redis_db.replace("redis://", "redis://pulse:s3cret-pw@")
-    with_password = await open_side_store(secret)
+    with_password = await open_side_store(f"{secret}?timeout=30")
     try:
         await side.put("quiet", {"ana": b"1"})
         restore_redis.kill()
@@ -129,7 +129,7 @@ async def test_a_killed_server_fails_fast_naming_it_and_the_store_heals_when_it_
             started = time.monotonic()
             with pytest.raises(StoreUnavailable) as down:
                 await store.get_all("quiet")
-            assert time.monotonic() - started < 2.0  # refused: no waiting out a timeout
+            assert time.monotonic() - started < 10  # refused: no waiting out the 30 s timeout
             message = str(down.value)
             assert f"redis://127.0.0.1:{restore_redis.port}/" in message
             assert "s3cret" not in message and "running and reachable" in message
@@ -154,7 +154,7 @@ async def test_a_server_that_never_answers_times_out_after_the_urls_timeout() ->
             started = time.monotonic()
             with pytest.raises(StoreUnavailable, match=f"valkey://127.0.0.1:{port}/0"):
                 await side.get_all("quiet")
-            assert time.monotonic() - started < 2.0  # 0.2 s, once more at once
+            assert time.monotonic() - started < 2.0  # 0.2 s, once more: not the default 1 s
         finally:
             await side.close()
 

@@ -17,6 +17,7 @@ import psutil
 
 from pulse_core import Event
 from pulse_core._events import decode_data
+from tests.timing import scaled
 
 CHILDREN = Path(__file__).resolve().parent / "children"
 T = TypeVar("T")
@@ -65,7 +66,7 @@ class Child:
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGKILL)
         if reap:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=scaled(10))
             return
         # waitable = every thread has exited (and released its locks); WNOWAIT keeps it so.
         flags = os.WEXITED | os.WNOWAIT | os.WNOHANG
@@ -74,13 +75,14 @@ class Child:
         assert psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
 
     def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM and wait for the exit code."""
+        """SIGTERM and wait (`timeout` seconds, scaled) for the exit code."""
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
+        timeout = scaled(timeout)
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} ignored SIGTERM for {timeout} s"
+            raise AssertionError(f"{self.name} ignored SIGTERM for {timeout:g} s"
                                  f"{self.describe()}") from None
 
     def close(self) -> None:
@@ -93,8 +95,9 @@ class Child:
 def wait_until(
     probe: Callable[[], T | None], timeout: float, what: str, *children: Child
 ) -> T:
-    """Poll `probe` until it returns something truthy; fail after `timeout` seconds, or as
-    soon as one of `children` has died."""
+    """Poll `probe` until it returns something truthy; fail after `timeout` seconds (scaled:
+    it bounds a hang), or as soon as one of `children` has died."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
@@ -108,13 +111,18 @@ def fail_if_stuck(deadline: float, timeout: float, what: str, children: Sequence
                   ) -> None:
     """AssertionError, with what `children` said, once one of them has died or the
     `deadline` (time.monotonic) of a `timeout`-second wait for `what` has passed."""
+    fail_if_dead(what, children)
+    if time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}"
+                             + "".join(c.describe() for c in children))
+
+
+def fail_if_dead(what: str, children: Sequence[Child]) -> None:
+    """AssertionError, with what they said, once one of `children` has died."""
     dead = [c for c in children if not c.alive()]
     if dead:
         raise AssertionError(f"a child died while waiting for {what}"
                              + "".join(c.describe() for c in dead))
-    if time.monotonic() > deadline:
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}"
-                             + "".join(c.describe() for c in children))
 
 
 def read_events(db: Path, kinds: set[str] | None = None) -> list[Event]:

@@ -22,6 +22,7 @@ import pytest
 from pulse_core import Engine, EventDraft, StoreUnavailable
 from pulse_core.store import open_event_store
 from tests.servers import LOOPBACK, PostgresServer
+from tests.timing import scaled
 
 TEST_TIME_LIMIT_S = 120
 BOUND_S = 1.0  # the operation_timeout of these tests
@@ -221,6 +222,7 @@ async def _retry_tick(engine: Engine) -> None:
 
 async def _until(check: Callable[[], bool], seconds: float = 30) -> None:
     """Wait until `check()` holds; fail after `seconds` (a hang)."""
+    seconds = scaled(seconds)
     give_up = time.monotonic() + seconds
     while not check():
         if time.monotonic() > give_up:

@@ -47,6 +47,7 @@ from pulse_survival.executors import (
 )
 from pulse_survival.watchers import ErrorLogWatcher
 from tests.loopback import LOOPBACK, LoopbackServer
+from tests.timing import scaled
 
 # -- 3: a blocking collect must not starve the engine -----------------------------------------
 
@@ -150,7 +151,7 @@ async def test_a_collect_stuck_in_a_thread_is_skipped_not_started_again(
 
         watcher.gate.clear()
         await until(lambda: asyncio.sleep(0, watcher.busy_for() is not None))
-        await asyncio.wait_for(engine.close(), 2)  # while a thread is blocked again
+        await asyncio.wait_for(engine.close(), scaled(10))  # while a thread is blocked again
     finally:
         watcher.gate.set()
         await engine.close()
@@ -161,8 +162,9 @@ async def latest_ok(engine: Engine, key: str) -> bool:
     return sample is not None and sample.ok
 
 
-async def until(predicate: Callable[[], Awaitable[bool]], within: float = 2.0) -> None:
-    """Poll `predicate` every 20 ms until it holds; fail after `within` seconds."""
+async def until(predicate: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
+    """Poll `predicate` every 20 ms until it holds; fail after `within` seconds (scaled)."""
+    within = scaled(within)
     for _ in range(int(within / 0.02)):
         if await predicate():
             return

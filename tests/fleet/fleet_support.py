@@ -17,6 +17,7 @@ from pulse_core._lease import owner_host
 from pulse_core.store import EventStore
 from tests.e2e.support import Child, fail_if_stuck
 from tests.fleet.engine_host import Execution, Work
+from tests.timing import scaled
 
 HOST_SCRIPT = str(Path(__file__).resolve().parent / "engine_host.py")
 OUTCOMES = ("effect-acked", "effect-failed")
@@ -41,8 +42,9 @@ def host_processes(tmp_path: Path) -> Iterator[Callable[..., Child]]:
 
 async def until(probe: Callable[[], Awaitable[object]], within: float, what: str,
                 *children: Child) -> None:
-    """Await `probe()` until it is truthy; fail after `within` seconds, or as soon as one of
-    `children` has died."""
+    """Await `probe()` until it is truthy; fail after `within` seconds (scaled: it bounds a
+    hang), or as soon as one of `children` has died."""
+    within = scaled(within)
     deadline = time.monotonic() + within
     while not await probe():
         fail_if_stuck(deadline, within, what, children)

@@ -1,0 +1,68 @@
+"""How long the tests' waits may last: every bound on a wait only bounds a hang, never asserts
+speed, and all of them scale with one factor.
+
+`PULSE_TEST_SLOWNESS` (a number >= 1, default 1) multiplies every bound that goes through
+`scaled`: the hard time limit of each test (tests/conftest.py), the waits of tests/e2e/support.py
+and tests/fleet/fleet_support.py. Set it on a machine known to be slow or shared
+(`PULSE_TEST_SLOWNESS=3 ./dev test`); a test that passes only with a large factor is waiting on
+something that is not happening.
+
+`until_progress` waits for work that is known to take long on a loaded machine (thousands of
+reviews): it fails when the work stops moving for a while, not when it is slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+
+ENV = "PULSE_TEST_SLOWNESS"
+
+
+def _slowness() -> float:
+    raw = os.environ.get(ENV, "1")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 1 <= value <= 100:
+        raise ValueError(f"{ENV} must be a number from 1 to 100 (how many times slower this "
+                         f"machine is than an idle one), got {raw!r}")
+    return value
+
+
+SLOWNESS = _slowness()
+"""The factor every bound on a wait is multiplied by."""
+
+
+def scaled(seconds: float) -> float:
+    """`seconds`, as a bound on a wait on this machine (times PULSE_TEST_SLOWNESS)."""
+    return seconds * SLOWNESS
+
+
+class Stalled(AssertionError):
+    """Work a test waits for stopped moving: nothing changed for the whole stall bound."""
+
+
+async def until_progress(done: Callable[[], Awaitable[bool]], progress: Callable[[], object],
+                         stall_s: float, what: str, *, poll_s: float = 0.1,
+                         check: Callable[[], None] | None = None) -> float:
+    """Await `done()` until it is true, however long that takes while `progress()` keeps
+    changing; raise Stalled once it has not changed for `stall_s` (scaled) seconds. `check`
+    runs every poll and may raise (a child process died). Returns the seconds waited."""
+    began = time.monotonic()
+    bound = scaled(stall_s)
+    last, moved = progress(), began
+    while not await done():
+        if check is not None:
+            check()
+        now, seen = time.monotonic(), progress()
+        if seen != last:
+            last, moved = seen, now
+        elif now - moved > bound:
+            raise Stalled(f"{what}: no progress for {bound:g} s (stuck at {seen!r}, "
+                          f"{now - began:.0f} s in)")
+        await asyncio.sleep(poll_s)
+    return time.monotonic() - began
