@@ -16,6 +16,7 @@ from pulse_core._events import EventDraft, ExecutorsAnnounced
 from pulse_core.store._base import EventStore
 
 ANNOUNCED = "executors-announced"
+PAGE = 1_000
 
 
 def announcement(host: str, owner: str, tags: Iterable[str]) -> EventDraft:
@@ -37,13 +38,15 @@ class Roster:
 
     async def refresh(self) -> None:
         """Fold the announcements committed since the last refresh."""
-        for event in await self.store.read(self._cursor, kinds=[ANNOUNCED]):
-            self._cursor = event.seq
-            try:
-                body = msgspec.convert(event.data, ExecutorsAnnounced)
-            except msgspec.ValidationError:
-                continue  # written by another version, or badly: it announces nothing
-            self.tags[body.host] = frozenset(body.tags)
+        async for page in self.store.pages(self._cursor, kinds=[ANNOUNCED], limit=PAGE):
+            for event in page.events:
+                try:
+                    body = msgspec.convert(event.data, ExecutorsAnnounced)
+                except msgspec.ValidationError:
+                    continue  # written by another version, or badly: it announces nothing
+                self.tags[body.host] = frozenset(body.tags)
+            # the next read starts where this one ended: the log's head, as it saw it
+            self._cursor = page.last_seq if len(page.events) < PAGE else page.events[-1].seq
 
     def runners(self, tag: str, host: str = "") -> list[str]:
         """The hosts that run effects of `tag` (only `host`, when the effect is bound to it)."""
