@@ -44,6 +44,8 @@ class EffectIndex:
         self.store = store
         self.checkpoints = checkpoints
         self.entries: dict[str, EffectEntry] = {}
+        #: ids whose entry changed, came or went since the last `take_changed`
+        self.changed: set[str] = set()
         self._timers: list[tuple[int, str]] = []  # (retry, id); stale ones too
         self.cursor = 0
         self._saved_cursor = 0
@@ -55,6 +57,7 @@ class EffectIndex:
             if loaded is not None:
                 self.cursor = self._saved_cursor = loaded.seq
                 self.entries = loaded.state
+                self.changed.update(self.entries)
                 for entry in self.entries.values():
                     self._time(entry)
                 self._unverified = (loaded.seq, loaded.at)
@@ -71,6 +74,7 @@ class EffectIndex:
                 foreign = await foreign_checkpoints(self.store, {_CHECKPOINT: self._unverified})
                 self._unverified = None
                 if foreign:
+                    self.changed.update(self.entries)
                     self.entries.clear()  # in place: the executor loop holds this dict
                     self.cursor = self._saved_cursor = 0
                     await discard_checkpoints(self.store, self.checkpoints, foreign)
@@ -96,6 +100,7 @@ class EffectIndex:
                         changes[event.key] if event.key in changes
                         else self.entries.get(event.key), event)
             changes.update(revived)
+            self.changed.update(changes)
             for key, entry in changes.items():
                 if entry is None:
                     self.entries.pop(key, None)
@@ -129,6 +134,11 @@ class EffectIndex:
                 entry = None if current is None else msgspec.structs.replace(current)
             changes[event.key] = advance(entry, event)
         return changes
+
+    def take_changed(self) -> set[str]:
+        """The ids whose entry changed, came or went since the last call."""
+        changed, self.changed = self.changed, set()
+        return changed
 
     def dedup_keys(self, host: str = "") -> frozenset[str]:
         """Dedup keys of every unfinished effect that may run on `host` ('': every one)."""

@@ -121,6 +121,7 @@ class ExecutorLoop:
         self._index = EffectIndex(store, checkpoints)
         self._leases = Leases(self.clock)
         self._roster = Roster(store)
+        self._unhandled: set[str] = set()  # unfinished effects no executor here handles
         self._entries = self._index.entries
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
         self._held_back: dict[str, tuple[int, float]] = {}  # claims that failed: count, until
@@ -136,10 +137,17 @@ class ExecutorLoop:
     async def refresh(self) -> None:
         """Fold every effect event committed since the last refresh into the index."""
         await self._index.refresh()
-        self._leases.observe(self._entries.values())
+        changed = self._index.take_changed()
+        self._leases.observe(self._entries, changed)
+        for effect_id in changed:
+            entry = self._entries.get(effect_id)
+            if entry is None or entry.tag in self._by_tag:
+                self._unhandled.discard(effect_id)
+            else:
+                self._unhandled.add(effect_id)
         for gone in [i for i in self._held_back if i not in self._entries]:
             del self._held_back[gone]
-        if self.fail_unhandled and any(e.tag not in self._by_tag for e in self._entries.values()):
+        if self.fail_unhandled and self._unhandled:
             await self._roster.refresh()  # read only when an effect may be another host's
 
     def announcement(self) -> EventDraft:

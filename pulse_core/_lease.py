@@ -18,7 +18,7 @@ import heapq
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 import psutil
@@ -108,16 +108,18 @@ class Leases:
         self._ends: dict[str, tuple[int, int]] = {}  # effect id: (claim's version, lease end)
         self._timers: list[tuple[int, str]] = []  # (lease end, id); stale ones too
 
-    def observe(self, entries: Iterable[EffectEntry]) -> None:
-        """Start the count of every claim among `entries` not seen before; forget the rest."""
+    def observe(self, entries: Mapping[str, EffectEntry], changed: Iterable[str]) -> None:
+        """Start the count of each claim among the `changed` ids of `entries` not seen
+        before; forget those no longer claimed."""
         now = self._now()
-        ends: dict[str, tuple[int, int]] = {}
-        for entry in entries:
-            if entry.status is EffectStatus.EXECUTING:
-                seen = self._ends.get(entry.id)
-                ends[entry.id] = (seen if seen is not None and seen[0] == entry.version
-                                  else self._start(entry, now))
-        self._ends = ends
+        for effect_id in changed:
+            entry = entries.get(effect_id)
+            if entry is None or entry.status is not EffectStatus.EXECUTING:
+                self._ends.pop(effect_id, None)
+                continue
+            seen = self._ends.get(effect_id)
+            if seen is None or seen[0] != entry.version:
+                self._ends[effect_id] = self._start(entry, now)
 
     def ended(self, entry: EffectEntry) -> bool:
         """Whether the lease of `entry`'s claim has run out as this loop counts it (a claim
