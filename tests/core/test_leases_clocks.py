@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pulse_core import ExecutionContext, Executor, ExecutorLoop, SqliteEventStore, SystemClock
+from pulse_core import (
+    EventDraft,
+    ExecutionContext,
+    Executor,
+    ExecutorLoop,
+    SqliteEventStore,
+    SystemClock,
+)
 from pulse_core._effects import effect_draft
 from pulse_core.store import open_event_store
 from tests.e2e.support import Child
@@ -79,6 +86,30 @@ async def test_a_live_claim_holds_against_a_host_whose_clock_is_a_day_off(
     finally:
         await other_store.close()
         await claimer_store.close()
+
+
+async def test_a_loop_on_the_system_clock_counts_a_lease_on_its_monotonic_clock(
+        tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        (effect,) = (await store.append([effect_draft(Work(n=1), origin="agent")])).events
+        await store.append([EventDraft(
+            "effect-executing", effect.key,
+            {"attempt": 1, "lease_until": 1, "lease_ms": 300, "owner": "elsewhere:1:x",
+             "pid": 1, "started": 0.0}, origin="executor:other")], expect={effect.key: 1})
+        runs = Gate(hold=False)
+        loop = ExecutorLoop(store, [runs], host="host-a")  # the system clock
+        first_seen = time.monotonic()
+        await loop.run_until_idle()
+        assert runs.runs == []  # its claimer's clock said it ended in 1970: not a reason
+        deadline = time.monotonic() + 30
+        while not runs.runs and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            await loop.run_until_idle()
+        assert runs.runs == [(1, 2)]
+        assert time.monotonic() - first_seen >= 0.3
+    finally:
+        await store.close()
 
 
 @pytest.fixture
