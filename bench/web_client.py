@@ -1,13 +1,15 @@
 """The processes `bench.web_load` runs beside its engine: the UI's load, and a neutral neighbour.
 
     PULSE_BENCH_TOKEN=... python -m bench.web_client load URL [--streams 50] [--no-api] [--nice 0]
+                                                           [--until M]
     python -m bench.web_client neighbour --share 0.4 [--nice 10] [--period-ms 10]
 
 `load` (at niceness --nice) opens --streams live event streams (/stream/events) and keeps
 reading them, while one request after another asks the Events API for its first page
 (/api/events?limit=100). It prints `ready` once every stream has answered and one API request
-has, and on SIGTERM one line `requests N messages M api_p50_ms X api_p99_ms Y`: what it made
-and read meanwhile.
+has, and on SIGTERM (or once its streams have read --until event messages in all) one line
+`requests N messages M api_p50_ms X api_p99_ms Y reconnects R`: what it made and read
+meanwhile, and how often the UI ended a stream (it is reopened after its last event id).
 
 `neighbour` is CPU work with nothing of pulse in it: in every --period-ms it computes until
 this thread has used `share` of the period's CPU time, then sleeps out the period, at niceness
@@ -33,24 +35,40 @@ TOKEN_ENV = "PULSE_BENCH_TOKEN"
 class Load:
     """Streams held open and API requests made back to back, with what they got."""
 
-    def __init__(self, url: str, streams: int) -> None:
+    def __init__(self, url: str, streams: int, until: int | None = None) -> None:
         self.url = url
         self.streams = streams
+        self.until = until
         self.opened = 0
         self.all_open = asyncio.Event()
+        self.all_read = asyncio.Event()
         self.messages = 0
+        self.reconnects = 0
         self.requests: list[float] = []
 
     async def stream(self, client: httpx.AsyncClient) -> None:
-        """One live stream of every new event, read until cancelled."""
-        async with client.stream("GET", self.url + "stream/events") as response:
-            response.raise_for_status()
-            self.opened += 1
-            if self.opened == self.streams:
-                self.all_open.set()
-            async for line in response.aiter_lines():
-                if line.startswith("event: "):
-                    self.messages += 1
+        """One live stream of every new event, read until cancelled; reconnected after the
+        last event it read when the UI ends it, as a browser does."""
+        last = ""
+        first = True
+        while True:
+            resume = {"last-event-id": last} if last else {}
+            async with client.stream("GET", self.url + "stream/events",
+                                     headers=resume) as response:
+                response.raise_for_status()
+                if first:
+                    first = False
+                    self.opened += 1
+                    if self.opened == self.streams:
+                        self.all_open.set()
+                async for line in response.aiter_lines():
+                    if line.startswith("id: "):
+                        last = line[4:]
+                    elif line.startswith("event: "):
+                        self.messages += 1
+                        if self.messages == self.until:
+                            self.all_read.set()
+            self.reconnects += 1
 
     async def first_page(self, client: httpx.AsyncClient) -> None:
         """GET /api/events?limit=100 once, timed."""
@@ -66,14 +84,16 @@ class Load:
             return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))] * 1000
 
         return (f"requests {len(self.requests)} messages {self.messages} "
-                f"api_p50_ms {at(0.50):.2f} api_p99_ms {at(0.99):.2f}")
+                f"api_p50_ms {at(0.50):.2f} api_p99_ms {at(0.99):.2f} "
+                f"reconnects {self.reconnects}")
 
 
-async def load(url: str, token: str, streams: int, api: bool, niceness: int) -> None:
+async def load(url: str, token: str, streams: int, api: bool, niceness: int, *,
+               until: int | None = None) -> None:
     os.nice(niceness)
-    stop = asyncio.Event()
+    run = Load(url, streams, until)
+    stop = run.all_read
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    run = Load(url, streams)
     limits = httpx.Limits(max_connections=streams + 4)
     async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}"}, limits=limits,
                                  timeout=None) as client:
@@ -126,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     loading.add_argument("--no-api", dest="api", action="store_false",
                          help="hold the streams only, no API requests")
     loading.add_argument("--nice", type=int, default=0, help="niceness to run at (0)")
+    loading.add_argument("--until", type=int, default=None,
+                         help="stop once the streams have read this many event messages")
     burning = modes.add_parser("neighbour", help="CPU work with nothing of pulse in it")
     burning.add_argument("--share", type=float, required=True,
                          help="fraction of one core to use (0..1)")
@@ -137,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         token = os.environ.get(TOKEN_ENV)
         if not token:
             parser.error(f"set {TOKEN_ENV} to the UI's token")
-        asyncio.run(load(args.url, token, args.streams, args.api, args.nice))
+        asyncio.run(load(args.url, token, args.streams, args.api, args.nice,
+                         until=args.until))
     else:
         if not 0 <= args.share <= 1:
             parser.error(f"--share must be 0..1 (got {args.share})")

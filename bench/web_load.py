@@ -20,6 +20,16 @@ falls on all three alike:
 Floor (the issue's): tick p99 loaded <= 1.2x tick p99 alone. The neighbour line says how much
 of the tail any process with that CPU use brings on this machine, and the last line how the
 UI's load compares with it.
+
+    python -m bench.web_load --fanout [--streams 50] [--events 100] [--event-kib 64] [--rounds 3]
+
+`--fanout` measures the live streams alone instead: --events large events (a task whose title
+is --event-kib KiB) appended in tens while `bench.web_client load --no-api --until ...` holds
+--streams streams, then the same with one stream, alternated over --rounds. For each: the UI
+process's CPU per event (psutil, from the first append until the client has read every
+event on every stream), event messages delivered per second, and how many messages the UI
+encoded (its /metrics). No floor: the ratio of CPU per event, many streams to one, says how
+much each further stream costs.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +61,7 @@ CLIENT_NICE = 19
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 CONDITIONS = ("alone", "loaded", "neighbour")
+FANOUT_TIMEOUT_S = 600.0
 
 
 async def passthrough(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
@@ -95,7 +107,12 @@ class Beside:
     """A process started beside the engine, and what it printed after `ready`."""
 
     process: psutil.Process
+    child: asyncio.subprocess.Process
     said: list[str] = field(default_factory=list)
+
+    async def exited(self) -> None:
+        """Once the process has ended on its own."""
+        await self.child.wait()
 
 
 @contextlib.asynccontextmanager
@@ -106,7 +123,7 @@ async def beside(argv: Sequence[str], env: dict[str, str] | None = None
         *argv, cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert child.stdout is not None
-    started = Beside(psutil.Process(child.pid))
+    started = Beside(psutil.Process(child.pid), child)
     try:
         try:
             line = await asyncio.wait_for(child.stdout.readline(), READY_TIMEOUT_S)
@@ -213,6 +230,88 @@ async def rounds(engine: Engine, home: Path, args: argparse.Namespace) -> list[P
     return phases
 
 
+@dataclass
+class Fanout:
+    """One fan-out phase: its streams, the UI's CPU seconds and the wall time to deliver its
+    events to all of them, and what the client and the UI counted."""
+
+    streams: int
+    events: int
+    wall_s: float
+    ui_cpu_s: float
+    said: dict[str, str]
+    encoded: float
+
+
+async def encoded_so_far(url: str, token: str) -> float:
+    """The UI's count of event messages it encoded (NaN where it has none)."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(url + "metrics", headers={
+            "authorization": f"Bearer {token}"})).text
+    found = re.search(r"^pulse_web_event_messages_encoded_total (\S+)$", text, re.MULTILINE)
+    return float(found[1]) if found else math.nan
+
+
+async def fanout_phase(engine: Engine, url: str, token: str, ui: psutil.Process, *,
+                       streams: int, args: argparse.Namespace) -> Fanout:
+    """--events large events delivered to `streams` streams of one client process."""
+    argv = python_module("bench.web_client", "load", url, "--streams", str(streams),
+                         "--no-api", "--nice", str(CLIENT_NICE),
+                         "--until", str(streams * args.events))
+    title = "x" * (args.event_kib * 1024)
+    async with beside(argv, {**os.environ, TOKEN_ENV: token}) as client:
+        await asyncio.sleep(args.settle)
+        before = await encoded_so_far(url, token)
+        cpu, started = cpu_seconds(ui), time.perf_counter()
+        for first in range(0, args.events, 10):
+            await engine.append([EventDraft("task-created", f"fanout-{time.time_ns()}-{n}", {
+                "title": title, "project": "bench", "prompt": "", "priority": 0})
+                for n in range(first, min(first + 10, args.events))])
+        await asyncio.wait_for(client.exited(), FANOUT_TIMEOUT_S)
+        wall, used = time.perf_counter() - started, cpu_seconds(ui) - cpu
+        encoded = await encoded_so_far(url, token) - before
+    fields = client.said
+    return Fanout(streams, args.events, wall, used,
+                  dict(zip(fields[::2], fields[1::2], strict=False)), encoded)
+
+
+async def fanout_rounds(engine: Engine, home: Path, args: argparse.Namespace
+                        ) -> list[Fanout]:
+    url, pid = await ui_ready(home)
+    ui, token = psutil.Process(pid), read_token(home)
+    phases: list[Fanout] = []
+    for _ in range(args.rounds):
+        for streams in (1, args.streams):
+            phases.append(await fanout_phase(engine, url, token, ui, streams=streams,
+                                             args=args))
+    return phases
+
+
+def fanout_report(phases: list[Fanout], args: argparse.Namespace) -> Report:
+    report = Report(f"web_load --fanout: {args.events} events of {args.event_kib} KiB to "
+                    f"{args.streams} live streams vs 1 (the UI's CPU from the first append "
+                    f"until every stream read every event); {args.rounds} rounds")
+
+    def pooled(streams: int) -> tuple[float, float]:
+        mine = [p for p in phases if p.streams == streams]
+        cpu = sum(p.ui_cpu_s for p in mine) / sum(p.events for p in mine)
+        rate = sum(p.streams * p.events for p in mine) / sum(p.wall_s for p in mine)
+        return cpu, rate
+
+    many, one = pooled(args.streams), pooled(1)
+    report.compare(Figure(f"UI CPU per event with {args.streams} streams", many[0] * 1000, "ms"),
+                   Figure("UI CPU per event with 1 stream", one[0] * 1000, "ms"))
+    report.compare(Figure(f"event messages delivered with {args.streams} streams", many[1],
+                          "msg/s"),
+                   Figure("event messages delivered with 1 stream", one[1], "msg/s"))
+    for p in phases:
+        report.note(f"{p.streams} stream(s): {p.events} events in {fmt(p.wall_s)} s, UI CPU "
+                    f"{fmt(p.ui_cpu_s)} s, encoded by the UI {fmt(p.encoded)}, client read "
+                    f"{p.said.get('messages', '?')} messages, reconnected "
+                    f"{p.said.get('reconnects', '?')} times")
+    return report
+
+
 def report_of(phases: list[Phase], args: argparse.Namespace) -> Report:
     by = {c: [p for p in phases if p.condition == c] for c in CONDITIONS}
     pooled = {c: [t for p in by[c] for t in p.ticks] for c in CONDITIONS}
@@ -267,6 +366,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=1.0,
                         help="seconds between a phase's processes being ready and its ticks (1)")
     parser.add_argument("--tmp", default=None, help="base directory for the engine home")
+    parser.add_argument("--fanout", action="store_true",
+                        help="measure the live streams' fan-out instead (see above)")
+    parser.add_argument("--events", type=int, default=100,
+                        help="--fanout: events per phase (100)")
+    parser.add_argument("--event-kib", type=int, default=64,
+                        help="--fanout: each event's size in KiB (64)")
     return parser.parse_args(argv)
 
 
@@ -275,6 +380,8 @@ async def run(args: argparse.Namespace) -> Report:
         web = web_layer({"port": 0}, LayerContext(home, SystemClock()))
         async with Engine(home, layers=[web], rules=[passthrough], default_tick_ms=3_600_000,
                           builtin_rules=[]) as engine:
+            if args.fanout:
+                return fanout_report(await fanout_rounds(engine, home, args), args)
             phases = await rounds(engine, home, args)
     return report_of(phases, args)
 

@@ -25,7 +25,7 @@ from pulse_adapters.web._query import BadQuery, newest, number, parse_filter
 from pulse_adapters.web._responses import json_response, live, problem
 from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
-from pulse_adapters.web._stream import Feed, beat_stream, event_stream, vitals_stream
+from pulse_adapters.web._stream import Beat, Feed, event_stream, stream_families, vitals_stream
 from pulse_adapters.web._view import EngineView
 from pulse_core import EffectNotFound, EffectStatus, PulseError
 
@@ -67,6 +67,7 @@ async def overview(state: WebState) -> dict[str, Any]:
 
 def _routes(state: WebState) -> list[BaseRoute]:
     engine = state.engine
+    overview_beat = Beat("overview", state.settings.live_every_s, lambda: overview(state))
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / PAGES[request.url.path])
@@ -126,11 +127,10 @@ def _routes(state: WebState) -> list[BaseRoute]:
         after = number(resume)
         if after is None:
             after = await engine.events.last_seq()
-        return live(event_stream(state.feed, f, after, views.event_json))
+        return live(event_stream(state.feed, f, after))
 
     async def stream_overview(request: Request) -> Response:
-        return live(
-            beat_stream("overview", state.settings.live_every_s, lambda: overview(state)))
+        return live(overview_beat.stream())
 
     async def stream_vitals(request: Request) -> Response:
         return live(vitals_stream(engine.vitals, state.settings.live_every_s))
@@ -169,8 +169,10 @@ async def _body(request: Request) -> dict[str, Any] | Response:
 
 def build_app(engine: EngineView, settings: WebSettings, token: str, port: int) -> Starlette:
     """The UI of `engine` on `port`, guarded by `token`."""
-    state = WebState(engine, settings, LogBook(engine.events), Feed(engine.events),
-                     EngineMetrics(engine, readings=lambda: engine.report.instruments))
+    feed = Feed(engine.events, views.event_json)
+    state = WebState(engine, settings, LogBook(engine.events), feed,
+                     EngineMetrics(engine, readings=lambda: engine.report.instruments,
+                                   extra=lambda: stream_families(feed)))
     hosts = allowed_hosts(port, settings.allowed_hosts, settings.host)
     guard = Middleware(Guard, token=token, hosts=hosts, cookie=f"pulse_ui_{port}")
     return Starlette(routes=_routes(state), middleware=[guard])

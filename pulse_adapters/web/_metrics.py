@@ -342,12 +342,15 @@ class EngineMetrics:
     `exposition()` renders every family (see the module), `close()` detaches.
 
     In a process other than the engine's, give the engine's view and `readings`: the latest
-    InstrumentReadings its InstrumentTally sent (attach() needs the Engine itself).
+    InstrumentReadings its InstrumentTally sent (attach() needs the Engine itself). `extra`
+    gives families of the exporting process's own (the web UI's streams).
     """
 
     def __init__(self, engine: Observed, *,
-                 readings: Callable[[], InstrumentReadings] | None = None) -> None:
+                 readings: Callable[[], InstrumentReadings] | None = None,
+                 extra: Callable[[], Iterable[Metric]] = tuple) -> None:
         self.engine = engine
+        self.extra = extra
         self.tally = InstrumentTally()
         self.readings = readings or self.tally.readings
         self.log = LogTally(engine.events)
@@ -379,7 +382,7 @@ class EngineMetrics:
             latest = await self.engine.vitals.latest(keys) if keys else {}
             return self._exposition.render([
                 *instrument_families(self.readings()), *log_families(self.log),
-                *vital_families(latest), *store_families(self.log)])
+                *vital_families(latest), *store_families(self.log), *self.extra()])
 
 
 async def log_exposition(stores: HomeStores) -> bytes:

@@ -24,6 +24,6 @@ def problem(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def live(messages: AsyncIterator[str]) -> Response:
+def live(messages: AsyncIterator[bytes]) -> Response:
     """A live stream of the SSE `messages`."""
     return StreamingResponse(messages, media_type="text/event-stream", headers=SSE_HEADERS)

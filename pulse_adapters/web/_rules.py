@@ -26,7 +26,7 @@ from pulse_adapters.web._rules_rollback import (
     rollback_requests,
 )
 from pulse_adapters.web._state import WebState
-from pulse_adapters.web._stream import beat_stream
+from pulse_adapters.web._stream import Beat
 from pulse_adapters.web._view import EngineView
 from pulse_adapters.web._views import revision
 from pulse_core import Event, RuleTrace
@@ -141,13 +141,13 @@ async def _recorded(engine: EngineView, request: dict[str, Any]) -> dict[str, An
 
 def routes(state: WebState) -> list[BaseRoute]:
     """GET /api/rules, POST /api/rollback and the page's live stream /stream/rules."""
+    rules_beat = Beat("rules", state.settings.live_every_s, lambda: rule_chain(state))
 
     async def api_rules(request: Request) -> Response:
         return JSONResponse(await rule_chain(state))
 
     async def stream_rules(request: Request) -> Response:
-        return live(
-            beat_stream("rules", state.settings.live_every_s, lambda: rule_chain(state)))
+        return live(rules_beat.stream())
 
     async def api_rollback(request: Request) -> Response:
         try:
