@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import (
@@ -109,8 +109,11 @@ class PostgresRecorder(Recorder):
                    else f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} "
                         "-c statement_timeout=0 -c lock_timeout=0")
         with pg_errors(self.location, "connecting"):
+            given = conninfo_to_dict(self.url.dsn)  # keepalives set in the URL are kept
+            conninfo = make_conninfo(self.url.dsn, **{k: v for k, v in KEEPALIVES.items()
+                                                      if k not in given})
             conn: Connection = await psycopg.AsyncConnection.connect(
-                make_conninfo(self.url.dsn, **KEEPALIVES), autocommit=True,
+                conninfo, autocommit=True,
                 connect_timeout=max(1, round(self.url.connect_timeout)), options=options)
         return conn
 

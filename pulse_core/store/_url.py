@@ -165,12 +165,14 @@ def parse_store_url(url: str) -> StoreURL:
 
 
 def _shown(url: str) -> str:
-    """`url` for an error message, its user name and password cut out whatever characters
-    the password holds ('#', '?', '/' and '@' unencoded too): everything between '://' and
-    the URL's last '@', and the value of a password= option."""
+    """`url` for an error message, its password cut out whatever characters it holds ('#',
+    '?', '/' and '@' unencoded too): everything between the user name's ':' and the URL's
+    last '@', and the value of a password= option."""
     scheme, sep, rest = url.partition("://")
     if sep and "@" in rest:
-        url = f"{scheme}://***@{rest.rpartition('@')[2]}"
+        userinfo, _, host = rest.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        url = f"{scheme}://{user}{colon and ':***'}@{host}"
     return re.sub(r"(password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
