@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
-from tests.timing import SLOWNESS, Stalled, scaled, until_progress
+from tests.timing import SLOWNESS, Stalled, eventually, scaled, until_progress
 
 
 def test_a_bound_scales_with_the_slowness_factor() -> None:
@@ -43,3 +44,11 @@ async def test_a_check_that_raises_ends_the_wait_at_once() -> None:
 
     with pytest.raises(AssertionError, match="a child died"):
         await until_progress(never, lambda: 0, 60, "work", check=died)
+
+
+async def test_eventually_returns_once_the_condition_holds_and_fails_when_it_never_does() -> None:
+    seen: list[int] = []
+    asyncio.get_running_loop().call_later(0.05, seen.append, 1)
+    await eventually(lambda: seen, within=10)
+    with pytest.raises(AssertionError, match=r"never did not hold within"):
+        await eventually(lambda: False, within=0.05, what="never")

@@ -42,6 +42,20 @@ def scaled(seconds: float) -> float:
     return seconds * SLOWNESS
 
 
+async def eventually(condition: Callable[[], object], within: float = 10.0,
+                     what: str = "the condition") -> None:
+    """Poll `condition()` every 10 ms until it is truthy; fail after `within` seconds (scaled:
+    the bound of a hang, not a speed)."""
+    bound = scaled(within)
+    deadline = time.monotonic() + bound
+    while True:
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {bound:g} s")
+        await asyncio.sleep(0.01)
+
+
 class Stalled(AssertionError):
     """Work a test waits for stopped moving: nothing changed for the whole stall bound."""
 

@@ -23,6 +23,7 @@ from pulse_core import (
 )
 from pulse_core._events import Event
 from tests.e2e.support import read_events
+from tests.timing import eventually
 
 
 class Ping(Effect, tag="engine-ping"):
@@ -206,15 +207,15 @@ async def test_wakes_during_a_tick_coalesce_into_one_more_tick(tmp_path: Path) -
 
     engine = Engine(tmp_path, rules=[slow], default_tick_ms=60_000)
     async with engine:
-        await asyncio.sleep(0.1)
+        await eventually(lambda: engine.ticks == 1)
         assert ticks == [1]
         engine.wake()
-        await asyncio.sleep(0.1)
-        assert ticks == [1, 2]
+        await eventually(lambda: ticks == [1, 2])
         for _ in range(50):
             engine.wake()
         gate.set()
-        await asyncio.sleep(0.3)
+        await eventually(lambda: engine.ticks == 3)
+        await asyncio.sleep(0.3)  # room for a fourth tick, if the wakes had not coalesced
         assert ticks == [1, 2, 3]
 
 
@@ -225,9 +226,10 @@ async def test_a_watcher_wakes_the_tick_early(tmp_path: Path) -> None:
         ticks.append(curr.number)
         return await inner(prev, curr)
 
-    engine = Engine(tmp_path, watchers=[Counter()], rules=[count], default_tick_ms=60_000)
+    watcher = Counter()
+    engine = Engine(tmp_path, watchers=[watcher], rules=[count], default_tick_ms=60_000)
     async with engine:
-        await asyncio.sleep(0.3)
+        await eventually(lambda: len(ticks) == 2 and watcher.n > 3)
     assert len(ticks) == 2  # the first tick, and the one the third sample asked for
 
 

@@ -90,10 +90,14 @@ async def test_a_fifo_followed_as_a_log_neither_stops_the_ticks_nor_hangs_close(
     try:
         await engine.start()
         first = engine.ticks
-        await asyncio.sleep(0.6)  # ~30 timeouts: more than the shared pool has threads
+
+        async def collected(count: int) -> bool:
+            return len(await engine.vitals.window("error-log", 0)) >= count
+
+        await until(lambda: collected(30))  # more collects than the shared pool has threads
         middle = engine.ticks
-        await asyncio.sleep(0.3)
-        assert middle > first and engine.ticks > middle, "ticks stopped"
+        await until(lambda: asyncio.sleep(0, engine.ticks > middle))  # ticks go on
+        assert middle > first
     finally:
         await asyncio.wait_for(engine.close(), 5)
     sample = (await _vitals_after(tmp_path / "home"))["error-log"]
@@ -136,9 +140,14 @@ async def test_a_collect_stuck_in_a_thread_is_skipped_not_started_again(
     try:
         await engine.start()
         first = engine.ticks
-        await asyncio.sleep(0.4)  # ~20 intervals, each finding the first thread blocked
+
+        async def skipped_often() -> bool:  # intervals that found the first thread blocked
+            samples = await engine.vitals.window("stuck", 0)
+            return sum("skipped" in (s.error or "") for s in samples) >= 5
+
+        await until(skipped_often)
         assert watcher.started == 1
-        assert engine.ticks > first, "ticks stopped"
+        await until(lambda: asyncio.sleep(0, engine.ticks > first))  # ticks go on
         samples = await engine.vitals.window("stuck", 0)
         assert "timed out after 0.02 s; its thread is still blocked" in (samples[0].error or "")
         skipped = [s.error or "" for s in samples if "skipped" in (s.error or "")]
