@@ -144,7 +144,7 @@ class NoticeDelivery:
             except Exception as exc:
                 attempt += 1
                 delay = self.backoff.delay_ms(attempt)
-                error = f"{type(exc).__name__}: {exc}"[:500]
+                error = redact_urls(f"{type(exc).__name__}: {exc}")[:500]
                 log.warning("pulse: openclaw notice %s failed (attempt %d, again in %d ms): %s",
                             effect_id, attempt, delay, error)
                 await events.append([EventDraft(

@@ -18,10 +18,12 @@ import pytest
 
 from pulse_adapters.openclaw import (
     NOTICE_DELIVERED,
+    NOTICE_FAILED,
     TRANSCRIPT_MALFORMED,
     AgentStore,
     NoticeDelivery,
     OpenClawCli,
+    OpenClawCommandFailed,
     TranscriptIngest,
     TranscriptRow,
     TranscriptSettings,
@@ -275,6 +277,37 @@ async def test_two_engines_on_one_log_deliver_a_notice_once(tmp_path: Path) -> N
     assert len(cli.calls) == 1, cli.calls
     assert [r.key for r in records] == [f"openclaw-notice:{event.key}"]
     assert store.find_text("agent:main:main", f"[{notice_label(event.key)}]")
+
+
+class RefusingCli(InjectingCli):
+    """chat.inject refused with the gateway URL, credentials and all, in the error."""
+
+    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
+        self.calls.append(dict(params))
+        raise OpenClawCommandFailed("`openclaw gateway call` exited with 1: cannot reach "
+                                    "wss://operator:s3cret-token@gw.example:18789/rpc?key=k3y")
+
+
+async def test_a_failed_delivery_is_recorded_without_the_urls_secrets(tmp_path: Path) -> None:
+    store = agent_store(tmp_path / "state")
+    async with Engine(tmp_path / "pulse") as engine:
+        event = await effect_of(engine.events, "disk / is 91% full")
+        settling = asyncio.create_task(delivery(tmp_path, store, RefusingCli(store)).settle(
+            engine.events, event, event.data["effect"]))
+        try:
+            async def recorded() -> bool:
+                return bool(await engine.events.read(kinds=[NOTICE_FAILED]))
+
+            await eventually(recorded)
+            failed = await engine.events.read(kinds=[NOTICE_FAILED])
+        finally:
+            settling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await settling
+    error = failed[0].data["error"]
+    assert "wss://gw.example:18789" in error
+    for secret in ("s3cret-token", "operator", "k3y", "/rpc"):
+        assert secret not in error, error
 
 
 def claim_by(effect_id: str, *, host: str, pid: int, started: float) -> EventDraft:
