@@ -43,7 +43,7 @@ def _survival() -> Check:
         return Check("survival", True, found.pop())
     have = ", ".join(sorted(found)) or "none"
     return Check("survival", False, f"exactly one survival layer must be installed in "
-                 f"entry-point group {SURVIVAL_GROUP!r}, found {have} — reinstall pulse-engine")
+                 f"entry-point group {SURVIVAL_GROUP!r}, found {have} — reinstall upulse")
 
 
 def _writable(root: Path) -> Check:

@@ -49,7 +49,7 @@ exit codes:
 """
 
 INTERRUPT_IS_EXIT = frozenset({"events", "logs", "dev", "start", "run"})
-DISTRIBUTION = "pulse-engine"
+DISTRIBUTION = "upulse"
 
 
 class Parser(argparse.ArgumentParser):

@@ -249,7 +249,7 @@ def survival_layer(settings: Any, context: LayerContext) -> Layer:
         have = ", ".join(f"{ep.name}={ep.value}" for ep in found) or "none"
         raise LayerError(
             f"exactly one survival layer must be installed in entry-point group "
-            f"{SURVIVAL_GROUP!r}; found {have} — reinstall pulse-engine"
+            f"{SURVIVAL_GROUP!r}; found {have} — reinstall upulse"
         )
     layer = _built(_load_factory(found[0], "survival layer"), "survival", settings, context)
     if layer.services:

@@ -1,4 +1,4 @@
-"""What a plain `pip install pulse-engine` brings is enough to import every module pulse ships.
+"""What a plain `pip install upulse` brings is enough to import every module pulse ships.
 
 The development environment holds the test extra and whatever else its tools pulled in, so a
 module that needs a package only the development environment has imports fine here and fails

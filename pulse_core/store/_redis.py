@@ -125,7 +125,7 @@ class RedisSideStore:
             from redis.backoff import NoBackoff
         except ImportError:
             raise StoreError(f"side store {parsed.name()}: the `redis` package is not "
-                             "installed — pip install 'pulse-engine[redis]'") from None
+                             "installed — pip install 'upulse[redis]'") from None
         client = Redis(host=parsed.host, port=parsed.port, db=parsed.db,
                        username=parsed.username, password=parsed.password, ssl=parsed.tls,
                        socket_timeout=parsed.timeout, socket_connect_timeout=parsed.timeout,

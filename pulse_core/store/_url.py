@@ -266,7 +266,7 @@ async def open_event_store(
             if not (exc.name or "").startswith("psycopg"):
                 raise
             raise StoreError(f"store {parsed.display()}: the PostgreSQL driver (psycopg 3) is "
-                             "not installed — pip install 'pulse-engine[postgresql]'") from exc
+                             "not installed — pip install 'upulse[postgresql]'") from exc
         recorder = await PostgresRecorder.open(parsed, read_only=read_only, clock=clock)
         return EventStore(recorder, objects=objects)
     return await SqliteEventStore.open(

@@ -216,7 +216,7 @@ def test_creating_a_task_that_exists_says_how_to_move_it(
 def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--version")
     assert code == 0
-    assert out == f"upulse {importlib.metadata.version('pulse-engine')}\n"
+    assert out == f"upulse {importlib.metadata.version('upulse')}\n"
 
 
 def walk(parser: argparse.ArgumentParser, path: str = "upulse"

@@ -35,5 +35,5 @@ def test_a_postgresql_store_without_its_driver_names_the_extra_to_install(
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("StoreError "), done.stdout
-    assert "pip install 'pulse-engine[postgresql]'" in done.stdout
+    assert "pip install 'upulse[postgresql]'" in done.stdout
     assert "s3cret" not in done.stdout
