@@ -1,9 +1,9 @@
 """pulse_core: the event-sourced engine. Watchers sense, rules decide, executors act."""
 
+from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock, ManualClock, SystemClock
 from pulse_core._effect_control import cancel_effect, retry_effect
 from pulse_core._effects import (
-    Backoff,
     Effect,
     EffectEntry,
     EffectOutcome,

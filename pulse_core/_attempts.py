@@ -10,9 +10,10 @@ from typing import Any
 
 import msgspec
 
+from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock
 from pulse_core._effect_index import foreign_head
-from pulse_core._effects import Backoff, EffectEntry, EffectOutcome, Executor
+from pulse_core._effects import EffectEntry, EffectOutcome, Executor
 from pulse_core._errors import AppendRejected, StoreUnavailable, VersionConflict
 from pulse_core._events import EventDraft
 from pulse_core._lease import Owner

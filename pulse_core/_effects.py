@@ -19,12 +19,12 @@ from __future__ import annotations
 import abc
 import enum
 import hashlib
-import random
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import msgspec
 
+from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock
 from pulse_core._errors import PulseError, UnknownEffect
 from pulse_core._events import QUARANTINED, Event, EventDraft, uuid7
@@ -169,20 +169,6 @@ class EffectOutcome(enum.Enum):
     TIMED_OUT = "timed-out"
     INTERRUPTED = "interrupted"
     LOST_CLAIM = "lost-claim"
-
-
-class Backoff(msgspec.Struct, frozen=True):
-    """Delay before retry n: initial_ms * factor**(n-1), capped at max_ms, with jitter."""
-
-    initial_ms: int = 1_000
-    factor: float = 2.0
-    max_ms: int = 300_000
-    jitter: float = 0.1
-
-    def delay_ms(self, attempt: int) -> int:
-        """The delay after failed attempt number `attempt` (1-based)."""
-        base = min(self.max_ms, self.initial_ms * self.factor ** max(attempt - 1, 0))
-        return int(base * (1 + random.uniform(-self.jitter, self.jitter)))
 
 
 class ExecutionContext(msgspec.Struct, frozen=True):

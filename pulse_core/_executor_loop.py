@@ -30,10 +30,10 @@ from typing import Any
 import msgspec
 
 from pulse_core._attempts import Claim, claim_draft, ending, record_outcome
+from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effect_index import EffectIndex, foreign_head
 from pulse_core._effects import (
-    Backoff,
     EffectEntry,
     EffectOutcome,
     EffectStatus,

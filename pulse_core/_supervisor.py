@@ -20,8 +20,8 @@ from typing import Any
 
 import msgspec
 
+from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock, SystemClock
-from pulse_core._effects import Backoff
 from pulse_core._errors import StoreUnavailable
 from pulse_core._redact import redact_urls
 from pulse_core._waits import wait_signal

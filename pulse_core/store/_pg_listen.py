@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import psycopg
 
-from pulse_core._effects import Backoff
+from pulse_core._backoff import Backoff
 from pulse_core._errors import StoreError, StoreUnavailable
 from pulse_core.store._pg_schema import (
     Connection,

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulse_core import (
+    Backoff,
     Effect,
     Event,
     EventDraft,
@@ -25,8 +26,8 @@ from pulse_core import (
     Projector,
     SqliteEventStore,
     VersionConflict,
+    effect_draft,
 )
-from pulse_core._effects import Backoff, effect_draft
 from pulse_core._projector import INLINE_FOLD
 
 SETTINGS = settings(max_examples=25, deadline=None,
