@@ -52,6 +52,7 @@ from pulse_adapters.awareness import (
     build_reviewer,
 )
 from pulse_adapters.awareness.executor import ORIGIN
+from pulse_adapters.llm import ROUTE_KEY
 from pulse_core import (
     Decision,
     Engine,
@@ -284,7 +285,7 @@ class Simulation:
 
     async def tick(self) -> float:
         """A fresh route-health sample, then one engine tick; its seconds."""
-        await self.engine.vitals.record(self.config.route_key, {"ok": True, "via": "models"})
+        await self.engine.vitals.record(ROUTE_KEY, {"ok": True, "via": "models"})
         started = time.perf_counter()
         await self.engine.tick()
         return time.perf_counter() - started

@@ -72,7 +72,7 @@ class ProcessPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class LlmPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """llm_watchdog: restart the model proxy after `failures` failed probes in a row."""
 
-    vitals_key: str = "llm-route"
+    route_key: str = "llm-route"  # pulse_adapters.llm.ROUTE_KEY, where the probes write
     failures: int = 3
     restart: Essential | None = None
     backoff_initial_s: float = 5.0

@@ -38,7 +38,6 @@ class AwarenessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     quiet_hold_s: float = 300.0
     backoff_base_s: float = 60.0
     backoff_max_s: float = 3600.0
-    route_key: str = "llm-route"
     route_stale_s: float = 180.0
     max_reviews_per_tick: int = 4
     verb_budget: int = 4

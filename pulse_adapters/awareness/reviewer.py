@@ -71,15 +71,13 @@ def build_reviewer(settings: Any, context: LayerContext) -> Reviewer:
     AwarenessSettingsError names a missing or wrong setting, or an unset API-key variable."""
     valid = load_settings(settings)
     config = valid.review
-    client = ChatClient(valid.base_url, valid.model, valid.api_key(), timeout_s=valid.timeout_s,
-                        max_wall_s=valid.max_wall_s)
-    health = RouteHealth(client, key=config.route_key, ttl_s=valid.route_ttl_s,
-                         clock=context.clock, probe_timeout_s=valid.probe_timeout_s)
+    client = valid.client()
+    health = valid.route_health(client, context.clock)
     watcher = ReviewRouteWatcher(health)
     ledger = AwarenessLedger(config)
     # a stored hold outlives every check and ceiling it can defer, then the store drops it
     quiet = QuietHold(ttl_ms=int(2 * (config.quiet_ceiling_s + config.quiet_hold_s) * 1000))
-    rule = AwarenessRule(config, quiet)
+    rule = AwarenessRule(config, quiet, route_key=valid.route_key)
     foreground = Foreground()
     executor = AwarenessExecutor(client, config, route=health, foreground=foreground)
     bundle = Layer(LAYER, watchers=(watcher,), rules=(rule,), executors=(executor,),

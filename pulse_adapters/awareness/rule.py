@@ -14,13 +14,15 @@ from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.fingerprint import fingerprint
 from pulse_adapters.awareness.ledger import DAY_MS, AwarenessLedger, LedgerData, ReviewState
 from pulse_adapters.awareness.quiet import QuietHold, QuietState
+from pulse_adapters.llm import ROUTE_KEY
 from pulse_core import Backoff, Decision, Effect, Inner, Memory, PersistentMap, Snapshot
 from pulse_core.memory import IdentityMemory
 
 
-def route_healthy(snapshot: Snapshot, config: AwarenessConfig) -> bool:
-    """A recent, successful probe of the dedicated route; health is never assumed."""
-    reading = snapshot.vital(config.route_key)
+def route_healthy(snapshot: Snapshot, config: AwarenessConfig, route_key: str = ROUTE_KEY) -> bool:
+    """A recent, successful probe of the route (vitals `route_key`); health is never
+    assumed."""
+    reading = snapshot.vital(route_key)
     if reading is None or not reading.sample.ok or reading.age_ms > config.route_stale_s * 1000:
         return False
     data = reading.sample.data
@@ -71,8 +73,9 @@ class AwarenessRule:
     emits: ClassVar[tuple[type[Effect], ...]] = (AwarenessReview,)
 
     def __init__(self, config: AwarenessConfig | None = None,
-                 quiet: QuietHold | None = None) -> None:
+                 quiet: QuietHold | None = None, *, route_key: str = ROUTE_KEY) -> None:
         self.config = config or AwarenessConfig()
+        self.route_key = route_key
         self.quiet = quiet or QuietHold()
         self._heap: list[tuple[int, int, str]] = []
         self._salt = os.urandom(8)  # engines sharing a log take equally due ones in other orders
@@ -129,7 +132,7 @@ class AwarenessRule:
         if await self.quiet.load():
             self._memory = None  # the stored hold came in: schedule everyone again
         cfg = self.config
-        healthy = route_healthy(curr, cfg)
+        healthy = route_healthy(curr, cfg, self.route_key)
         interval_s = cfg.healthy_interval_s if healthy else cfg.fallback_interval_s
         self._refresh(curr, memory, ledger, interval_s)
         reviews: list[Effect] = []

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.agents import AgentSpec, DispatchPolicy
+from pulse_adapters.llm import ModelEndpoint
 from pulse_core import LayerError, layer_settings
 
 LAYER = "hermes"
@@ -37,46 +38,28 @@ class HermesSettingsError(LayerError):
     (`layers.hermes.<field>`) and what to do."""
 
 
-class HermesModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The model route Hermes' runs use, given to each run through Hermes' environment
-    (HERMES_INFERENCE_PROVIDER, HERMES_INFERENCE_MODEL, and for `custom` CUSTOM_BASE_URL and
-    OPENAI_API_KEY), never written into Hermes' config.yaml. With `base_url`, the route is
-    probed into the `route_key` vitals (llm_watchdog reads `llm-route`)."""
+class HermesModel(ModelEndpoint, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The model route Hermes' runs use (a ModelEndpoint plus Hermes' `provider`), given to
+    each run through Hermes' environment (HERMES_INFERENCE_PROVIDER, HERMES_INFERENCE_MODEL,
+    and for `custom` CUSTOM_BASE_URL and OPENAI_API_KEY), never written into Hermes'
+    config.yaml. With `base_url`, the route is probed into the `route_key` vitals."""
 
     provider: str | None = None
-    base_url: str | None = None
-    default: str | None = None
-    api_key_env: str | None = None
-    route_key: str = "llm-route"
-    route_ttl_s: float = 30.0
-    probe_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"`base_url` must start with http:// or https:// (got "
-                             f"{self.base_url!r}), e.g. 'http://127.0.0.1:8080/v1'")
-        if self.base_url is not None and not self.default:
-            raise ValueError("`default` must name the model `base_url` serves")
-        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
-            raise ValueError("`api_key_env` must be the NAME of an environment variable "
-                             "(letters, digits, _), not the key itself")
-        for name in ("route_ttl_s", "probe_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"`{name}` must be > 0 seconds (got {getattr(self, name)!r})")
-
-    def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:
-        """The key in the variable `api_key_env` names (None: none named, or it is unset)."""
-        if self.api_key_env is None:
-            return None
-        return (os.environ if environ is None else environ).get(self.api_key_env) or None
+        problem = self.endpoint_problem(required=False)
+        if problem is not None:
+            raise ValueError(f"`{problem[0]}` {problem[1]}")
+        if self.base_url is not None and not self.model:
+            raise ValueError("`model` must name the model `base_url` serves")
 
     def run_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """What a run's environment gets so Hermes uses this route."""
         env: dict[str, str] = {}
         if self.provider:
             env["HERMES_INFERENCE_PROVIDER"] = self.provider
-        if self.default:
-            env["HERMES_INFERENCE_MODEL"] = self.default
+        if self.model:
+            env["HERMES_INFERENCE_MODEL"] = self.model
         if self.base_url and (self.provider or "custom") == "custom":
             env["CUSTOM_BASE_URL"] = self.base_url
             key = self.api_key(environ)

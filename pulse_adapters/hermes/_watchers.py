@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pulse_adapters.hermes._settings import HermesModel
-from pulse_adapters.llm import ChatClient, RouteHealth, RouteProbeWatcher
+from pulse_adapters.llm import ChatClient, RouteProbeWatcher
 from pulse_core import Clock, Watcher
 
 
@@ -79,10 +79,8 @@ class HermesRouteWatcher(RouteProbeWatcher):
 
 def route_watcher(model: HermesModel, clock: Clock) -> HermesRouteWatcher | None:
     """The route probe for `model` (None without a `base_url` to probe)."""
-    if model.base_url is None or model.default is None:
+    if model.base_url is None or model.model is None:
         return None
-    client = ChatClient(model.base_url, model.default, model.api_key(),
+    client = ChatClient(model.base_url, model.model, model.api_key(),
                         timeout_s=model.probe_timeout_s)
-    health = RouteHealth(client, key=model.route_key, ttl_s=model.route_ttl_s, clock=clock,
-                         probe_timeout_s=model.probe_timeout_s)
-    return HermesRouteWatcher(health)
+    return HermesRouteWatcher(model.route_health(client, clock))

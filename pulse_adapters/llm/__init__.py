@@ -1,6 +1,7 @@
 """OpenAI-compatible chat completions for pulse: a streaming client and route health."""
 
 from pulse_adapters.llm.client import JSON_OBJECT, ChatClient, json_schema_format
+from pulse_adapters.llm.endpoint import ModelEndpoint
 from pulse_adapters.llm.errors import (
     EmptyOutput,
     HttpStatusError,
@@ -11,11 +12,12 @@ from pulse_adapters.llm.errors import (
     Preempted,
     TransportError,
 )
-from pulse_adapters.llm.health import RouteHealth, RouteProbeWatcher
+from pulse_adapters.llm.health import ROUTE_KEY, RouteHealth, RouteProbeWatcher
 from pulse_adapters.llm.stream import Completion, Usage
 
 __all__ = [
     "JSON_OBJECT",
+    "ROUTE_KEY",
     "ChatClient",
     "Completion",
     "EmptyOutput",
@@ -23,6 +25,7 @@ __all__ = [
     "InferenceTimeout",
     "LlmError",
     "MalformedStream",
+    "ModelEndpoint",
     "OutputTooLarge",
     "Preempted",
     "RouteHealth",

@@ -19,6 +19,10 @@ from pulse_core import Clock, Sample, SystemClock, VitalsStore, Watcher
 PROBE_MESSAGES = ({"role": "user", "content": "ping"},)
 
 
+ROUTE_KEY = "llm-route"
+"""The vitals key a model route's probes are written under by default; the survival layer's
+llm_watchdog reads it (its `llm.route_key`)."""
+
 class RouteHealth:
     """The cached health contract of one ChatClient's route.
 
@@ -34,7 +38,7 @@ class RouteHealth:
         client: ChatClient,
         vitals: VitalsStore | None = None,
         *,
-        key: str = "llm-route",
+        key: str = ROUTE_KEY,
         ttl_s: float = 30.0,
         clock: Clock | None = None,
         probe_timeout_s: float = 5.0,

@@ -4,7 +4,6 @@ MaintenanceSettings (config.json's `"layers": {"maintenance": {...}}`)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from pulse_adapters.llm import ChatClient
@@ -45,17 +44,11 @@ class ProposerCloser:
 
 def _client(settings: MaintenanceSettings) -> ChatClient:
     config = settings.consolidation
-    key = None
-    if config.api_key_env is not None:
-        key = os.environ.get(config.api_key_env)
-        if not key:
-            raise MaintenanceSettingsError(
-                f"layer {LAYER!r}: setting `consolidation.api_key_env` names the environment "
-                f"variable {config.api_key_env}, which is not set or empty — export it where "
-                "the engine runs, or drop api_key_env for a server that needs no key")
-    assert config.base_url is not None and config.model is not None  # checked by the settings
-    return ChatClient(config.base_url, config.model, key, timeout_s=config.timeout_s,
-                      max_wall_s=config.max_wall_s)
+    problem = config.key_problem()
+    if problem is not None:
+        raise MaintenanceSettingsError(
+            f"layer {LAYER!r}: setting `consolidation.api_key_env` {problem}")
+    return config.client()
 
 
 def layer(settings: Any, context: LayerContext) -> Layer:

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from pulse_adapters.llm import ModelEndpoint
 from pulse_core._authority import PERMISSIONS
 from pulse_core._errors import LayerError
 from pulse_core._layer import layer_settings
@@ -41,7 +42,6 @@ MAX_ARCHIVE_DAYS = 36_500
 """`retention.archive_after_days` at most 100 years."""
 
 _DAILY = re.compile(r"^(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class MaintenanceSettingsError(LayerError, ValueError):
@@ -165,19 +165,14 @@ class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
                                              f"{self.archive_after_days!r})")
 
 
-class ConsolidationSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
+class ConsolidationSettings(ModelEndpoint, frozen=True, forbid_unknown_fields=True,
                             kw_only=True):
     """Who proposes consolidated insights: "off" (the default) or "llm", a model at an
-    OpenAI-compatible server, configured like the awareness layer's (`base_url` ending in the
-    API version, `model`, `api_key_env` naming the variable that holds the key). At most
+    OpenAI-compatible server (a ModelEndpoint, as the awareness layer's: `base_url` ending in
+    the API version, `model`, `api_key_env` naming the variable that holds the key). At most
 `max_identities` identities are consolidated per cycle (one proposer call each)."""
 
     proposer: str = "off"
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = 60.0
-    max_wall_s: float = 180.0
     max_identities: int = 10
 
     def __post_init__(self) -> None:
@@ -186,16 +181,11 @@ class ConsolidationSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=T
                                          f"(got {self.max_identities!r})")
         if self.proposer not in ("off", "llm"):
             raise _bad("proposer", f"must be 'off' or 'llm' (got {self.proposer!r})")
-        if self.proposer == "llm":
-            if not (self.base_url or "").startswith(("http://", "https://")):
-                raise _bad("base_url", "must start with http:// or https:// when proposer is "
-                                       "'llm', e.g. 'http://127.0.0.1:8080/v1'")
-            if not (self.model or "").strip():
-                raise _bad("model", "must name a model the server serves when proposer is "
-                                    "'llm'")
-        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
-            raise _bad("api_key_env", "must be the NAME of an environment variable, not the "
-                                      "key itself")
+        problem = self.endpoint_problem(required=self.proposer == "llm")
+        if problem is not None:
+            field, what = problem
+            raise _bad(field, what + (" when proposer is 'llm'" if field in ("base_url", "model")
+                                      and self.proposer == "llm" else ""))
         for name in ("timeout_s", "max_wall_s"):
             if not 0 < getattr(self, name) <= MAX_MODEL_S:
                 raise _bad(name, f"must be within (0, {MAX_MODEL_S:,}] seconds (got "

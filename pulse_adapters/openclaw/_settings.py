@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from pulse_adapters.llm import ModelEndpoint
 from pulse_core import LayerError, layer_settings
 
 LAYER = "openclaw"
@@ -62,28 +63,18 @@ class GatewaySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, k
         _positive(self, "gateway.", "interval_s", "timeout_s")
 
 
-class ModelSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The model route the gateway uses, probed into vitals `vitals_key` (llm_watchdog reads
-    `llm-route`). Unset `base_url`/`model` are read from OpenClaw's own config
-    (`agents.*.model` and `models.providers`) at the first probe; `api_key_env` NAMES the
-    variable holding the provider's key (OpenClaw's CLI never shows it)."""
+class ModelSettings(ModelEndpoint, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The model route the gateway uses (a ModelEndpoint), probed every `route_ttl_s` into
+    vitals `route_key` when `probe` is on. Unset `base_url`/`model` are read from OpenClaw's
+    own config (`agents.*.model` and `models.providers`) at the first probe; `api_key_env`
+    NAMES the variable holding the provider's key (OpenClaw's CLI never shows it)."""
 
     probe: bool = True
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
-    vitals_key: str = "llm-route"
-    interval_s: float = 30.0
-    probe_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
-            raise _bad("model.base_url", f"must start with http:// or https:// (got "
-                                         f"{self.base_url!r})")
-        if self.api_key_env is not None and not _ENV_NAME.fullmatch(self.api_key_env):
-            raise _bad("model.api_key_env", "must be the NAME of an environment variable, "
-                                            "not the key itself")
-        _positive(self, "model.", "interval_s", "probe_timeout_s")
+        problem = self.endpoint_problem(required=False)
+        if problem is not None:
+            raise _bad(f"model.{problem[0]}", problem[1])
 
 
 class NoticeSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -106,7 +106,7 @@ class RouteUnknown(PulseError):
 
 class ModelRouteWatcher(Watcher):
     """The model route the gateway is configured with, probed by pulse_adapters.llm's
-    RouteProbeWatcher and written under `vitals_key` (`llm-route`: llm_watchdog reads
+    RouteProbeWatcher and written under `route_key` (`llm-route`: llm_watchdog reads
     `data["ok"]`), with `provider` and `model` added. The route is read from OpenClaw's
     config at the first collect unless the settings give it."""
 
@@ -119,8 +119,8 @@ class ModelRouteWatcher(Watcher):
         self.cli = cli
         self.agent = agent
         self.clock = clock
-        self.key = settings.vitals_key
-        self.interval = settings.interval_s
+        self.key = settings.route_key
+        self.interval = settings.route_ttl_s
         self.timeout = settings.probe_timeout_s + 2 * cli.timeout_s + 1.0
         self.probe: RouteProbeWatcher | None = None
         self.route: dict[str, str] = {}

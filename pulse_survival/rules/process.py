@@ -147,7 +147,7 @@ class LlmWatchdog(SurvivalRule):
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         effects, tick_ms = await inner(prev, curr)
-        samples = curr.since_last_tick(self.policy.vitals_key)
+        samples = curr.since_last_tick(self.policy.route_key)
         if not samples:
             return Decision(effects, tick_ms)
         state = ledger(curr)

@@ -144,7 +144,7 @@ def test_a_named_but_unset_key_variable_is_an_error_naming_it(
 
 
 @pytest.mark.parametrize(("settings_", "field", "problem"), [
-    ({"model": "m"}, "base_url", "missing required field"),
+    ({"model": "m"}, "base_url", "is missing"),
     ({"base_url": "127.0.0.1:8080/v1", "model": "m"}, "`base_url`", "http://"),
     ({"base_url": "http://h/v1", "model": " "}, "`model`", "name a model"),
     ({"base_url": "http://h/v1", "model": "m", "timeout_s": "soon"}, "`timeout_s`",

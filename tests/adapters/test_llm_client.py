@@ -393,7 +393,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
     expected = {
         "JSON_OBJECT", "ChatClient", "Completion", "EmptyOutput", "HttpStatusError",
         "InferenceTimeout", "LlmError", "MalformedStream", "OutputTooLarge", "Preempted",
-        "RouteHealth",
+        "RouteHealth", "ROUTE_KEY", "ModelEndpoint",
         "RouteProbeWatcher", "TransportError", "Usage", "json_schema_format",
     }
     assert set(pulse_adapters.llm.__all__) == expected
@@ -403,3 +403,26 @@ def test_public_surface_is_pinned_and_documented() -> None:
             assert inspect.getdoc(obj), name
         if inspect.isclass(obj) and issubclass(obj, Exception):
             assert issubclass(obj, LlmError)
+
+
+def test_every_layer_that_calls_a_model_describes_its_route_with_one_struct() -> None:
+    from pulse_adapters.awareness import AwarenessSettings
+    from pulse_adapters.hermes import load_settings as hermes_settings
+    from pulse_adapters.llm import ROUTE_KEY, ModelEndpoint
+    from pulse_adapters.maintenance import MaintenanceSettings
+    from pulse_adapters.openclaw import load_settings as openclaw_settings
+    from pulse_survival import SurvivalConfig
+
+    routes = [AwarenessSettings(base_url="http://h/v1", model="m"),
+              MaintenanceSettings().consolidation,
+              openclaw_settings({}).model,
+              hermes_settings({}).model]
+    assert all(isinstance(r, ModelEndpoint) for r in routes)
+    # the probes write where the survival layer's llm_watchdog reads
+    assert {r.route_key for r in routes} == {ROUTE_KEY} == {SurvivalConfig().llm.route_key}
+    assert ModelEndpoint(model=" ").endpoint_problem(required=False) == (
+        "model", "must name a model the server serves, e.g. 'qwen2.5-7b-instruct'")
+    assert ModelEndpoint().endpoint_problem(required=False) is None
+    assert ModelEndpoint().endpoint_problem(required=True) is not None
+    assert ModelEndpoint(api_key_env="K").key_problem({}) is not None
+    assert ModelEndpoint(api_key_env="K").key_problem({"K": "v"}) is None

@@ -31,7 +31,7 @@ TEST_TIME_LIMIT_S = 30
 @pytest.mark.parametrize(("settings", "names"), [
     ({"progam": "hermes"}, "layers.hermes: unknown field `progam` (did you mean `program`?)"),
     ({"model": {"base_url": "ftp://x"}}, "setting `layers.hermes.model.base_url` must start"),
-    ({"model": {"base_url": "http://127.0.0.1:1/v1"}}, "`layers.hermes.model.default` must"),
+    ({"model": {"base_url": "http://127.0.0.1:1/v1"}}, "`layers.hermes.model.model` must"),
     ({"agents": [{"name": "a"}, {"name": "a"}]}, "`layers.hermes.agents` names must be unique"),
     ({"run_timeout_s": 0}, "setting `layers.hermes.run_timeout_s` must be > 0 seconds"),
     ({"extra_args": ["-z"]}, "setting `layers.hermes.extra_args` may not hold -z"),
@@ -47,7 +47,7 @@ def test_the_layer_declares_its_gateway_and_probes_the_route_it_is_given(tmp_pat
                                                                           ) -> None:
     parts = build_hermes({"home": str(tmp_path / "h"), "gateway": True,
                           "agents": [{"name": "h1"}],
-                          "model": {"base_url": "http://127.0.0.1:9/v1", "default": "m"}},
+                          "model": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}},
                          LayerContext(tmp_path, SystemClock()))
     layer = parts.layer
     Engine(tmp_path / "pulse", layers=[layer])  # what an engine refuses, it refuses here

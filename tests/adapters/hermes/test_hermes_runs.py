@@ -27,7 +27,7 @@ def layer_settings(rig: HermesRig, **extra: Any) -> dict[str, Any]:
     return {"program": str(rig.argv0), "home": str(rig.hermes_home),
             "agents": [{"name": "hermes-1"}], "toolsets": "todo", "ingest_interval_s": 0.2,
             "model": {"provider": "custom", "base_url": rig.server.base_url,
-                      "default": "stand-in", "api_key_env": "PULSE_TEST_HERMES_KEY"},
+                      "model": "stand-in", "api_key_env": "PULSE_TEST_HERMES_KEY"},
             **extra}
 
 

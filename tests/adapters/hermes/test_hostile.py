@@ -266,7 +266,7 @@ KEY = "pulse-test-key-7f3a9c41d2"  # no known prefix: Hermes' own redaction does
 def test_the_model_key_never_reaches_the_task_from_what_hermes_reports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failed: bool) -> None:
     monkeypatch.setenv("PULSE_TEST_HERMES_KEY", KEY)
-    settings = load_settings({"model": {"base_url": "http://127.0.0.1:9/v1", "default": "m",
+    settings = load_settings({"model": {"base_url": "http://127.0.0.1:9/v1", "model": "m",
                                         "api_key_env": "PULSE_TEST_HERMES_KEY"}})
     executor = build_hermes(settings, LayerContext(tmp_path, SystemClock())).executor
     run = HermesRun(task_id="t-1", task_version=1, agent="hermes", project="p", prompt="hi")
