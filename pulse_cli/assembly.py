@@ -27,8 +27,8 @@ from pulse_core import (
     LayerError,
     SystemClock,
     load_layers,
+    placement,
 )
-from pulse_core._assembly import placement
 
 NO_CODE = EngineCode(exported=Layer("engine"), revision=None)
 """What an engine runs when it has no engine directory code: an empty business layer."""

@@ -32,9 +32,15 @@ import msgspec
 from pulse_cli.home import CliError, check_instance_name
 from pulse_cli.loader import MAX_TICK_MS, MIN_TICK_MS
 from pulse_cli.output import without_passwords
-from pulse_core import PulseError, parse_store_url
-from pulse_core._homelock import PRIVATE_FILE, denied, write_private
-from pulse_core._lease import MAX_HOST_LENGTH, check_host
+from pulse_core import (
+    MAX_HOST_LENGTH,
+    PRIVATE_FILE,
+    PulseError,
+    check_host,
+    denied,
+    parse_store_url,
+    write_private,
+)
 from pulse_core.store._redis import SCHEMES, parse_redis_url
 
 if TYPE_CHECKING:
@@ -140,7 +146,7 @@ def _explain(exc: msgspec.ValidationError, raw: Any, name: str) -> ConfigError:
     path = match.group("path") if match else ""
     unknown = _UNKNOWN.match(text)
     if unknown:
-        from pulse_survival.config import unknown_field  # one wording for every config
+        from pulse_survival import unknown_field  # one wording for every config
 
         where = f"{name}: {path}" if path else name
         return ConfigError(unknown_field(unknown.group("name"), _FIELDS.get(path, ()), where))

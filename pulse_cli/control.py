@@ -26,8 +26,7 @@ from pulse_cli import config as config_file
 from pulse_cli.assembly import configured_layers
 from pulse_cli.home import EXIT_STATE, CliError, DaemonStateError, Home
 from pulse_cli.output import printable
-from pulse_core import SystemClock
-from pulse_core._homelock import open_private
+from pulse_core import SystemClock, open_private
 
 READY_TIMEOUT_S = 20.0
 

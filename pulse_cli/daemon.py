@@ -45,9 +45,16 @@ from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
 from pulse_cli.loader import EngineCode
 from pulse_cli.output import now_ms
 from pulse_cli.sd_notify import SystemdNotifier
-from pulse_core import Engine, EventDraft, HomeLocked, PulseError, StoreError, wait_signal
+from pulse_core import (
+    Engine,
+    EventDraft,
+    HomeLocked,
+    PulseError,
+    StoreError,
+    open_private,
+    wait_signal,
+)
 from pulse_core import error_draft as core_error_draft
-from pulse_core._homelock import open_private
 from pulse_survival import ProcessState, process_states
 
 STATUS_EVERY_S = 1.0

@@ -22,10 +22,8 @@ from pulse_cli.gate import GATE_MODULES, tool_problems
 from pulse_cli.home import EXIT_ERROR, Home
 from pulse_cli.output import print_json, print_table, printable, without_passwords
 from pulse_cli.stores import PROBE_NAMESPACE, served_log, served_side_store, shown
-from pulse_core import StoreError
-from pulse_core._layer import SURVIVAL_GROUP
-from pulse_core.store import open_event_store
-from pulse_core.store._side import open_side_store
+from pulse_core import SURVIVAL_GROUP, StoreError
+from pulse_core.store import open_event_store, open_side_store
 
 
 class Check(msgspec.Struct, frozen=True):

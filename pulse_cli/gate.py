@@ -46,8 +46,7 @@ import pulse_core
 from pulse_cli import config as config_file
 from pulse_cli.dryrun import copy_live_home
 from pulse_cli.home import Home
-from pulse_core import HomeLayout, Mark, PulseError
-from pulse_core._rules import rule_name
+from pulse_core import HomeLayout, Mark, PulseError, rule_name
 
 GATE_STEPS = ("compile", "mypy", "tests", "dry-run")
 OUTPUT_LIMIT = 4_000

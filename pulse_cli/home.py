@@ -32,8 +32,7 @@ from typing import Any
 import msgspec
 import psutil
 
-from pulse_core import HomeLayout, LoopStatus, PulseError
-from pulse_core._homelock import write_private
+from pulse_core import HomeLayout, LoopStatus, PulseError, write_private
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -41,11 +41,16 @@ from pulse_cli.stores import (
     store_url,
     unavailable,
 )
-from pulse_core import Event, EventStore, LoopState, PulseError, StoreError
-from pulse_core._homelock import private_folder
-from pulse_core._lease import check_host
-from pulse_core.store import open_event_store
-from pulse_core.store._side import open_side_store
+from pulse_core import (
+    Event,
+    EventStore,
+    LoopState,
+    PulseError,
+    StoreError,
+    check_host,
+    private_folder,
+)
+from pulse_core.store import open_event_store, open_side_store
 from pulse_survival import ProcessState, SupervisedState
 
 ERRORS_SHOWN = 3

@@ -32,8 +32,7 @@ from pulse_cli.queries import (
     parse_seconds,
     parse_since,
 )
-from pulse_core import PulseError
-from pulse_core._homelock import denied, loose_home
+from pulse_core import PulseError, denied, loose_home
 
 DESCRIPTION = """\
 Run, inspect and evolve a pulse engine. Every command acts on one home: --home DIR, or

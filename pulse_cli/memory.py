@@ -26,15 +26,16 @@ from pulse_cli.output import (
 )
 from pulse_cli.stores import opened
 from pulse_core import (
+    MAX_KEY_LENGTH,
     IdentityRecords,
     InvalidEvent,
     Memory,
     MemoryBoard,
+    check_text,
     identity_key,
     read_identities,
     read_identity,
 )
-from pulse_core._events import MAX_KEY_LENGTH, check_text
 from pulse_core.memory import Exchange
 
 _LIST_HEADERS = ("IDENTITY", "NAME", "EXCH", "STATE", "UNRES", "OBS", "FACTS", "REFL",

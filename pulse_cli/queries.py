@@ -32,6 +32,8 @@ from pulse_cli.output import (
 )
 from pulse_cli.stores import opened
 from pulse_core import (
+    EFFECT_KINDS,
+    TASK_KINDS,
     EffectEntry,
     EffectStatus,
     Event,
@@ -44,9 +46,8 @@ from pulse_core import (
     VersionConflict,
     fold_effect,
     known_kinds,
+    next_task_state,
 )
-from pulse_core._effects import EFFECT_KINDS
-from pulse_core._tasks import TASK_KINDS, next_task_state
 
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}

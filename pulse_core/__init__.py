@@ -1,9 +1,11 @@
 """pulse_core: the event-sourced engine. Watchers sense, rules decide, executors act."""
 
+from pulse_core._assembly import placement
 from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock, ManualClock, SystemClock
 from pulse_core._effect_control import cancel_effect, retry_effect
 from pulse_core._effects import (
+    EFFECT_KINDS,
     Effect,
     EffectEntry,
     EffectOutcome,
@@ -53,17 +55,31 @@ from pulse_core._errors import (
     VersionConflict,
 )
 from pulse_core._events import (
+    MAX_KEY_LENGTH,
+    QUARANTINED,
     Event,
     EventDraft,
     KindSpec,
+    check_text,
     error_draft,
     known_kinds,
     register_kind,
+    uuid7,
 )
 from pulse_core._executor_loop import ExecutorLoop
+from pulse_core._faces import publish_face
 from pulse_core._home import HomeLayout, HomeStores, open_home
+from pulse_core._homelock import (
+    PRIVATE_FILE,
+    denied,
+    loose_home,
+    open_private,
+    private_folder,
+    write_private,
+)
 from pulse_core._instruments import Instruments
 from pulse_core._layer import (
+    SURVIVAL_GROUP,
     EngineDirectory,
     Essential,
     Layer,
@@ -76,7 +92,7 @@ from pulse_core._layer import (
     load_layers,
     settings_problem,
 )
-from pulse_core._lease import process_started
+from pulse_core._lease import MAX_HOST_LENGTH, check_host, process_started
 from pulse_core._memory_view import (
     IdentityRecords,
     IdentitySummary,
@@ -85,8 +101,8 @@ from pulse_core._memory_view import (
     summarise_identities,
 )
 from pulse_core._pmap import PersistentMap
-from pulse_core._projections import RecentErrors
 from pulse_core._projector import Projector
+from pulse_core._recent_errors import RecentErrors
 from pulse_core._redact import redact_urls
 from pulse_core._rules import (
     Decision,
@@ -97,14 +113,17 @@ from pulse_core._rules import (
     adaptive_interval,
     clamp_tick,
     compose,
+    declared_effects,
     dedup,
     emits,
     error_backoff,
     guarded,
+    rule_name,
 )
 from pulse_core._snapshot import Projection, Snapshot, VitalReading
 from pulse_core._supervisor import LoopState, LoopStatus, Supervisor, wait_signal
 from pulse_core._tasks import (
+    TASK_KINDS,
     AgentCapabilityStats,
     AgentStats,
     CapabilityData,
@@ -113,8 +132,9 @@ from pulse_core._tasks import (
     TaskBoard,
     Tasks,
     TaskState,
+    next_task_state,
 )
-from pulse_core._watch import Watcher
+from pulse_core._watchers import Watcher
 from pulse_core.memory import IdentityMemory, Memory, MemoryBoard, identity_key
 from pulse_core.store import (
     AppendResult,
@@ -124,17 +144,25 @@ from pulse_core.store import (
     Recorder,
     Retention,
     Sample,
+    SideStore,
     SqliteEventStore,
     SqliteRecorder,
+    SqliteSideStore,
     SqliteVitalsStore,
     UnreadableEvent,
     VitalsStore,
     parse_store_url,
     purge_payload,
 )
-from pulse_core.store._side import SideStore, SqliteSideStore
 
 __all__ = [
+    "EFFECT_KINDS",
+    "MAX_HOST_LENGTH",
+    "MAX_KEY_LENGTH",
+    "PRIVATE_FILE",
+    "QUARANTINED",
+    "SURVIVAL_GROUP",
+    "TASK_KINDS",
     "AgentCapabilityStats",
     "AgentStats",
     "AppendRejected",
@@ -236,12 +264,16 @@ __all__ = [
     "adaptive_interval",
     "available_layers",
     "cancel_effect",
+    "check_host",
+    "check_text",
     "clamp_tick",
     "compose",
+    "declared_effects",
     "decode_effect",
     "decode_mark",
     "dedup",
     "default_builtin_rules",
+    "denied",
     "effect_draft",
     "effect_type",
     "emits",
@@ -255,16 +287,27 @@ __all__ = [
     "layer_settings",
     "load_layer",
     "load_layers",
+    "loose_home",
+    "next_task_state",
     "open_home",
+    "open_private",
     "parse_store_url",
+    "placement",
+    "private_folder",
     "process_started",
+    "publish_face",
     "purge_payload",
     "read_identities",
     "read_identity",
     "redact_urls",
     "register_kind",
     "retry_effect",
+    "rule_name",
     "settings_problem",
     "summarise_identities",
+    "uuid7",
     "wait_signal",
+    "write_private",
 ]
+
+publish_face(__name__)

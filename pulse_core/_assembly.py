@@ -14,13 +14,13 @@ from pulse_core._clock import Clock
 from pulse_core._effects import Executor
 from pulse_core._errors import PulseError, StoreError, SurvivalLocked
 from pulse_core._layer import EngineDirectory, Layer, LayerContext, check_layers, survival_layer
-from pulse_core._projections import RecentErrors
+from pulse_core._recent_errors import RecentErrors
 from pulse_core._rules import Rule, RuleChain, clamp_tick, dedup, error_backoff, rule_name
 from pulse_core._snapshot import Projection
 from pulse_core._tasks import AgentCapabilityStats, PendingTasks, Tasks
-from pulse_core._watch import Watcher
+from pulse_core._watchers import Watcher
 from pulse_core.memory import Memory
-from pulse_core.store._url import parse_store_url
+from pulse_core.store import parse_store_url
 
 
 def default_builtin_rules() -> list[Rule]:

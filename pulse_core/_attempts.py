@@ -19,7 +19,7 @@ from pulse_core._events import EventDraft
 from pulse_core._lease import Owner
 from pulse_core._redact import redact_urls
 from pulse_core._supervisor import Reporter, StoreOutage
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 WRITE_BACKOFF = Backoff(initial_ms=50, factor=2.0, max_ms=2_000, jitter=0.1)
 """Spacing of the retries of a claim's outcome that the store could not take."""

@@ -20,7 +20,7 @@ from pulse_core._errors import (
 )
 from pulse_core._events import Event, EventDraft
 from pulse_core._lease import owner_host
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 CANCELLABLE = frozenset({EffectStatus.PENDING, EffectStatus.RETRYING})
 RETRYABLE = frozenset({EffectStatus.FAILED, EffectStatus.CANCELLED})

@@ -22,7 +22,7 @@ from pulse_core._projector import (
     load_checkpoint,
     save_checkpoint,
 )
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 _CHECKPOINT = "executor-loop"
 _CHECKPOINT_VERSION = 3  # 2: EffectEntry.attempts_before_retry; 3: lease_ms

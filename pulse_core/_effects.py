@@ -28,9 +28,7 @@ from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock
 from pulse_core._errors import PulseError, UnknownEffect
 from pulse_core._events import QUARANTINED, Event, EventDraft, uuid7
-from pulse_core.store._base import EventStore
-from pulse_core.store._side import SideStore
-from pulse_core.store._vitals import VitalsStore
+from pulse_core.store import EventStore, SideStore, VitalsStore
 
 EFFECT_KINDS = frozenset({"effect", "effect-executing", "effect-acked", "effect-failed",
                           "effect-cancelled", "effect-retried"})

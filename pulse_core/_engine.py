@@ -24,14 +24,14 @@ from pulse_core._homelock import lock_home
 from pulse_core._housekeeping import housekeeping, save_memo
 from pulse_core._instruments import InstrumentFanOut, Instruments
 from pulse_core._layer import EngineDirectory, Layer
-from pulse_core._projections import SERVICE_PREFIX
 from pulse_core._projector import Projector
+from pulse_core._recent_errors import SERVICE_PREFIX
 from pulse_core._rules import Decision, Rule, RuleTrace, rule_name
 from pulse_core._run import stop_signals
 from pulse_core._snapshot import Projection, Snapshot
 from pulse_core._supervisor import LoopStatus, Once, Supervisor, wait_signal
 from pulse_core._ticker import Ticker
-from pulse_core._watch import Watcher, sample_once, watch_forever
+from pulse_core._watchers import Watcher, sample_once, watch_forever
 from pulse_core.store._base import AppendResult, EventStore
 from pulse_core.store._objects import ObjectStore
 from pulse_core.store._side import SideStore

@@ -25,7 +25,7 @@ from pulse_core._clock import Clock
 from pulse_core._errors import StoreClosed, StoreUnavailable
 from pulse_core._events import EventDraft, error_draft
 from pulse_core._waits import wait_signal
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 log = logging.getLogger("pulse")
 

@@ -52,9 +52,7 @@ from pulse_core._instruments import Instruments, timed_attempt, waited_s
 from pulse_core._lease import Leases, Owner
 from pulse_core._roster import Roster, announcement
 from pulse_core._supervisor import Reporter, StoreOutage, wait_signal
-from pulse_core.store._base import EventStore
-from pulse_core.store._side import SideStore
-from pulse_core.store._vitals import VitalsStore
+from pulse_core.store import EventStore, SideStore, VitalsStore
 
 READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
 """Spacing of `run`'s reads after the store failed one, and of claims after one failed."""

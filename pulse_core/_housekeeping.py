@@ -7,7 +7,7 @@ import asyncio
 
 from pulse_core._supervisor import Reporter
 from pulse_core._ticker import Ticker
-from pulse_core.store._vitals import Retention, VitalsStore
+from pulse_core.store import Retention, VitalsStore
 
 MEMO_EVERY_S = 10.0
 """How often a running engine persists its last snapshot (and at close)."""

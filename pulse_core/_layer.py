@@ -30,7 +30,7 @@ from pulse_core._effects import Effect, Executor, Mark, executors_by_tag
 from pulse_core._errors import LayerError, PulseError, SurvivalLocked, UnhandledEffect
 from pulse_core._rules import Rule, declared_effects, rule_name
 from pulse_core._snapshot import Projection
-from pulse_core._watch import Watcher
+from pulse_core._watchers import Watcher
 
 if TYPE_CHECKING:
     from pulse_core._engine import Engine

@@ -18,7 +18,7 @@ import msgspec
 from pulse_core._events import Event
 from pulse_core._projector import Projector
 from pulse_core.memory import Exchange, IdentityMemory, Memory, Note, identity_key, remember
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 SHOWN = 20
 """How many exchanges, observations, facts and removals one identity's view lists, newest

@@ -20,7 +20,7 @@ from pulse_core._events import Event, EventDraft
 from pulse_core._homelock import private_folder
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 log = logging.getLogger("pulse")
 

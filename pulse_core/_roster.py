@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import msgspec
 
 from pulse_core._events import EventDraft, ExecutorsAnnounced
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 ANNOUNCED = "executors-announced"
 PAGE = 1_000

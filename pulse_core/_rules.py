@@ -15,7 +15,7 @@ import msgspec
 
 from pulse_core._effects import Effect
 from pulse_core._errors import RuleChainError
-from pulse_core._projections import RecentErrors
+from pulse_core._recent_errors import RecentErrors
 from pulse_core._snapshot import Projection, Snapshot
 
 

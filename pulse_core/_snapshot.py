@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import msgspec
 
 from pulse_core._events import Event
-from pulse_core.store._vitals import Sample
+from pulse_core.store import Sample
 
 S = TypeVar("S")
 

@@ -23,7 +23,7 @@ from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 
 class TaskCreated(msgspec.Struct, frozen=True):

@@ -19,9 +19,8 @@ from pulse_core._instruments import Instruments
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
 from pulse_core._rules import Decision, RuleChain, RuleTrace
 from pulse_core._snapshot import Snapshot, VitalReading
-from pulse_core._watch import Watcher
-from pulse_core.store._base import EventStore
-from pulse_core.store._vitals import Sample, VitalsStore
+from pulse_core._watchers import Watcher
+from pulse_core.store import EventStore, Sample, VitalsStore
 
 MEMO = "tick"
 MEMO_VERSION = 1

@@ -3,7 +3,7 @@
 Every memory event is keyed `identity:<id>`, so an identity's version counts its memory
 events and its history reads with one key. Inside, records have ids (`record`): a human
 exchange, a state item, an unresolved item, an observation, a temporal fact, a reflection.
-A forgotten, quarantined or purged (`element-purged`, pulse_core/_elements.py) record is
+A forgotten, quarantined or purged (`element-purged`, pulse_core/maintenance/_elements.py) record is
 dropped from the current form and is never evidence again; the events that wrote it stay in
 the log.
 """
@@ -17,7 +17,7 @@ import msgspec
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind, uuid7
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 SEVERITIES = ("routine", "notice", "warning", "critical")
 KEEP_EXCHANGES = 50
@@ -157,7 +157,7 @@ MEMORY_KINDS = frozenset({
     "identity-registered", "human-exchange", "state-set", "state-revised", "state-retracted",
     "unresolved-opened", "unresolved-resolved", "observation-recorded",
     "temporal-fact-recorded", "reflection-recorded", "record-forgotten", "record-quarantined",
-    "element-purged",  # registered by pulse_core._elements: a purge removes like a forget
+    "element-purged",  # registered by pulse_core.maintenance: a purge removes like a forget
 })
 
 

@@ -4,7 +4,10 @@ Zero LLM and zero network in its decisions; only the network watcher probes the 
 engine finds it through the `pulse.survival` entry point, `pulse_survival.layer:layer`.
 """
 
-from pulse_core import Essential  # the same struct, kept here for existing imports
+from pulse_core import (
+    Essential,  # the same struct, kept here for existing imports
+    publish_face,
+)
 from pulse_survival.config import (
     ErrorLogPolicy,
     LlmPolicy,
@@ -16,6 +19,7 @@ from pulse_survival.config import (
     SurvivalConfig,
     SurvivalConfigError,
     load_config,
+    unknown_field,
 )
 from pulse_survival.effects import ArchiveSessions, Cleanup, Notify, RestartProcess, Rollback
 from pulse_survival.executors import (
@@ -96,4 +100,7 @@ __all__ = [
     "supervised_states",
     "survival_config",
     "survival_layer",
+    "unknown_field",
 ]
+
+publish_face(__name__)

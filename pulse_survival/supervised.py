@@ -18,7 +18,7 @@ import msgspec
 from pulse_core import Essential, Sample, Snapshot
 from pulse_survival.config import ProcessPolicy
 from pulse_survival.ledger import ProcessRecord, SurvivalLedger, SurvivalLedgerData
-from pulse_survival.rules.process import HOUR_MS, ProcessWatchdog, restart_backoff
+from pulse_survival.rules import HOUR_MS, ProcessWatchdog, restart_backoff
 
 if TYPE_CHECKING:
     from pulse_core import Engine

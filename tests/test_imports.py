@@ -34,3 +34,12 @@ def test_importing_pulse_core_loads_no_network_library() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == ""
+
+
+def test_the_kernel_does_not_load_the_seed_004_building_blocks() -> None:
+    code = ("import sys, pulse_core, pulse_core.memory, pulse_core.store\n"
+            "print(','.join(sorted(m for m in sys.modules "
+            "if m.startswith('pulse_core.maintenance'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == ""

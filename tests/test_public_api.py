@@ -42,6 +42,14 @@ EXPECTED_CORE = {
     "settings_problem",
     "summarise_identities",
     "wait_signal",
+    # what the CLI and the layers use of the kernel: kinds, ids, text and host checks, the
+    # home's private files, rule names
+    "EFFECT_KINDS", "MAX_HOST_LENGTH", "MAX_KEY_LENGTH", "PRIVATE_FILE", "QUARANTINED",
+    "SURVIVAL_GROUP", "TASK_KINDS", "check_host", "check_text", "declared_effects", "denied",
+    "loose_home", "next_task_state", "open_private", "placement", "private_folder",
+    "rule_name", "uuid7", "write_private",
+    # public names report their face as their module (the faces call it)
+    "publish_face",
 }
 
 

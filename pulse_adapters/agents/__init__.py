@@ -18,6 +18,7 @@ from pulse_adapters.agents._program import (
 from pulse_adapters.agents._spec import AgentSpec, DispatchPolicy
 from pulse_adapters.agents._stream import AgentOutputError, AgentResult, AgentStream
 from pulse_adapters.agents._trouble import StoreTrouble
+from pulse_core import publish_face
 
 __all__ = [
     "AgentOutputError",
@@ -40,3 +41,5 @@ __all__ = [
     "plan_dispatch",
     "timed_out_type",
 ]
+
+publish_face(__name__)

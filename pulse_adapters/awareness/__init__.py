@@ -7,12 +7,17 @@ quiet-hold service, as the `awareness` layer.
 """
 
 from pulse_adapters.awareness.config import AwarenessConfig, AwarenessConfigError, EvidenceCaps
-from pulse_adapters.awareness.contract import Envelope, InvalidEnvelope, parse_envelope
+from pulse_adapters.awareness.contract import (
+    Envelope,
+    InvalidEnvelope,
+    decode_reply,
+    parse_envelope,
+)
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.evidence import Evidence, build_evidence
 from pulse_adapters.awareness.executor import AwarenessExecutor, Foreground
 from pulse_adapters.awareness.fingerprint import fingerprint, shape
-from pulse_adapters.awareness.gate import GateResult, Rejection, Verb, gate
+from pulse_adapters.awareness.gate import GateResult, Rejection, Verb, gate, show_proposal
 from pulse_adapters.awareness.ledger import AwarenessLedger, CycleRecord, LedgerData, ReviewState
 from pulse_adapters.awareness.quiet import QuietHold, QuietHoldUnavailable, QuietState
 from pulse_adapters.awareness.reviewer import (
@@ -35,6 +40,7 @@ from pulse_adapters.awareness.undo import (
     UndoRefused,
     undo_cycle,
 )
+from pulse_core import publish_face
 
 __all__ = [
     "AwarenessConfig",
@@ -68,6 +74,7 @@ __all__ = [
     "Verb",
     "build_evidence",
     "build_reviewer",
+    "decode_reply",
     "due_at",
     "fingerprint",
     "gate",
@@ -76,5 +83,8 @@ __all__ = [
     "parse_envelope",
     "route_healthy",
     "shape",
+    "show_proposal",
     "undo_cycle",
 ]
+
+publish_face(__name__)

@@ -38,9 +38,9 @@ from pulse_adapters.llm import (
     Preempted,
     RouteHealth,
     Usage,
+    excerpt,
     json_schema_format,
 )
-from pulse_adapters.llm.errors import excerpt
 from pulse_core import (
     Event,
     EventDraft,

@@ -12,7 +12,7 @@ import msgspec
 
 from pulse_adapters.awareness.config import AwarenessConfig
 from pulse_adapters.awareness.contract import VALUE_BYTES, VALUE_DEPTH, VERBS
-from pulse_core._authority import outranks
+from pulse_core.maintenance import outranks
 from pulse_core.memory import IdentityMemory, StateItem
 
 _ORIGINATION = re.compile(
@@ -50,7 +50,7 @@ class GateResult(msgspec.Struct, frozen=True):
     rejected: tuple[Rejection, ...]
 
 
-def _show(proposal: Any) -> str:
+def show_proposal(proposal: Any) -> str:
     """At most SHOWN_CHARS of `proposal` as JSON (else its repr), for a rejection record.
     Shared by every gate (the maintenance consolidation gate too): a proposal is untrusted,
     so nothing it is (recursive, nested past the recursion limit, a repr that raises, a
@@ -191,5 +191,5 @@ def gate(proposals: Sequence[Any], allowlist: frozenset[str], memory: IdentityMe
             accepted.append(outcome)
             touched.add(outcome.target)
         else:
-            rejected.append(Rejection(_show(proposal), outcome[:SHOWN_CHARS]))
+            rejected.append(Rejection(show_proposal(proposal), outcome[:SHOWN_CHARS]))
     return GateResult(tuple(accepted), tuple(rejected))

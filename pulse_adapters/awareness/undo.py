@@ -23,12 +23,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from pulse_adapters.awareness.ledger import CycleRecord
-from pulse_core._activities import ActivityBody, perform_once, read_activity
-from pulse_core._clock import Clock, SystemClock
-from pulse_core._errors import PulseError
-from pulse_core._events import Event, EventDraft
+from pulse_core import Clock, Event, EventDraft, PulseError, SystemClock
+from pulse_core.maintenance import ActivityBody, perform_once, read_activity
 from pulse_core.memory import IdentityMemory, StateRevised, identity_key, remember
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 VERB_KINDS = frozenset({"state-revised", "state-retracted", "unresolved-resolved"})
 """The kinds a reviewer cycle writes for its accepted verbs."""

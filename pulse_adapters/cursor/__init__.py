@@ -11,6 +11,7 @@ from pulse_adapters.cursor._settings import (
     load_settings,
 )
 from pulse_adapters.cursor._stream import CursorOutcome, parse_stream
+from pulse_core import publish_face
 
 __all__ = [
     "LAYER",
@@ -27,3 +28,5 @@ __all__ = [
     "load_settings",
     "parse_stream",
 ]
+
+publish_face(__name__)

@@ -23,6 +23,7 @@ from pulse_adapters.hermes._settings import (
 )
 from pulse_adapters.hermes._transcripts import TranscriptIngest
 from pulse_adapters.hermes._watchers import HermesHomeWatcher, HermesRouteWatcher
+from pulse_core import publish_face
 
 __all__ = [
     "MIN_VERSION",
@@ -47,3 +48,5 @@ __all__ = [
     "load_settings",
     "plugin_settings",
 ]
+
+publish_face(__name__)

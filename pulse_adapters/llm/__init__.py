@@ -11,11 +11,17 @@ from pulse_adapters.llm.errors import (
     OutputTooLarge,
     Preempted,
     TransportError,
+    excerpt,
 )
 from pulse_adapters.llm.health import ROUTE_KEY, RouteHealth, RouteProbeWatcher
 from pulse_adapters.llm.stream import Completion, Usage
+from pulse_core import publish_face
+
+from pulse_adapters.llm.stand_in import ChatServer, Stream
 
 __all__ = [
+    "ChatServer",
+    "Stream",
     "JSON_OBJECT",
     "ROUTE_KEY",
     "ChatClient",
@@ -32,5 +38,8 @@ __all__ = [
     "RouteProbeWatcher",
     "TransportError",
     "Usage",
+    "excerpt",
     "json_schema_format",
 ]
+
+publish_face(__name__)

@@ -49,6 +49,7 @@ from pulse_adapters.maintenance._skills import (
     VerdictPolicy,
     verdict,
 )
+from pulse_core import publish_face
 
 __all__ = [
     "NOTHING_TO_DO",
@@ -92,3 +93,5 @@ __all__ = [
     "run_cycle",
     "verdict",
 ]
+
+publish_face(__name__)

@@ -8,10 +8,15 @@ from dataclasses import dataclass
 
 import msgspec
 
-from pulse_core._beliefs import IdentityBeliefs, contested
-from pulse_core._elements import Element, ElementsState
-from pulse_core._sleep import SleepTask, sleep_task_counts
-from pulse_core._watches import Watch
+from pulse_core.maintenance import (
+    Element,
+    ElementsState,
+    IdentityBeliefs,
+    SleepTask,
+    Watch,
+    contested,
+    sleep_task_counts,
+)
 
 DAY_MS = 86_400_000
 UNCONSOLIDATED_AGE_MS = 7 * DAY_MS

@@ -18,15 +18,21 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.awareness.gate import _show
-from pulse_core._activities import ActivityBody, activity_draft, retry_once
-from pulse_core._element_kinds import Consolidated, InsightRecorded
-from pulse_core._element_queries import of_identity
-from pulse_core._elements import Element, ElementsReader, ElementsState
-from pulse_core._errors import InvalidEvent, PulseError, VersionConflict
-from pulse_core._events import EventDraft, check_text, uuid7
+from pulse_adapters.awareness import show_proposal
+from pulse_core import EventDraft, InvalidEvent, PulseError, VersionConflict, check_text, uuid7
+from pulse_core.maintenance import (
+    ActivityBody,
+    Consolidated,
+    Element,
+    ElementsReader,
+    ElementsState,
+    InsightRecorded,
+    activity_draft,
+    of_identity,
+    retry_once,
+)
 from pulse_core.memory import identity_key
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 SOURCE_TYPES = ("exchange", "observation")
 """What consolidation picks as sources: exchanges and observations not consolidated yet."""
@@ -255,11 +261,11 @@ def gate_insights(proposals: Sequence[Any], state: ElementsState, *,
     for raw in proposals:
         found = _check(raw, state, shown, min_roots, ours)
         if isinstance(found, str):
-            rejected.append(Rejection(_show(raw), _storable(found)))
+            rejected.append(Rejection(show_proposal(raw), _storable(found)))
         elif len(accepted) >= budget:
-            rejected.append(Rejection(_show(raw), f"over the budget of {budget} insights"))
+            rejected.append(Rejection(show_proposal(raw), f"over the budget of {budget} insights"))
         elif any(a.inputs == found.inputs and a.text == found.text for a in accepted):
-            rejected.append(Rejection(_show(raw), "repeats an accepted proposal"))
+            rejected.append(Rejection(show_proposal(raw), "repeats an accepted proposal"))
         else:
             accepted.append(found)
     return accepted, rejected
@@ -357,7 +363,7 @@ class _Writer:
                         "salience": insight.salience}, state, self.batch.shown,
                        self.batch.min_roots, self.written)
         if isinstance(again, str):
-            return Rejection(_show(msgspec.to_builtins(insight)), f"on write: {again}")
+            return Rejection(show_proposal(msgspec.to_builtins(insight)), f"on write: {again}")
         record = f"i-{uuid7()}"
         eid = f"{identity}/{record}"
         activity = f"semantic_consolidation:{uuid7()}"

@@ -12,15 +12,9 @@ from pulse_adapters.maintenance._consolidation import Proposer
 from pulse_adapters.maintenance._ledger import CYCLES_KEY, CycleBegan
 from pulse_adapters.maintenance._report import Budget, CycleReport
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceSettings
-from pulse_core._activities import Activity, read_activity
-from pulse_core._authority import Authority
-from pulse_core._clock import Clock
-from pulse_core._elements import ElementsReader
-from pulse_core._events import Event, EventDraft
-from pulse_core._projector import Projector
-from pulse_core._sleep import SleepTask
-from pulse_core._snapshot import Projection
-from pulse_core.store._base import AppendResult, EventStore
+from pulse_core import Clock, Event, EventDraft, Projection, Projector
+from pulse_core.maintenance import Activity, Authority, ElementsReader, SleepTask, read_activity
+from pulse_core.store import AppendResult, EventStore
 
 CYCLE_CLASS = "maintenance_cycle"
 REVIEW_DERIVED = "review_derived"

@@ -38,20 +38,27 @@ from pulse_adapters.maintenance._report import (
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceSettings
 from pulse_adapters.maintenance._steps import STEPS, assessment, final_assessment
 from pulse_adapters.maintenance._work import CycleWork, cycle_work
-from pulse_core._activities import (
+from pulse_core import (
+    Clock,
+    EventDraft,
+    InvalidTransition,
+    NotAuthorized,
+    StoreError,
+    SystemClock,
+    VersionConflict,
+    uuid7,
+)
+from pulse_core.maintenance import (
     Activity,
     ActivityBody,
+    Authority,
+    ElementsReader,
     activity_draft,
     activity_key,
     end_activity,
     read_activity,
 )
-from pulse_core._authority import Authority
-from pulse_core._clock import Clock, SystemClock
-from pulse_core._elements import ElementsReader
-from pulse_core._errors import InvalidTransition, NotAuthorized, StoreError, VersionConflict
-from pulse_core._events import EventDraft, uuid7
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 
 class CycleFailed(StoreError):

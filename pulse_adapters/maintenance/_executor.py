@@ -15,10 +15,7 @@ from pulse_adapters.maintenance._cycle import run_cycle, summary
 from pulse_adapters.maintenance._rule import MaintenanceCycle, schedule_of
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceSettings
 from pulse_core import Backoff, ExecutionContext, Executor
-from pulse_core._activities import read_activity
-from pulse_core._authority import Authority
-from pulse_core._elements import ElementsReader
-from pulse_core._schedules import fire_schedule
+from pulse_core.maintenance import Authority, ElementsReader, fire_schedule, read_activity
 
 
 def cycle_id(effect_id: str) -> str:

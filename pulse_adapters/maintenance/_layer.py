@@ -19,11 +19,7 @@ from pulse_adapters.maintenance._settings import (
     load_settings,
 )
 from pulse_core import Engine, Layer, LayerContext
-from pulse_core._beliefs import Beliefs
-from pulse_core._elements import MemoryElements
-from pulse_core._schedules import Schedules
-from pulse_core._sleep import SleepTasks
-from pulse_core._watches import Watches
+from pulse_core.maintenance import Beliefs, MemoryElements, Schedules, SleepTasks, Watches
 
 
 class ProposerCloser:

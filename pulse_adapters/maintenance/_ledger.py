@@ -21,11 +21,9 @@ from __future__ import annotations
 import msgspec
 
 from pulse_adapters.maintenance._settings import ORIGIN
-from pulse_core._events import Event, EventDraft, register_kind
-from pulse_core._pmap import PersistentMap
-from pulse_core._snapshot import Projection
-from pulse_core._watches import WatchArmed, WatchCondition, is_machinery
-from pulse_core.store._base import EventStore
+from pulse_core import Event, EventDraft, PersistentMap, Projection, register_kind
+from pulse_core.maintenance import WatchArmed, WatchCondition, is_machinery
+from pulse_core.store import EventStore
 
 REQUESTS_KEY = "maintenance:requests"
 CYCLES_KEY = "maintenance:cycles"

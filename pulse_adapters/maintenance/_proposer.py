@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.awareness.contract import decode_reply
+from pulse_adapters.awareness import decode_reply
 from pulse_adapters.llm import ChatClient, json_schema_format
 from pulse_adapters.maintenance._consolidation import (
     MAX_INPUTS,

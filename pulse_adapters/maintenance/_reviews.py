@@ -11,17 +11,15 @@ import msgspec
 from pulse_adapters.maintenance._assessment import contested_slots
 from pulse_adapters.maintenance._context import REVIEW_DERIVED, CycleRun
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
-from pulse_core._beliefs import Beliefs
-from pulse_core._errors import (
-    InvalidTransition,
-    NotAuthorized,
-    StoreError,
-    VersionConflict,
+from pulse_core import EventDraft, InvalidTransition, NotAuthorized, StoreError, VersionConflict
+from pulse_core.maintenance import (
+    Beliefs,
+    RetentionLadder,
+    SleepBoard,
+    SleepTasks,
+    Watches,
+    evaluate_watches,
 )
-from pulse_core._events import EventDraft
-from pulse_core._retention import RetentionLadder
-from pulse_core._sleep import SleepBoard, SleepTasks
-from pulse_core._watches import Watches, evaluate_watches
 from pulse_core.memory import ObservationRecorded, identity_key
 
 WATCH_EVENTS = 200_000

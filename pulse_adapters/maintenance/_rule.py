@@ -11,12 +11,16 @@ from typing import ClassVar
 from pulse_adapters.maintenance._context import claims
 from pulse_adapters.maintenance._ledger import LedgerState, MaintenanceLedger
 from pulse_adapters.maintenance._settings import MaintenanceSettings, ScheduleSettings
-from pulse_core._effects import Effect
-from pulse_core._rules import Decision, Inner
-from pulse_core._schedules import DailyAt, Every, Schedules, SchedulesState, next_due
-from pulse_core._sleep import SleepTasks
-from pulse_core._snapshot import Snapshot
-from pulse_core._watches import Watches
+from pulse_core import Decision, Effect, Inner, Snapshot
+from pulse_core.maintenance import (
+    DailyAt,
+    Every,
+    Schedules,
+    SchedulesState,
+    SleepTasks,
+    Watches,
+    next_due,
+)
 
 SCHEDULE_NAME = "maintenance"
 DEDUP = "maintenance-cycle"

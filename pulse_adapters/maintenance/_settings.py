@@ -16,9 +16,8 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.llm import ModelEndpoint
-from pulse_core._authority import PERMISSIONS
-from pulse_core._errors import LayerError
-from pulse_core._layer import layer_settings
+from pulse_core import LayerError, layer_settings
+from pulse_core.maintenance import PERMISSIONS
 
 LAYER = "maintenance"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""

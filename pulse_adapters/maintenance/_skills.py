@@ -19,10 +19,9 @@ from fractions import Fraction
 
 import msgspec
 
-from pulse_core._activities import Activity, ActivityBody, activity_draft, read_activity, retry_once
-from pulse_core._errors import InvalidEvent, InvalidTransition
-from pulse_core._events import Event, EventDraft, register_kind, uuid7
-from pulse_core.store._base import EventStore
+from pulse_core import Event, EventDraft, InvalidEvent, InvalidTransition, register_kind, uuid7
+from pulse_core.maintenance import Activity, ActivityBody, activity_draft, read_activity, retry_once
+from pulse_core.store import EventStore
 
 STATUSES = ("proposed", "trialed", "adopted", "revoked")
 SEVERITIES = ("low", "normal", "high")

@@ -33,14 +33,23 @@ from pulse_adapters.maintenance._reviews import (
 )
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_adapters.maintenance._skills import SkillBoard
-from pulse_core._authority import authority_key
-from pulse_core._beliefs import Beliefs
-from pulse_core._element_queries import decays, eligible_for_decay
-from pulse_core._elements import ElementsState
-from pulse_core._errors import NotAuthorized, StoreError
-from pulse_core._metabolism import DecayPolicy, SweepReport, sweep
-from pulse_core._sleep import SleepBoard, SleepTask, SleepTasks, claimable
-from pulse_core._watches import Watches, read_watch
+from pulse_core import NotAuthorized, StoreError
+from pulse_core.maintenance import (
+    Beliefs,
+    DecayPolicy,
+    ElementsState,
+    SleepBoard,
+    SleepTask,
+    SleepTasks,
+    SweepReport,
+    Watches,
+    authority_key,
+    claimable,
+    decays,
+    eligible_for_decay,
+    read_watch,
+    sweep,
+)
 
 CONSOLIDATION_MIN_AGE_MS = 3_600_000
 

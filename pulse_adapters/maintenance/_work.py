@@ -15,8 +15,8 @@ import msgspec
 
 from pulse_adapters.maintenance._context import REVIEW_DERIVED
 from pulse_adapters.maintenance._settings import ORIGIN
-from pulse_core._events import Event
-from pulse_core.store._base import EventStore
+from pulse_core import Event
+from pulse_core.store import EventStore
 
 COUNTED = {
     "element-archived": "archived",

@@ -47,6 +47,7 @@ from pulse_adapters.openclaw._watchers import (
     RouteUnknown,
     SessionStoreWatcher,
 )
+from pulse_core import publish_face
 
 __all__ = [
     "GATEWAY",
@@ -87,3 +88,5 @@ __all__ = [
     "notice_text",
     "transcript_key",
 ]
+
+publish_face(__name__)

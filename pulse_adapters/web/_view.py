@@ -32,8 +32,8 @@ from pulse_core import (
     SystemClock,
     Tasks,
 )
-from pulse_core._projections import RecentErrors
 from pulse_core._projector import Projector
+from pulse_core._recent_errors import RecentErrors
 from pulse_core.memory import Memory
 from pulse_core.store import EventStore, ObjectStore, VitalsStore
 from pulse_survival.ledger import SurvivalLedger

@@ -1,6 +1,7 @@
 """The stores: the event log (an EventStore over one backend's Recorder), vitals, side state,
 and objects/ (payloads). Homes open them together through `pulse_core.open_home`."""
 
+from pulse_core._faces import publish_face
 from pulse_core.store._base import EventStore
 from pulse_core.store._events import SqliteEventStore, SqliteRecorder
 from pulse_core.store._objects import ObjectStore, digest_of, purge_payload
@@ -59,3 +60,5 @@ __all__ = [
     "parse_store_url",
     "purge_payload",
 ]
+
+publish_face(__name__)

@@ -1,5 +1,6 @@
 """The executors the survival rules need."""
 
+from pulse_core import publish_face
 from pulse_survival.executors.files import FileArchiveExecutor, FolderRefused, move_old_files
 from pulse_survival.executors.notify import NotifyExecutor, WebhookFailed
 from pulse_survival.executors.process import RestartProcessExecutor, write_pidfile
@@ -17,3 +18,5 @@ __all__ = [
     "move_old_files",
     "write_pidfile",
 ]
+
+publish_face(__name__)

@@ -10,8 +10,13 @@ from pulse_survival.effects import ArchiveSessions, Cleanup, Notify
 from pulse_survival.ledger import ErrorNotice
 from pulse_survival.marks import ErrorsEscalated, NetworkOutageAnnounced, NetworkRecoveryAnnounced
 from pulse_survival.rules.base import SurvivalRule, counted, latest, ledger, streak_marks
-from pulse_survival.watchers import ErrorTotals, error_totals, network_outage, under_pressure
-from pulse_survival.watchers.errorlog import LATEST
+from pulse_survival.watchers import (
+    LATEST,
+    ErrorTotals,
+    error_totals,
+    network_outage,
+    under_pressure,
+)
 
 
 class ResourceGuard(SurvivalRule):

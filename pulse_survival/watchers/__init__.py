@@ -1,11 +1,13 @@
 """The four survival watchers."""
 
-from pulse_survival.watchers.errorlog import ErrorLogWatcher, ErrorTotals, error_totals
+from pulse_core import publish_face
+from pulse_survival.watchers.errorlog import LATEST, ErrorLogWatcher, ErrorTotals, error_totals
 from pulse_survival.watchers.network import NetworkWatcher, network_outage
 from pulse_survival.watchers.processes import ProcessAliveWatcher, find_process
 from pulse_survival.watchers.resources import SystemResourceWatcher, under_pressure
 
 __all__ = [
+    "LATEST",
     "ErrorLogWatcher",
     "ErrorTotals",
     "NetworkWatcher",
@@ -16,3 +18,5 @@ __all__ = [
     "network_outage",
     "under_pressure",
 ]
+
+publish_face(__name__)

@@ -32,8 +32,8 @@ from pulse_adapters.awareness.undo import (
 )
 from pulse_adapters.llm.stand_in import ChatServer
 from pulse_core import Engine, Event, EventDraft, LayerContext, ManualClock, MemoryBoard
-from pulse_core._activities import read_activity
-from pulse_core._authority import rank
+from pulse_core.maintenance._activities import read_activity
+from pulse_core.maintenance._authority import rank
 from pulse_core.memory import (
     Exchange,
     IdentityMemory,

@@ -40,7 +40,7 @@ from pulse_adapters.llm.stand_in import (
 )
 from pulse_adapters.llm.stream import StreamReader
 from pulse_core import Engine, ManualClock, PulseError, VitalsStore
-from pulse_core._watch import sample_once
+from pulse_core._watchers import sample_once
 from pulse_survival.effects import Notify
 
 TEST_TIME_LIMIT_S = 5
@@ -393,7 +393,7 @@ def test_public_surface_is_pinned_and_documented() -> None:
     expected = {
         "JSON_OBJECT", "ChatClient", "Completion", "EmptyOutput", "HttpStatusError",
         "InferenceTimeout", "LlmError", "MalformedStream", "OutputTooLarge", "Preempted",
-        "RouteHealth", "ROUTE_KEY", "ModelEndpoint",
+        "RouteHealth", "ROUTE_KEY", "ModelEndpoint", "excerpt", "ChatServer", "Stream",
         "RouteProbeWatcher", "TransportError", "Usage", "json_schema_format",
     }
     assert set(pulse_adapters.llm.__all__) == expected

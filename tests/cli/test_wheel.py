@@ -52,11 +52,12 @@ def plain_python(folder: Path, *, without: tuple[str, ...] = ()) -> Path:
 
 def test_a_plain_python_does_not_import_types_at_start_up(tmp_path: Path) -> None:
     python = plain_python(tmp_path)
-    done = subprocess.run([python, "-c", "import sys, pulse_cli; print('types' in sys.modules,"
-                           " pulse_cli.__file__)"], capture_output=True, text=True, timeout=60,
-                          check=True, cwd=tmp_path)
-    assert done.stdout.split()[0] == "False"  # what an editable install hides
-    assert done.stdout.split()[1].startswith(str(ROOT))
+    done = subprocess.run([python, "-c", "import sys; print('types' in sys.modules)"],
+                          capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path)
+    assert done.stdout.strip() == "False"  # what an editable install hides
+    done = subprocess.run([python, "-c", "import pulse_cli; print(pulse_cli.__file__)"],
+                          capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path)
+    assert done.stdout.strip().startswith(str(ROOT))
 
 
 async def test_promote_from_a_plain_install_gates_an_engine_with_stdlib_named_modules(

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pulse_core import EventDraft, InvalidEvent, SqliteEventStore, VersionConflict
-from pulse_core._activities import (
+from pulse_core._errors import InvalidTransition
+from pulse_core.maintenance._activities import (
     ACTIVITY_CLASSES,
     ActivityBody,
     activity_draft,
@@ -21,7 +22,6 @@ from pulse_core._activities import (
     register_activity_class,
     retry_once,
 )
-from pulse_core._errors import InvalidTransition
 
 Work = tuple[Sequence[EventDraft], ActivityBody, dict[str, int]]
 

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pulse_core import EventDraft, InvalidEvent, SqliteEventStore
-from pulse_core._authority import (
+from pulse_core._errors import NotAuthorized
+from pulse_core.maintenance._authority import (
     AGENT,
     BACKGROUND,
     HUMAN,
@@ -24,8 +25,7 @@ from pulse_core._authority import (
     outranks,
     rank,
 )
-from pulse_core._errors import NotAuthorized
-from pulse_core._governance import (
+from pulse_core.maintenance._governance import (
     Governance,
     activate_schema,
     read_governance,

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulse_core import InvalidEvent, MemoryBoard, Projector, SqliteEventStore, identity_key
-from pulse_core._beliefs import (
+from pulse_core._events import Event, EventDraft
+from pulse_core._pmap import PersistentMap
+from pulse_core.maintenance._beliefs import (
     Assertion,
     AssertionClosed,
     AssertionMade,
@@ -25,8 +27,6 @@ from pulse_core._beliefs import (
     classify,
     contested,
 )
-from pulse_core._events import Event, EventDraft
-from pulse_core._pmap import PersistentMap
 
 ANA = "ana"
 

@@ -9,8 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from pulse_core._beliefs import BeliefBoard
-from pulse_core._element_kinds import (
+from pulse_core._events import EventDraft
+from pulse_core._projector import Projector
+from pulse_core.maintenance._beliefs import BeliefBoard
+from pulse_core.maintenance._element_kinds import (
     CommitmentMade,
     CommitmentUpdated,
     Consolidated,
@@ -18,11 +20,14 @@ from pulse_core._element_kinds import (
     SalienceSet,
     element_id,
 )
-from pulse_core._element_queries import dependents, eligible_for_decay, of_identity, references_of
-from pulse_core._elements import ElementsReader, MemoryElements
-from pulse_core._events import EventDraft
-from pulse_core._metabolism import DecayPolicy, sweep
-from pulse_core._projector import Projector
+from pulse_core.maintenance._element_queries import (
+    dependents,
+    eligible_for_decay,
+    of_identity,
+    references_of,
+)
+from pulse_core.maintenance._elements import ElementsReader, MemoryElements
+from pulse_core.maintenance._metabolism import DecayPolicy, sweep
 from pulse_core.memory import MemoryBoard, identity_key
 from pulse_core.store import SqliteEventStore
 from pulse_core.store._base import EventStore

@@ -14,11 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulse_core import MemoryBoard, Projector, SqliteEventStore, VersionConflict, identity_key
-from pulse_core._authority import Authority
-from pulse_core._beliefs import BeliefBoard, Beliefs
 from pulse_core._errors import NotAuthorized
 from pulse_core._events import Event, EventDraft
-from pulse_core._merge import (
+from pulse_core._pmap import PersistentMap
+from pulse_core.maintenance._authority import Authority
+from pulse_core.maintenance._beliefs import BeliefBoard, Beliefs
+from pulse_core.maintenance._merge import (
     IdentityMerged,
     MergeLink,
     MergeRefused,
@@ -30,7 +31,6 @@ from pulse_core._merge import (
     read_merges,
     suspect_same,
 )
-from pulse_core._pmap import PersistentMap
 
 
 async def _merges(store: SqliteEventStore) -> PersistentMap[str, MergeLink]:

@@ -11,17 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pulse_core._elements import ElementsReader
 from pulse_core._errors import InvalidTransition
 from pulse_core._events import EventDraft
-from pulse_core._metabolism import (
+from pulse_core._projector import Projector
+from pulse_core.maintenance._elements import ElementsReader
+from pulse_core.maintenance._metabolism import (
     DecayPolicy,
     decayed_strength,
     reinforce,
     set_salience,
     sweep,
 )
-from pulse_core._projector import Projector
 from pulse_core.memory import Memory, MemoryBoard
 from pulse_core.store import SqliteEventStore
 from pulse_core.store._base import EventStore

@@ -18,7 +18,7 @@ from pulse_core._errors import InvalidEvent
 from pulse_core._events import EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
-from pulse_core._schedules import (
+from pulse_core.maintenance._schedules import (
     MAX_MS,
     AfterEvents,
     DailyAt,

@@ -11,7 +11,7 @@ from pulse_core._clock import ManualClock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, InvalidTransition
 from pulse_core._events import EventDraft
 from pulse_core._projector import Projector
-from pulse_core._sleep import (
+from pulse_core.maintenance._sleep import (
     MAX_PRIORITY,
     SleepBoard,
     SleepTasks,

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pulse_core._activities import read_activity
 from pulse_core._clock import ManualClock
 from pulse_core._errors import InvalidEvent, InvalidTransition
 from pulse_core._events import Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
-from pulse_core._sleep import SleepTasks
-from pulse_core._watches import (
+from pulse_core.maintenance._activities import read_activity
+from pulse_core.maintenance._sleep import SleepTasks
+from pulse_core.maintenance._watches import (
     DecisionConflict,
     Watch,
     WatchArmed,

@@ -35,7 +35,7 @@ from pulse_core import (
 )
 from pulse_core._effects import effect_draft
 from pulse_core._supervisor import wait_signal
-from pulse_core._watch import sample_once
+from pulse_core._watchers import sample_once
 from tests.e2e.support import read_events
 from tests.loopback import LoopbackServer, read_request
 from tests.timing import scaled

@@ -13,8 +13,8 @@ from pulse_adapters.maintenance import run_cycle
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_adapters.maintenance._steps import STEPS
 from pulse_core import EventDraft, ManualClock
-from pulse_core._sleep import SleepBoard
-from pulse_core._watches import WatchArmed, WatchCondition, arm_watch
+from pulse_core.maintenance._sleep import SleepBoard
+from pulse_core.maintenance._watches import WatchArmed, WatchCondition, arm_watch
 from pulse_core.memory import identity_key
 from pulse_core.store._base import EventStore
 from tests.maintenance.conftest import OpenStore

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from pulse_adapters.awareness.gate import _show as awareness_show
+from pulse_adapters.awareness import show_proposal as awareness_show
 from pulse_adapters.llm import ChatClient
 from pulse_adapters.llm.stand_in import ChatServer, Status, Stream
 from pulse_adapters.maintenance import _consolidation
@@ -24,11 +24,11 @@ from pulse_adapters.maintenance._consolidation import (
     gate_insights,
 )
 from pulse_adapters.maintenance._proposer import LlmProposer, parse_proposals
-from pulse_core._activities import read_activity
-from pulse_core._element_kinds import element_id
-from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._events import EventDraft
 from pulse_core._pmap import PersistentMap
+from pulse_core.maintenance._activities import read_activity
+from pulse_core.maintenance._element_kinds import element_id
+from pulse_core.maintenance._elements import Element, ElementsReader, ElementsState
 from pulse_core.memory import MemoryBoard, identity_key
 from pulse_core.store import SqliteEventStore
 
@@ -438,7 +438,7 @@ async def test_an_answer_or_failure_that_cannot_be_read_is_reported_not_raised(
 def test_one_show_serves_both_gates_and_shows_any_value() -> None:
     loop: list[Any] = []
     loop.append(loop)
-    assert vars(_consolidation)["_show"] is awareness_show
+    assert vars(_consolidation)["show_proposal"] is awareness_show
     for value in (loop, nested(100_000), Unshowable(), "\ud800", {"text": "t"}):
         shown = awareness_show(value)
         assert isinstance(shown, str) and len(shown) <= 300

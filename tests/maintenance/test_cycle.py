@@ -22,12 +22,18 @@ from pulse_adapters.maintenance import (
 )
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_core import EventDraft, ManualClock, MemoryBoard
-from pulse_core._activities import read_activity
-from pulse_core._beliefs import BeliefBoard
-from pulse_core._elements import ElementsReader, ElementsState
 from pulse_core._errors import StoreUnavailable
-from pulse_core._sleep import SleepBoard
-from pulse_core._watches import WatchArmed, WatchCondition, arm_watch, decide_watch, read_watch
+from pulse_core.maintenance._activities import read_activity
+from pulse_core.maintenance._beliefs import BeliefBoard
+from pulse_core.maintenance._elements import ElementsReader, ElementsState
+from pulse_core.maintenance._sleep import SleepBoard
+from pulse_core.maintenance._watches import (
+    WatchArmed,
+    WatchCondition,
+    arm_watch,
+    decide_watch,
+    read_watch,
+)
 from pulse_core.memory import Memory, identity_key
 from pulse_core.store._base import EventStore
 from tests.maintenance.conftest import OpenStore

@@ -16,7 +16,7 @@ import msgspec
 from pulse_adapters.maintenance import MaintenanceSettings, run_cycle
 from pulse_adapters.maintenance._settings import ORIGIN
 from pulse_core import EventDraft, identity_key
-from pulse_core._activities import read_activity
+from pulse_core.maintenance._activities import read_activity
 from tests.maintenance.conftest import OpenStore
 
 RECORDS = 60
@@ -32,7 +32,7 @@ ATTEMPT = textwrap.dedent("""
     import msgspec
 
     from pulse_adapters.maintenance import MaintenanceSettings, run_cycle
-    from pulse_core._authority import Authority
+    from pulse_core.maintenance._authority import Authority
     from pulse_core.store import open_event_store
 
     url, marker, hang_at, settings = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -28,14 +28,14 @@ from pulse_adapters.maintenance._settings import (
 )
 from pulse_adapters.maintenance._steps import metabolism
 from pulse_core import EventDraft, ManualClock
-from pulse_core._activities import read_activity
-from pulse_core._authority import Authority
-from pulse_core._elements import ElementsReader
 from pulse_core._errors import StoreError
-from pulse_core._schedules import Schedules
-from pulse_core._sleep import SleepBoard, SleepTasks
 from pulse_core._snapshot import Snapshot
-from pulse_core._watches import (
+from pulse_core.maintenance._activities import read_activity
+from pulse_core.maintenance._authority import Authority
+from pulse_core.maintenance._elements import ElementsReader
+from pulse_core.maintenance._schedules import Schedules
+from pulse_core.maintenance._sleep import SleepBoard, SleepTasks
+from pulse_core.maintenance._watches import (
     WatchArmed,
     WatchCondition,
     Watches,
@@ -377,9 +377,9 @@ async def test_cycle_a_poisoned_stale_flag_is_skipped_with_a_warning_and_the_oth
 async def test_cycle_a_grant_revoked_between_the_check_and_the_batch_write_never_lands(
     open_store: OpenStore,
 ) -> None:
-    from pulse_core._authority import authority_key
     from pulse_core._errors import NotAuthorized
-    from pulse_core._metabolism import sweep
+    from pulse_core.maintenance._authority import authority_key
+    from pulse_core.maintenance._metabolism import sweep
 
     store = await open_store()
     await store.append([d for i in range(3) for d in exchanges(f"p{i}", 2)])
@@ -407,7 +407,7 @@ async def test_cycle_a_grant_revoked_between_the_check_and_the_batch_write_never
 async def test_cycle_a_cycle_reads_each_sleep_task_event_once(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pulse_core._sleep import SleepTaskCreated, sleep_task_draft
+    from pulse_core.maintenance._sleep import SleepTaskCreated, sleep_task_draft
 
     clock = ManualClock(1_700_000_000_000)
     store = await open_store(clock)
@@ -431,7 +431,7 @@ async def test_cycle_a_cycle_reads_each_sleep_task_event_once(
 async def test_cycle_a_cycle_reads_only_the_cycles_the_last_one_could_not_close(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pulse_core._activities import read_activity
+    from pulse_core.maintenance._activities import read_activity
 
     clock = ManualClock(1_700_000_000_000)
     store = await open_store(clock)

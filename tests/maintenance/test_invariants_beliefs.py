@@ -8,7 +8,8 @@ import msgspec
 import pytest
 
 from pulse_core import Memory, MemoryBoard, Projector, SqliteEventStore, identity_key
-from pulse_core._beliefs import (
+from pulse_core._events import EventDraft
+from pulse_core.maintenance._beliefs import (
     AssertionMade,
     BeliefBoard,
     Beliefs,
@@ -16,8 +17,7 @@ from pulse_core._beliefs import (
     classify,
     contested,
 )
-from pulse_core._events import EventDraft
-from pulse_core._merge import Merges, canonical, merge_identity
+from pulse_core.maintenance._merge import Merges, canonical, merge_identity
 
 REMOVING = {"record-forgotten", "record-quarantined", "element-purged", "event-quarantined"}
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from pulse_adapters.maintenance import run_cycle
 from pulse_core import Event, EventDraft, ManualClock, MemoryBoard, SqliteEventStore
-from pulse_core._beliefs import BeliefBoard
-from pulse_core._sleep import SleepBoard
-from pulse_core._watches import WatchArmed, WatchCondition, arm_watch
+from pulse_core.maintenance._beliefs import BeliefBoard
+from pulse_core.maintenance._sleep import SleepBoard
+from pulse_core.maintenance._watches import WatchArmed, WatchCondition, arm_watch
 from pulse_core.memory import Memory, identity_key
 from pulse_core.store._base import EventStore
 

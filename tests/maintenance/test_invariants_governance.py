@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from pulse_core import EventDraft, MemoryBoard, SqliteEventStore
-from pulse_core._authority import PERMISSIONS, Authority, authority_key
 from pulse_core._errors import NotAuthorized
-from pulse_core._governance import (
+from pulse_core.maintenance._authority import PERMISSIONS, Authority, authority_key
+from pulse_core.maintenance._governance import (
     SCHEMA_KEY,
     TRUST_KEY,
     activate_schema,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pulse_core._activities import read_activity
-from pulse_core._authority import Authority
 from pulse_core._errors import NotAuthorized
 from pulse_core._events import EventDraft, register_kind
 from pulse_core._projector import Projector
-from pulse_core._watches import (
+from pulse_core.maintenance._activities import read_activity
+from pulse_core.maintenance._authority import Authority
+from pulse_core.maintenance._watches import (
     WatchArmed,
     WatchCondition,
     Watches,

@@ -37,9 +37,9 @@ from pulse_core import (
     load_layer,
     load_layers,
 )
-from pulse_core._activities import read_activity
-from pulse_core._sleep import SleepBoard
-from pulse_core._watches import (
+from pulse_core.maintenance._activities import read_activity
+from pulse_core.maintenance._sleep import SleepBoard
+from pulse_core.maintenance._watches import (
     WatchArmed,
     WatchCondition,
     Watches,

@@ -20,9 +20,9 @@ from pulse_adapters.maintenance._skills import (
     same_actor,
     skill_key,
 )
-from pulse_core._activities import ActivityBody, activity_draft, read_activity
 from pulse_core._errors import InvalidEvent, InvalidTransition
 from pulse_core._events import EventDraft, uuid7
+from pulse_core.maintenance._activities import ActivityBody, activity_draft, read_activity
 from pulse_core.store import SqliteEventStore
 from pulse_core.store._base import EventStore
 

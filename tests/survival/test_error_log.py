@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pulse_core import Engine, ManualClock, Sample, VitalsStore
-from pulse_core._watch import watch_forever
+from pulse_core._watchers import watch_forever
 from pulse_survival import ErrorLogPolicy, SurvivalConfig
 from pulse_survival.watchers import ErrorLogWatcher
 from tests.timing import scaled

@@ -26,7 +26,7 @@ from pulse_core import (
 )
 from pulse_core._effects import effect_draft
 from pulse_core._layer import survival_layer
-from pulse_core._watch import sample_once
+from pulse_core._watchers import sample_once
 from pulse_survival import (
     RULE_ORDER,
     SURVIVAL_MARKS,

@@ -6,8 +6,8 @@ commitment, an assertion...) with what maintenance needs beside it: its memory s
 (active -> archived -> tombstoned -> purged), a legal hold, a stale flag and its lineage
 (derived_from, consolidated_to, corrects, corrected_by, referenced_by). Elements carry no
 confidence at all: truth lives in the state items of pulse_core/memory.py and decay cannot
-reach it. The kinds that change elements are in pulse_core/_element_kinds.py, the queries
-over the folded state in pulse_core/_element_queries.py.
+reach it. The kinds that change elements are in _element_kinds.py, the queries over the folded
+state in _element_queries.py.
 
 Every element event is keyed `identity:<id>`, like the memory events, so one expected
 version guards all of an identity's elements; `ElementsState.versions` holds that version.
@@ -20,16 +20,16 @@ from typing import Any
 
 import msgspec
 
-from pulse_core._authority import HUMAN, rank
-from pulse_core._element_kinds import (
-    INSIGHT_STRENGTH,
-    element_id,
-)
 from pulse_core._events import Event
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
 from pulse_core._snapshot import Projection
-from pulse_core.store._base import EventStore
+from pulse_core.maintenance._authority import HUMAN, rank
+from pulse_core.maintenance._element_kinds import (
+    INSIGHT_STRENGTH,
+    element_id,
+)
+from pulse_core.store import EventStore
 
 # -- state -------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ A fired watch authorizes nothing: it asks for attention. What is done about it g
 raises DecisionConflict instead of vanishing.
 
 The data (payloads, the fold, the Watches projection, `matches`, `WatchIndex`,
-`delta_fires`) lives in pulse_core._watch_kinds and is re-exported here.
+`delta_fires`) lives in pulse_core.maintenance._watch_kinds and is re-exported here.
 
 ::
 
@@ -33,13 +33,13 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from pulse_core._activities import ActivityBody, Performed, perform_once
 from pulse_core._clock import SystemClock
 from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import Event, EventDraft
 from pulse_core._pmap import PersistentMap
-from pulse_core._sleep import SleepTaskCreated, sleep_key, sleep_task_draft
-from pulse_core._watch_kinds import (
+from pulse_core.maintenance._activities import ActivityBody, Performed, perform_once
+from pulse_core.maintenance._sleep import SleepTaskCreated, sleep_key, sleep_task_draft
+from pulse_core.maintenance._watch_kinds import (
     CLASSES,
     DECISIONS,
     MACHINE_PREFIXES,
@@ -65,7 +65,7 @@ from pulse_core._watch_kinds import (
     read_watch,
     watch_key,
 )
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 __all__ = [
     "CLASSES", "DECISIONS", "MACHINE_PREFIXES", "PRODUCES", "WATCH_KINDS", "DecisionConflict",

@@ -21,7 +21,7 @@ import msgspec
 
 from pulse_core._errors import InvalidEvent, NotAuthorized
 from pulse_core._events import Event, EventDraft, register_kind
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 PERMISSIONS = (
     "read", "search", "project", "maintain", "archive", "retention", "merge", "purge",

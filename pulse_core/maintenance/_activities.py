@@ -24,7 +24,7 @@ import msgspec
 
 from pulse_core._errors import InvalidEvent, InvalidTransition, VersionConflict
 from pulse_core._events import Event, EventDraft, register_kind
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 T = TypeVar("T")
 

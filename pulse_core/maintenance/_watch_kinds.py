@@ -1,6 +1,6 @@
 """Watches, the data: the watch kinds and their payloads, the fold of a watch's events, the
 Watches projection, the `matches` predicate and the index that finds, for one event, the armed
-watches it may match (pulse_core._watches arms, evaluates and decides them).
+watches it may match (pulse_core.maintenance._watches arms, evaluates and decides them).
 
 Every number a watch payload carries is bounded (a time in 0..MAX_MS, a seq in 0..MAX_SEQ, a
 priority in -MAX_PRIORITY..MAX_PRIORITY), so a hostile `watch-armed` is refused at append.
@@ -15,10 +15,10 @@ import msgspec
 from pulse_core._errors import InvalidTransition
 from pulse_core._events import MAX_SEQ, Event, register_kind
 from pulse_core._pmap import PersistentMap
-from pulse_core._schedules import MAX_MS, check_ms
-from pulse_core._sleep import check_priority
 from pulse_core._snapshot import Projection
-from pulse_core.store._base import EventStore
+from pulse_core.maintenance._schedules import MAX_MS, check_ms
+from pulse_core.maintenance._sleep import check_priority
+from pulse_core.store import EventStore
 
 CLASSES = ("delta", "silence")
 DECISIONS = ("act", "ask", "defer", "silence")

@@ -22,22 +22,32 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from pulse_core._activities import ActivityBody, activity_draft, activity_key, retry_once
-from pulse_core._authority import HUMAN, Authority, authority_key, rank
 from pulse_core._clock import Clock, SystemClock
-from pulse_core._element_kinds import Correction, StageChange, Stale, element_id, split_element_id
-from pulse_core._element_queries import byte_namers, dependents
-from pulse_core._elements import (
+from pulse_core._errors import InvalidTransition, NotAuthorized, PurgeRefused
+from pulse_core._events import Event, EventDraft, uuid7
+from pulse_core.maintenance._activities import (
+    ActivityBody,
+    activity_draft,
+    activity_key,
+    retry_once,
+)
+from pulse_core.maintenance._authority import HUMAN, Authority, authority_key, rank
+from pulse_core.maintenance._element_kinds import (
+    Correction,
+    StageChange,
+    Stale,
+    element_id,
+    split_element_id,
+)
+from pulse_core.maintenance._element_queries import byte_namers, dependents
+from pulse_core.maintenance._elements import (
     Element,
     ElementsReader,
     ElementsState,
     live_references,
 )
-from pulse_core._errors import InvalidTransition, NotAuthorized, PurgeRefused
-from pulse_core._events import Event, EventDraft, uuid7
 from pulse_core.memory import identity_key
-from pulse_core.store._base import EventStore
-from pulse_core.store._objects import ObjectStore
+from pulse_core.store import EventStore, ObjectStore
 
 __all__ = ["RetentionLadder"]
 

@@ -29,9 +29,9 @@ from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind, uuid7
 from pulse_core._pmap import PersistentMap
-from pulse_core._schedules import check_ms
 from pulse_core._snapshot import Projection
-from pulse_core.store._base import EventStore
+from pulse_core.maintenance._schedules import check_ms
+from pulse_core.store import EventStore
 
 MAX_PRIORITY = 1_000_000
 """Priorities are ints in -MAX_PRIORITY..MAX_PRIORITY (higher: claimed first)."""

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pulse_core._redact import redact_urls
 from pulse_core._supervisor import wait_signal
 from pulse_core._waits import reject, resolve
-from pulse_core.store._vitals import Sample, VitalsStore
+from pulse_core.store import Sample, VitalsStore
 
 T = TypeVar("T")
 

@@ -18,15 +18,15 @@ from collections.abc import Mapping
 
 import msgspec
 
-from pulse_core._activities import retry_once
-from pulse_core._authority import Authority
-from pulse_core._beliefs import BeliefBoard
 from pulse_core._errors import MergeRefused
 from pulse_core._events import Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
+from pulse_core.maintenance._activities import retry_once
+from pulse_core.maintenance._authority import Authority
+from pulse_core.maintenance._beliefs import BeliefBoard
 from pulse_core.memory import identity_key
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 __all__ = [
     "IdentityAbsorbed",

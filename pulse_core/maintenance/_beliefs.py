@@ -25,13 +25,13 @@ from typing import Any
 
 import msgspec
 
-from pulse_core._activities import retry_once
 from pulse_core._errors import RevisionRefused
 from pulse_core._events import Event, EventDraft, register_kind, uuid7
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
+from pulse_core.maintenance._activities import retry_once
 from pulse_core.memory import identity_key
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 __all__ = [
     "Assertion",

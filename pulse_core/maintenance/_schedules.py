@@ -38,7 +38,7 @@ from pulse_core._errors import IdempotencyConflict, InvalidEvent, VersionConflic
 from pulse_core._events import MAX_SEQ, Event, EventDraft, register_kind
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 FIRED = "schedule-fired"
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")

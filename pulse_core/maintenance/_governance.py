@@ -20,10 +20,10 @@ from typing import Any
 
 import msgspec
 
-from pulse_core._activities import retry_once
-from pulse_core._authority import GRANT_KINDS, Authority, authority_key, fold_grants
 from pulse_core._errors import InvalidEvent
 from pulse_core._events import Event, EventDraft, register_kind
+from pulse_core.maintenance._activities import retry_once
+from pulse_core.maintenance._authority import GRANT_KINDS, Authority, authority_key, fold_grants
 
 TRUST_KEY = "governance:trust"
 SCHEMA_KEY = "governance:schema"

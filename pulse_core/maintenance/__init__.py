@@ -14,7 +14,8 @@
 The maintenance cycle that uses them is the `maintenance` layer (pulse_adapters.maintenance).
 """
 
-from pulse_core._activities import (
+from pulse_core._faces import publish_face
+from pulse_core.maintenance._activities import (
     Activity,
     ActivityBody,
     ActivityEnd,
@@ -27,7 +28,7 @@ from pulse_core._activities import (
     register_activity_class,
     retry_once,
 )
-from pulse_core._authority import (
+from pulse_core.maintenance._authority import (
     AGENT,
     BACKGROUND,
     HUMAN,
@@ -38,7 +39,7 @@ from pulse_core._authority import (
     outranks,
     rank,
 )
-from pulse_core._beliefs import (
+from pulse_core.maintenance._beliefs import (
     Assertion,
     AssertionClosed,
     AssertionMade,
@@ -48,7 +49,7 @@ from pulse_core._beliefs import (
     classify,
     contested,
 )
-from pulse_core._element_kinds import (
+from pulse_core.maintenance._element_kinds import (
     CommitmentMade,
     CommitmentUpdated,
     Consolidated,
@@ -62,9 +63,21 @@ from pulse_core._element_kinds import (
     element_id,
     split_element_id,
 )
-from pulse_core._element_queries import dependents, of_identity, references_of
-from pulse_core._elements import Commitment, Element, ElementsReader, ElementsState, MemoryElements
-from pulse_core._governance import (
+from pulse_core.maintenance._element_queries import (
+    decays,
+    dependents,
+    eligible_for_decay,
+    of_identity,
+    references_of,
+)
+from pulse_core.maintenance._elements import (
+    Commitment,
+    Element,
+    ElementsReader,
+    ElementsState,
+    MemoryElements,
+)
+from pulse_core.maintenance._governance import (
     ActiveSchema,
     Governance,
     TrustPolicy,
@@ -72,7 +85,7 @@ from pulse_core._governance import (
     read_governance,
     set_trust_policy,
 )
-from pulse_core._merge import (
+from pulse_core.maintenance._merge import (
     IdentityAbsorbed,
     IdentityMerged,
     MergeLink,
@@ -83,7 +96,7 @@ from pulse_core._merge import (
     read_merges,
     suspect_same,
 )
-from pulse_core._metabolism import (
+from pulse_core.maintenance._metabolism import (
     DecayPolicy,
     SweepReport,
     decayed_strength,
@@ -91,8 +104,8 @@ from pulse_core._metabolism import (
     set_salience,
     sweep,
 )
-from pulse_core._retention import RetentionLadder
-from pulse_core._schedules import (
+from pulse_core.maintenance._retention import RetentionLadder
+from pulse_core.maintenance._schedules import (
     AfterEvents,
     DailyAt,
     Every,
@@ -107,7 +120,7 @@ from pulse_core._schedules import (
     next_due,
     schedule_key,
 )
-from pulse_core._sleep import (
+from pulse_core.maintenance._sleep import (
     SleepBoard,
     SleepTask,
     SleepTaskCreated,
@@ -116,7 +129,7 @@ from pulse_core._sleep import (
     sleep_key,
     sleep_task_counts,
 )
-from pulse_core._watches import (
+from pulse_core.maintenance._watches import (
     DecisionConflict,
     Evaluation,
     Fire,
@@ -133,6 +146,7 @@ from pulse_core._watches import (
     delta_fires,
     disarm_watch,
     evaluate_watches,
+    is_machinery,
     matches,
     past_due,
     read_watch,
@@ -215,15 +229,18 @@ __all__ = [
     "classify",
     "contested",
     "decayed_strength",
+    "decays",
     "decide_watch",
     "delta_fires",
     "dependents",
     "disarm_watch",
     "element_id",
+    "eligible_for_decay",
     "end_activity",
     "evaluate_watches",
     "fire_schedule",
     "is_due",
+    "is_machinery",
     "matches",
     "merge_identity",
     "ms_until_due",
@@ -251,3 +268,5 @@ __all__ = [
     "sweep",
     "watch_key",
 ]
+
+publish_face(__name__)

@@ -20,14 +20,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import msgspec
 
-from pulse_core._activities import retry_once
-from pulse_core._element_kinds import Metabolized, Reinforced, SalienceSet, element_id
-from pulse_core._element_queries import decays, due_for_decay, eligible_for_decay, shielded
-from pulse_core._elements import Element, ElementsReader, ElementsState
 from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import Event, EventDraft
+from pulse_core.maintenance._activities import retry_once
+from pulse_core.maintenance._element_kinds import Metabolized, Reinforced, SalienceSet, element_id
+from pulse_core.maintenance._element_queries import (
+    decays,
+    due_for_decay,
+    eligible_for_decay,
+    shielded,
+)
+from pulse_core.maintenance._elements import Element, ElementsReader, ElementsState
 from pulse_core.memory import identity_key
-from pulse_core.store._base import EventStore
+from pulse_core.store import EventStore
 
 __all__ = ["Authorize", "DecayPolicy", "SweepReport", "decayed_strength", "reinforce",
            "set_salience", "sweep"]
