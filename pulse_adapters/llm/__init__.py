@@ -14,17 +14,15 @@ from pulse_adapters.llm.errors import (
     excerpt,
 )
 from pulse_adapters.llm.health import ROUTE_KEY, RouteHealth, RouteProbeWatcher
+from pulse_adapters.llm.stand_in import ChatServer, Stream
 from pulse_adapters.llm.stream import Completion, Usage
 from pulse_core import publish_face
 
-from pulse_adapters.llm.stand_in import ChatServer, Stream
-
 __all__ = [
-    "ChatServer",
-    "Stream",
     "JSON_OBJECT",
     "ROUTE_KEY",
     "ChatClient",
+    "ChatServer",
     "Completion",
     "EmptyOutput",
     "HttpStatusError",
@@ -36,6 +34,7 @@ __all__ = [
     "Preempted",
     "RouteHealth",
     "RouteProbeWatcher",
+    "Stream",
     "TransportError",
     "Usage",
     "excerpt",
