@@ -34,7 +34,7 @@ from pathlib import Path
 from bench.common import Figure, Report, temp_dir
 from pulse_adapters.maintenance import Budgets, MaintenanceSettings, run_cycle
 from pulse_core import EventDraft, ManualClock, SqliteEventStore, identity_key
-from pulse_core.maintenance._elements import ElementsReader
+from pulse_core.maintenance import ElementsReader
 
 START_MS = 1_700_000_000_000
 BATCH = 5_000

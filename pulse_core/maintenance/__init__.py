@@ -70,13 +70,8 @@ from pulse_core.maintenance._element_queries import (
     of_identity,
     references_of,
 )
-from pulse_core.maintenance._elements import (
-    Commitment,
-    Element,
-    ElementsReader,
-    ElementsState,
-    MemoryElements,
-)
+from pulse_core.maintenance._element_state import Commitment, Element, ElementsState
+from pulse_core.maintenance._elements import ElementsReader, MemoryElements
 from pulse_core.maintenance._governance import (
     ActiveSchema,
     Governance,

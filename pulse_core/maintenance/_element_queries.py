@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pulse_core.maintenance._elements import Element, ElementsState
+from pulse_core.maintenance._element_state import Element, ElementsState
 
 
 def of_identity(state: ElementsState, identity: str) -> list[Element]:

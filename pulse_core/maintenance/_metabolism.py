@@ -30,7 +30,8 @@ from pulse_core.maintenance._element_queries import (
     eligible_for_decay,
     shielded,
 )
-from pulse_core.maintenance._elements import Element, ElementsReader, ElementsState
+from pulse_core.maintenance._element_state import Element, ElementsState
+from pulse_core.maintenance._elements import ElementsReader
 from pulse_core.memory import identity_key
 from pulse_core.store import EventStore
 

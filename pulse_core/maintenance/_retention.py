@@ -40,12 +40,8 @@ from pulse_core.maintenance._element_kinds import (
     split_element_id,
 )
 from pulse_core.maintenance._element_queries import byte_namers, dependents
-from pulse_core.maintenance._elements import (
-    Element,
-    ElementsReader,
-    ElementsState,
-    live_references,
-)
+from pulse_core.maintenance._element_state import Element, ElementsState, live_references
+from pulse_core.maintenance._elements import ElementsReader
 from pulse_core.memory import identity_key
 from pulse_core.store import EventStore, ObjectStore
 

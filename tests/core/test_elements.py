@@ -11,6 +11,7 @@ import pytest
 
 from pulse_core._events import EventDraft
 from pulse_core._projector import Projector
+from pulse_core.maintenance import ElementsReader, MemoryElements
 from pulse_core.maintenance._beliefs import BeliefBoard
 from pulse_core.maintenance._element_kinds import (
     CommitmentMade,
@@ -26,7 +27,6 @@ from pulse_core.maintenance._element_queries import (
     of_identity,
     references_of,
 )
-from pulse_core.maintenance._elements import ElementsReader, MemoryElements
 from pulse_core.maintenance._metabolism import DecayPolicy, sweep
 from pulse_core.memory import MemoryBoard, identity_key
 from pulse_core.store import SqliteEventStore

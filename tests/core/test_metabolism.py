@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pulse_core._errors import InvalidTransition
 from pulse_core._events import EventDraft
 from pulse_core._projector import Projector
-from pulse_core.maintenance._elements import ElementsReader
+from pulse_core.maintenance import ElementsReader
 from pulse_core.maintenance._metabolism import (
     DecayPolicy,
     decayed_strength,

@@ -13,10 +13,10 @@ import pulse_core.maintenance._beliefs  # noqa: F401  (registers assertion-made)
 from pulse_core._errors import InvalidTransition, NotAuthorized, PurgeRefused
 from pulse_core._events import EventDraft
 from pulse_core._projector import Projector
+from pulse_core.maintenance import ElementsReader
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._authority import Authority
 from pulse_core.maintenance._element_kinds import InsightRecorded
-from pulse_core.maintenance._elements import ElementsReader
 from pulse_core.maintenance._retention import RetentionLadder
 from pulse_core.memory import Memory, MemoryBoard, identity_key
 from pulse_core.store import ObjectStore, SqliteEventStore

@@ -26,9 +26,9 @@ from pulse_adapters.maintenance._consolidation import (
 from pulse_adapters.maintenance._proposer import LlmProposer, parse_proposals
 from pulse_core._events import EventDraft
 from pulse_core._pmap import PersistentMap
+from pulse_core.maintenance import Element, ElementsReader, ElementsState
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._element_kinds import element_id
-from pulse_core.maintenance._elements import Element, ElementsReader, ElementsState
 from pulse_core.memory import MemoryBoard, identity_key
 from pulse_core.store import SqliteEventStore
 

@@ -23,9 +23,9 @@ from pulse_adapters.maintenance import (
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_core import EventDraft, ManualClock, MemoryBoard
 from pulse_core._errors import StoreUnavailable
+from pulse_core.maintenance import Authority, ElementsReader, ElementsState
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._beliefs import BeliefBoard
-from pulse_core.maintenance._elements import ElementsReader, ElementsState
 from pulse_core.maintenance._sleep import SleepBoard
 from pulse_core.maintenance._watches import (
     WatchArmed,
@@ -192,6 +192,22 @@ async def test_an_empty_home_completes_with_nothing_safe_to_do(
     await store.close()
 
 
+class HeldAfterFirstBatch(Authority):
+    """The standing grants, but the check before the second decay batch waits for ever: the
+    cycle is cut after its first batch whatever the backend's speed."""
+
+    def __init__(self, store: EventStore, settings: MaintenanceSettings) -> None:
+        super().__init__(store, {"maintenance": settings.grants})
+        self.checks = 0
+
+    async def check(self, principal: str, permission: str, action: str) -> int:
+        if permission == "maintain" and action == "decay memory strength":
+            self.checks += 1
+            if self.checks == 2:
+                await asyncio.Event().wait()
+        return await super().check(principal, permission, action)
+
+
 async def _cancel_after_first_batch(store: EventStore, cycle: asyncio.Task[CycleReport]
                                     ) -> None:
     async for event in store.changes(await store.last_seq(), kinds=["memory-metabolized"]):
@@ -207,7 +223,8 @@ async def test_a_cycle_cancelled_after_its_first_sweep_batch_then_rerun_decays_n
     await store.append([draft(f"p{i % 7}", "human-exchange", record=f"x-{i}", text="hi")
                         for i in range(60)])
     settings = MaintenanceSettings(decay=DecaySettings(limit=10))
-    cycle = asyncio.ensure_future(run_cycle(store, settings, clock=clock, cycle="crashy"))
+    cycle = asyncio.ensure_future(run_cycle(store, settings, clock=clock, cycle="crashy",
+                                            authority=HeldAfterFirstBatch(store, settings)))
     watcher = asyncio.ensure_future(_cancel_after_first_batch(store, cycle))
     with pytest.raises(asyncio.CancelledError):
         await cycle

@@ -30,9 +30,9 @@ from pulse_adapters.maintenance._steps import metabolism
 from pulse_core import EventDraft, ManualClock
 from pulse_core._errors import StoreError
 from pulse_core._snapshot import Snapshot
+from pulse_core.maintenance import ElementsReader
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._authority import Authority
-from pulse_core.maintenance._elements import ElementsReader
 from pulse_core.maintenance._schedules import Schedules
 from pulse_core.maintenance._sleep import SleepBoard, SleepTasks
 from pulse_core.maintenance._watches import (

@@ -13,11 +13,11 @@ import pytest
 from pulse_core._errors import NotAuthorized, PurgeRefused
 from pulse_core._events import EventDraft
 from pulse_core._projector import Projector
+from pulse_core.maintenance import Element, ElementsReader
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._authority import Authority
 from pulse_core.maintenance._beliefs import BeliefBoard
 from pulse_core.maintenance._element_kinds import InsightRecorded
-from pulse_core.maintenance._elements import Element, ElementsReader
 from pulse_core.maintenance._metabolism import DecayPolicy, reinforce, sweep
 from pulse_core.maintenance._retention import RetentionLadder
 from pulse_core.memory import Memory, MemoryBoard, identity_key

@@ -34,11 +34,11 @@ from pulse_adapters.maintenance._skills import (
 from pulse_core._errors import NotAuthorized
 from pulse_core._events import EventDraft
 from pulse_core._pmap import PersistentMap
+from pulse_core.maintenance import Element, ElementsReader, ElementsState
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._authority import PERMISSIONS, Authority
 from pulse_core.maintenance._element_kinds import element_id
 from pulse_core.maintenance._element_queries import dependents
-from pulse_core.maintenance._elements import Element, ElementsReader, ElementsState
 from pulse_core.memory import MemoryBoard
 from pulse_core.store import SqliteEventStore
 from tests.maintenance.test_skills import (
