@@ -18,16 +18,16 @@ def _resolve_annotations(cls: type, face: str) -> None:
     typing.get_type_hints still read them once `__module__` names the face. One that names
     nothing at run time stays a string, as unreadable as before."""
     own = inspect.get_annotations(cls)
-    if not own or not any(isinstance(value, str) for value in own.values()):
+    if not own or not any(isinstance(value, (str, typing.ForwardRef)) for value in own.values()):
         return
     namespace = {**vars(sys.modules[face]), **vars(sys.modules[cls.__module__])}
     resolved = dict(own)
     for name, value in own.items():
-        if isinstance(value, str):
+        if isinstance(value, (str, typing.ForwardRef)):
+            ref = typing.ForwardRef(value, is_class=True) if isinstance(value, str) else value
             try:
                 resolved[name] = typing._eval_type(  # type: ignore[attr-defined]
-                    typing.ForwardRef(value, is_class=True), namespace, dict(vars(cls)),
-                    frozenset())
+                    ref, namespace, dict(vars(cls)), frozenset())
             except NameError:
                 continue
     type.__setattr__(cls, "__annotations__", resolved)

@@ -146,3 +146,30 @@ def test_public_names_report_their_face(face: str) -> None:
         if any(part.startswith("_") for part in home.split(".")):
             wrong.append(f"{name}: {home}")
     assert wrong == []
+
+
+@pytest.mark.parametrize("face", _faces())
+def test_names_moved_to_their_face_are_still_readable_by_msgspec_and_typing(face: str) -> None:
+    import typing
+
+    import msgspec
+
+    module = importlib.import_module(face)
+    for name in getattr(module, "__all__", ()):
+        obj = getattr(module, name)
+        if not inspect.isclass(obj) or obj.__module__ != face:
+            continue
+        if issubclass(obj, msgspec.Struct):
+            msgspec.structs.fields(obj)  # resolves every annotation, or raises NameError
+        elif inspect.get_annotations(obj) and not issubclass(obj, BaseException):
+            typing.get_type_hints(obj)
+
+
+def test_a_public_error_pickles_by_its_face() -> None:
+    import pickle
+
+    from pulse_core import LayerError
+
+    assert LayerError.__module__ == "pulse_core"
+    error = pickle.loads(pickle.dumps(LayerError("layer 'web': setting `port` must be a port")))
+    assert type(error) is LayerError and "`port`" in str(error)
