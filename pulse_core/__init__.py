@@ -134,7 +134,7 @@ from pulse_core._tasks import (
     TaskState,
     next_task_state,
 )
-from pulse_core._watchers import Watcher
+from pulse_core._watchers import LLM_ROUTE_KEY, Watcher
 from pulse_core.memory import IdentityMemory, Memory, MemoryBoard, identity_key
 from pulse_core.store import (
     AppendResult,
@@ -157,6 +157,7 @@ from pulse_core.store import (
 
 __all__ = [
     "EFFECT_KINDS",
+    "LLM_ROUTE_KEY",
     "MAX_HOST_LENGTH",
     "MAX_KEY_LENGTH",
     "PRIVATE_FILE",

@@ -20,6 +20,11 @@ from pulse_core.store import Sample, VitalsStore
 T = TypeVar("T")
 
 
+LLM_ROUTE_KEY = "llm-route"
+"""The vitals key a model route's health is sampled under: the route probes of the layers
+that call a model write it (`pulse_adapters.llm.ROUTE_KEY`), the survival layer's
+llm_watchdog reads it (`survival.llm.route_key`)."""
+
 class Watcher(abc.ABC):
     """Senses one thing. Each collect becomes a vitals sample under `key`.
 

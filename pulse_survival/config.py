@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from pulse_core import Essential, LayerError, PulseError
+from pulse_core import LLM_ROUTE_KEY, Essential, LayerError, PulseError
 
 
 class SurvivalConfigError(PulseError):
@@ -72,13 +72,16 @@ class ProcessPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class LlmPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """llm_watchdog: restart the model proxy after `failures` failed probes in a row."""
 
-    route_key: str = "llm-route"  # pulse_adapters.llm.ROUTE_KEY, where the probes write
+    route_key: str = LLM_ROUTE_KEY
     failures: int = 3
     restart: Essential | None = None
     backoff_initial_s: float = 5.0
     backoff_max_s: float = 300.0
 
     def __post_init__(self) -> None:
+        if not self.route_key.strip():
+            raise SurvivalConfigError(f"survival.llm.route_key must name the vitals key the "
+                                      f"route probes write (default {LLM_ROUTE_KEY!r})")
         _bounded("llm", "failures", self.failures, 1, 20)
         _bounded("llm", "backoff_initial_s", self.backoff_initial_s, 0.1, 600)
         _bounded("llm", "backoff_max_s", self.backoff_max_s, self.backoff_initial_s, 3600)

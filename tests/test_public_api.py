@@ -50,6 +50,8 @@ EXPECTED_CORE = {
     "rule_name", "uuid7", "write_private",
     # public names report their face as their module (the faces call it)
     "publish_face",
+    # the vitals key model-route probes write and llm_watchdog reads
+    "LLM_ROUTE_KEY",
 }
 
 

@@ -3,6 +3,7 @@ model extends (awareness, maintenance's consolidation, the OpenClaw and Hermes r
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -47,14 +48,15 @@ class ModelEndpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                                 "e.g. 'http://127.0.0.1:8080/v1'")
         if (required or self.model is not None) and not (self.model or "").strip():
             return "model", "must name a model the server serves, e.g. 'qwen2.5-7b-instruct'"
-        if self.api_key_env is not None and not _ENV_NAME.match(self.api_key_env):
+        if self.api_key_env is not None and not _ENV_NAME.fullmatch(self.api_key_env):
             return "api_key_env", ("must be the NAME of an environment variable (letters, "
                                    "digits, _; e.g. OPENAI_API_KEY), not the key itself")
         if not self.route_key.strip():
             return "route_key", f"must name a vitals key (the survival layer reads {ROUTE_KEY!r})"
         for name in ("timeout_s", "max_wall_s", "route_ttl_s", "probe_timeout_s"):
-            if not getattr(self, name) > 0:
-                return name, f"must be > 0 seconds (got {getattr(self, name)!r})"
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                return name, f"must be a finite number > 0 seconds (got {value!r})"
         return None
 
     def api_key(self, environ: Mapping[str, str] | None = None) -> str | None:

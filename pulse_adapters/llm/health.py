@@ -14,14 +14,14 @@ from typing import Any
 
 from pulse_adapters.llm.client import ChatClient
 from pulse_adapters.llm.errors import EmptyOutput, HttpStatusError, LlmError, excerpt
-from pulse_core import Clock, Sample, SystemClock, VitalsStore, Watcher
+from pulse_core import LLM_ROUTE_KEY, Clock, Sample, SystemClock, VitalsStore, Watcher
 
 PROBE_MESSAGES = ({"role": "user", "content": "ping"},)
 
 
-ROUTE_KEY = "llm-route"
-"""The vitals key a model route's probes are written under by default; the survival layer's
-llm_watchdog reads it (its `llm.route_key`)."""
+ROUTE_KEY = LLM_ROUTE_KEY
+"""The vitals key a model route's probes are written under by default (pulse_core's
+LLM_ROUTE_KEY); the survival layer's llm_watchdog reads it (its `llm.route_key`)."""
 
 class RouteHealth:
     """The cached health contract of one ChatClient's route.
@@ -139,7 +139,7 @@ class RouteProbeWatcher(Watcher):
     the tick when the route fails or recovers, so llm_watchdog counts every failed probe.
     """
 
-    name = "llm-route"
+    name = ROUTE_KEY
 
     def __init__(self, health: RouteHealth, *, interval_s: float | None = None) -> None:
         super().__init__()

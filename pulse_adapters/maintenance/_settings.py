@@ -183,8 +183,9 @@ class ConsolidationSettings(ModelEndpoint, frozen=True, forbid_unknown_fields=Tr
         problem = self.endpoint_problem(required=self.proposer == "llm")
         if problem is not None:
             field, what = problem
-            raise _bad(field, what + (" when proposer is 'llm'" if field in ("base_url", "model")
-                                      and self.proposer == "llm" else ""))
+            when = " (proposer 'llm' needs it)" if field in ("base_url", "model") \
+                and self.proposer == "llm" else ""
+            raise _bad(field, what + when)
         for name in ("timeout_s", "max_wall_s"):
             if not 0 < getattr(self, name) <= MAX_MODEL_S:
                 raise _bad(name, f"must be within (0, {MAX_MODEL_S:,}] seconds (got "
