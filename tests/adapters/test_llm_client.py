@@ -424,5 +424,10 @@ def test_every_layer_that_calls_a_model_describes_its_route_with_one_struct() ->
         "model", "must name a model the server serves, e.g. 'qwen2.5-7b-instruct'")
     assert ModelEndpoint().endpoint_problem(required=False) is None
     assert ModelEndpoint().endpoint_problem(required=True) is not None
+    assert ModelEndpoint(api_key_env="OPENAI_API_KEY\n").endpoint_problem(required=False) == (
+        "api_key_env", "must be the NAME of an environment variable (letters, digits, _; e.g. "
+        "OPENAI_API_KEY), not the key itself")
+    assert ModelEndpoint(timeout_s=float("inf")).endpoint_problem(required=False) == (
+        "timeout_s", "must be a finite number > 0 seconds (got inf)")
     assert ModelEndpoint(api_key_env="K").key_problem({}) is not None
     assert ModelEndpoint(api_key_env="K").key_problem({"K": "v"}) is None

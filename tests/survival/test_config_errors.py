@@ -81,3 +81,8 @@ def test_every_field_of_a_processes_entry_is_documented_and_the_example_loads() 
     example = section.split("```json\n", 1)[1].split("```", 1)[0]
     config = load_config(json.loads(example)["survival"])
     assert [p.name for p in config.processes] == ["bot"]
+
+
+def test_a_blank_route_key_is_refused_naming_the_default() -> None:
+    assert "survival.llm.route_key must name the vitals key" in refused({"llm": {"route_key": " "}})
+    assert "'llm-route'" in refused({"llm": {"route_key": ""}})
