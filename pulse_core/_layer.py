@@ -140,8 +140,9 @@ def _struct_at(root: type[msgspec.Struct], where: str) -> Any:
 def settings_problem(root: type[msgspec.Struct], exc: msgspec.ValidationError) -> str:
     """What `exc` (from `msgspec.convert(settings, root)`) says is wrong with a layer's
     settings, naming the dotted field: for an unknown field, the closest allowed name and
-    every allowed one; a check of the layer's own that says "`field` problem" is placed
-    inside the object it was raised in."""
+    every allowed one (or, for a name the struct lists in a `renamed_fields` class variable,
+    what it became: "`model`"); a check of the layer's own that says "`field` problem" is placed inside
+    the object it was raised in."""
     message, at, where = str(exc).rpartition(" - at `$.")
     where = where.rstrip("`") if at else ""
     message = message or str(exc)
@@ -149,8 +150,11 @@ def settings_problem(root: type[msgspec.Struct], exc: msgspec.ValidationError) -
     if unknown:
         struct = _struct_at(root, where)
         allowed = [f.encode_name for f in msgspec.structs.fields(struct)]
+        renamed = getattr(struct, "renamed_fields", {}).get(unknown["name"])
         close = difflib.get_close_matches(unknown["name"], allowed, n=1)
         hint = f" (did you mean `{close[0]}`?)" if close else ""
+        if renamed:
+            hint = f" (renamed: now {renamed})"
         inside = f"setting `{where}`: " if where else ""
         return f"{inside}unknown field `{unknown['name']}`{hint} — allowed: {', '.join(allowed)}"
     if message.startswith("`"):

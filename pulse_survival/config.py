@@ -11,7 +11,7 @@ import re
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import msgspec
@@ -73,6 +73,7 @@ class LlmPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """llm_watchdog: restart the model proxy after `failures` failed probes in a row."""
 
     route_key: str = LLM_ROUTE_KEY
+    renamed_fields: ClassVar[dict[str, str]] = {"vitals_key": "route_key"}
     failures: int = 3
     restart: Essential | None = None
     backoff_initial_s: float = 5.0
@@ -205,11 +206,15 @@ def _settings_in(annotation: Any) -> type[msgspec.Struct] | None:
     return None
 
 
-def unknown_field(key: str, allowed: Sequence[str], where: str) -> str:
-    """The message for `key`, which is not one of the `allowed` fields at `where`: the closest
-    allowed name when one is close, then every allowed name in declared order."""
+def unknown_field(key: str, allowed: Sequence[str], where: str,
+                  renamed: Mapping[str, str] | None = None) -> str:
+    """The message for `key`, which is not one of the `allowed` fields at `where`: its new
+    name when `renamed` gives one, else the closest allowed name when one is close, then
+    every allowed name in declared order."""
     close = difflib.get_close_matches(key, allowed, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if renamed and key in renamed:
+        hint = f" (renamed: now {renamed[key]!r})"
     return f"{where}: unknown field {key!r}{hint} — allowed: {', '.join(allowed)}"
 
 
@@ -221,7 +226,8 @@ def _check_names(data: Any, cls: type[msgspec.Struct], where: str) -> None:
     for key, value in data.items():
         field = fields.get(key)
         if field is None:
-            raise SurvivalConfigError(unknown_field(str(key), tuple(fields), where))
+            raise SurvivalConfigError(unknown_field(str(key), tuple(fields), where,
+                                                    getattr(cls, "renamed_fields", None)))
         inner = _settings_in(field.type)
         if inner is None:
             continue

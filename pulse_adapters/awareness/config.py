@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import msgspec
 
 from pulse_core import PulseError
@@ -39,6 +41,8 @@ class AwarenessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     backoff_base_s: float = 60.0
     backoff_max_s: float = 3600.0
     route_stale_s: float = 180.0
+    renamed_fields: ClassVar[dict[str, str]] = {
+        "route_key": "`route_key`, beside base_url and model, not under review"}
     max_reviews_per_tick: int = 4
     verb_budget: int = 4
     confidence_step: float = 0.2

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -45,6 +45,8 @@ class HermesModel(ModelEndpoint, frozen=True, kw_only=True, forbid_unknown_field
     config.yaml. With `base_url`, the route is probed into the `route_key` vitals."""
 
     provider: str | None = None
+    # Hermes' own config.yaml calls the model `model.default`
+    renamed_fields: ClassVar[dict[str, str]] = {"default": "`model`"}
 
     def __post_init__(self) -> None:
         problem = self.endpoint_problem(required=False)

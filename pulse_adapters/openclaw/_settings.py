@@ -6,7 +6,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -70,6 +70,8 @@ class ModelSettings(ModelEndpoint, frozen=True, forbid_unknown_fields=True, kw_o
     NAMES the variable holding the provider's key (OpenClaw's CLI never shows it)."""
 
     probe: bool = True
+    renamed_fields: ClassVar[dict[str, str]] = {"vitals_key": "`route_key`",
+                                                "interval_s": "`route_ttl_s`"}
 
     def __post_init__(self) -> None:
         problem = self.endpoint_problem(required=False)

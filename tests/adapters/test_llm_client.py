@@ -431,3 +431,23 @@ def test_every_layer_that_calls_a_model_describes_its_route_with_one_struct() ->
         "timeout_s", "must be a finite number > 0 seconds (got inf)")
     assert ModelEndpoint(api_key_env="K").key_problem({}) is not None
     assert ModelEndpoint(api_key_env="K").key_problem({"K": "v"}) is None
+
+
+@pytest.mark.parametrize(("layer", "settings", "says"), [
+    ("hermes", {"model": {"default": "m"}}, "unknown field `default` (renamed: now `model`)"),
+    ("openclaw", {"model": {"vitals_key": "x"}},
+     "unknown field `vitals_key` (renamed: now `route_key`)"),
+    ("openclaw", {"model": {"interval_s": 30}},
+     "unknown field `interval_s` (renamed: now `route_ttl_s`)"),
+    ("awareness", {"base_url": "http://h/v1", "model": "m", "review": {"route_key": "x"}},
+     "unknown field `route_key` (renamed: now `route_key`, beside base_url and model"),
+])
+def test_a_renamed_route_field_is_refused_with_its_new_name(
+    layer: str, settings: dict[str, object], says: str,
+) -> None:
+    import importlib
+
+    load = importlib.import_module(f"pulse_adapters.{layer}").load_settings
+    with pytest.raises(Exception) as refused:
+        load(settings)
+    assert says in str(refused.value)

@@ -86,3 +86,8 @@ def test_every_field_of_a_processes_entry_is_documented_and_the_example_loads() 
 def test_a_blank_route_key_is_refused_naming_the_default() -> None:
     assert "survival.llm.route_key must name the vitals key" in refused({"llm": {"route_key": " "}})
     assert "'llm-route'" in refused({"llm": {"route_key": ""}})
+
+
+def test_a_renamed_field_is_refused_with_its_new_name() -> None:
+    assert "unknown field 'vitals_key' (renamed: now 'route_key')" in refused(
+        {"llm": {"vitals_key": "llm-route"}})
