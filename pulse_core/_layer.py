@@ -141,8 +141,8 @@ def settings_problem(root: type[msgspec.Struct], exc: msgspec.ValidationError) -
     """What `exc` (from `msgspec.convert(settings, root)`) says is wrong with a layer's
     settings, naming the dotted field: for an unknown field, the closest allowed name and
     every allowed one (or, for a name the struct lists in a `renamed_fields` class variable,
-    what it became: "`model`"); a check of the layer's own that says "`field` problem" is placed inside
-    the object it was raised in."""
+    what it became: "`model`"); a check of the layer's own that says "`field` problem" is
+    placed inside the object it was raised in."""
     message, at, where = str(exc).rpartition(" - at `$.")
     where = where.rstrip("`") if at else ""
     message = message or str(exc)
