@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import psutil
 
 from pulse_core._events import EventDraft, encode_data, uuid7
-from pulse_core.store._events import SCHEMA
+from pulse_core.store._sqlite_recorder import SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 

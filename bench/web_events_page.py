@@ -87,7 +87,7 @@ RARE = Query(f"kind={RARE_KIND} (only among the oldest {OLDEST:,})", {"kind": [R
 QUERIES = (PLAIN, BY_KIND, BY_ORIGIN, RARE)
 PULSE_SQL = f"SELECT {COLUMNS} FROM events WHERE seq > ? AND kind IN (?) ORDER BY seq DESC " \
             "LIMIT ?"
-"""What the store runs for a kind-filtered first page (pulse_core.store._events)."""
+"""What the store runs for a kind-filtered first page (pulse_core.store._sqlite_recorder)."""
 
 
 @dataclass

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit
 
 import msgspec
 
@@ -41,7 +40,7 @@ from pulse_core import (
     parse_store_url,
     write_private,
 )
-from pulse_core.store._redis import SCHEMES, parse_redis_url
+from pulse_core.store import parse_side_store_url
 
 if TYPE_CHECKING:
     from pulse_survival import SurvivalConfig
@@ -237,19 +236,10 @@ def _check_store(url: str | None, name: str) -> None:
 def _check_side_store(url: str | None, name: str) -> None:
     if url is None:
         return
-    parts = urlsplit(url)
-    if parts.scheme in SCHEMES:
-        try:
-            parse_redis_url(url)
-        except PulseError as exc:
-            raise ConfigError(f"{name}: side_store: {without_passwords(str(exc))}") from None
-        return
-    path = Path(unquote(parts.path))
-    if parts.scheme == "sqlite" and parts.netloc in ("", "localhost") and not parts.query \
-            and path.is_absolute() and path.name not in ("", ".", ".."):
-        return
-    got = json.dumps(without_passwords(url))
-    raise ConfigError(f"{name}: side_store must be {ALLOWED['side_store']}, got {got}")
+    try:
+        parse_side_store_url(url)
+    except PulseError as exc:
+        raise ConfigError(f"{name}: side_store: {without_passwords(str(exc))}") from None
 
 
 def _check_host(host: str | None, name: str) -> None:

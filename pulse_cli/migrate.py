@@ -1,30 +1,38 @@
-"""`upulse migrate --to postgresql://...`: a home's event log copied into an empty PostgreSQL
-log exactly, verified row by row, and (with `--switch`) made the home's log.
+"""`upulse migrate --to URL`: a home's event log copied into an empty log of any installed
+store backend (PostgreSQL, SQLite, a third party's) exactly, verified row by row, and (with
+`--switch`) made the home's log.
 
 The copy reads the home's log through its recorder's `rows()` (raw rows, data undecoded, so
-an unreadable row is copied as it is) and writes them with PostgresRecorder.copy_rows, page
-by page, so a log of any size streams through a bounded amount of memory. Every row is then
-read back from PostgreSQL and compared, field by field, with the source, and each key's
-version with the one its last row gives. Nothing of the home is written: the source log is
-opened read-only and config.json changes only with `--switch`, after the verification
-passed. The home lock is held throughout, so no daemon starts on the home meanwhile (one
-that runs refuses the migration: stop it first); in the target, the `migrate` exclusive
-section is held from before its emptiness check to the switch, so two migrations into one
-empty log never both find it empty (the second is refused, told to leave the log alone).
+an unreadable row is copied as it is) and writes them with the target recorder's
+`copy_rows`, page by page, so a log of any size streams through a bounded amount of memory.
+Every row is then read back from the target and compared, field by field, with the source,
+and each key's version with the one its last row gives. Nothing of the home is written: the
+source log is opened read-only and config.json changes only with `--switch`, after the
+verification passed. The home lock is held throughout, so no daemon starts on the home
+meanwhile (one that runs refuses the migration: stop it first); in the target, the `migrate`
+exclusive section is held from before its emptiness check to the switch, so two migrations
+into one empty log never both find it empty (the second is refused, told to leave the log
+alone). Where a backend's exclusive sections do not reach other processes, the copy's first
+page decides: `copy_rows` refuses rows that do not continue the log, so the second migration
+writes nothing and is told the same.
 
-Before anything is copied, the source is checked for what PostgreSQL cannot take or a shared
-log would misread: a text field holding a NUL character (PostgreSQL's text cannot store it),
-and, with `--switch`, effects not yet finished (decided on a log of the home's own, they
-name no host, so any host's engine could run them once the log is shared). Either refuses
-the migration before the target is touched. After the verified copy, `--switch` restates
-the engine directory's last promote and rollback under the key of the host the home is now
-bound to (pulse_cli.directory_log.carry_over), so rollback and reconcile still find them.
+Before anything is copied, the source is checked for what the target cannot take or a shared
+log would misread: a text field holding a NUL character where the target's text cannot store
+it (PostgreSQL), and, with `--switch`, effects not yet finished (decided on a log of the
+home's own, they name no host, so any host's engine could run them once the log is shared).
+Either refuses the migration before the target is touched. After the verified copy,
+`--switch` restates the engine directory's last promote and rollback under the key of the
+host the home is now bound to (pulse_cli.directory_log.carry_over), so rollback and
+reconcile still find them.
 
 Why `--switch` is asked for rather than implied: without it the command changes nothing
 about how the home runs, so it doubles as a rehearsal that proves the target and times the
 copy. With it, the switch happens under the same lock as the copy, so nothing can be written
 to the old log between the copy and the switch; editing config.json by hand after a
 rehearsal would lose what the home wrote since (the output says so).
+
+What a URL names is asked of its backend (pulse_core.store's LogLocation): nothing here
+knows a backend by name.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from typing import IO
 
 import msgspec
@@ -48,8 +56,7 @@ from pulse_core import EventStore, HomeLocked, PulseError, StoreError
 from pulse_core._effect_index import EffectIndex
 from pulse_core._effects import EffectStatus
 from pulse_core._homelock import lock_home, write_private
-from pulse_core.store import StoredRow, open_event_store, parse_store_url
-from pulse_core.store._url import PostgresURL
+from pulse_core.store import LogLocation, StoredRow, open_event_store, parse_store_url
 
 FIELDS = tuple(StoredRow.__struct_fields__)
 MISMATCHES_SHOWN = 10
@@ -59,8 +66,8 @@ UNFINISHED = (EffectStatus.PENDING, EffectStatus.EXECUTING, EffectStatus.RETRYIN
 
 
 class MigrationRefused(CliError):
-    """The target is not an empty PostgreSQL log, or the source cannot be read or moved (a
-    NUL character in a text field; with --switch, unfinished effects)."""
+    """The target is not an empty log, or the source cannot be read or moved (a NUL
+    character in a text field the target cannot store; with --switch, unfinished effects)."""
 
 
 class MigrationMismatch(CliError):
@@ -87,28 +94,30 @@ class Migration(msgspec.Struct):
 
 
 async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool) -> int:
-    """Copy `home`'s log into the empty PostgreSQL log at `to`, verify it, and with `switch`
-    set config.json's store to `to`. Exit 0 when verified; MigrationMismatch (exit 1) when
-    not; MigrationRefused (exit 1), before the target is touched, when the source cannot
-    move (see the module's docstring); DaemonStateError (exit 3) while the daemon (or
-    another engine) holds the home."""
+    """Copy `home`'s log into the empty log at the store URL `to` (any installed backend),
+    verify it, and with `switch` set config.json's store to `to`. Exit 0 when verified;
+    MigrationMismatch (exit 1) when not; MigrationRefused (exit 1), before the target is
+    touched, when the source cannot move (see the module's docstring); DaemonStateError
+    (exit 3) while the daemon (or another engine) holds the home."""
     if switch:
         home.require()  # the switch writes config.json
     home.readable()
     cfg = config_file.load_or_default(home.config)
-    source_url, target = store_url(home, cfg), _target(to)
+    source_url = store_url(home, cfg)
+    target = _target(to, source_url)
     hosts = (bound_host(home.root, cfg),
              bound_host(home.root, dataclasses.replace(cfg, store=to)))
     done = Migration(source=shown(source_url), target=target.display())
     say = Progress(quiet=as_json)
     with _held(home):
-        source = await _open(source_url, read_only=True)
+        source = await _open(parse_store_url(source_url), source_url, read_only=True)
         try:
             if not hosts[0] and hosts[1]:  # the move binds the home to a host
                 done.unfinished_effects = await _unfinished(source, done.source,
                                                            refuse=switch)
-            await _refuse_nul(source, done.source, page, say)
-            sink = await _open(to, read_only=False)
+            if not target.text_holds_nul:
+                await _refuse_nul(source, done.source, target.backend, page, say)
+            sink = await _open(target, to, read_only=False)
             try:
                 async with _only_migration(sink, done.target):
                     await _refuse_unless_empty(sink, done.target)
@@ -134,20 +143,22 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
         raise MigrationMismatch(
             f"{len(done.mismatches)} row(s) or key(s) of {done.target} differ from "
             f"{done.source} ({'; '.join(done.mismatches[:3])}) — the home was not switched; "
-            "drop that database and migrate again, and report this if it repeats")
+            "empty that log (drop the database or schema, delete the file) and migrate "
+            "again, and report this if it repeats")
     return 0
 
 
-def _target(to: str) -> PostgresURL:
-    """The parsed --to URL; UsageError unless it is a PostgreSQL store URL."""
+def _target(to: str, source_url: str) -> LogLocation:
+    """The --to URL, read by its backend; UsageError when no installed backend can use it,
+    or when it names the home's own log."""
     try:
-        parsed = parse_store_url(to)
+        target = parse_store_url(to)
     except StoreError as exc:
         raise UsageError(f"--to: {exc}") from None
-    if not isinstance(parsed, PostgresURL):
-        raise UsageError(f"--to {shown(to)}: migrate copies into PostgreSQL — give a "
-                         "postgresql://user@host:5432/database URL of an empty database")
-    return parsed
+    if target.display() == parse_store_url(source_url).display():
+        raise UsageError(f"--to {shown(to)}: that is the home's own log — give the URL of "
+                         "an empty log elsewhere")
+    return target
 
 
 @contextlib.contextmanager
@@ -168,11 +179,11 @@ def _held(home: Home) -> Iterator[None]:
         lock.close()
 
 
-async def _open(url: str, *, read_only: bool) -> EventStore:
-    """The event store at `url`; MigrationRefused in one line (password cut) if it cannot
-    be opened."""
+async def _open(location: LogLocation, url: str, *, read_only: bool) -> EventStore:
+    """The event store at `location` (read from `url`); MigrationRefused in one line
+    (password cut) if it cannot be opened."""
     try:
-        return await open_event_store(url, read_only=read_only)
+        return await open_event_store(location, read_only=read_only)
     except StoreError as exc:
         raise MigrationRefused(unavailable(url, exc)) from None
 
@@ -201,9 +212,10 @@ async def _unfinished(source: EventStore, where: str, *, refuse: bool) -> int:
     return total
 
 
-async def _refuse_nul(source: EventStore, where: str, page: int, say: Progress) -> None:
+async def _refuse_nul(source: EventStore, where: str, backend: str, page: int,
+                      say: Progress) -> None:
     """MigrationRefused, naming the first few seqs and fields, when a text field of a row
-    of `source` holds a NUL character, which PostgreSQL's text cannot store."""
+    of `source` holds a NUL character, which the target's `backend` cannot store."""
     found: list[str] = []
     count, after, total = 0, 0, await source.recorder.last_seq()
     say.hold()  # a check that lasts under a second prints nothing
@@ -221,9 +233,9 @@ async def _refuse_nul(source: EventStore, where: str, page: int, say: Progress) 
         more = f", and {count - len(found)} more" if count > len(found) else ""
         raise MigrationRefused(
             f"migrate refused: {count} event(s) of {where} hold a NUL character (\\x00), "
-            f"which PostgreSQL cannot store: {', '.join(found)}{more} — nothing was copied. "
-            "Stored events are never rewritten, so this log cannot move to PostgreSQL as it "
-            "is: keep the home on it, or start a new home on PostgreSQL (`upulse init "
+            f"which {backend} cannot store: {', '.join(found)}{more} — nothing was copied. "
+            f"Stored events are never rewritten, so this log cannot move to {backend} as it "
+            f"is: keep the home on it, or start a new home on {backend} (`upulse init "
             "--store URL`)")
 
 
@@ -237,7 +249,8 @@ async def _carry_over(source: EventStore, sink: EventStore, was: str, now: str) 
         raise MigrationRefused(
             f"the copy was verified, but the engine directory's last promote and rollback "
             f"could not be restated under {event_key(now)}: {' '.join(str(exc).split())} — "
-            "the home was not switched: drop that database and migrate again") from None
+            "the home was not switched: empty that log (drop the database or schema, delete "
+            "the file) and migrate again") from None
 
 
 MIGRATION_LOCK = "migrate"
@@ -264,7 +277,7 @@ async def _only_migration(sink: EventStore, where: str) -> AsyncIterator[None]:
             raise MigrationInProgress(
                 f"migrate refused: another `upulse migrate` is copying into {where} right now "
                 "— that log is the other migration's: leave it alone, and migrate this home "
-                "into another empty database (or schema, ?schema=NAME)") from None
+                "into another empty log") from None
         except StoreError as exc:
             raise MigrationRefused(unavailable(where, exc)) from None
         yield
@@ -275,38 +288,44 @@ async def _refuse_unless_empty(sink: EventStore, where: str) -> None:
     if held:
         raise MigrationRefused(
             f"{where} already holds {held} event(s) (seq 1 to {held}) — migrate copies into "
-            "an empty log only: create a new database (`createdb NAME`) or name another "
-            "schema (?schema=NAME), and migrate into that")
+            "an empty log only: give the URL of a new one (on PostgreSQL a new database, "
+            "`createdb NAME`, or another schema, ?schema=NAME; for SQLite a new file), and "
+            "migrate into that")
 
 
 async def _copy(source: EventStore, sink: EventStore, page: int, say: Progress) -> int:
     """Every row of `source` after the last copied, into `sink`, `page` rows at a time,
     until `source` has no more; the number of rows copied. MigrationRefused, saying what
-    the target now holds, when a store fails halfway."""
-    copy_rows = _copier(sink)
+    the target now holds, when a store fails halfway; MigrationInProgress when the first
+    page is refused because something else filled the target since it was found empty."""
     total, after = await source.recorder.last_seq(), 0
     try:
         while rows := await source.recorder.rows(after, page):
-            await copy_rows(rows)
+            await sink.recorder.copy_rows(rows)
             after = rows[-1].seq
             total = max(total, after)
             say.every(f"  copied {after}/{total} events ({100 * after // max(total, 1)}%)")
     except StoreError as exc:
+        if after == 0 and await _filled(sink):
+            raise MigrationInProgress(
+                f"migrate refused: something else (another `upulse migrate`?) wrote into "
+                f"{sink.recorder.location} since it was found empty, and nothing of this "
+                "home was copied — that log is not this migration's: leave it alone, and "
+                "migrate this home into another empty log") from None
         raise MigrationRefused(
             f"the copy stopped after seq {after}: {' '.join(str(exc).split())} — the target "
-            "now holds part of the log: drop that database (or schema) and migrate again "
-            "into an empty one") from None
+            "now holds part of the log: empty it (drop the database or schema, delete the "
+            "file) and migrate again into an empty one") from None
     say.flush()
     return after
 
 
-def _copier(sink: EventStore) -> Callable[[Sequence[StoredRow]], Awaitable[int]]:
-    """The target recorder's copy_rows (a PostgreSQL recorder's, which only it has)."""
-    from pulse_core.store._postgres import PostgresRecorder  # the driver: only to migrate
-
-    recorder = sink.recorder
-    assert isinstance(recorder, PostgresRecorder)  # _target parsed a postgresql:// URL
-    return recorder.copy_rows
+async def _filled(sink: EventStore) -> bool:
+    """Whether `sink` holds events (False when it cannot even say)."""
+    try:
+        return await sink.recorder.last_seq() > 0
+    except StoreError:
+        return False
 
 
 async def _verify(source: EventStore, sink: EventStore, copied: int, page: int,

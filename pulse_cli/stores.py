@@ -1,6 +1,8 @@
-"""A home's stores as the CLI opens them: through pulse_core._home.open_home, at the store URL
+"""A home's stores as the CLI opens them: through pulse_core.open_home, at the store URL
 config.json names (the home's own events.db without one; a PostgreSQL database with a
-postgresql:// URL), read-only for every query and writable only for commands that append.
+postgresql:// URL; any installed backend's URL), read-only for every query and writable only
+for commands that append. What a URL is, is asked of its backend (pulse_core.store's
+LogLocation): nothing here knows a backend by name.
 
 No command reads the side store, so the CLI opens the home's own state.db (read-only for a
 query): a Redis side store that is down never stops `upulse events`.
@@ -15,9 +17,8 @@ from pathlib import Path
 from pulse_cli import config as config_file
 from pulse_cli.home import CliError, Home
 from pulse_cli.output import without_passwords
-from pulse_core import HomeStores, StoreError, open_home, parse_store_url
-from pulse_core.store import SqliteURL
-from pulse_core.store._url import PostgresURL
+from pulse_core import HomeStores, StoreError, open_home
+from pulse_core.store import parse_side_store_url, parse_store_url
 
 
 class LogUnavailable(CliError):
@@ -56,9 +57,9 @@ async def opened(home: Home, *, read_only: bool) -> AsyncIterator[HomeStores]:
 async def open_stores(home: Home, url: str | None, *, read_only: bool,
                       side_store: str | None = None) -> HomeStores:
     """`open_home` on `home` with its event log at the store URL `url` (None: the home's
-    own) and its side store at `side_store` (None: the home's own state.db); a log on a
-    server that cannot be opened raises LogUnavailable in one line, naming it without its
-    password."""
+    own) and its side store at `side_store` (None: the home's own state.db); a log outside
+    a file of this machine (on a server) that cannot be opened raises LogUnavailable in one
+    line, naming it without its password."""
     try:
         return await open_home(home.root, store=url, side_store=side_store,
                                read_only=read_only)
@@ -69,31 +70,36 @@ async def open_stores(home: Home, url: str | None, *, read_only: bool,
 
 
 def unavailable(url: str, exc: BaseException) -> str:
-    """The one-line message for a server-side log at `url` that cannot be used: the
-    store's own message (which names the server), without passwords or line breaks."""
+    """The one-line message for a log at `url` that cannot be used: the store's own message
+    (which names the server or file), without passwords or line breaks."""
     reason = " ".join(without_passwords(str(exc)).split())
     try:
-        parsed = parse_store_url(url)
+        location = parse_store_url(url)
     except StoreError:
         return reason
-    named = parsed.display() if isinstance(parsed, PostgresURL) else str(parsed.path)
-    return reason if named in reason else f"the event log at {shown(url)}: {reason}"
+    named = [location.display(), *([str(location.file)] if location.file else [])]
+    if any(name in reason for name in named):
+        return reason
+    return f"the event log at {shown(url)}: {reason}"
 
 
 def is_file_log(url: str) -> bool:
-    """Whether the store URL `url` names a SQLite file (rather than a database server)."""
-    return isinstance(parse_store_url(url), SqliteURL)
+    """Whether the store URL `url` names a log kept in one file of this machine (SQLite)
+    rather than on a server."""
+    return parse_store_url(url).file is not None
 
 
 def served_log(cfg: config_file.Config) -> str | None:
-    """config.json's store URL when it names a database server (PostgreSQL), else None."""
+    """config.json's store URL when it names a log outside the files of this machine (a
+    database server), else None."""
     return cfg.store if cfg.store is not None and not is_file_log(cfg.store) else None
 
 
 def served_side_store(cfg: config_file.Config) -> str | None:
-    """config.json's side-store URL when it names a server (Redis, Valkey), else None."""
+    """config.json's side-store URL when it names a store outside the files of this
+    machine (a Redis or Valkey server), else None."""
     side = cfg.side_store
-    return side if side is not None and not side.startswith("sqlite:") else None
+    return side if side is not None and parse_side_store_url(side).file is None else None
 
 
 PROBE_NAMESPACE = "upulse-probe"
@@ -104,5 +110,4 @@ store's server answers."""
 def log_file(home: Home, cfg: config_file.Config) -> Path | None:
     """The file of `home`'s event log (config.json's store URL, else the layout's own), or
     None when the log lives in a database server."""
-    parsed = parse_store_url(store_url(home, cfg))
-    return parsed.path if isinstance(parsed, SqliteURL) else None
+    return parse_store_url(store_url(home, cfg)).file

@@ -10,6 +10,8 @@
     │   ├── StoreClosed             used after close()
     │   ├── StoreReadOnly           a write to a store opened read-only
     │   ├── EventUnreadable         a stored event's data cannot be decoded
+    │   ├── StoreBackendMissing     no backend installed for a store URL's scheme, or its
+    │   │                           driver is missing
     │   └── EventLogLost            checkpoints remain but the event log is empty
     ├── HomeLocked                  another engine holds the home folder
     ├── SignalsUnavailable          run_forever() outside the main thread
@@ -69,6 +71,11 @@ class StoreClosed(StoreError):
 
 class StoreReadOnly(StoreError):
     """A write to a store that was opened read-only."""
+
+
+class StoreBackendMissing(StoreError):
+    """No store backend is installed for a store URL's scheme, or the backend (or the driver
+    it needs) cannot be imported."""
 
 
 class EventUnreadable(StoreError):

@@ -26,11 +26,17 @@ from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import StoreError
 from pulse_core._homelock import private_folders
 from pulse_core._projector import refuse_lost_log
-from pulse_core.store._base import EventStore
-from pulse_core.store._objects import ObjectStore
-from pulse_core.store._side import SideStore, SqliteSideStore, open_side_store
-from pulse_core.store._url import open_event_store, parse_store_url
-from pulse_core.store._vitals import SqliteVitalsStore, VitalsStore
+from pulse_core.store import (
+    EventStore,
+    ObjectStore,
+    SideStore,
+    SqliteSideStore,
+    SqliteVitalsStore,
+    VitalsStore,
+    open_event_store,
+    open_side_store,
+    parse_store_url,
+)
 
 __all__ = ["HomeLayout", "HomeStores", "open_home", "parse_store_url"]
 
@@ -119,7 +125,8 @@ async def open_home(
 ) -> HomeStores:
     """Open the stores of `home`: the event log at `store` (a store URL; default the home's
     own events.db), vitals, the side store at `side_store` (a side-store URL, such as
-    redis://host:6379/0; default the home's own state.db) and objects.
+    redis://host:6379/0; default the home's own state.db) and objects. Each URL's scheme
+    names the installed backend that opens it (StoreBackendMissing when none does).
 
     `read_only` writes and creates nothing (no folder, no file, no schema; the event log must
     exist) and never waits for a running engine's write lock; absent vitals and side state

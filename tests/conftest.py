@@ -4,6 +4,7 @@ tests that need them (tests/servers.py)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from tests.servers import PostgresServer, RedisServer
 from tests.timing import scaled
 
 DEFAULT_TIME_LIMIT_S = 60
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class TimeLimitExceeded(Exception):
@@ -89,3 +91,31 @@ def redis_server() -> Iterator[RedisServer]:
     finally:
         server.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def installed_distribution(site: Path, name: str, entry_points: str) -> None:
+    """The metadata of an installed distribution `name` in the folder `site` (a .dist-info
+    with its METADATA and entry_points.txt), as pip leaves it: what importlib.metadata
+    reads entry points from."""
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+@pytest.fixture
+def memory_backend(tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The example third store backend (tests/memory_store.py, scheme memory://) installed
+    as its own distribution, `pulse-memory-store`, in a folder on sys.path (and on
+    PYTHONPATH, for child processes); the folder."""
+    import tests.memory_store
+
+    site = tmp_path_factory.mktemp("site-packages")
+    installed_distribution(site, "pulse-memory-store",
+                           "[pulse.stores]\nmemory = tests.memory_store:parse_memory_url\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")])))
+    yield site
+    tests.memory_store.LOGS.clear()

@@ -26,7 +26,7 @@ EXPECTED_CORE = {
     "Retention", "Rule", "RuleChain", "RuleChainError", "RuleTrace", "Sample", "SchemaTooNew",
     "Service", "SideStore", "SignalsUnavailable", "Snapshot", "SqliteEventStore",
     "SqliteRecorder", "SqliteSideStore",
-    "SqliteVitalsStore", "StoreClosed", "StoreError", "StoreReadOnly", "StoreUnavailable",
+    "SqliteVitalsStore", "StoreBackendMissing", "StoreClosed", "StoreError", "StoreReadOnly", "StoreUnavailable",
     "Supervisor", "SurvivalLocked", "SystemClock", "TaskBoard", "TaskState", "Tasks",
     "UnhandledEffect", "UnknownEffect", "UnknownKind", "UnreadableEvent", "VersionConflict",
     "VitalReading",

@@ -1,9 +1,23 @@
 """The stores: the event log (an EventStore over one backend's Recorder), vitals, side state,
-and objects/ (payloads). Homes open them together through `pulse_core.open_home`."""
+and objects/ (payloads). Homes open them together through `pulse_core.open_home`.
+
+A store URL's scheme names its backend; backends register themselves through entry points
+(groups `pulse.stores` and `pulse.side_stores`), pulse's own like any other's.
+"""
 
 from pulse_core._faces import publish_face
+from pulse_core.store._backends import (
+    LogLocation,
+    SideLocation,
+    open_event_store,
+    open_side_store,
+    parse_side_store_url,
+    parse_store_url,
+    side_store_schemes,
+    store_schemes,
+)
 from pulse_core.store._base import EventStore
-from pulse_core.store._events import SqliteEventStore, SqliteRecorder
+from pulse_core.store._copy import copy_log, copy_sqlite_file
 from pulse_core.store._objects import ObjectStore, digest_of, purge_payload
 from pulse_core.store._recorder import (
     AppendResult,
@@ -15,14 +29,9 @@ from pulse_core.store._recorder import (
     UnreadableEvent,
 )
 from pulse_core.store._redis import RedisSideStore
-from pulse_core.store._side import SideStore, SqliteSideStore, open_side_store
-from pulse_core.store._url import (
-    PostgresURL,
-    SqliteURL,
-    StoreURL,
-    open_event_store,
-    parse_store_url,
-)
+from pulse_core.store._side import SideStore, SqliteSideStore
+from pulse_core.store._sqlite_recorder import SqliteEventStore, SqliteRecorder
+from pulse_core.store._url import PostgresURL, SqliteURL
 from pulse_core.store._vitals import (
     Retention,
     Sample,
@@ -34,6 +43,7 @@ from pulse_core.store._vitals import (
 __all__ = [
     "AppendResult",
     "EventStore",
+    "LogLocation",
     "ObjectStore",
     "Page",
     "PostgresURL",
@@ -43,22 +53,27 @@ __all__ = [
     "RedisSideStore",
     "Retention",
     "Sample",
+    "SideLocation",
     "SideStore",
     "SqliteEventStore",
     "SqliteRecorder",
     "SqliteSideStore",
     "SqliteURL",
     "SqliteVitalsStore",
-    "StoreURL",
     "StoredRow",
     "TickVitals",
     "UnreadableEvent",
     "VitalsStore",
+    "copy_log",
+    "copy_sqlite_file",
     "digest_of",
     "open_event_store",
     "open_side_store",
+    "parse_side_store_url",
     "parse_store_url",
     "purge_payload",
+    "side_store_schemes",
+    "store_schemes",
 ]
 
 publish_face(__name__)

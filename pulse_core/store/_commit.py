@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-from pulse_core._errors import IdempotencyConflict, VersionConflict
-from pulse_core._events import Event, decode_data
-from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, UnreadableEvent
+from pulse_core._errors import IdempotencyConflict, StoreError, VersionConflict
+from pulse_core._events import Event
+from pulse_core.store._recorder import AppendResult, PreparedAppend, StoredRow, row_event
 
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 INSERT = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -21,27 +22,6 @@ UPSERT_HEAD = (
 Row = tuple[
     int, str, str, str, int, int, str, "int | None", str, "str | None", bytes, "str | None"
 ]
-
-
-def row_event(row: Sequence[Any]) -> Event:
-    """The Event a stored (or staged) row stands for."""
-    return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-                 row[9], decode_data(row[10]), row[11])
-
-
-def page_of(rows: Sequence[Sequence[Any]], last_seq: int) -> Page:
-    """The Page of selected rows: each row as an Event, or, when its data cannot be decoded,
-    as an UnreadableEvent."""
-    events: list[Event] = []
-    unreadable: list[UnreadableEvent] = []
-    for row in rows:
-        try:
-            events.append(row_event(row))
-        except (msgspec.DecodeError, RecursionError, TypeError) as exc:
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            unreadable.append(UnreadableEvent(row[0], row[1], row[2], row[3], row[4], row[5],
-                                              row[6], row[8], f"data: {reason}"))
-    return Page(events, last_seq, unreadable)
 
 
 class Batch:
@@ -126,3 +106,29 @@ class Batch:
             self.conn.executemany(INSERT, self.rows)
             written = {r[3] for r in self.rows}
             self.conn.executemany(UPSERT_HEAD, [(k, self.heads[k]) for k in written])
+
+
+def copy_chunk(conn: sqlite3.Connection, chunk: Sequence[StoredRow], location: str) -> None:
+    """Store already-stored rows exactly as given, and the versions they bring their keys to,
+    in one transaction on the writer connection `conn`; StoreError (nothing stored) unless
+    their seqs are consecutive and continue the log."""
+    seqs = [row.seq for row in chunk]
+    if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+        gap = next(b for a, b in itertools.pairwise(seqs) if b != a + 1)
+        raise StoreError(f"{location}: rows to copy jump to seq {gap} — copy a log whole, "
+                         "its seqs consecutive")
+    heads = {row.key: row.version for row in chunk}
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        last = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+        if seqs[0] != last + 1:
+            raise StoreError(
+                f"{location}: the rows to copy start at seq {seqs[0]} but this log ends at "
+                f"seq {last} — copy into an empty log (or continue from seq {last + 1})")
+        conn.executemany(INSERT, [msgspec.structs.astuple(row) for row in chunk])
+        conn.executemany(UPSERT_HEAD, heads.items())
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

@@ -24,7 +24,6 @@ from pulse_core._errors import (
     StoreUnavailable,
 )
 from pulse_core._waits import reject, resolve
-from pulse_core.store._commit import page_of
 from pulse_core.store._pg_commit import CommitUnknown, LogSQL, Outcome, commit_group, copy_chunk
 from pulse_core.store._pg_listen import Listener, advisory_lock, check_held
 from pulse_core.store._pg_schema import (
@@ -40,7 +39,14 @@ from pulse_core.store._pg_schema import (
     prepare,
     store_error,
 )
-from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, Recorder, StoredRow
+from pulse_core.store._recorder import (
+    AppendResult,
+    Page,
+    PreparedAppend,
+    Recorder,
+    StoredRow,
+    page_of,
+)
 from pulse_core.store._url import PostgresURL
 
 COPY_CHUNK = 2_000  # rows per transaction of copy_rows

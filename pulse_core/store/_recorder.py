@@ -2,7 +2,7 @@
 
 The EventStore (pulse_core.store._base) checks drafts, encodes them, stores attachments and
 wakes subscribers once, for every backend; a recorder only inserts a prepared append in one
-transaction and selects what is stored. SQLite has one (pulse_core.store._events),
+transaction and selects what is stored. SQLite has one (pulse_core.store._sqlite_recorder),
 PostgreSQL another (pulse_core.store._postgres); each runs the same contract suite
 (tests/core/store_contract.py).
 """
@@ -12,11 +12,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import msgspec
 
-from pulse_core._events import Event
+from pulse_core._events import Event, decode_data
 
 
 class AppendResult(msgspec.Struct, frozen=True):
@@ -94,6 +95,11 @@ class StoredRow(msgspec.Struct, frozen=True, gc=False):
     data: bytes | None
     hash: str | None
 
+    def event(self) -> Event:
+        """The Event this row stands for, its data decoded (msgspec.DecodeError when it
+        cannot be)."""
+        return row_event(msgspec.structs.astuple(self))
+
 
 class Page(msgspec.Struct, frozen=True, gc=False):
     """Events of one read, and the seq of the log's newest event in that same read.
@@ -107,6 +113,35 @@ class Page(msgspec.Struct, frozen=True, gc=False):
     events: list[Event]
     last_seq: int
     unreadable: list[UnreadableEvent] = []
+
+    @classmethod
+    def of(cls, rows: Iterable[StoredRow], last_seq: int) -> Page:
+        """The Page of stored `rows` (in the selection's order) read when the log's newest
+        seq was `last_seq`: each row as an Event, or as an UnreadableEvent when its data
+        cannot be decoded."""
+        return page_of([msgspec.structs.astuple(row) for row in rows], last_seq)
+
+
+def row_event(row: Sequence[Any]) -> Event:
+    """The Event a stored (or staged) row stands for."""
+    return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
+                 row[9], decode_data(row[10]), row[11])
+
+
+def page_of(rows: Sequence[Sequence[Any]], last_seq: int) -> Page:
+    """The Page of selected rows: each row as an Event, or, when its data cannot be decoded,
+    as an UnreadableEvent."""
+    events: list[Event] = []
+    unreadable: list[UnreadableEvent] = []
+    for row in rows:
+        try:
+            events.append(row_event(row))
+        except (msgspec.DecodeError, RecursionError, TypeError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            unreadable.append(UnreadableEvent(row[0], row[1], row[2], row[3], row[4], row[5],
+                                              row[6], row[8], f"data: {reason}"))
+    return Page(events, last_seq, unreadable)
+
 
 
 class Recorder(abc.ABC):
@@ -126,7 +161,11 @@ class Recorder(abc.ABC):
     - `select` never raises for a row whose data cannot be decoded: it lists the row in
       `Page.unreadable` (in the selection's order, counted against `limit`).
     - A recorder opened read-only refuses `insert` with a StoreError saying so.
-    - `rows` returns stored rows as they are (data undecoded), for copying a log elsewhere.
+    - `rows` returns stored rows as they are (data undecoded), for copying a log elsewhere;
+      `copy_rows` stores such rows exactly as given (seq, id, version, ts, tx, data bytes),
+      each key then at the version of its last copied row, and refuses with a StoreError,
+      writing nothing of the refused rows, rows that do not continue the log (the first seq
+      is not its newest seq + 1, or the seqs are not consecutive).
     - Backend failures are StoreErrors (StoreUnavailable for a lock held too long, a full
       disk, a server that cannot be reached or a connection lost; StoreClosed after close).
       No method blocks the event loop.
@@ -169,6 +208,11 @@ class Recorder(abc.ABC):
     @abc.abstractmethod
     async def rows(self, after_seq: int, limit: int) -> list[StoredRow]:
         """Up to `limit` stored rows with seq > after_seq, oldest first, data undecoded."""
+
+    @abc.abstractmethod
+    async def copy_rows(self, rows: Iterable[StoredRow]) -> int:
+        """Store `rows` (another log's, as `rows` returned them) exactly as given, in order;
+        the number stored (see the class contract). What `upulse migrate` writes with."""
 
     @abc.abstractmethod
     async def close(self) -> None:

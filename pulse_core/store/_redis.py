@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from pulse_core._errors import StoreClosed, StoreError, StoreReadOnly, StoreUnavailable
+from pulse_core._clock import Clock
+from pulse_core._errors import (
+    StoreBackendMissing,
+    StoreClosed,
+    StoreError,
+    StoreReadOnly,
+    StoreUnavailable,
+)
 from pulse_core._redact import redact_urls
 from pulse_core.store._url import seconds_option
 
@@ -57,10 +64,25 @@ class RedisURL(NamedTuple):
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}/{self.db}"
 
+    @property
+    def file(self) -> None:
+        """The file holding the side store: none of this machine, it lives in a server."""
+        return None
+
+    def display(self) -> str:
+        """The server and database, for messages (as `name`)."""
+        return self.name()
+
+    async def open(self, *, read_only: bool, clock: Clock | None) -> RedisSideStore:
+        """The RedisSideStore of this database (expiring by the server's clock, not
+        `clock`)."""
+        return await RedisSideStore.open(self, read_only=read_only)
+
 
 def parse_redis_url(url: str) -> RedisURL:
-    """The parts of a redis://, rediss://, valkey:// or valkeys:// URL; StoreError naming the
-    URL (its password cut) and the fix when it cannot be used."""
+    """The parts of a redis://, rediss://, valkey:// or valkeys:// URL (the `pulse.side_stores`
+    entry point of those schemes); StoreError naming the URL (its password cut) and the fix
+    when it cannot be used."""
     shown = redact_urls(url)
     parts = urlsplit(url)
     example = f"{parts.scheme or 'redis'}://127.0.0.1:6379/0"
@@ -124,8 +146,9 @@ class RedisSideStore:
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
         except ImportError:
-            raise StoreError(f"side store {parsed.name()}: the `redis` package is not "
-                             "installed — pip install 'upulse[redis]'") from None
+            raise StoreBackendMissing(f"side store {parsed.name()}: the `redis` package is "
+                                      "not installed — pip install 'upulse[redis]'"
+                                      ) from None
         client = Redis(host=parsed.host, port=parsed.port, db=parsed.db,
                        username=parsed.username, password=parsed.password, ssl=parsed.tls,
                        socket_timeout=parsed.timeout, socket_connect_timeout=parsed.timeout,

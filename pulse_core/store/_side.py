@@ -2,8 +2,8 @@
 
 Unlike events, side state is not history: it may be overwritten, expire, or be lost without
 harm (a lost quiet hold means one more check, never a wrong write). SQLite locally (state.db);
-a fleet puts it in Redis or Valkey behind the same protocol. `open_side_store` opens either
-from a URL::
+a fleet puts it in Redis or Valkey (pulse_core.store._redis) behind the same protocol. Each is
+named by a URL whose scheme's entry point (group `pulse.side_stores`) reads it::
 
     sqlite:///home/me/.upulse/state.db
     redis://user:password@cache.example:6379/0?timeout=1     (rediss://, valkey://, valkeys://)
@@ -15,13 +15,11 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import StoreError
-from pulse_core._redact import redact_urls
-from pulse_core.store._redis import SCHEMES, RedisSideStore
 from pulse_core.store._sqlite import (
     ReadOnlyConnection,
     SqliteWorkerStore,
@@ -115,19 +113,30 @@ class SqliteSideStore(SqliteWorkerStore):
                             rows, self.clock.now_ms())
 
 
-async def open_side_store(url: str, *, clock: Clock | None = None,
-                          read_only: bool = False) -> SideStore:
-    """The side store `url` names: `sqlite:///absolute/path/state.db` (SqliteSideStore, on
-    `clock`) or `redis://host:port/db`, `rediss://`, `valkey://`, `valkeys://`
-    (RedisSideStore, expiring by the server's clock). StoreError names a URL that cannot be
-    used (its password cut) and the fix."""
+class SqliteSideURL(NamedTuple):
+    """A `sqlite://` side-store URL: the state.db file."""
+
+    path: Path
+
+    @property
+    def file(self) -> Path:
+        """The state.db file."""
+        return self.path
+
+    def display(self) -> str:
+        """The URL for messages."""
+        return f"sqlite://{self.path}"
+
+    async def open(self, *, read_only: bool, clock: Clock | None) -> SqliteSideStore:
+        """The SqliteSideStore of the file, on `clock` (created unless `read_only`)."""
+        return await SqliteSideStore.open(self.path, clock=clock, read_only=read_only)
+
+
+def parse_sqlite_side_url(url: str) -> SqliteSideURL:
+    """The file a `sqlite:///absolute/path/state.db` side-store URL names (the
+    `pulse.side_stores` entry point of scheme sqlite); StoreError naming the URL and the fix
+    when it cannot be used."""
     parts = urlsplit(url)
-    if parts.scheme in SCHEMES:
-        return await RedisSideStore.open(url, read_only=read_only)
-    example = "sqlite:///home/me/.upulse/state.db or redis://127.0.0.1:6379/0"
-    if parts.scheme != "sqlite":
-        raise StoreError(f"side-store URL {redact_urls(url)!r}: unknown scheme "
-                         f"{parts.scheme!r} — write {example}")
     path = Path(unquote(parts.path))
     if parts.netloc not in ("", "localhost") or not path.is_absolute() or \
             path.name in ("", ".", ".."):
@@ -136,4 +145,4 @@ async def open_side_store(url: str, *, clock: Clock | None = None,
     if parts.query:
         raise StoreError(f"side-store URL {url!r}: a sqlite side store takes no options — "
                          "remove ?" + parts.query)
-    return await SqliteSideStore.open(path, clock=clock, read_only=read_only)
+    return SqliteSideURL(path)

@@ -1,10 +1,10 @@
-"""Store URLs: which backend holds a home's event log, and how to open it.
+"""The store URLs of pulse's own event-log backends, each read by the function its scheme's
+entry point names (group `pulse.stores`, see pulse_core.store._backends)::
 
     sqlite:///absolute/path/events.db?synchronous=NORMAL&busy_timeout=5
     postgresql://user:password@host:5432/database?schema=pulse&pool_size=4
 
-Every place that names a store goes through `parse_store_url` (config.json, the engine, the
-CLI) and `open_event_store`, so a new backend is one more scheme here and one more Recorder.
+A parsed URL is a LogLocation: it says what the backend is and opens its recorder.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from typing import NamedTuple
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from pulse_core._clock import Clock
-from pulse_core._errors import StoreError
-from pulse_core.store._base import EventStore
-from pulse_core.store._events import SqliteEventStore
-from pulse_core.store._objects import ObjectStore
+from pulse_core._errors import StoreBackendMissing, StoreError
+from pulse_core.store._recorder import Recorder
+from pulse_core.store._sqlite_recorder import SqliteRecorder
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -43,9 +42,34 @@ class SqliteURL(NamedTuple):
                 f"&busy_timeout={self.busy_timeout:g}")
 
     @property
+    def backend(self) -> str:
+        """What messages call this backend."""
+        return "SQLite"
+
+    @property
+    def file(self) -> Path:
+        """The events.db file."""
+        return self.path
+
+    @property
     def spans_hosts(self) -> bool:
         """Whether engines of several hosts may share this log: no, a file is one machine's."""
         return False
+
+    @property
+    def text_holds_nul(self) -> bool:
+        """Whether a text field may hold a NUL character: yes, SQLite's text takes it."""
+        return True
+
+    def display(self) -> str:
+        """The URL for messages: the file, without options."""
+        return f"sqlite://{self.path}"
+
+    async def open(self, *, read_only: bool, clock: Clock | None) -> Recorder:
+        """The SqliteRecorder of the file, opened (created unless `read_only`)."""
+        return await SqliteRecorder.open(self.path, read_only=read_only,
+                                         synchronous=self.synchronous,
+                                         busy_timeout=self.busy_timeout, clock=clock)
 
 
 class PostgresURL(NamedTuple):
@@ -82,9 +106,37 @@ class PostgresURL(NamedTuple):
         return _postgres_url(self.scheme, parts.netloc, parts.path, query)
 
     @property
+    def backend(self) -> str:
+        """What messages call this backend."""
+        return "PostgreSQL"
+
+    @property
+    def file(self) -> None:
+        """The file holding the log: none of this machine, it lives in a server."""
+        return None
+
+    @property
     def spans_hosts(self) -> bool:
         """Whether engines of several hosts may share this log: yes."""
         return True
+
+    @property
+    def text_holds_nul(self) -> bool:
+        """Whether a text field may hold a NUL character: no, PostgreSQL's text cannot."""
+        return False
+
+    async def open(self, *, read_only: bool, clock: Clock | None) -> Recorder:
+        """The PostgresRecorder of the database, connected (the schema created unless
+        `read_only`); StoreBackendMissing when psycopg is not installed."""
+        try:
+            from pulse_core.store._postgres import PostgresRecorder
+        except ImportError as exc:
+            if not (exc.name or "").startswith("psycopg"):
+                raise
+            raise StoreBackendMissing(
+                f"store {self.display()}: the PostgreSQL driver (psycopg 3) is not installed "
+                "— pip install 'upulse[postgresql]'") from exc
+        return await PostgresRecorder.open(self, read_only=read_only, clock=clock)
 
     def display(self) -> str:
         """The URL for messages and logs: host, port, database and schema, no user name and
@@ -102,10 +154,6 @@ class PostgresURL(NamedTuple):
         return f"PostgresURL({self.display()!r})"
 
 
-StoreURL = SqliteURL | PostgresURL
-"""Every store URL this pulse can open."""
-
-_KNOWN = "sqlite:///absolute/path/events.db or postgresql://user@host:5432/database"
 # libpq's connection options that a store URL may carry through to the driver.
 _LIBPQ = frozenset({
     "host", "hostaddr", "port", "user", "password", "passfile", "application_name", "sslmode",
@@ -130,16 +178,12 @@ def seconds_option(raw: str, what: str, *, zero_ok: bool = False) -> float:
     return seconds
 
 
-def parse_store_url(url: str) -> StoreURL:
-    """The parts of a store URL; StoreError naming the URL and the fix when it cannot be used."""
+def parse_sqlite_url(url: str) -> SqliteURL:
+    """The parts of a `sqlite://` store URL (the `pulse.stores` entry point of scheme
+    sqlite); StoreError naming the URL and the fix when it cannot be used."""
     parts = urlsplit(url)
-    if parts.scheme in ("postgresql", "postgres"):
-        return _parse_postgres_url(url)
-    if parts.scheme != "sqlite":
-        raise StoreError(f"store URL {_shown(url)!r}: unknown scheme {parts.scheme!r} — write "
-                         f"{_KNOWN}")
     if parts.netloc not in ("", "localhost"):
-        raise StoreError(f"store URL {_shown(url)!r}: what follows 'sqlite://' reads as a "
+        raise StoreError(f"store URL {shown_url(url)!r}: what follows 'sqlite://' reads as a "
                          "host; a sqlite URL has three slashes before an absolute path: "
                          "sqlite:///home/me/events.db")
     path = Path(unquote(parts.path))
@@ -164,7 +208,7 @@ def parse_store_url(url: str) -> StoreURL:
     return SqliteURL("sqlite", path, synchronous, busy_timeout)
 
 
-def _shown(url: str) -> str:
+def shown_url(url: str) -> str:
     """`url` for an error message, its password cut out whatever characters it holds ('#',
     '?', '/' and '@' unencoded too): everything between the user name's ':' and the URL's
     last '@', and the value of a password= option."""
@@ -204,8 +248,10 @@ def _netloc_host(netloc: str) -> str:
     return unquote(hostport.partition(":")[0])
 
 
-def _parse_postgres_url(url: str) -> PostgresURL:
-    shown = _shown(url)
+def parse_postgres_url(url: str) -> PostgresURL:
+    """The parts of a `postgresql://` (or `postgres://`) store URL (the `pulse.stores` entry
+    point of those schemes); StoreError naming the URL, never its password, and the fix."""
+    shown = shown_url(url)
     parts = urlsplit(url)
     try:
         query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
@@ -248,27 +294,3 @@ def _parse_postgres_url(url: str) -> PostgresURL:
     scheme = parts.scheme
     return PostgresURL(scheme, dsn, host, port, database, schema, pool_size, timeout,
                        deadline)
-
-
-async def open_event_store(
-    url: str | StoreURL,
-    *,
-    read_only: bool = False,
-    clock: Clock | None = None,
-    objects: ObjectStore | None = None,
-) -> EventStore:
-    """The EventStore over the recorder `url` names, opened (read-only: nothing written)."""
-    parsed = parse_store_url(url) if isinstance(url, str) else url
-    if isinstance(parsed, PostgresURL):
-        try:
-            from pulse_core.store._postgres import PostgresRecorder
-        except ImportError as exc:
-            if not (exc.name or "").startswith("psycopg"):
-                raise
-            raise StoreError(f"store {parsed.display()}: the PostgreSQL driver (psycopg 3) is "
-                             "not installed — pip install 'upulse[postgresql]'") from exc
-        recorder = await PostgresRecorder.open(parsed, read_only=read_only, clock=clock)
-        return EventStore(recorder, objects=objects)
-    return await SqliteEventStore.open(
-        parsed.path, read_only=read_only, synchronous=parsed.synchronous,
-        busy_timeout=parsed.busy_timeout, clock=clock, objects=objects)

@@ -185,7 +185,7 @@ async def test_verification_names_each_row_and_field_that_differs(
     try:
         rows = await all_rows(source)
         tampered = msgspec.structs.replace(rows[1], data=b'{"text":"changed"}', ts=1)
-        await sink.recorder.copy_rows([rows[0], tampered, *rows[2:-1]])  # type: ignore[attr-defined]
+        await sink.recorder.copy_rows([rows[0], tampered, *rows[2:-1]])
         keys, differ = await _verify(source, sink, len(rows) - 1, 2, Progress(quiet=True))
     finally:
         await sink.close()

@@ -78,15 +78,17 @@ def test_config_takes_a_postgresql_store_a_redis_side_store_and_a_host() -> None
 
 @pytest.mark.parametrize(("document", "expected"), [
     ({"side_store": "memcached://127.0.0.1"},
-     'config.json: side_store must be a side-store URL such as "redis://host:6379/0" or '
-     '"sqlite:///abs/path/state.db" (null: the home\'s own state.db), '
-     'got "memcached://127.0.0.1"'),
+     "config.json: side_store: side-store URL 'memcached://127.0.0.1': unknown scheme "
+     "'memcached', no installed store backend serves it (installed: redis://, rediss://, "
+     "sqlite://, valkey://, valkeys://) — fix the URL, or install the distribution that "
+     "provides a backend for it (it registers itself in entry-point group "
+     "'pulse.side_stores')"),
     ({"side_store": "redis://:pw@127.0.0.1/x"},
      "config.json: side_store: side-store URL 'redis://127.0.0.1': '/x' is not a database "
      "number — write redis://127.0.0.1:6379/0"),
     ({"side_store": "sqlite://state.db"},
-     'config.json: side_store must be a side-store URL such as "redis://host:6379/0" or '
-     '"sqlite:///abs/path/state.db" (null: the home\'s own state.db), got "sqlite://state.db"'),
+     "config.json: side_store: side-store URL 'sqlite://state.db': give the absolute path of "
+     "a file after three slashes, as in sqlite:///home/me/.upulse/state.db"),
     ({"host": "two words"},
      "config.json: host must be a host name for this engine's claims, 1-255 printable "
      "characters without spaces, one per home (null: a name made once for this home, kept in "

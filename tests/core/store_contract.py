@@ -1,6 +1,8 @@
 """The store contract, through the Recorder interface. A backend's test module subclasses
 RecorderContract and supplies `open_recorder`; every test here drives an EventStore over that
-recorder and must pass unchanged for SQLite today and PostgreSQL tomorrow."""
+recorder (or the recorder itself, for copying a log in) and passes unchanged for every
+backend: SQLite, PostgreSQL, and a third one registered through an entry point
+(tests/core/test_store_plugin.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from pulse_core import (
@@ -24,7 +27,7 @@ from pulse_core import (
     UnknownKind,
     VersionConflict,
 )
-from pulse_core.store import Recorder
+from pulse_core.store import Recorder, StoredRow
 
 
 def draft(key: str = "k", n: int = 0, **kw: Any) -> EventDraft:
@@ -317,3 +320,73 @@ class RecorderContract(abc.ABC):
             await reader.close()
             await writer.close()
         assert not self.objects_folder.exists() or not any(self.objects_folder.rglob("*"))
+
+    # -- copying a log (upulse migrate) ------------------------------------------------------
+
+    async def test_copy_rows_stores_another_logs_rows_exactly_and_appends_continue_them(
+        self,
+    ) -> None:
+        source = await self.open_store("source")
+        try:
+            await source.append([draft("a", 1), draft("b", 2, idem="once")])
+            await source.append([EventDraft("tick", "a", {"t": "é\u2028"}, attachment=b"blob")])
+            await source.append([EventDraft("error", "c", {"nested": [1, {"x": None}]})])
+            rows = await source.recorder.rows(0, 100)
+        finally:
+            await source.close()
+        target = await self.open_recorder("copy")
+        try:
+            assert await target.copy_rows(rows[:2]) == 2
+            assert await target.copy_rows(iter(rows[2:])) == 2
+            assert await target.rows(0, 100) == rows
+            assert await target.head("a") == 2 and await target.head("c") == 1
+            assert await target.last_seq() == 4
+            store = EventStore(target)
+            assert [e.seq for e in await store.read()] == [1, 2, 3, 4]
+            again = await store.append([draft("b", 2, idem="once")])
+            assert again.replayed and again.events[0].seq == 2  # the copied idem is known
+            after = await store.append([draft("a")], expect={"a": 2})
+            assert (after.events[0].seq, after.events[0].version) == (5, 3)
+        finally:
+            await target.close()
+
+    async def test_copy_rows_refuses_rows_that_do_not_continue_the_log(self) -> None:
+        target = await self.open_recorder("copy")
+        row = StoredRow(1, "id-1", "tick", "a", 1, 0, "agent", None, "tx", None, b"{}", None)
+        try:
+            with pytest.raises(StoreError, match="start at seq 2 but this log ends at seq 0"):
+                await target.copy_rows([msgspec.structs.replace(row, seq=2)])
+            with pytest.raises(StoreError, match="jump to seq 3"):
+                await target.copy_rows([row, msgspec.structs.replace(row, seq=3, id="id-3")])
+            assert await target.last_seq() == 0
+            await EventStore(target).append([draft("a")])
+            with pytest.raises(StoreError, match="ends at seq 1"):
+                await target.copy_rows([row])
+            assert len(await target.rows(0, 10)) == 1
+        finally:
+            await target.close()
+
+    async def test_a_copied_row_that_cannot_be_decoded_is_kept_and_listed_apart(self) -> None:
+        target = await self.open_recorder("copy")
+        good = StoredRow(1, "id-1", "tick", "a", 1, 5, "agent", None, "tx-1", None,
+                         b'{"n":1}', None)
+        bad = StoredRow(2, "id-2", "tick", "b", 1, 6, "agent", None, "tx-2", None,
+                        b"\xff\xfe not json", None)
+        try:
+            await target.copy_rows([good, bad])
+            page = await target.select(0)
+            assert [e.seq for e in page.events] == [1] and page.last_seq == 2
+            assert [(u.seq, u.key, u.tx) for u in page.unreadable] == [(2, "b", "tx-2")]
+            assert await target.rows(0, 10) == [good, bad]  # byte for byte
+        finally:
+            await target.close()
+
+    async def test_a_read_only_recorder_refuses_to_copy_rows_in(self) -> None:
+        await (await self.open_store("shared")).close()  # the log exists
+        reader = await self.open_recorder("shared", read_only=True)
+        row = StoredRow(1, "id-1", "tick", "a", 1, 0, "agent", None, "tx", None, b"{}", None)
+        try:
+            with pytest.raises(StoreError, match="read-only"):
+                await reader.copy_rows([row])
+        finally:
+            await reader.close()

@@ -1,5 +1,6 @@
 """An engine given a postgresql:// store where the PostgreSQL driver is not installed fails
-with a StoreError naming the extra to install, not a bare ModuleNotFoundError."""
+with StoreBackendMissing (a StoreError) naming the extra to install, not a bare
+ModuleNotFoundError."""
 
 from __future__ import annotations
 
@@ -34,6 +35,6 @@ def test_a_postgresql_store_without_its_driver_names_the_extra_to_install(
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "home"), url],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("StoreError "), done.stdout
+    assert done.stdout.startswith("StoreBackendMissing "), done.stdout
     assert "pip install 'upulse[postgresql]'" in done.stdout
     assert "s3cret" not in done.stdout

@@ -14,8 +14,8 @@ import pytest
 import redis.asyncio
 
 from pulse_core import Engine, StoreClosed, StoreError, StoreReadOnly, StoreUnavailable, open_home
+from pulse_core.store import SqliteSideStore, open_side_store
 from pulse_core.store._redis import RedisSideStore
-from pulse_core.store._side import SqliteSideStore, open_side_store
 from tests.servers import LOOPBACK, RedisServer
 
 _databases = itertools.count(1)

@@ -39,8 +39,7 @@ from pulse_core import (
 from pulse_core._effects import effect_draft
 from pulse_core._lease import owner_host
 from pulse_core.memory import HumanExchange, IdentityRegistered
-from pulse_core.store import PostgresURL, open_event_store, parse_store_url
-from pulse_core.store._side import open_side_store
+from pulse_core.store import PostgresURL, open_event_store, open_side_store, parse_store_url
 from tests.adapters.awareness_rig import MINUTE, reply, settings
 from tests.e2e.support import Child, fail_if_dead
 from tests.fleet.fleet_support import ready, until

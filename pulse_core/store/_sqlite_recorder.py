@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,16 @@ from pulse_core._errors import (
 )
 from pulse_core._waits import reject, resolve
 from pulse_core.store._base import EventStore
-from pulse_core.store._commit import COLUMNS, Batch, page_of
+from pulse_core.store._commit import COLUMNS, Batch, copy_chunk
 from pulse_core.store._objects import ObjectStore
-from pulse_core.store._recorder import AppendResult, Page, PreparedAppend, Recorder, StoredRow
+from pulse_core.store._recorder import (
+    AppendResult,
+    Page,
+    PreparedAppend,
+    Recorder,
+    StoredRow,
+    page_of,
+)
 from pulse_core.store._sqlite import (
     ReadOnlyConnection,
     WriterThread,
@@ -60,6 +68,7 @@ CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'pulse events are append-only: DELETE refused'); END
 """
 
+COPY_CHUNK = 2_000  # rows per transaction of copy_rows
 _KNOWN_HEADS = 16_384  # key versions the writer remembers between transactions
 _Outcome = AppendResult | Exception
 
@@ -328,6 +337,34 @@ class SqliteRecorder(Recorder):
     async def rows(self, after_seq: int, limit: int) -> list[StoredRow]:
         found: list[StoredRow] = await self._in_reader(self._rows, after_seq, limit)
         return found
+
+    # -- copying -----------------------------------------------------------------------------
+
+    async def copy_rows(self, rows: Iterable[StoredRow]) -> int:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path}: opened read-only, so copying rows in is "
+                                "refused — open it without read_only")
+        if self._closed or self._writer is None:
+            raise StoreClosed(f"{self.path}: copy after close (or before open)")
+        writer, copied = self._writer, 0
+        chunk: list[StoredRow] = []
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) == COPY_CHUNK:
+                copied += await writer.call(functools.partial(self._copy_chunk, chunk))
+                chunk = []
+        if chunk:
+            copied += await writer.call(functools.partial(self._copy_chunk, chunk))
+        return copied
+
+    def _copy_chunk(self, chunk: Sequence[StoredRow]) -> int:
+        """In the writer thread: `chunk` in one transaction, if it continues the log."""
+        if self._wconn is None:
+            raise StoreClosed(f"{self.path}: the writer is closed")
+        self._data_version = -1  # seq and heads move outside _commit: read them again
+        with sqlite_errors(self.path):
+            copy_chunk(self._wconn, chunk, str(self.path))
+        return len(chunk)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
