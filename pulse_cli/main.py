@@ -264,12 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "this machine's hostname and a random suffix)")
     json_flag(init, "print the home, the instance and what was created as one JSON document")
     migrate = _command(sub, "migrate", "migrate.migrate",
-                       "copy this home's event log into an empty PostgreSQL database exactly, "
-                       "verify every row, and with --switch point config.json at it",
+                       "copy this home's event log into an empty log of any store backend "
+                       "(PostgreSQL, SQLite, ...) exactly, verify every row, and with --switch "
+                       "point config.json at it",
                        lambda a, h: {"to": a.to, "switch": a.switch, "page": a.page,
                                      "as_json": a.json})
     migrate.add_argument("--to", required=True, metavar="URL",
-                         help="the empty target: postgresql://user@host:5432/db")
+                         help="the empty target's store URL: postgresql://user@host:5432/db, "
+                              "sqlite:///abs/path/events.db, or another installed backend's")
     migrate.add_argument("--switch", action="store_true",
                          help="once verified, set config.json's store to URL (the old log is "
                               "kept as it is)")

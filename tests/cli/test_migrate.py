@@ -1,6 +1,6 @@
-"""`upulse migrate --to postgresql://...`: an SQLite home's log copied into an empty
-PostgreSQL database exactly, verified, switched only when asked; real SQLite homes, a real
-PostgreSQL server on 127.0.0.1."""
+"""`upulse migrate --to URL`: a home's log copied into an empty log of any store backend
+exactly, verified, switched only when asked; real SQLite homes, a real PostgreSQL server on
+127.0.0.1, and a third backend registered through an entry point (tests/memory_store.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
-from pulse_cli.migrate import MIGRATION_LOCK, _verify
+from pulse_cli.config import write_default
+from pulse_cli.home import Home
+from pulse_cli.migrate import MIGRATION_LOCK, MigrationInProgress, _copy, _verify, migrate
 from pulse_cli.output import Progress
 from pulse_core import EventDraft, EventStore, SqliteEventStore, TaskBoard, open_home
 from pulse_core._effects import effect_draft
 from pulse_core.store import StoredRow, open_event_store
 from pulse_survival import RestartProcess
+from tests import memory_store
 from tests.cli.runner import Upulse
 from tests.cli.test_postgres_home import unreachable
 from tests.servers import PostgresServer
@@ -196,15 +200,84 @@ async def test_verification_names_each_row_and_field_that_differs(
                                 "not copied")
 
 
-def test_migrate_refuses_a_target_that_is_not_postgresql_or_cannot_be_reached(
+def test_migrate_refuses_a_target_no_backend_serves_its_own_log_or_one_it_cannot_reach(
         upulse: Upulse, tmp_path: Path) -> None:
     home = upulse.init(tmp_path / "home")
-    wrong = upulse("migrate", "--home", home, "--to", f"sqlite://{tmp_path}/copy.db", ok=False)
-    assert wrong.returncode == 2 and "migrate copies into PostgreSQL" in wrong.stderr
+    wrong = upulse("migrate", "--home", home, "--to", "mysql://db.example/pulse", ok=False)
+    assert wrong.returncode == 2 and "unknown scheme 'mysql'" in wrong.stderr
+    assert "(installed: postgres://, postgresql://, sqlite://)" in wrong.stderr
+    itself = upulse("migrate", "--home", home, "--to", f"sqlite://{home}/events.db", ok=False)
+    assert itself.returncode == 2 and "that is the home's own log" in itself.stderr
     gone = upulse("migrate", "--home", home, "--to", unreachable(), ok=False)
     assert gone.returncode == 1 and gone.stderr.count("\n") == 1
     assert "127.0.0.1:" in gone.stderr and "s3cret-pw" not in gone.stderr
     assert "Traceback" not in gone.stderr
+
+
+async def test_migrate_moves_a_home_from_postgresql_back_to_sqlite_exactly(
+        upulse: Upulse, tmp_path: Path, pg_url: str) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home, notes=30)
+    ours = await _rows_of(home)
+    migrated(upulse, home, pg_url, "--switch")
+    back = f"sqlite://{tmp_path}/back/events.db"
+    (tmp_path / "back").mkdir()
+    report = migrated(upulse, home, back, "--switch", "--page", "7")
+    assert report["verified"] is True and report["switched"] is True
+    assert (report["source"], report["target"]) == (pg_url, back)
+    assert await rows_at(back) == ours  # every field, the unreadable row byte for byte
+    assert json.loads((home / "config.json").read_text())["store"] == back
+    moved = upulse("task", "assign", "t-1", "ada", "--home", home).stdout
+    assert f"(event #{len(ours) + 1}, version 2)" in moved
+    assert len(await rows_at(pg_url)) == len(ours)  # the old log is kept as it was
+
+
+async def test_a_log_holding_a_nul_character_moves_to_a_backend_whose_text_stores_it(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    await fill(home, notes=3)
+    nul_rows(home / "events.db")
+    target = f"sqlite://{tmp_path}/copy.db"
+    report = migrated(upulse, home, target)
+    assert report["verified"] is True and report["events"] == 8
+    assert [r.key for r in await rows_at(target)][-2:] == ["t-\x00", "t-3"]
+
+
+@pytest.mark.usefixtures("memory_backend")
+async def test_migrate_copies_into_a_third_backend_registered_by_an_entry_point(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "home"
+    await fill(home, notes=30)
+    write_default(home / "config.json", "default")
+    ours = await _rows_of(home)
+    assert await migrate(Home(home), to="memory://moved", switch=True, page=4,
+                         as_json=True) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["target"], report["verified"], report["switched"]) == (
+        "memory://moved", True, True)
+    assert memory_store.LOGS["moved"].rows == ours
+    assert json.loads((home / "config.json").read_text())["store"] == "memory://moved"
+
+
+async def test_a_target_filled_by_someone_else_after_its_emptiness_check_is_left_alone(
+        tmp_path: Path) -> None:
+    """Where the target's exclusive sections do not reach other processes (a SQLite file),
+    the copy's first page decides: the second migration writes nothing and says so."""
+    await fill(tmp_path / "a")
+    await fill(tmp_path / "b")
+    source = await SqliteEventStore.open(tmp_path / "a" / "events.db", read_only=True)
+    sink = await open_event_store(f"sqlite://{tmp_path}/target.db")
+    try:
+        await sink.recorder.copy_rows(await _rows_of(tmp_path / "b"))  # the other one won
+        with pytest.raises(MigrationInProgress) as info:
+            await _copy(source, sink, 2, Progress(quiet=True))
+    finally:
+        await sink.close()
+        await source.close()
+    said = str(info.value)
+    assert "since it was found empty" in said and "leave it alone" in said
+    assert "drop" not in said and "empty it" not in said
+    assert await rows_at(f"sqlite://{tmp_path}/target.db") == await _rows_of(tmp_path / "b")
 
 
 def pulse_schema_count(server: PostgresServer, url: str) -> str:

@@ -359,10 +359,15 @@ class RecorderContract(abc.ABC):
             with pytest.raises(StoreError, match="jump to seq 3"):
                 await target.copy_rows([row, msgspec.structs.replace(row, seq=3, id="id-3")])
             assert await target.last_seq() == 0
-            await EventStore(target).append([draft("a")])
+            store = EventStore(target)
+            await store.append([draft("a")])
             with pytest.raises(StoreError, match="ends at seq 1"):
                 await target.copy_rows([row])
             assert len(await target.rows(0, 10)) == 1
+            # rows that continue the log are taken, and appends continue after them
+            await target.copy_rows([msgspec.structs.replace(row, seq=2, version=2)])
+            after = await store.append([draft("a")], expect={"a": 2})
+            assert (after.events[0].seq, after.events[0].version) == (3, 3)
         finally:
             await target.close()
 
