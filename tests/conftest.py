@@ -106,16 +106,19 @@ def installed_distribution(site: Path, name: str, entry_points: str) -> None:
 @pytest.fixture
 def memory_backend(tmp_path_factory: pytest.TempPathFactory,
                    monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The example third store backend (tests/memory_store.py, scheme memory://) installed
-    as its own distribution, `pulse-memory-store`, in a folder on sys.path (and on
-    PYTHONPATH, for child processes); the folder."""
+    """The example third store backend (tests/memory_store.py, scheme memory:// for event
+    logs and side stores) installed as its own distribution, `pulse-memory-store`, in a
+    folder on sys.path (and on PYTHONPATH, for child processes); the folder."""
     import tests.memory_store
 
     site = tmp_path_factory.mktemp("site-packages")
     installed_distribution(site, "pulse-memory-store",
-                           "[pulse.stores]\nmemory = tests.memory_store:parse_memory_url\n")
+                           "[pulse.stores]\nmemory = tests.memory_store:parse_memory_url\n"
+                           "[pulse.side_stores]\n"
+                           "memory = tests.memory_store:parse_memory_side_url\n")
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")])))
     yield site
     tests.memory_store.LOGS.clear()
+    tests.memory_store.SIDES.clear()

@@ -6,15 +6,18 @@ distribution's metadata)::
     [project.entry-points."pulse.stores"]
     memory = "tests.memory_store:parse_memory_url"
 
-`memory://NAME` names one log in this process; opening the name again opens the same log,
-as a second process opens the same file or database. tests/core/test_store_plugin.py runs
-the store contract suite against it.
+    [project.entry-points."pulse.side_stores"]
+    memory = "tests.memory_store:parse_memory_side_url"
+
+`memory://NAME` names one log (or side store) in this process; opening the name again opens
+the same one, as a second process opens the same file or database.
+tests/core/test_store_plugin.py runs the store contract suite against the log.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -182,3 +185,69 @@ class MemoryRecorder(Recorder):
 
     async def close(self) -> None:
         self._log = None
+
+
+SIDES: dict[str, dict[tuple[str, str], tuple[bytes, int | None]]] = {}
+"""Every memory side store of this process, by name: (namespace, key) -> (value, expiry)."""
+
+
+class MemorySideURL(NamedTuple):
+    """A `memory://NAME` side-store URL: a SideLocation."""
+
+    name: str
+
+    @property
+    def file(self) -> Path | None:
+        return None
+
+    def display(self) -> str:
+        return f"memory://{self.name}"
+
+    async def open(self, *, read_only: bool, clock: Clock | None) -> MemorySideStore:
+        return MemorySideStore(self, SIDES.setdefault(self.name, {}), read_only,
+                               clock or SystemClock())
+
+
+def parse_memory_side_url(url: str) -> MemorySideURL:
+    """The side store a `memory://NAME` URL names; StoreError without a name."""
+    name = urlsplit(url).netloc
+    if not name:
+        raise StoreError(f"side-store URL {url!r}: name the store, as in memory://hold")
+    return MemorySideURL(name)
+
+
+class MemorySideStore:
+    """The SideStore protocol over a dict, expiring by `clock`."""
+
+    def __init__(self, url: MemorySideURL, values: dict[tuple[str, str], tuple[bytes, int | None]],
+                 read_only: bool, clock: Clock) -> None:
+        self.url, self.read_only, self.clock = url, read_only, clock
+        self._values: dict[tuple[str, str], tuple[bytes, int | None]] | None = values
+
+    def _open_values(self, *, write: bool = False
+                     ) -> dict[tuple[str, str], tuple[bytes, int | None]]:
+        if self._values is None:
+            raise StoreClosed(f"{self.url.display()}: used after close")
+        if write and self.read_only:
+            raise StoreReadOnly(f"{self.url.display()}: opened read-only")
+        return self._values
+
+    async def get_all(self, namespace: str) -> dict[str, bytes]:
+        now = self.clock.now_ms()
+        return {key: value for (space, key), (value, expires) in self._open_values().items()
+                if space == namespace and (expires is None or expires > now)}
+
+    async def put(self, namespace: str, items: Mapping[str, bytes],
+                  ttl_ms: int | None = None) -> None:
+        values = self._open_values(write=True)
+        expires = None if ttl_ms is None else self.clock.now_ms() + ttl_ms
+        values.update(((namespace, key), (bytes(value), expires))
+                      for key, value in items.items())
+
+    async def delete(self, namespace: str, keys: Iterable[str]) -> None:
+        values = self._open_values(write=True)
+        for key in keys:
+            values.pop((namespace, key), None)
+
+    async def close(self) -> None:
+        self._values = None

@@ -1,7 +1,8 @@
 """Store backends are plug-ins: a third backend (tests/memory_store.py), registered through an
 entry point of a distribution of its own, passes the store contract suite unchanged and
-serves a home; a scheme no backend serves, a backend that cannot be imported and a scheme
-claimed twice are typed errors that say what to install or uninstall."""
+serves a home's log and side state; a scheme no backend serves, a backend that cannot be
+imported and a scheme claimed twice are typed errors that say what to install or
+uninstall."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pulse_core import EventDraft, StoreBackendMissing, StoreError, open_home
+from pulse_core import EventDraft, ManualClock, StoreBackendMissing, StoreError, open_home
 from pulse_core.store import (
     Recorder,
     parse_side_store_url,
@@ -76,6 +77,26 @@ async def test_a_home_runs_on_the_third_backend(tmp_path: Path) -> None:
         assert [e.data for e in await reader.events.read()] == [{"n": 1}]
     finally:
         await reader.close()
+
+
+@pytest.mark.usefixtures("memory_backend")
+async def test_a_home_keeps_its_side_state_in_a_third_side_store_backend(tmp_path: Path) -> None:
+    clock = ManualClock(1_000)
+    stores = await open_home(tmp_path / "home", side_store="memory://hold", clock=clock)
+    try:
+        await stores.side.put("quiet", {"ana": b"1"}, ttl_ms=500)
+        assert type(stores.side).__module__ == "tests.memory_store"
+    finally:
+        await stores.close()
+    assert not (tmp_path / "home" / "state.db").exists()
+    again = await open_home(tmp_path / "home", side_store="memory://hold", clock=clock,
+                            read_only=True)
+    try:
+        assert await again.side.get_all("quiet") == {"ana": b"1"}
+        clock.advance(500)
+        assert await again.side.get_all("quiet") == {}
+    finally:
+        await again.close()
 
 
 def test_a_backend_that_cannot_be_imported_names_the_distribution_to_install(
