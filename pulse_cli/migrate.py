@@ -103,8 +103,7 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
         home.require()  # the switch writes config.json
     home.readable()
     cfg = config_file.load_or_default(home.config)
-    source_url = store_url(home, cfg)
-    target = _target(to, source_url)
+    source_url, target = store_url(home, cfg), _target(to)
     hosts = (bound_host(home.root, cfg),
              bound_host(home.root, dataclasses.replace(cfg, store=to)))
     done = Migration(source=shown(source_url), target=target.display())
@@ -148,17 +147,12 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
     return 0
 
 
-def _target(to: str, source_url: str) -> LogLocation:
-    """The --to URL, read by its backend; UsageError when no installed backend can use it,
-    or when it names the home's own log."""
+def _target(to: str) -> LogLocation:
+    """The --to URL, read by its backend; UsageError when no installed backend can use it."""
     try:
-        target = parse_store_url(to)
+        return parse_store_url(to)
     except StoreError as exc:
         raise UsageError(f"--to: {exc}") from None
-    if target.display() == parse_store_url(source_url).display():
-        raise UsageError(f"--to {shown(to)}: that is the home's own log — give the URL of "
-                         "an empty log elsewhere")
-    return target
 
 
 @contextlib.contextmanager
