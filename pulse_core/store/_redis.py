@@ -73,6 +73,9 @@ class RedisURL(NamedTuple):
         """The server and database, for messages (as `name`)."""
         return self.name()
 
+    def __repr__(self) -> str:
+        return f"RedisURL({self.name()!r})"
+
     async def open(self, *, read_only: bool, clock: Clock | None) -> RedisSideStore:
         """The RedisSideStore of this database (expiring by the server's clock, not
         `clock`)."""

@@ -141,6 +141,12 @@ IMPORTS = textwrap.dedent("""
 """)
 
 
+def test_a_side_store_url_read_by_its_backend_never_shows_its_password() -> None:
+    location = parse_side_store_url("redis://ana:s3cret@cache.example:6380/2")
+    for text in (repr(location), str(location), location.display(), repr([location])):
+        assert "s3cret" not in text and "cache.example:6380/2" in text
+
+
 def test_reading_a_server_s_url_loads_no_driver() -> None:
     done = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True,
                           timeout=60, check=True)
