@@ -52,10 +52,16 @@ from pulse_cli.directory_log import carry_over, event_key
 from pulse_cli.home import CliError, DaemonStateError, Home, UsageError
 from pulse_cli.output import Progress, print_json, printable
 from pulse_cli.stores import shown, store_url, unavailable
-from pulse_core import EventStore, HomeLocked, PulseError, StoreError
-from pulse_core._effect_index import EffectIndex
-from pulse_core._effects import EffectStatus
-from pulse_core._homelock import lock_home, write_private
+from pulse_core import (
+    EffectIndex,
+    EffectStatus,
+    EventStore,
+    HomeLocked,
+    PulseError,
+    StoreError,
+    lock_home,
+    write_private,
+)
 from pulse_core.store import LogLocation, StoredRow, open_event_store, parse_store_url
 
 FIELDS = tuple(StoredRow.__struct_fields__)

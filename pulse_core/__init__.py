@@ -4,6 +4,7 @@ from pulse_core._assembly import placement
 from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock, ManualClock, SystemClock
 from pulse_core._effect_control import cancel_effect, retry_effect
+from pulse_core._effect_index import EffectIndex
 from pulse_core._effects import (
     EFFECT_KINDS,
     Effect,
@@ -73,6 +74,7 @@ from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._homelock import (
     PRIVATE_FILE,
     denied,
+    lock_home,
     loose_home,
     open_private,
     private_folder,
@@ -175,6 +177,7 @@ __all__ = [
     "Decision",
     "Effect",
     "EffectEntry",
+    "EffectIndex",
     "EffectNotFound",
     "EffectOutcome",
     "EffectStateConflict",
@@ -290,6 +293,7 @@ __all__ = [
     "layer_settings",
     "load_layer",
     "load_layers",
+    "lock_home",
     "loose_home",
     "next_task_state",
     "open_home",

@@ -49,6 +49,8 @@ EXPECTED_CORE = {
     "SURVIVAL_GROUP", "TASK_KINDS", "check_host", "check_text", "declared_effects", "denied",
     "loose_home", "next_task_state", "open_private", "placement", "private_folder",
     "rule_name", "uuid7", "write_private",
+    # what `upulse migrate` uses: the home lock, the unfinished effects of a log
+    "EffectIndex", "lock_home",
     # public names report their face as their module (the faces call it)
     "publish_face",
     # the vitals key model-route probes write and llm_watchdog reads
