@@ -30,7 +30,8 @@ from pulse_core.store._recorder import (
 )
 from pulse_core.store._redis import RedisSideStore
 from pulse_core.store._side import SideStore, SqliteSideStore
-from pulse_core.store._sqlite_recorder import SqliteEventStore, SqliteRecorder
+from pulse_core.store._sqlite_recorder import SqliteRecorder
+from pulse_core.store._sqlite_store import SqliteEventStore
 from pulse_core.store._url import PostgresURL, SqliteURL
 from pulse_core.store._vitals import (
     Retention,
