@@ -34,6 +34,7 @@ from pulse_core._errors import (
     InvalidEvent,
     InvalidTransition,
     LayerError,
+    LayerOpenFailed,
     MergeRefused,
     NotAPulseDatabase,
     NotAuthorized,
@@ -88,6 +89,7 @@ from pulse_core._layer import (
     Layer,
     LayerContext,
     LayerFactory,
+    Lifespan,
     Service,
     available_layers,
     layer_settings,
@@ -103,6 +105,7 @@ from pulse_core._memory_view import (
     read_identity,
     summarise_identities,
 )
+from pulse_core._pages import PageRequest, PageView, UiPage
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
 from pulse_core._recent_errors import RecentErrors
@@ -209,7 +212,9 @@ __all__ = [
     "Layer",
     "LayerContext",
     "LayerError",
+    "LayerOpenFailed",
     "LayerFactory",
+    "Lifespan",
     "LoopState",
     "LoopStatus",
     "ManualClock",
@@ -222,6 +227,8 @@ __all__ = [
     "ObjectMissing",
     "ObjectStore",
     "Page",
+    "PageRequest",
+    "PageView",
     "PayloadNotEncodable",
     "PendingTasks",
     "PendingTasksData",
@@ -259,6 +266,7 @@ __all__ = [
     "TaskBoard",
     "TaskState",
     "Tasks",
+    "UiPage",
     "UnhandledEffect",
     "UnknownEffect",
     "UnknownKind",

@@ -16,7 +16,7 @@ from pulse_core._assembly import assemble, check_not_survival, default_builtin_r
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effects import Executor
 from pulse_core._error_reports import ErrorReports
-from pulse_core._errors import PulseError
+from pulse_core._errors import LayerOpenFailed, PulseError
 from pulse_core._events import EventDraft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._home import HomeLayout, HomeStores, open_home
@@ -216,7 +216,9 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Lock the home, open the stores, load checkpoints and fold the log up to now."""
+        """Lock the home, open the stores, load checkpoints, fold the log up to now, and
+        enter each layer's lifespan in order (LayerOpenFailed, naming the layer, when one
+        raises: what was opened is closed again)."""
         stack = contextlib.AsyncExitStack()
         try:
             lock = lock_home(self.home)
@@ -245,6 +247,8 @@ class Engine:
                                              "owner": self._executor_loop.owner},
                 origin="engine"), self._executor_loop.announcement()])
             stack.push_async_callback(self._stopped)
+            for layer in self.layers:  # closed after the drain, before _stopped
+                await self._enter_lifespan(stack, layer)
             stack.push_async_callback(self._drain)  # after the loops stop, before _stopped
         except BaseException:
             await stack.aclose()
@@ -300,8 +304,9 @@ class Engine:
             return await received
 
     async def close(self) -> None:
-        """Stop every loop and service, drain effects in flight up to `drain_timeout`, persist
-        the last snapshot and checkpoints, close the stores and release the home.
+        """Stop every loop and service, drain effects in flight up to `drain_timeout`, exit
+        the layers' lifespans (last opened first), persist the last snapshot and checkpoints,
+        close the stores and release the home.
 
         From the first moment of close nothing new is claimed; close returns as soon as the
         attempts already running end. Attempts still running at the deadline are interrupted
@@ -317,6 +322,29 @@ class Engine:
         if self._executor_loop is not None:
             self._executor_loop.stop_claiming()
         return stack.aclose()
+
+    async def _enter_lifespan(self, stack: contextlib.AsyncExitStack, layer: Layer) -> None:
+        """Enter `layer`'s lifespan on `stack`: LayerOpenFailed, naming the layer, if it
+        raises; at close, what its exit raises is an `error` event (key `layer:<name>`) and
+        the other layers' lifespans close all the same."""
+        if layer.lifespan is None:
+            return
+        context = layer.lifespan(self)
+        try:
+            await context.__aenter__()
+        except Exception as exc:
+            raise LayerOpenFailed(
+                f"layer {layer.name!r} failed to open (its lifespan raised "
+                f"{type(exc).__name__}: {exc}); the engine did not open — fix what the "
+                "error names, or take the layer out of config.json") from exc
+
+        async def close() -> None:
+            try:
+                await context.__aexit__(None, None, None)
+            except Exception as exc:
+                self._errors.report(f"layer:{layer.name}", exc)
+
+        stack.push_async_callback(close)
 
     async def _close_watcher(self, watcher: Watcher) -> None:
         try:

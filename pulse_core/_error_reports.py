@@ -80,12 +80,13 @@ class ErrorReports:
 
     def report(self, where: str, exc: BaseException) -> None:
         """Record `exc`, raised at `where`, as an `error` event in the background (keyed
-        `where`, or `engine:<where>` unless it names a watcher, rule, executor, service or
-        the engine); log it when the engine is not open."""
+        `where`, or `engine:<where>` unless it names a watcher, rule, executor, service,
+        layer or the engine); log it when the engine is not open."""
         if self._spawn is None:
             log.error("pulse: %s: %s: %s", where, type(exc).__name__, exc)
             return
-        if not where.startswith(("watcher:", "rule:", "executor:", "service:", "engine")):
+        if not where.startswith(("watcher:", "rule:", "executor:", "service:", "layer:",
+                                 "engine")):
             where = f"engine:{where}"
         at = self.clock.now_ms()
         self._spawn(f"report:{where}", self._record(error_draft(where, exc, host=self.host), at))

@@ -27,6 +27,7 @@
     ├── ObjectMissing               a content-addressed payload is absent or was purged
     ├── RuleChainError              compose() got a non-callable, or inner was called twice
     ├── LayerError                  a layer is missing, broken, or refused its settings
+    │   └── LayerOpenFailed         a layer's lifespan raised as the engine opened
     ├── UnhandledEffect             a rule can emit an effect type no executor handles
     ├── SurvivalLocked              user code tried to switch off or reorder a survival rule
     ├── UnknownEffect               an effect tag no Effect class declares
@@ -188,6 +189,10 @@ class RuleChainError(PulseError):
 
 class LayerError(PulseError):
     """A layer is not installed, failed to import, or refused its settings."""
+
+
+class LayerOpenFailed(LayerError):
+    """A layer's lifespan raised as the engine opened: the engine did not open."""
 
 
 class UnhandledEffect(PulseError):

@@ -290,7 +290,7 @@ def error_draft(where: str, exc: BaseException,
     if host:
         data["host"] = host
     return EventDraft("error", where, data,
-                      origin="engine" if where.startswith(("engine", "service:")) else where)
+                      origin="engine" if where.startswith(("engine", "service:", "layer:")) else where)
 
 
 def _register_builtin(entries: Iterable[tuple[str, str]]) -> None:

@@ -18,6 +18,7 @@ import difflib
 import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -27,6 +28,7 @@ import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._effects import Effect, Executor, Mark, executors_by_tag
+from pulse_core._pages import UiPage
 from pulse_core._errors import LayerError, PulseError, SurvivalLocked, UnhandledEffect
 from pulse_core._rules import Rule, declared_effects, rule_name
 from pulse_core._snapshot import Projection
@@ -41,6 +43,11 @@ SURVIVAL_GROUP = "pulse.survival"
 Service = Callable[["Engine"], Awaitable[None]]
 """A long-running async callable (a web server, an exporter, a transcript follower) that the
 engine starts after open and cancels before close, under its supervisor."""
+
+Lifespan = Callable[["Engine"], AbstractAsyncContextManager[None]]
+"""What a layer holds open while its engine runs (a model client, a connection pool): entered
+when the engine opens, before any service or executor runs, and exited when it closes, after
+every service stopped and every effect in flight drained, layers in reverse order."""
 
 
 class EngineDirectory(Protocol):
@@ -97,7 +104,10 @@ class Layer:
     rules, in the order the layers are given. `emits` lists effect types the layer's rules
     may produce beyond what each rule declares (see `emits()`); the engine checks that some
     executor handles each one. `essentials` are processes (an agent's gateway) the layer asks
-    the survival layer to keep alive under its restart policy.
+    the survival layer to keep alive under its restart policy. `lifespan` is what the layer
+    holds open while the engine runs (see Lifespan). `ui` are the layer's pages in the web UI
+    (see UiPage): the UI's process builds the layer to read them, so a factory opens and
+    starts nothing; what must be opened goes in `lifespan`.
     """
 
     name: str
@@ -108,6 +118,8 @@ class Layer:
     services: Sequence[Service] = ()
     emits: Sequence[type[Effect]] = field(default=())
     essentials: Sequence[Essential] = ()
+    lifespan: Lifespan | None = None
+    ui: Sequence[UiPage] = ()
 
 
 LayerFactory = Callable[[Any, LayerContext], Layer]

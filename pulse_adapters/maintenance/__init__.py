@@ -18,7 +18,7 @@ from pulse_adapters.maintenance._consolidation import (
 )
 from pulse_adapters.maintenance._cycle import CycleFailed, run_cycle
 from pulse_adapters.maintenance._executor import MaintenanceExecutor
-from pulse_adapters.maintenance._layer import ProposerCloser, layer
+from pulse_adapters.maintenance._layer import layer
 from pulse_adapters.maintenance._ledger import (
     CycleBegan,
     CycleRequested,
@@ -75,7 +75,6 @@ __all__ = [
     "MaintenanceSettingsError",
     "OutcomeObserved",
     "Proposer",
-    "ProposerCloser",
     "RetentionSettings",
     "ScheduleSettings",
     "Skill",

@@ -3,7 +3,8 @@ MaintenanceSettings (config.json's `"layers": {"maintenance": {...}}`)."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pulse_adapters.llm import ChatClient
@@ -18,24 +19,22 @@ from pulse_adapters.maintenance._settings import (
     MaintenanceSettingsError,
     load_settings,
 )
-from pulse_core import Engine, Layer, LayerContext
+from pulse_core import Engine, Layer, LayerContext, Lifespan
 from pulse_core.maintenance import Beliefs, MemoryElements, Schedules, SleepTasks, Watches
 
 
-class ProposerCloser:
-    """The layer's service when a model proposes consolidations: it closes the model client
-    when the engine stops."""
+def closing(client: ChatClient) -> Lifespan:
+    """The layer's lifespan when a model proposes consolidations: the model client, closed
+    when the engine closes."""
 
-    name = "maintenance-proposer"
-
-    def __init__(self, client: ChatClient) -> None:
-        self.client = client
-
-    async def __call__(self, engine: Engine) -> None:
+    @contextlib.asynccontextmanager
+    async def lifespan(engine: Engine) -> AsyncIterator[None]:
         try:
-            await asyncio.Event().wait()
+            yield
         finally:
-            await self.client.aclose()
+            await client.aclose()
+
+    return lifespan
 
 
 def _client(settings: MaintenanceSettings) -> ChatClient:
@@ -54,13 +53,13 @@ def layer(settings: Any, context: LayerContext) -> Layer:
     None for the defaults). MaintenanceSettingsError names a wrong setting."""
     valid = load_settings(settings)
     proposer: Proposer | None = None
-    services: tuple[ProposerCloser, ...] = ()
+    lifespan: Lifespan | None = None
     if valid.consolidation.proposer == "llm":
         client = _client(valid)
         proposer = LlmProposer(client)
-        services = (ProposerCloser(client),)
+        lifespan = closing(client)
     return Layer(LAYER, rules=(MaintenanceRule(valid),),
                  executors=(MaintenanceExecutor(valid, proposer),),
                  projections=(MaintenanceLedger(), Schedules(), SleepTasks(), Watches(),
                               MemoryElements(), Beliefs()),
-                 services=services, emits=(MaintenanceCycle,))
+                 lifespan=lifespan, emits=(MaintenanceCycle,))

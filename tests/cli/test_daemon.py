@@ -483,3 +483,51 @@ def test_dev_run_initialises_the_default_home_and_runs_its_daemon_until_ctrl_c(
     assert (upulse.base / "engine" / "engine.py").is_file()
     stopped = read_events(upulse.base / "events.db", {"engine-stopped"})
     assert [e.data["pid"] for e in stopped] == [child.pid]
+
+
+LIFESPAN_CODE = '''
+
+import contextlib as _contextlib
+from collections.abc import AsyncIterator as _AsyncIterator
+
+_built_layer = layer
+
+
+def layer(settings: Any, context: LayerContext) -> Layer:  # type: ignore[no-redef]
+    """The template's layer, with a lifespan that writes its opening and closing down."""
+    journal = context.home / "lifespan.log"
+
+    @_contextlib.asynccontextmanager
+    async def lifespan(engine: Any) -> _AsyncIterator[None]:
+        with journal.open("a") as out:
+            out.write(f"open {engine.rule_names[-1]}\\n")
+        try:
+            yield
+        finally:
+            with journal.open("a") as out:
+                out.write("close\\n")
+
+    built = _built_layer(settings, context)
+    return Layer(built.name, rules=built.rules, watchers=built.watchers,
+                 executors=built.executors, lifespan=lifespan)
+'''
+
+
+def test_sighup_closes_the_engine_directory_layers_lifespan_and_opens_the_new_ones(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    entry = home / "engine" / "engine.py"
+    entry.write_text(entry.read_text() + LIFESPAN_CODE)
+    git(home / "engine", "commit", "-qam", "a lifespan")
+    journal = home / "lifespan.log"
+    upulse("daemon", "start", "--home", home)
+    pid = daemon_pid(home)
+    assert pid is not None
+    wait_until(lambda: journal.exists() and journal.read_text() == "open inbox_note\n", 10,
+               "the layer's lifespan to open")
+    os.kill(pid, signal.SIGHUP)
+    wait_until(lambda: journal.read_text() == "open inbox_note\nclose\nopen inbox_note\n",
+               10, "the old engine's lifespan to close and the new one's to open")
+    upulse("daemon", "stop", "--home", home)
+    assert journal.read_text().splitlines() == ["open inbox_note", "close", "open inbox_note",
+                                                "close"]

@@ -296,7 +296,7 @@ async def _activity(url: str, activity_id: str) -> dict[str, Any]:
         await store.close()
 
 
-def test_an_llm_proposer_is_built_from_the_settings_and_closed_by_a_service(
+async def test_an_llm_proposer_is_built_from_the_settings_and_its_client_closed_with_the_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = {"consolidation": {"proposer": "llm", "base_url": "http://127.0.0.1:9/v1",
@@ -307,11 +307,17 @@ def test_an_llm_proposer_is_built_from_the_settings_and_closed_by_a_service(
         load_layer("maintenance", settings, context)
     monkeypatch.setenv("PULSE_TEST_MAINT_KEY", "sk-test")
     built = load_layer("maintenance", settings, context)
-    assert [s.name for s in built.services] == ["maintenance-proposer"]  # type: ignore[attr-defined]
+    assert built.services == () and built.lifespan is not None
     (executor,) = built.executors
     assert isinstance(executor, MaintenanceExecutor) and executor.proposer is not None
+    http = executor.proposer.client._http  # type: ignore[attr-defined]
+    engine = Engine(tmp_path / "home", layers=[built], clock=ManualClock())
+    await engine.open()
+    assert not http.is_closed  # held open while the engine runs
+    await engine.close()
+    assert http.is_closed
     off = load_layer("maintenance", {}, context)
-    assert off.services == () and off.executors[0].proposer is None  # type: ignore[attr-defined]
+    assert off.lifespan is None and off.executors[0].proposer is None  # type: ignore[attr-defined]
 
 
 async def test_a_watch_fired_elsewhere_starts_a_cycle_that_reviews_it(

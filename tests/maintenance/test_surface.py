@@ -15,7 +15,7 @@ EXPECTED = {
     "DecaySettings", "HealthSignal", "InvalidProposals", "LedgerState", "LlmProposer",
     "MaintenanceCycle", "MaintenanceExecutor", "MaintenanceLedger", "MaintenanceRule",
     "MaintenanceSettings", "MaintenanceSettingsError", "OutcomeObserved", "Proposer",
-    "ProposerCloser", "RetentionSettings", "ScheduleSettings", "Skill", "SkillBoard",
+    "RetentionSettings", "ScheduleSettings", "Skill", "SkillBoard",
     "SkillProposed", "SkillVerdict", "Triggers", "VerdictPolicy", "assess", "consolidate",
     "gate_insights", "layer", "load_settings", "request_cycle", "run_cycle", "verdict",
 }

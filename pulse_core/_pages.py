@@ -1,0 +1,76 @@
+"""A layer's pages in the web UI: plain data and callables, no web library.
+
+A page is a slug, a title for the nav, the projections it reads and a JSON view; the web UI
+(pulse_adapters.web) serves it at `/<slug>`, its view at `/api/pages/<slug>`, behind the same
+guard as every page, and folds its projections in the UI's own process over the home's stores
+opened read-only. A page without `assets` is drawn by the UI's generic page from the view's
+JSON; with `assets` it brings its own `index.html` and scripts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pulse_core._effects import EffectEntry
+from pulse_core._errors import LayerError
+from pulse_core._snapshot import Projection, Snapshot
+from pulse_core.store._base import EventStore
+from pulse_core.store._vitals import VitalsStore
+
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+"""What a page's slug may be: lowercase letters, digits and '-', at most 40."""
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    """What a page's view is given at each request: the home, its event log and vitals (both
+    read-only), the snapshot of the projections the UI folds (`snapshot.state(T)` for each of
+    the page's projections), the time (engine clock, ms), the request's query parameters, the
+    layers the engine runs, and `effects(tag)`, every effect of one type in the log, newest
+    first."""
+
+    home: Path
+    events: EventStore
+    vitals: VitalsStore
+    snapshot: Snapshot
+    now: int
+    query: Mapping[str, str] = field(default_factory=dict)
+    layers: tuple[str, ...] = ()
+    effects: Callable[[str], Sequence[EffectEntry]] = lambda tag: ()
+
+
+PageView = Callable[[PageRequest], Awaitable[Any]]
+"""A page's JSON view: `await view(request)` gives what msgspec can encode (dicts, lists,
+Structs). A view may raise LookupError for a 404 and ValueError for a 400 (a bad query); the
+message is shown."""
+
+
+@dataclass(frozen=True)
+class UiPage:
+    """One page a layer shows in the web UI (see the module's docstring).
+
+    `assets` names a folder of package files as `package:folder`
+    (`"pulse_adapters.awareness:ui"`): its `index.html` is the page, and every file in it is
+    served under `/pages/<slug>/`. Without it the UI draws the view's JSON: a list of objects
+    as a table, an object's scalars as cards, a nested object by its keys.
+    """
+
+    slug: str
+    title: str
+    view: PageView
+    projections: Sequence[Projection[Any]] = ()
+    assets: str | None = None
+
+    def __post_init__(self) -> None:
+        if not SLUG.match(self.slug):
+            raise LayerError(f"page slug {self.slug!r} must be 1-40 lowercase letters, digits "
+                             "or '-', starting with a letter or digit — it is the page's path")
+        if not self.title.strip():
+            raise LayerError(f"page {self.slug!r} has no title: give the nav's name for it")
+        if self.assets is not None and ":" not in self.assets:
+            raise LayerError(f"page {self.slug!r}: assets {self.assets!r} must be "
+                             "'package:folder', a folder of the package's files")
