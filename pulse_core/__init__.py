@@ -1,6 +1,6 @@
 """pulse_core: the event-sourced engine. Watchers sense, rules decide, executors act."""
 
-from pulse_core._assembly import placement
+from pulse_core._assembly import builtin_projections, placement
 from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock, ManualClock, SystemClock
 from pulse_core._effect_control import cancel_effect, retry_effect
@@ -95,6 +95,7 @@ from pulse_core._layer import (
     layer_settings,
     load_layer,
     load_layers,
+    load_survival_layer,
     settings_problem,
 )
 from pulse_core._lease import MAX_HOST_LENGTH, check_host, process_started
@@ -212,8 +213,8 @@ __all__ = [
     "Layer",
     "LayerContext",
     "LayerError",
-    "LayerOpenFailed",
     "LayerFactory",
+    "LayerOpenFailed",
     "Lifespan",
     "LoopState",
     "LoopStatus",
@@ -277,6 +278,7 @@ __all__ = [
     "Watcher",
     "adaptive_interval",
     "available_layers",
+    "builtin_projections",
     "cancel_effect",
     "check_host",
     "check_text",
@@ -301,6 +303,7 @@ __all__ = [
     "layer_settings",
     "load_layer",
     "load_layers",
+    "load_survival_layer",
     "lock_home",
     "loose_home",
     "next_task_state",

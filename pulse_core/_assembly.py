@@ -13,7 +13,13 @@ from typing import Any
 from pulse_core._clock import Clock
 from pulse_core._effects import Executor
 from pulse_core._errors import PulseError, StoreError, SurvivalLocked
-from pulse_core._layer import EngineDirectory, Layer, LayerContext, check_layers, survival_layer
+from pulse_core._layer import (
+    EngineDirectory,
+    Layer,
+    LayerContext,
+    check_layers,
+    load_survival_layer,
+)
 from pulse_core._recent_errors import RecentErrors
 from pulse_core._rules import Rule, RuleChain, clamp_tick, dedup, error_backoff, rule_name
 from pulse_core._snapshot import Projection
@@ -26,6 +32,12 @@ from pulse_core.store import parse_store_url
 def default_builtin_rules() -> list[Rule]:
     """The built-in rules every engine runs between the survival layer and the other layers."""
     return [clamp_tick(), error_backoff(), dedup()]
+
+
+def builtin_projections() -> list[Projection[Any]]:
+    """The projections every engine folds besides its layers': tasks, the pending ones,
+    agents' capability stats, recent errors and memory."""
+    return [Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory()]
 
 
 def placement(store: str | None, host: str | None) -> str:
@@ -94,7 +106,7 @@ def assemble(
         builtin_rules = default_builtin_rules()
     bound = placement(store, host)
     essentials = tuple(e for la in (*layers, business) for e in la.essentials)
-    outermost = survival_layer(survival, LayerContext(home, clock, engine_directory, bound,
+    outermost = load_survival_layer(survival, LayerContext(home, clock, engine_directory, bound,
                                                       essentials))
     every = (outermost, *layers, business)
     check_layers(every)
@@ -107,7 +119,6 @@ def assemble(
         placement=bound, survival=outermost, business=business, layers=every,
         watchers=tuple(w for la in every for w in la.watchers),
         executors=tuple(e for la in every for e in la.executors),
-        projections=(Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
-                     *(p for la in every for p in la.projections)),
+        projections=(*builtin_projections(), *(p for la in every for p in la.projections)),
         chain=chain,
     )

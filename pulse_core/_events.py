@@ -289,8 +289,8 @@ def error_draft(where: str, exc: BaseException,
         **(extra or {})}
     if host:
         data["host"] = host
-    return EventDraft("error", where, data,
-                      origin="engine" if where.startswith(("engine", "service:", "layer:")) else where)
+    engine = where.startswith(("engine", "service:", "layer:"))
+    return EventDraft("error", where, data, origin="engine" if engine else where)
 
 
 def _register_builtin(entries: Iterable[tuple[str, str]]) -> None:

@@ -28,8 +28,8 @@ import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._effects import Effect, Executor, Mark, executors_by_tag
-from pulse_core._pages import UiPage
 from pulse_core._errors import LayerError, PulseError, SurvivalLocked, UnhandledEffect
+from pulse_core._pages import UiPage
 from pulse_core._rules import Rule, declared_effects, rule_name
 from pulse_core._snapshot import Projection
 from pulse_core._watchers import Watcher
@@ -254,7 +254,7 @@ def load_layers(configured: Mapping[str, Any], context: LayerContext) -> list[La
     return [load_layer(name, settings, context) for name, settings in configured.items()]
 
 
-def survival_layer(settings: Any, context: LayerContext) -> Layer:
+def load_survival_layer(settings: Any, context: LayerContext) -> Layer:
     """The survival layer (group `pulse.survival`), which every engine runs outermost.
 
     Raises LayerError when it is not installed, or installed twice: an engine never runs

@@ -19,6 +19,7 @@ from pulse_adapters.awareness.executor import AwarenessExecutor, Foreground
 from pulse_adapters.awareness.fingerprint import fingerprint, shape
 from pulse_adapters.awareness.gate import GateResult, Rejection, Verb, gate, show_proposal
 from pulse_adapters.awareness.ledger import AwarenessLedger, CycleRecord, LedgerData, ReviewState
+from pulse_adapters.awareness.page import ReviewerRecords, reviewer_page
 from pulse_adapters.awareness.quiet import QuietHold, QuietHoldUnavailable, QuietState
 from pulse_adapters.awareness.reviewer import (
     QuietHoldKeeper,
@@ -69,6 +70,7 @@ __all__ = [
     "ReviewRouteWatcher",
     "ReviewState",
     "Reviewer",
+    "ReviewerRecords",
     "UndoConflict",
     "UndoRefused",
     "Verb",
@@ -81,6 +83,7 @@ __all__ = [
     "layer",
     "load_settings",
     "parse_envelope",
+    "reviewer_page",
     "route_healthy",
     "shape",
     "show_proposal",

@@ -1,5 +1,5 @@
-"""The UI's Starlette app: pages, static files, the JSON API, live streams and /metrics, all
-behind the Guard (Host, cross-site, token)."""
+"""The UI's Starlette app: its own pages and the layers' pages, static files, the JSON API,
+live streams and /metrics, all behind the Guard (Host, cross-site, token)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pulse_adapters.web import _memory, _reviewer, _rules, _vitals
+from pulse_adapters.web import _memory, _page_routes, _rules, _vitals
 from pulse_adapters.web import _views as views
 from pulse_adapters.web._book import LogBook
 from pulse_adapters.web._guard import Guard, allowed_hosts
@@ -26,13 +26,12 @@ from pulse_adapters.web._responses import json_response, live, problem
 from pulse_adapters.web._settings import WebSettings
 from pulse_adapters.web._state import WebState
 from pulse_adapters.web._stream import Beat, Feed, event_stream, stream_families, vitals_stream
-from pulse_adapters.web._view import EngineView
+from pulse_adapters.web._view import UI_PAGES, EngineView
 from pulse_core import EffectNotFound, EffectStatus, PulseError
 
 STATIC = Path(str(files("pulse_adapters.web") / "static"))
-PAGES = {"/": "overview.html", "/vitals": "vitals.html", "/events": "events.html",
-         "/effects": "effects.html", "/rules": "rules.html", "/reviewer": "reviewer.html",
-         "/memory": "memory.html"}
+FILES = {"/": "overview.html"}
+"""The file of each of the UI's own pages whose name is not its path's."""
 
 
 def _params(request: Request) -> dict[str, list[str]]:
@@ -70,7 +69,8 @@ def _routes(state: WebState) -> list[BaseRoute]:
     overview_beat = Beat("overview", state.settings.live_every_s, lambda: overview(state))
 
     async def page(request: Request) -> Response:
-        return FileResponse(STATIC / PAGES[request.url.path])
+        path = request.url.path
+        return FileResponse(STATIC / FILES.get(path, f"{path.strip('/')}.html"))
 
     async def api_overview(request: Request) -> Response:
         return json_response(await overview(state))
@@ -136,7 +136,7 @@ def _routes(state: WebState) -> list[BaseRoute]:
         return live(vitals_stream(engine.vitals, state.settings.live_every_s))
 
     return [
-        *(Route(path, page) for path in PAGES),
+        *(Route(path, page) for path, _ in UI_PAGES),
         Route("/api/overview", api_overview),
         Route("/api/events", api_events),
         Route("/api/events/{seq:int}", api_event),
@@ -149,8 +149,8 @@ def _routes(state: WebState) -> list[BaseRoute]:
         Route("/stream/vitals", stream_vitals),
         *_vitals.routes(state),
         *_rules.routes(state),
-        *_reviewer.routes(state),
         *_memory.routes(state),
+        *_page_routes.routes(state, STATIC),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 

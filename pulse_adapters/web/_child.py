@@ -1,7 +1,8 @@
 """The UI's own process: `python -m pulse_adapters.web`, started by the web service.
 
 It reads one JSON line of settings on stdin (home, store URL, placement, the layer's
-settings), opens the home's stores read-only, binds its port, prints one JSON line
+settings), builds the layers HOME/config.json names to learn their pages (pulse_adapters.web.
+_pages), opens the home's stores read-only, binds its port, prints one JSON line
 `{"url": ...}` on stdout once it serves, then takes each further stdin line as the engine's
 newest EngineReport. When stdin ends (the engine stopped it, or died) it stops serving.
 """
@@ -21,9 +22,10 @@ import msgspec
 import uvicorn
 
 from pulse_adapters.web._connections import bounded_http, connection_cap
+from pulse_adapters.web._pages import configured_pages
 from pulse_adapters.web._report import EngineReport
 from pulse_adapters.web._settings import load_settings, read_token
-from pulse_adapters.web._view import EngineView
+from pulse_adapters.web._view import RESERVED, EngineView
 from pulse_core import HomeLayout
 from pulse_core.store import ObjectStore, SqliteVitalsStore, open_event_store
 
@@ -82,6 +84,8 @@ async def serve(setup: dict[str, Any]) -> None:
     layout = HomeLayout.at(home)
     settings = load_settings(setup.get("settings"))
     url = str(setup.get("store") or layout.store_url())
+    placement = str(setup.get("placement", ""))
+    pages = configured_pages(home, placement, RESERVED)
     objects = ObjectStore(layout.objects, read_only=True)
     # The writer first: SQLite maps a file's shared memory once per process, read-only when
     # a read-only connection opened it first, and a writer opened after could not write.
@@ -90,7 +94,7 @@ async def serve(setup: dict[str, Any]) -> None:
     vitals = await SqliteVitalsStore.open(layout.vitals_db, read_only=True)
     try:
         view = EngineView(home, events=events, writer=writer, vitals=vitals, objects=objects,
-                          placement=str(setup.get("placement", "")))
+                          placement=placement, pages=pages)
         view.update(msgspec.convert(setup.get("report") or {}, EngineReport))
         sock = _bind(settings.host, settings.port, setup.get("prefer_port"))
         app = build_app(view, settings, read_token(home), sock.getsockname()[1])

@@ -12,31 +12,30 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from pulse_adapters.awareness.ledger import AwarenessLedger
+from pulse_adapters.web._pages import LayerPages, pages_of
 from pulse_adapters.web._report import EngineReport
 from pulse_core import (
-    AgentCapabilityStats,
     Clock,
     Engine,
     Event,
     EventDraft,
     LoopStatus,
-    PendingTasks,
-    Projection,
+    Projector,
     RuleTrace,
     Snapshot,
     SystemClock,
-    Tasks,
 )
-from pulse_core._projector import Projector
-from pulse_core._recent_errors import RecentErrors
-from pulse_core.memory import Memory
 from pulse_core.store import EventStore, ObjectStore, VitalsStore
-from pulse_survival.ledger import SurvivalLedger
+
+UI_PAGES = (("/", "Overview"), ("/vitals", "Vitals"), ("/events", "Events"),
+            ("/effects", "Effects & tasks"), ("/rules", "Rule chain"), ("/memory", "Memory"))
+"""The UI's own pages (path, title), in the nav's order; the layers' pages follow."""
+RESERVED = frozenset({*(path.strip("/") for path, _ in UI_PAGES), "api", "stream", "static",
+                      "pages", "metrics"})
+"""Slugs a layer's page may not take: the UI's own pages and routes."""
 
 
 class WatcherInfo(msgspec.Struct, frozen=True):
@@ -45,19 +44,12 @@ class WatcherInfo(msgspec.Struct, frozen=True):
     key: str
 
 
-def ui_projections(host: str) -> list[Projection[Any]]:
-    """The projections the UI folds for its pages: the engine's built-in ones, the survival
-    ledger of `host`, and the awareness reviewer's ledger."""
-    return [Tasks(), PendingTasks(), AgentCapabilityStats(), RecentErrors(), Memory(),
-            SurvivalLedger(host), AwarenessLedger()]
-
-
 class EngineView:
     """A running engine seen from its UI process (see the module's docstring)."""
 
     def __init__(self, home: Path, *, events: EventStore, writer: EventStore,
                  vitals: VitalsStore, objects: ObjectStore, placement: str,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, pages: LayerPages | None = None) -> None:
         self.home = home
         self.events = events
         self.writer = writer
@@ -66,16 +58,18 @@ class EngineView:
         self.placement = placement
         self.clock: Clock = clock or SystemClock()
         self.report = EngineReport(placement=placement)
-        self._projector = Projector(events, ui_projections(placement))
+        #: the layers' pages, and the projections they read (folded here)
+        self.pages = pages or LayerPages()
+        self._projector = Projector(events, self.pages.projections())
         self._write_lock = asyncio.Lock()
 
     @classmethod
     def beside(cls, engine: Engine) -> EngineView:
-        """A view of `engine` in its own process, through its own stores (for tests and for
-        serving the UI's app in the engine's process)."""
+        """A view of `engine` in its own process, through its own stores, with its layers'
+        pages (for tests and for serving the UI's app in the engine's process)."""
         return cls(engine.home, events=engine.events, writer=engine.events,
                    vitals=engine.vitals, objects=engine.objects, placement=engine.placement,
-                   clock=engine.clock)
+                   clock=engine.clock, pages=pages_of(engine.layers, RESERVED))
 
     def update(self, report: EngineReport) -> None:
         """Take the engine's newest report."""

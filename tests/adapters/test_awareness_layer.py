@@ -359,10 +359,11 @@ def test_public_surface_is_pinned_and_documented() -> None:
         "CycleRecord", "Envelope", "Evidence", "EvidenceCaps", "Foreground", "GateResult",
         "InvalidEnvelope", "LedgerData", "QuietHold", "QuietHoldKeeper",
         "QuietHoldUnavailable", "QuietState", "Rejection", "ReviewRouteWatcher", "ReviewState",
-        "Reviewer", "Verb", "build_evidence", "build_reviewer", "due_at", "fingerprint",
+        "Reviewer", "ReviewerRecords", "Verb", "build_evidence", "build_reviewer", "due_at",
+        "fingerprint",
         "gate", "layer", "load_settings", "parse_envelope", "route_healthy", "shape",
         "CycleNotFound", "NothingToUndo", "UndoConflict", "UndoRefused", "undo_cycle",
-        "decode_reply", "show_proposal",
+        "decode_reply", "reviewer_page", "show_proposal",
     }
     assert set(pulse_adapters.awareness.__all__) == expected
     for name in expected:

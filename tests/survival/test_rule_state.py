@@ -24,8 +24,8 @@ from pulse_core import (
     Snapshot,
     decode_mark,
 )
+from pulse_core import load_survival_layer as survival_layer
 from pulse_core._effects import effect_draft
-from pulse_core._layer import survival_layer
 from pulse_core._watchers import sample_once
 from pulse_survival import (
     RULE_ORDER,

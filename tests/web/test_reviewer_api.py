@@ -1,12 +1,13 @@
 """The Reviewer API over real awareness cycles: a real engine runs the awareness layer against
 the scripted chat-completions server on 127.0.0.1 (tests/adapters/awareness_rig.py), and the
-page reads what the cycles wrote — outcomes newest first, accepted and rejected verbs with
-their reasons, narration and journal, reviews that ran no cycle and why, the degradation
-state, model calls per day. One test goes through the real uvicorn server, on an engine
-without the awareness layer."""
+page (the awareness layer's own, `Layer.ui`) reads what the cycles wrote — outcomes newest
+first, accepted and rejected verbs with their reasons, narration and journal, reviews that ran
+no cycle and why, the degradation state, model calls per day. One test goes through the UI's
+own process, which learns the page from config.json."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from pulse_core import (
 )
 from pulse_core._effects import effect_draft
 from tests.adapters.awareness_rig import close_engine, open_engine, reply, settings
-from tests.web.test_rules_api import served, ui_of, until
+from tests.web.test_rules_api import served, ui_of
 
 CITY = {"verb": "adjust_confidence", "target": "state:city", "delta": 0.2,
         "reason": "she said she stays"}
@@ -62,7 +63,7 @@ class Rig:
         await self.engine.executor_loop.run_until_idle()
 
     async def page(self) -> dict[str, Any]:
-        answer = await self.http.get("/api/reviewer")
+        answer = await self.http.get("/api/pages/reviewer")
         assert answer.status_code == 200, answer.text
         found = answer.json()
         assert isinstance(found, dict)
@@ -101,7 +102,6 @@ async def test_cycles_come_newest_first_with_verbs_their_reasons_and_the_narrati
                            verbs=[CITY, PROTECTED]), exchange="I'll stay in Lisbon for good")
     await rig.review(Status(500), Status(500), exchange="actually, maybe Porto")
     page = await rig.page()
-    assert page["enabled"] is True and page["note"] is None
     failed, reviewed = page["cycles"]
     assert failed["outcome"] == "failed" and "HttpStatusError" in failed["error"]
     assert reviewed["outcome"] == "reviewed" and reviewed["reason"] == "changed"
@@ -163,29 +163,36 @@ async def test_a_review_whose_world_was_reviewed_already_is_listed_with_why_it_r
     assert skipped["why"] == f"another review settled this world first (cycle #{cycle['seq']})"
 
 
-async def test_over_http_an_engine_without_the_reviewer_says_so_and_shows_what_the_log_holds(
-        tmp_path: Path) -> None:
+async def test_over_http_the_ui_process_shows_the_page_of_the_configured_layer_only(
+        tmp_path: Path, chat_server: ChatServer) -> None:
     home = tmp_path / "home"
     web = layer({"port": 0, "live_every_s": 0.2}, LayerContext(home, SystemClock()))
-    async with Engine(home, layers=[web]) as engine:
+    async with Engine(home, layers=[web]):
         url, token = await served(home)
         async with httpx.AsyncClient(headers=token, timeout=30) as http:
-            empty = (await http.get(url + "api/reviewer")).json()
-            earlier = CycleRecord(identity="ana", outcome="reviewed", reason="changed",
-                                  model_calls=1, narration="from before the layer was removed")
-            await engine.events.append([EventDraft(
-                "awareness-cycle", identity_key("ana"), msgspec.to_builtins(earlier),
-                origin="executor:awareness")])
-
-            async def listed() -> dict[str, Any] | None:
-                found = (await http.get(url + "api/reviewer")).json()
-                return found if found["cycles"] else None
-
-            page = await until(listed, "the earlier cycle on the page")
-            refused = await http.get(url + "api/reviewer", headers={"authorization": "Bearer x"})
-    assert empty["enabled"] is False and "config.json" in empty["note"]
-    assert empty["cycles"] == [] and empty["days"] == [] and empty["identities"] == []
-    assert page["enabled"] is False
-    assert page["cycles"][0]["narration"] == "from before the layer was removed"
+            nav = (await http.get(url + "api/pages")).json()
+            absent = await http.get(url + "api/pages/reviewer")
+    (home / "config.json").write_text(json.dumps({"layers": {
+        "web": {"port": 0}, "awareness": settings(chat_server, AwarenessConfig())}}))
+    async with Engine(home, layers=[web]) as engine:  # built in code: the UI reads config.json
+        earlier = CycleRecord(identity="ana", outcome="reviewed", reason="changed",
+                              model_calls=1, narration="from the log")
+        await engine.events.append([EventDraft(
+            "awareness-cycle", identity_key("ana"), msgspec.to_builtins(earlier),
+            origin="executor:awareness")])
+        url, token = await served(home)
+        async with httpx.AsyncClient(headers=token, timeout=30) as http:
+            listed = (await http.get(url + "api/pages")).json()
+            page = (await http.get(url + "api/pages/reviewer")).json()
+            html = await http.get(url + "reviewer")
+            script = await http.get(url + "pages/reviewer/reviewer.js")
+            refused = await http.get(url + "api/pages/reviewer",
+                                     headers={"authorization": "Bearer x"})
+    assert "/reviewer" not in [p["path"] for p in nav["pages"]] and nav["problems"] == []
+    assert absent.status_code == 404
+    assert {"path": "/reviewer", "title": "Reviewer", "layer": "awareness"} in listed["pages"]
+    assert page["cycles"][0]["narration"] == "from the log"  # folded in the UI's process
     assert page["days"][0]["model_calls"] == 1
+    assert html.status_code == 200 and "/pages/reviewer/reviewer.js" in html.text
+    assert script.status_code == 200 and "api/pages/reviewer" in script.text
     assert refused.status_code in (401, 403)

@@ -1,8 +1,4 @@
 // pulse UI: what every page shares. No framework, no network but this server.
-export const PAGES = [
-  ["/", "Overview"], ["/vitals", "Vitals"], ["/events", "Events"], ["/effects", "Effects & tasks"],
-  ["/rules", "Rule chain"], ["/reviewer", "Reviewer"], ["/memory", "Memory"],
-];
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -18,12 +14,23 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-export function nav() {
+// The nav, from the server's one list of pages (the UI's own, then the layers'); what kept
+// a layer's pages out is said under it. Resolves to that list.
+export async function nav() {
+  const bar = document.getElementById("nav");
+  const dot = el("span", { id: "live", class: "live", title: "live updates" }, "●");
+  bar.replaceChildren(el("strong", {}, "pulse"), dot);
+  let listed = { pages: [], problems: [] };
+  try { listed = await api("/api/pages"); } catch (error) { fail(error); return listed; }
   const here = location.pathname;
-  const links = PAGES.map(([path, title]) =>
-    el("a", { href: path, class: path === here ? "here" : null }, title));
-  document.getElementById("nav").replaceChildren(el("strong", {}, "pulse"), ...links,
-    el("span", { id: "live", class: "live", title: "live updates" }, "●"));
+  const links = listed.pages.map(({ path, title, layer }) => el("a", {
+    href: path, class: path === here ? "here" : null, "data-layer": layer }, title));
+  bar.replaceChildren(el("strong", {}, "pulse"), ...links, dot);
+  if (listed.problems.length) {
+    bar.after(el("ul", { id: "page-problems", class: "notice" },
+      listed.problems.map((text) => el("li", {}, text))));
+  }
+  return listed;
 }
 
 export async function api(path, options = {}) {

@@ -15,12 +15,8 @@ function verbs(cycle) {
 }
 
 function render(r) {
-  const note = document.getElementById("note");
-  note.textContent = r.note || "";
-  note.hidden = !r.note;
   const d = r.degradation;
   document.getElementById("cards").replaceChildren(
-    card("reviewer", r.enabled ? "on" : "not configured", "card-enabled"),
     card("mode", d.degraded ? "narration only (degraded)" : "full", "card-mode"),
     card("rejection rate (recent)", d.rejection_rate === null ? "—"
       : `${Math.round(d.rejection_rate * 100)} % of ${d.proposed}`, "card-rate"),
@@ -70,7 +66,7 @@ function render(r) {
   }
 }
 
-async function load() { render(await api("/api/reviewer")); }
+async function load() { render(await api("/api/pages/reviewer")); }
 function soon() { clearTimeout(timer); timer = setTimeout(() => load().catch(fail), 200); }
 
 load().catch(fail);
