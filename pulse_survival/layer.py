@@ -14,7 +14,6 @@ from pulse_core import (
     HomeLayout,
     Layer,
     LayerContext,
-    Projection,
     Rule,
     SurvivalLocked,
     Watcher,
@@ -28,6 +27,7 @@ from pulse_survival.executors import (
     RollbackExecutor,
 )
 from pulse_survival.ledger import SurvivalLedger
+from pulse_survival.page import survival_page
 from pulse_survival.rules import (
     AutoRollback,
     ErrorEscalate,
@@ -105,9 +105,9 @@ def survival_layer(config: SurvivalConfig, home: Path,
         NotifyExecutor(config.notify),
         RollbackExecutor(directory or NoEngineDirectory()),
     )
-    projections: tuple[Projection[Any], ...] = (SurvivalLedger(host),)
+    ledger = SurvivalLedger(host)
     return Layer("survival", watchers=watchers, rules=rules, executors=executors,
-                 projections=projections)
+                 projections=(ledger,), ui=(survival_page(processes, config.process, ledger),))
 
 
 def layer(settings: Any, context: LayerContext) -> Layer:

@@ -1,12 +1,14 @@
 """Agent adapters' shared parts: who takes which task (AgentSpec, DispatchPolicy), the rule
 that hands tasks out (TaskDispatcher), the effect that runs one (AgentRun), the one subprocess
-executor every host's runs go through (AgentRunExecutor), and the check of a host's program
-(Program, check_program, ProgramCheck)."""
+executor every host's runs go through (AgentRunExecutor), the check of a host's program
+(Program, check_program, ProgramCheck), and the page of a host's runs in the web UI
+(agent_runs_page)."""
 
 from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
 from pulse_adapters.agents._executor import AgentRunExecutor
 from pulse_adapters.agents._notices import notice_fields
+from pulse_adapters.agents._page import agent_runs_page
 from pulse_adapters.agents._process import StreamLimits
 from pulse_adapters.agents._program import (
     Program,
@@ -36,6 +38,7 @@ __all__ = [
     "StreamLimits",
     "TaskDispatcher",
     "TaskTimedOut",
+    "agent_runs_page",
     "check_program",
     "notice_fields",
     "plan_dispatch",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pulse_adapters.agents import Program, ProgramCheck, TaskDispatcher
+from pulse_adapters.agents import Program, ProgramCheck, TaskDispatcher, agent_runs_page
 from pulse_adapters.cursor._executor import CursorExecutor, CursorRun
 from pulse_adapters.cursor._settings import FIELD, LAYER, CursorSettings, load_settings
 from pulse_core import Layer, LayerContext
@@ -37,7 +37,8 @@ def build_cursor(settings: Any, context: LayerContext) -> CursorLayer:
                            name=f"{LAYER}-program")
     dispatcher = TaskDispatcher(CursorRun, valid.agents, valid.policy, program=program)
     executor = CursorExecutor(valid, program)
-    bundle = Layer(LAYER, rules=(dispatcher,), executors=(executor,), services=(program,))
+    bundle = Layer(LAYER, rules=(dispatcher,), executors=(executor,), services=(program,),
+                   ui=(agent_runs_page(LAYER, "Cursor", CursorRun, valid.agents),))
     return CursorLayer(valid, program, dispatcher, executor, bundle)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pulse_adapters.agents import Program, ProgramCheck, TaskDispatcher
+from pulse_adapters.agents import Program, ProgramCheck, TaskDispatcher, agent_runs_page
 from pulse_adapters.hermes._executor import HermesRun, HermesRunExecutor
 from pulse_adapters.hermes._settings import FIELD, LAYER, MIN_VERSION, HermesSettings, load_settings
 from pulse_adapters.hermes._transcripts import TranscriptIngest
@@ -66,7 +66,9 @@ def build_hermes(settings: Any, context: LayerContext) -> HermesParts:
     services: list[Service] = [check] if ingest is None else [check, ingest]
     bundle = Layer(LAYER, watchers=watchers, rules=() if dispatcher is None else (dispatcher,),
                    executors=(executor,), services=services,
-                   essentials=(gateway_essential(valid, context),) if valid.gateway else ())
+                   essentials=(gateway_essential(valid, context),) if valid.gateway else (),
+                   ui=(agent_runs_page(LAYER, "Hermes", HermesRun, valid.agents),)
+                   if valid.agents else ())
     return HermesParts(valid, check, executor, dispatcher, ingest, bundle)
 
 

@@ -26,6 +26,7 @@ from pulse_adapters.maintenance._ledger import (
     MaintenanceLedger,
     request_cycle,
 )
+from pulse_adapters.maintenance._page import MaintenanceCycles, maintenance_page
 from pulse_adapters.maintenance._proposer import LlmProposer
 from pulse_adapters.maintenance._report import NOTHING_TO_DO, CycleReport, HealthSignal
 from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
@@ -68,6 +69,7 @@ __all__ = [
     "LedgerState",
     "LlmProposer",
     "MaintenanceCycle",
+    "MaintenanceCycles",
     "MaintenanceExecutor",
     "MaintenanceLedger",
     "MaintenanceRule",
@@ -88,6 +90,7 @@ __all__ = [
     "gate_insights",
     "layer",
     "load_settings",
+    "maintenance_page",
     "request_cycle",
     "run_cycle",
     "verdict",

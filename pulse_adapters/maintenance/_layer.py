@@ -11,6 +11,7 @@ from pulse_adapters.llm import ChatClient
 from pulse_adapters.maintenance._consolidation import Proposer
 from pulse_adapters.maintenance._executor import MaintenanceExecutor
 from pulse_adapters.maintenance._ledger import MaintenanceLedger
+from pulse_adapters.maintenance._page import maintenance_page
 from pulse_adapters.maintenance._proposer import LlmProposer
 from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
 from pulse_adapters.maintenance._settings import (
@@ -62,4 +63,4 @@ def layer(settings: Any, context: LayerContext) -> Layer:
                  executors=(MaintenanceExecutor(valid, proposer),),
                  projections=(MaintenanceLedger(), Schedules(), SleepTasks(), Watches(),
                               MemoryElements(), Beliefs()),
-                 lifespan=lifespan, emits=(MaintenanceCycle,))
+                 lifespan=lifespan, emits=(MaintenanceCycle,), ui=(maintenance_page(),))

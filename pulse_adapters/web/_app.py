@@ -56,7 +56,6 @@ async def overview(state: WebState) -> dict[str, Any]:
                    "now": engine.clock.now_ms()},
         "effects": views.effect_counts(state.book),
         "loops": [msgspec.to_builtins(s) for s in engine.loops()],
-        "processes": list(engine.report.processes),
         "survival": list(reversed(state.book.survival))[:20],
         "watchers": [{"key": key, "ts": s.ts if s else None, "ok": s.ok if s else None,
                       "data": s.data if s else None, "error": s.error if s else None}

@@ -1,9 +1,9 @@
 """What the engine tells its UI process every beat: the part of its state that is not in the
-log (ticks, loops, the last tick's trace, its processes), one JSON line on the child's stdin."""
+log (ticks, loops, the last tick's trace), one JSON line on the child's stdin."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -28,7 +28,6 @@ class EngineReport(msgspec.Struct, frozen=True, kw_only=True):
     loops: tuple[LoopStatus, ...] = ()
     trace: tuple[RuleTrace, ...] = ()
     rules: tuple[str, ...] = ()
-    processes: tuple[dict[str, Any], ...] = ()
     survival_tags: tuple[str, ...] = ()
     watchers: tuple[str, ...] = ()
     layers: tuple[str, ...] = ()
@@ -41,13 +40,6 @@ def survival_tags(engine: Engine) -> tuple[str, ...]:
     layer = engine.survival
     types = {t for rule in layer.rules for t in declared_effects(rule)} | set(layer.emits)
     return tuple(sorted(t.tag() for t in types))
-
-
-async def processes(engine: Engine) -> tuple[dict[str, Any], ...]:
-    """The survival layer's essential processes as supervisorctl shows them."""
-    from pulse_survival import process_states
-
-    return tuple(msgspec.to_builtins(p) for p in await process_states(engine))
 
 
 TEXT_MAX = 2_000
@@ -74,7 +66,7 @@ async def report_of(engine: Engine, has_directory: bool,
         started_at=engine.started_at, placement=engine.placement,
         loops=tuple(msgspec.structs.replace(loop, last_error=_clipped(loop.last_error))
                     for loop in engine.loops()), trace=_trace(engine), rules=engine.rule_names,
-        processes=await processes(engine), survival_tags=survival_tags(engine),
+        survival_tags=survival_tags(engine),
         watchers=tuple(w.key for w in engine.watchers),
         layers=tuple(layer.name for layer in engine.layers), has_directory=has_directory,
         instruments=instruments)

@@ -16,7 +16,7 @@ SURFACES = {
         "AgentOutputError", "AgentResult", "AgentRun", "AgentRunExecutor", "AgentSpec",
         "AgentStream", "DispatchPolicy", "Program", "ProgramCheck", "ProgramStatus",
         "ProgramUnavailable", "StoreTrouble", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
-        "check_program", "notice_fields", "plan_dispatch", "timed_out_type",
+        "agent_runs_page", "check_program", "notice_fields", "plan_dispatch", "timed_out_type",
     },
     "pulse_adapters.cursor": {
         "CursorAgent", "CursorExecutor", "CursorLayer", "CursorOutcome", "CursorRun",

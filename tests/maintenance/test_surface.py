@@ -13,11 +13,11 @@ EXPECTED = {
     "NOTHING_TO_DO", "Assessment", "Budgets", "ConsolidationBatch", "ConsolidationReport",
     "ConsolidationSettings", "CycleBegan", "CycleFailed", "CycleReport", "CycleRequested",
     "DecaySettings", "HealthSignal", "InvalidProposals", "LedgerState", "LlmProposer",
-    "MaintenanceCycle", "MaintenanceExecutor", "MaintenanceLedger", "MaintenanceRule",
-    "MaintenanceSettings", "MaintenanceSettingsError", "OutcomeObserved", "Proposer",
-    "RetentionSettings", "ScheduleSettings", "Skill", "SkillBoard",
-    "SkillProposed", "SkillVerdict", "Triggers", "VerdictPolicy", "assess", "consolidate",
-    "gate_insights", "layer", "load_settings", "request_cycle", "run_cycle", "verdict",
+    "MaintenanceCycle", "MaintenanceCycles", "MaintenanceExecutor", "MaintenanceLedger",
+    "MaintenanceRule", "MaintenanceSettings", "MaintenanceSettingsError", "OutcomeObserved",
+    "Proposer", "RetentionSettings", "ScheduleSettings", "Skill", "SkillBoard", "SkillProposed",
+    "SkillVerdict", "Triggers", "VerdictPolicy", "assess", "consolidate", "gate_insights", "layer",
+    "load_settings", "maintenance_page", "request_cycle", "run_cycle", "verdict",
 }
 
 

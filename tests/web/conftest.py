@@ -25,6 +25,8 @@ import psutil
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
+from pulse_adapters.llm.stand_in import ChatServer
+from pulse_adapters.maintenance import request_cycle
 from pulse_adapters.web import ensure_token
 from pulse_core import Effect, Engine, EventDraft, SqliteEventStore
 from pulse_core._effects import effect_draft
@@ -50,6 +52,12 @@ signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
     time.sleep(0.5)
 """
+CODER = "coder"
+"""The cursor layer's agent in the daemon (it takes no task of these tests)."""
+FAKE_AGENT = f"""#!{sys.executable}
+print("2099.1.1")
+"""
+"""A stand-in for Cursor's `agent` program: it only says its version."""
 ELSEWHERE = "another-host.invalid"
 """A host no engine here runs as: an effect bound to it stays pending in this daemon."""
 
@@ -85,8 +93,10 @@ def free_port() -> int:
 class WebDaemon:
     """A home whose daemon runs the web layer, with one essential process it supervises."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, chat: ChatServer) -> None:
         self.root = root
+        self.chat = chat
+        self.agent = root / "agent"
         self.upulse = Upulse(root)
         self.home = root / "home"
         self.pidfile = root / "essential.pid"
@@ -104,7 +114,17 @@ class WebDaemon:
         self.upulse.init(self.home)
         self.script.write_text(ESSENTIAL_SCRIPT)
         config = json.loads((self.home / "config.json").read_text())
-        config["layers"] = {"web": {"port": port, "live_every_s": 0.2}}
+        self.agent.write_text(FAKE_AGENT)
+        self.agent.chmod(0o755)
+        config["layers"] = {
+            "web": {"port": port, "live_every_s": 0.2},
+            # layers whose pages the browser opens; none acts during the tests
+            "awareness": {"base_url": self.chat.base_url, "model": "stand-in",
+                          "review": {"initial_delay_s": 3600}},
+            "maintenance": {},
+            "cursor": {"program": str(self.agent), "agents": [
+                {"name": CODER, "repo": str(self.root), "projects": ["not-in-these-tests"]}]},
+        }
         config["survival"] = {
             "resource_interval_s": 1,
             "processes": [{"name": ESSENTIAL, "argv": [sys.executable, str(self.script)],
@@ -121,7 +141,7 @@ class WebDaemon:
         ui = wait_for(self._ui, 30, "`upulse ui` to give the UI's address")
         self.url, self.token = ui["url"], ui["token"]
         wait_for(lambda: self.process_state() == "RUNNING", 30,
-                 "the essential process to be RUNNING in the UI's overview")
+                 "the essential process to be RUNNING on the UI's Processes page")
 
     async def _promote(self) -> None:
         """A promote (by hand, without the gate: the gate is tested elsewhere), so that a
@@ -184,8 +204,11 @@ class WebDaemon:
         return found
 
     def process_state(self) -> str | None:
-        """The essential process's state in the UI's overview."""
-        for process in self.overview()["processes"]:
+        """The essential process's state on the survival layer's page."""
+        response = httpx.get(self.url + "api/pages/processes", headers=self.bearer(),
+                             timeout=10)
+        response.raise_for_status()
+        for process in response.json()["processes"]:
             if process["name"] == ESSENTIAL:
                 return str(process["state"])
         return None
@@ -217,18 +240,30 @@ class WebDaemon:
 
         return run_async(append)
 
+    def request_maintenance(self, reason: str) -> None:
+        """Ask the daemon's maintenance layer for a cycle, as an agent does."""
+        async def append() -> None:
+            events = await SqliteEventStore.open(self.home / "events.db")
+            try:
+                await request_cycle(events, reason)
+            finally:
+                await events.close()
+
+        run_async(append)
+
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
            ) -> Iterator[WebDaemon]:
     """One daemon with the web layer on for the whole module (tests share it where they do
     not disturb each other)."""
-    web = WebDaemon(tmp_path_factory.mktemp("web"))
-    try:
-        web.start(free_port())
-        yield web
-    finally:
-        web.stop(request.module.__name__.rpartition(".")[2])
+    with ChatServer() as chat:
+        web = WebDaemon(tmp_path_factory.mktemp("web"), chat)
+        try:
+            web.start(free_port())
+            yield web
+        finally:
+            web.stop(request.module.__name__.rpartition(".")[2])
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Locator, Page, Request
 
-from tests.web.conftest import ELSEWHERE, ESSENTIAL, LIVE_S, OrphanEffect, WebDaemon, wait_for
+from tests.web.conftest import CODER, ELSEWHERE, ESSENTIAL, LIVE_S, OrphanEffect, WebDaemon, wait_for
 
 pytestmark = pytest.mark.slow
 TEST_TIME_LIMIT_S = 90
@@ -68,19 +68,28 @@ def number_in(page: Page, selector: str) -> float | None:
 
 # -- Overview --------------------------------------------------------------------------------
 
-def test_overview_counts_ticks_live_and_shows_the_essential_process_running(
-        page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
+def test_overview_counts_ticks_live(page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
     open_ui(page, daemon)
     first = wait_for(lambda: number_in(page, "#card-ticks .value"), LIVE_S, "a tick count")
     assert first > 0
     wait_for(lambda: (number_in(page, "#card-ticks .value") or 0) > first, LIVE_S,
              "the tick count to move")
-    row = page.locator('#processes tr[data-key="essential"]')
-    name, state, pid, *_ = cells(row)
-    assert (name, state, pid) == (ESSENTIAL, "RUNNING", str(daemon.essential_pid()))
     assert page.locator("#card-revision .value").inner_text() != "none"
     assert not_reloaded(page)
     screenshot(page, "overview")
+
+
+def test_the_survival_layers_page_shows_the_essential_process_running(
+        page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
+    open_ui(page, daemon, "processes")
+    assert page.title() == "pulse · Processes"
+    nav = page.locator('#nav a[data-layer="survival"]')
+    waited(page, lambda: nav.count() == 1, LIVE_S, "the survival layer's page in the nav")
+    assert nav.inner_text() == "Processes" and "here" in (nav.get_attribute("class") or "")
+    row = process_row(page)
+    name, state, pid, *_ = cells(row)
+    assert (name, state, pid) == (ESSENTIAL, "RUNNING", str(daemon.essential_pid()))
+    screenshot(page, "processes")
 
 
 RECORD_STATES = """() => {
@@ -113,7 +122,7 @@ def running_again(row: Locator, restarts: int, killed: int) -> Callable[[], bool
 
 def test_a_killed_essential_process_shows_starting_then_running_with_one_restart(
         page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
-    open_ui(page, daemon)
+    open_ui(page, daemon, "processes")
     row = process_row(page)
     killed = daemon.essential_pid()
     assert daemon.first is not None and killed == daemon.first.pid, "restarted already"
@@ -135,7 +144,7 @@ def test_a_process_that_dies_again_while_starting_shows_backoff_then_running(
         page: Page, daemon: WebDaemon) -> None:
     """Killed, restarted, and killed again before it was up `startsecs`: a failed start, so
     the next restart waits its backoff (BACKOFF on the page), then it runs again."""
-    open_ui(page, daemon)
+    open_ui(page, daemon, "processes")
     row = process_row(page)
     before = int(cells(row)[4])
     page.evaluate(RECORD_STATES)
@@ -282,12 +291,42 @@ def test_the_effects_page_cancels_a_pending_effect_and_retries_a_failed_one(
 def test_the_reviewer_page_renders(page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
     open_ui(page, daemon, "reviewer")
     assert page.title() == "pulse · Reviewer"
-    enabled = page.locator("#card-enabled .value")
-    waited(page, lambda: enabled.count() == 1 and page.locator("#cycles table").count() == 1,
+    mode = page.locator("#card-mode .value")
+    waited(page, lambda: mode.count() == 1 and page.locator("#cycles table").count() == 1,
            LIVE_S, "the reviewer's cards and cycles")
-    assert enabled.inner_text() == "not configured"  # no awareness layer in this home
+    assert mode.inner_text() == "full"
+    assert page.locator('#nav a[data-layer="awareness"]').inner_text() == "Reviewer"
     assert not page.locator("#problem").is_visible()
     screenshot(page, "reviewer")
+
+
+def test_the_maintenance_page_renders_from_its_view_alone(
+        page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
+    daemon.request_maintenance("asked by the browser test")
+    open_ui(page, daemon, "maintenance")
+    waited(page, lambda: page.title() == "pulse · Maintenance", LIVE_S, "the page's title")
+    row = page.locator('[data-field="cycles"] tr').nth(1)
+    waited(page, lambda: row.count() == 1 and "completed" in cells(row), 30,
+           "the cycle asked for, completed, in the cycles table")
+    began = page.locator('[data-field="cycles_began"] .value')
+    assert int(began.inner_text()) >= 1
+    assert page.locator('[data-field="last_report"] [data-field="health"] table').count() == 1
+    assert page.locator('#nav a[data-layer="maintenance"]').inner_text() == "Maintenance"
+    assert not page.locator("#problem").is_visible()
+    screenshot(page, "maintenance")
+
+
+def test_the_agent_runs_page_of_a_host_layer_renders(
+        page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
+    open_ui(page, daemon, "cursor-runs")
+    waited(page, lambda: page.title() == "pulse · Cursor runs", LIVE_S, "the page's title")
+    row = page.locator(f'[data-field="agents"] tr[data-key="{CODER}"]')
+    waited(page, lambda: row.count() == 1, LIVE_S, "the cursor agent's row")
+    assert cells(row) == [CODER, "0", "0", "0", "0", "0"]
+    assert page.locator('#nav a[data-layer="cursor"]').inner_text() == "Cursor runs"
+    assert page.locator("#page-problems").count() == 0  # every layer built in the UI
+    assert not page.locator("#problem").is_visible()
+    screenshot(page, "cursor-runs")
 
 
 def test_the_memory_page_shows_an_identity_and_its_exchange(

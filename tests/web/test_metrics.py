@@ -247,7 +247,8 @@ async def test_attach_needs_the_engine_itself(engine: Any) -> None:
     live, _ = engine
 
     class View:
-        events, vitals, watchers = live.events, live.vitals, []
+        events, vitals = live.events, live.vitals
+        watchers: list[Any] = []
 
     with pytest.raises(PulseError, match="needs the Engine itself"):
         EngineMetrics(View()).attach()

@@ -1,4 +1,4 @@
-import { ago, duration, el, fail, live, nav, short, state, table, when } from "/static/app.js";
+import { ago, el, fail, live, nav, short, state, table, when } from "/static/app.js";
 
 nav();
 
@@ -33,12 +33,6 @@ function render(o) {
     card("failed", fx.failed, "card-failed"),
     card("events", e.seq, "card-seq"),
   );
-  document.getElementById("processes").replaceChildren(table([
-    ["name", (p) => p.name], ["state", (p) => state(p.state)], ["pid", (p) => p.pid ?? "—"],
-    ["uptime", (p) => duration(p.uptime_s)],
-    ["restarts (1 h)", (p) => p.restarts_last_hour],
-    ["note", (p) => p.given_up_why || ""],
-  ], o.processes, { key: (p) => p.name, empty: "no essential processes configured" }));
   document.getElementById("loops").replaceChildren(table([
     ["loop", (l) => l.name], ["state", (l) => state(l.state.toUpperCase())],
     ["restarts", (l) => l.restarts], ["since", (l) => ago(l.started_at, e.now)],

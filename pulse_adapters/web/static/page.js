@@ -1,16 +1,19 @@
 // A layer's page that brings no files of its own: its JSON view drawn as it comes. An
-// object's scalars are cards, a list of objects a table, a nested object a section of its own.
-import { api, el, fail, live, nav, pretty, short, table } from "/static/app.js";
+// object's scalars are cards, a list of objects a table, a nested object a section of its own;
+// a number named `ts` or `..._at` is a time (engine clock, ms).
+import { api, el, fail, live, nav, pretty, short, table, when } from "/static/app.js";
 
 const slug = location.pathname.replace(/^\/+|\/+$/g, "");
 let timer = null;
 
 const scalar = (v) => v === null || typeof v !== "object";
 const label = (name) => String(name).replaceAll("_", " ");
+const shown = (name, v) =>
+  (typeof v === "number" && (name === "ts" || String(name).endsWith("_at")) ? when(v) : v ?? "—");
 
 function card(name, value) {
   return el("div", { class: "card", "data-field": name },
-    el("div", { class: "value" }, value ?? "—"), el("div", { class: "label" }, label(name)));
+    el("div", { class: "value" }, shown(name, value)), el("div", { class: "label" }, label(name)));
 }
 
 function rows(list) {
@@ -19,7 +22,7 @@ function rows(list) {
     if (!columns.includes(name)) columns.push(name);
   }
   const key = ["key", "id", "name", "slug"].find((k) => columns.includes(k));
-  return table(columns.map((c) => [label(c), (r) => (scalar(r[c]) ? r[c] ?? "—" : short(r[c]))]),
+  return table(columns.map((c) => [label(c), (r) => (scalar(r[c]) ? shown(c, r[c]) : short(r[c]))]),
     list, { key: key ? (r) => r[key] : null });
 }
 
