@@ -58,6 +58,20 @@ class EngineDirectory(Protocol):
         ...
 
 
+class Rollback(Effect, tag="rollback"):
+    """Roll the engine directory back: to `revision`, or to the last known good one.
+
+    Asked for by the survival layer's rollback rules, by an operator (the CLI, the web UI's
+    rule chain); run by the survival layer's executor, which calls the EngineDirectory."""
+
+    reason: str
+    revision: str | None = None
+    emergency: bool = False
+
+    def dedup_key(self) -> str:
+        return "rollback"
+
+
 class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A process the agent cannot live without: how to find it and how to start it again.
 

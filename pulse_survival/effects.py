@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pulse_core import Effect
+from pulse_core import Effect, Rollback
+
+__all__ = ["SURVIVAL_TAGS", "ArchiveSessions", "Cleanup", "Notify", "RestartProcess", "Rollback"]
 
 SURVIVAL_TAGS = frozenset(
     {"restart-process", "archive-sessions", "cleanup", "notify", "rollback"}
@@ -66,12 +68,3 @@ class Notify(Effect, tag="notify"):
         return f"notify:{self.topic}:{self.level}:{self.text}"
 
 
-class Rollback(Effect, tag="rollback"):
-    """Roll the engine directory back: to `revision`, or to the last known good one."""
-
-    reason: str
-    revision: str | None = None
-    emergency: bool = False
-
-    def dedup_key(self) -> str:
-        return "rollback"

@@ -1,5 +1,5 @@
-"""A rollback asked for from the UI: the survival layer's `Rollback` effect, appended to the
-log for the engine's executor loop to run.
+"""A rollback asked for from the UI: pulse_core's `Rollback` effect, appended to the log for
+the engine's executor loop to run (the survival layer's executor runs it).
 
 The UI's process cannot roll back itself (it opens the home read-only, and the engine
 directory is the engine's): the engine's RollbackExecutor calls its engine directory, which
@@ -20,9 +20,8 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.web._state import WebState
-from pulse_core import EffectEntry, EffectStatus, PulseError, fold_effect
+from pulse_core import EffectEntry, EffectStatus, PulseError, Rollback, fold_effect
 from pulse_core._effects import effect_draft
-from pulse_survival import Rollback
 
 ORIGIN = "human:web"
 """Who asks for the UI's rollbacks (the origin of the operator's effect controls, too)."""

@@ -19,9 +19,8 @@ from typing import Any
 
 import msgspec
 
-from pulse_core import LayerError
+from pulse_core import LayerError, settings_problem
 from pulse_core._homelock import write_private
-from pulse_survival.config import unknown_field
 
 LAYER = "web"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
@@ -92,13 +91,12 @@ def load_settings(settings: Any) -> WebSettings:
     if not isinstance(settings, Mapping):
         raise WebSettingsError(f"layer {LAYER!r}: settings must be a JSON object, not "
                                f"{type(settings).__name__}")
-    allowed = WebSettings.__struct_fields__
-    for key in settings:
-        if key not in allowed:
-            raise WebSettingsError(unknown_field(str(key), allowed, f"layer {LAYER!r}"))
     try:
         return msgspec.convert(dict(settings), WebSettings)
     except msgspec.ValidationError as exc:
+        problem = settings_problem(WebSettings, exc)
+        if problem.startswith("unknown field"):
+            raise WebSettingsError(f"layer {LAYER!r}: {problem}") from None
         message, at, where = str(exc).rpartition(" - at `$.")
         if at:
             raise _bad(where.rstrip("`").split("[")[0], f"is wrong: {message}") from None

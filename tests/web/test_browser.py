@@ -21,7 +21,15 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Locator, Page, Request
 
-from tests.web.conftest import CODER, ELSEWHERE, ESSENTIAL, LIVE_S, OrphanEffect, WebDaemon, wait_for
+from tests.web.conftest import (
+    CODER,
+    ELSEWHERE,
+    ESSENTIAL,
+    LIVE_S,
+    OrphanEffect,
+    WebDaemon,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 TEST_TIME_LIMIT_S = 90

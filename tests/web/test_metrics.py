@@ -248,7 +248,7 @@ async def test_attach_needs_the_engine_itself(engine: Any) -> None:
 
     class View:
         events, vitals = live.events, live.vitals
-        watchers: list[Any] = []
+        watchers: tuple[Any, ...] = ()
 
     with pytest.raises(PulseError, match="needs the Engine itself"):
         EngineMetrics(View()).attach()

@@ -34,7 +34,7 @@ def test_no_settings_serve_loopback_on_8421() -> None:
 
 
 @pytest.mark.parametrize(("given", "names"), [
-    ({"prot": 1}, ["unknown field 'prot'", "did you mean 'port'"]),
+    ({"prot": 1}, ["unknown field `prot`", "did you mean `port`", "allowed: host, port"]),
     ({"port": 70000}, ["`port`", "0..65535"]),
     ({"port": "80"}, ["`port`", "Expected `int`"]),
     ({"host": "localhost"}, ["`host`", "IP address"]),
