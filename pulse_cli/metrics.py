@@ -1,7 +1,8 @@
 """`upulse metrics`: the engine's metrics in Prometheus' text format (docs/metrics.md).
 
 From the daemon's web service when it serves (its /metrics, with the home's token: every
-family), else read from the home's log, opened read-only (the families the log holds).
+family), else read from the home's log, opened read-only (the families the log holds, with
+those of the layers config.json names).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 
 import httpx
 
-from pulse_adapters.web import log_exposition, read_token, served_address
+from pulse_adapters.web import configured_metrics, log_exposition, read_token, served_address
 from pulse_cli.home import Home
 from pulse_cli.output import printable
 from pulse_cli.stores import opened
@@ -34,8 +35,9 @@ async def metrics(home: Home) -> int:
         else:
             sys.stdout.buffer.write(text)
             return 0
+    metrics = configured_metrics(home.root)
     async with opened(home.readable(), read_only=True) as stores:
-        sys.stdout.buffer.write(await log_exposition(stores))
+        sys.stdout.buffer.write(await log_exposition(stores, metrics))
     return 0
 
 

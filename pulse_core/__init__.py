@@ -107,7 +107,7 @@ from pulse_core._memory_view import (
     read_identity,
     summarise_identities,
 )
-from pulse_core._pages import PageRequest, PageView, UiPage
+from pulse_core._pages import LayerMetric, PageRequest, PageView, UiPage
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
 from pulse_core._recent_errors import RecentErrors
@@ -215,6 +215,7 @@ __all__ = [
     "LayerContext",
     "LayerError",
     "LayerFactory",
+    "LayerMetric",
     "LayerOpenFailed",
     "Lifespan",
     "LoopState",

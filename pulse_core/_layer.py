@@ -29,7 +29,7 @@ import msgspec
 from pulse_core._clock import Clock
 from pulse_core._effects import Effect, Executor, Mark, executors_by_tag
 from pulse_core._errors import LayerError, PulseError, SurvivalLocked, UnhandledEffect
-from pulse_core._pages import UiPage
+from pulse_core._pages import LayerMetric, UiPage
 from pulse_core._rules import Rule, declared_effects, rule_name
 from pulse_core._snapshot import Projection
 from pulse_core._watchers import Watcher
@@ -120,8 +120,9 @@ class Layer:
     executor handles each one. `essentials` are processes (an agent's gateway) the layer asks
     the survival layer to keep alive under its restart policy. `lifespan` is what the layer
     holds open while the engine runs (see Lifespan). `ui` are the layer's pages in the web UI
-    (see UiPage): the UI's process builds the layer to read them, so a factory opens and
-    starts nothing; what must be opened goes in `lifespan`.
+    (see UiPage) and `metrics` what it adds to /metrics (see LayerMetric): the UI's process
+    builds the layer to read them, so a factory opens and starts nothing; what must be opened
+    goes in `lifespan`.
     """
 
     name: str
@@ -134,6 +135,7 @@ class Layer:
     essentials: Sequence[Essential] = ()
     lifespan: Lifespan | None = None
     ui: Sequence[UiPage] = ()
+    metrics: Sequence[LayerMetric] = ()
 
 
 LayerFactory = Callable[[Any, LayerContext], Layer]

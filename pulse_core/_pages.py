@@ -1,4 +1,4 @@
-"""A layer's pages in the web UI: plain data and callables, no web library.
+"""A layer's pages in the web UI and its metrics: plain data and callables, no web library.
 
 A page is a slug, a title for the nav, the projections it reads and a JSON view; the web UI
 (pulse_adapters.web) serves it at `/<slug>`, its view at `/api/pages/<slug>`, behind the same
@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pulse_core._effects import EffectEntry
 from pulse_core._errors import LayerError
@@ -23,6 +23,7 @@ from pulse_core.store._vitals import VitalsStore
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 """What a page's slug may be: lowercase letters, digits and '-', at most 40."""
+METRIC_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,24 @@ class UiPage:
         if self.assets is not None and ":" not in self.assets:
             raise LayerError(f"page {self.slug!r}: assets {self.assets!r} must be "
                              "'package:folder', a folder of the package's files")
+
+
+@dataclass(frozen=True)
+class LayerMetric:
+    """A counter or gauge a layer adds to the web UI's /metrics (and to `upulse metrics`),
+    read from the state of `projection`, which the UI folds: `read(state)` gives one value,
+    or a value per `label` value (`{"gateway": 2}` with label `process`). A counter's name
+    gets `_total` in the exposition."""
+
+    name: str
+    help: str
+    projection: Projection[Any]
+    read: Callable[[Any], float | Mapping[str, float]]
+    label: str | None = None
+    kind: Literal["counter", "gauge"] = "counter"
+
+    def __post_init__(self) -> None:
+        for what, name in (("name", self.name), ("label", self.label or "x")):
+            if not METRIC_NAME.match(name) or name.endswith("_total"):
+                raise LayerError(f"metric {self.name!r}: {what} {name!r} must be snake_case "
+                                 "(letters, digits, '_'), without `_total` (a counter gets it)")

@@ -27,7 +27,7 @@ from pulse_survival.executors import (
     RollbackExecutor,
 )
 from pulse_survival.ledger import SurvivalLedger
-from pulse_survival.page import survival_page
+from pulse_survival.page import survival_metrics, survival_page
 from pulse_survival.rules import (
     AutoRollback,
     ErrorEscalate,
@@ -107,7 +107,8 @@ def survival_layer(config: SurvivalConfig, home: Path,
     )
     ledger = SurvivalLedger(host)
     return Layer("survival", watchers=watchers, rules=rules, executors=executors,
-                 projections=(ledger,), ui=(survival_page(processes, config.process, ledger),))
+                 projections=(ledger,), ui=(survival_page(processes, config.process, ledger),),
+                 metrics=survival_metrics())
 
 
 def layer(settings: Any, context: LayerContext) -> Layer:

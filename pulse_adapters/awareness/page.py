@@ -1,4 +1,5 @@
-"""The reviewer's page in the web UI: what each review cycle did and what the reviewer is.
+"""The reviewer in the web UI: its page, what each review cycle did and what the reviewer
+is, and its metrics (ReviewerTally: cycles by outcome, model calls, verbs).
 
 Its view gives each review cycle's outcome (newest first), the verbs the model proposed with
 the gate's verdict and reason, its narration and journal, the reviews that ran no cycle and
@@ -23,6 +24,7 @@ from pulse_core import (
     EffectStatus,
     Event,
     InvalidEvent,
+    LayerMetric,
     PageRequest,
     Projection,
     UiPage,
@@ -207,3 +209,52 @@ def reviewer_page(ledger: AwarenessLedger) -> UiPage:
     ReviewerRecords."""
     return UiPage("reviewer", "Reviewer", reviewer, projections=(ledger, ReviewerRecords()),
                   assets="pulse_adapters.awareness:ui")
+
+
+class ReviewerCounts(msgspec.Struct, frozen=True):
+    """Every review cycle's outcome, the model calls the cycles made, the verbs the gate
+    accepted (by verb) and the proposals it rejected, since the log began."""
+
+    cycles: dict[str, int] = msgspec.field(default_factory=dict)
+    model_calls: int = 0
+    accepted: dict[str, int] = msgspec.field(default_factory=dict)
+    rejected: int = 0
+
+
+class ReviewerTally(Projection[ReviewerCounts]):
+    """The reviewer's counts for /metrics (see ReviewerCounts)."""
+
+    name = "awareness-tally"
+    kinds = frozenset({CYCLE})
+
+    def initial(self) -> ReviewerCounts:
+        return ReviewerCounts()
+
+    def apply(self, state: ReviewerCounts, event: Event) -> ReviewerCounts:
+        try:
+            record = event.payload(CycleRecord)
+        except InvalidEvent:
+            return state
+        accepted = dict(state.accepted)
+        for verb in record.accepted:
+            name = str(verb.get("verb", "unknown"))
+            accepted[name] = accepted.get(name, 0) + 1
+        return ReviewerCounts(
+            cycles={**state.cycles, record.outcome: state.cycles.get(record.outcome, 0) + 1},
+            model_calls=state.model_calls + record.model_calls, accepted=accepted,
+            rejected=state.rejected + len(record.rejected))
+
+
+def reviewer_metrics() -> tuple[LayerMetric, ...]:
+    """The reviewer's families in /metrics."""
+    tally = ReviewerTally()
+    return (
+        LayerMetric("pulse_reviewer_cycles", "Awareness review cycles by outcome", tally,
+                    lambda s: s.cycles, label="outcome"),
+        LayerMetric("pulse_reviewer_model_calls", "Model calls the awareness reviewer made",
+                    tally, lambda s: s.model_calls),
+        LayerMetric("pulse_reviewer_verbs_accepted", "Verbs the awareness reviewer's gate "
+                    "accepted, by verb", tally, lambda s: s.accepted, label="verb"),
+        LayerMetric("pulse_reviewer_verbs_rejected", "Proposals the awareness reviewer's gate "
+                    "rejected", tally, lambda s: s.rejected),
+    )

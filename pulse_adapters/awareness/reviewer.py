@@ -14,7 +14,7 @@ from typing import Any
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.executor import AwarenessExecutor, Foreground
 from pulse_adapters.awareness.ledger import AwarenessLedger
-from pulse_adapters.awareness.page import reviewer_page
+from pulse_adapters.awareness.page import reviewer_metrics, reviewer_page
 from pulse_adapters.awareness.quiet import QuietHold
 from pulse_adapters.awareness.rule import AwarenessRule
 from pulse_adapters.awareness.settings import LAYER, AwarenessSettings, load_settings
@@ -83,7 +83,8 @@ def build_reviewer(settings: Any, context: LayerContext) -> Reviewer:
     executor = AwarenessExecutor(client, config, route=health, foreground=foreground)
     bundle = Layer(LAYER, watchers=(watcher,), rules=(rule,), executors=(executor,),
                    projections=(ledger,), services=(QuietHoldKeeper(quiet),),
-                   emits=(AwarenessReview,), ui=(reviewer_page(ledger),))
+                   emits=(AwarenessReview,), ui=(reviewer_page(ledger),),
+                   metrics=reviewer_metrics())
     return Reviewer(valid, client, health, watcher, ledger, quiet, rule, executor, foreground,
                     bundle)
 

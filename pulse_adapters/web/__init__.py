@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         InstrumentTally,
         log_exposition,
     )
+    from pulse_adapters.web._pages import configured_metrics
     from pulse_adapters.web._service import WebService
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "WebSettingsError",
     "allowed_hosts",
     "build_app",
+    "configured_metrics",
     "ensure_token",
     "layer",
     "load_settings",
@@ -59,7 +61,7 @@ __all__ = [
 _LAZY = {"build_app": "_app", "Guard": "_guard", "allowed_hosts": "_guard",
          "EngineMetrics": "_metrics", "InstrumentReadings": "_metrics",
          "InstrumentTally": "_metrics", "log_exposition": "_metrics",
-         "WebService": "_service"}
+         "WebService": "_service", "configured_metrics": "_pages"}
 
 
 def __getattr__(name: str) -> Any:

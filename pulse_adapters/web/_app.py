@@ -171,7 +171,8 @@ def build_app(engine: EngineView, settings: WebSettings, token: str, port: int) 
     feed = Feed(engine.events, views.event_json)
     state = WebState(engine, settings, LogBook(engine.events), feed,
                      EngineMetrics(engine, readings=lambda: engine.report.instruments,
-                                   extra=lambda: stream_families(feed)))
+                                   extra=lambda: stream_families(feed),
+                                   metrics=engine.pages.metrics))
     hosts = allowed_hosts(port, settings.allowed_hosts, settings.host)
     guard = Middleware(Guard, token=token, hosts=hosts, cookie=f"pulse_ui_{port}")
     return Starlette(routes=_routes(state), middleware=[guard])

@@ -1,6 +1,7 @@
 """An engine's metrics in Prometheus' text format (docs/metrics.md): what its instruments
-measured (ticks, dispatches, attempts), what its log holds (effects by state and type,
-restarts and give-ups, the reviewer's cycles), its vitals and the size of its store.
+measured (ticks, dispatches, attempts), what its log holds (effects by state and type, and
+what its layers count: `Layer.metrics`, such as a process's restarts), its vitals and the
+size of its store.
 
 Every exporter renders through a CollectorRegistry of its own, never the client's global
 one. The log is folded once (LogTally): each scrape reads only the events appended since the
@@ -29,7 +30,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from pulse_adapters.awareness.ledger import CycleRecord
 from pulse_adapters.web._folding import LogFold
 from pulse_core import (
     EffectEntry,
@@ -39,18 +39,16 @@ from pulse_core import (
     EventStore,
     HomeStores,
     Instruments,
+    LayerMetric,
+    Projector,
     PulseError,
     Sample,
     SqliteRecorder,
-    UnknownEffect,
     VitalsStore,
-    decode_effect,
-    decode_mark,
     fold_effect,
 )
-from pulse_core._effects import EFFECT_KINDS, MARK_KIND
+from pulse_core._effects import EFFECT_KINDS
 from pulse_core._events import QUARANTINED
-from pulse_survival import GaveUp, RestartProcess
 
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Upper bounds (seconds) of the tick duration histogram's buckets."""
@@ -65,10 +63,7 @@ VITAL_FIELDS_MAX = 64
 VITAL_DEPTH = 3
 """How deep nested objects of a sample's data are followed (`disk_pct./home`)."""
 
-CYCLE = "awareness-cycle"
-LOG_KINDS = sorted(EFFECT_KINDS | {QUARANTINED, MARK_KIND, CYCLE})
-_GAVE_UP_KEY = f"{MARK_KIND}:{GaveUp.tag()}"
-_RESTART = RestartProcess.tag()
+LOG_KINDS = sorted(EFFECT_KINDS | {QUARANTINED})
 
 
 class HistogramReading(msgspec.Struct):
@@ -133,36 +128,18 @@ class InstrumentTally(Instruments):
 
 class LogTally(LogFold):
     """What the log says, folded as it grows: every effect's state and type (finished ones
-    included), restarts and give-ups per essential process, and the awareness reviewer's
-    cycles, model calls and verbs. `catch_up` reads only what was appended since its last
-    read; an effect is kept as its state and type alone, so a long log stays small here."""
+    included). `catch_up` reads only what was appended since its last read; an effect is
+    kept as its state and type alone, so a long log stays small here."""
 
     kinds = LOG_KINDS
 
     def __init__(self, events: EventStore) -> None:
         super().__init__(events)
         self.effects: collections.Counter[tuple[str, str]] = collections.Counter()
-        self.restarts: collections.Counter[str] = collections.Counter()
-        self.give_ups: collections.Counter[str] = collections.Counter()
-        self.cycles: collections.Counter[str] = collections.Counter()
-        self.model_calls = 0
-        self.accepted: collections.Counter[str] = collections.Counter()
-        self.rejected = 0
         self._entries: dict[str, EffectEntry] = {}
         self._bodies: dict[str, dict[str, Any]] = {}  # one stored body per effect type
 
     def fold(self, event: Event) -> None:
-        if event.kind == MARK_KIND:
-            if event.key == _GAVE_UP_KEY:
-                mark = decode_mark(event)
-                if isinstance(mark, GaveUp):
-                    self.give_ups[mark.name] += 1
-        elif event.kind == CYCLE:
-            self._cycle(event)
-        else:
-            self._effect(event)
-
-    def _effect(self, event: Event) -> None:
         entry = self._entries.get(event.key)
         if entry is not None:  # fold_effect changes it in place: count it out first
             self.effects[(str(entry.status), entry.tag)] -= 1
@@ -170,31 +147,36 @@ class LogTally(LogFold):
         if entry is None:
             return  # an event of an effect whose `effect` event was not seen
         if event.kind == "effect":
-            if entry.tag == _RESTART:
-                self._restart(event)
             entry.data = self._bodies.setdefault(entry.tag, {"effect": {"type": entry.tag}})
         entry.result = entry.error = None
         self._entries[event.key] = entry
         self.effects[(str(entry.status), entry.tag)] += 1
 
-    def _restart(self, event: Event) -> None:
-        try:
-            effect = decode_effect(event.data)
-        except (UnknownEffect, msgspec.ValidationError):
-            return
-        if isinstance(effect, RestartProcess):
-            self.restarts[effect.name] += 1
 
-    def _cycle(self, event: Event) -> None:
-        try:
-            record = msgspec.convert(event.data, CycleRecord)
-        except msgspec.ValidationError:
-            return
-        self.cycles[record.outcome] += 1
-        self.model_calls += record.model_calls
-        for verb in record.accepted:
-            self.accepted[str(verb.get("verb", "unknown"))] += 1
-        self.rejected += len(record.rejected)
+class LayerTally:
+    """The layers' metrics (Layer.metrics), their projections folded as the log grows."""
+
+    def __init__(self, events: EventStore, metrics: Sequence[LayerMetric]) -> None:
+        self.metrics = tuple(metrics)
+        projections = {m.projection.name: m.projection for m in self.metrics}
+        self._projector = Projector(events, list(projections.values()))
+
+    async def families(self) -> list[Metric]:
+        """Each metric, read from its projection's state now."""
+        if not self.metrics:
+            return []
+        states = await self._projector.catch_up()
+        return [_layer_family(m, m.read(states[m.projection.name])) for m in self.metrics]
+
+
+def _layer_family(metric: LayerMetric, found: float | Mapping[str, float]) -> Metric:
+    kind = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+    if not isinstance(found, Mapping):
+        return kind(metric.name, metric.help, value=found)
+    family = kind(metric.name, metric.help, labels=[metric.label or "name"])
+    for value, count in sorted(found.items()):
+        family.add_metric([value], count)
+    return family
 
 
 def instrument_families(readings: InstrumentReadings) -> Iterator[Metric]:
@@ -222,13 +204,6 @@ def instrument_families(readings: InstrumentReadings) -> Iterator[Metric]:
     yield executed
 
 
-def _counted(name: str, help: str, label: str, counts: Mapping[str, int]) -> Metric:
-    family = CounterMetricFamily(name, help, labels=[label])
-    for value, count in sorted(counts.items()):
-        family.add_metric([value], count)
-    return family
-
-
 def log_families(log: LogTally) -> Iterator[Metric]:
     """The families folded from the log."""
     effects = GaugeMetricFamily("pulse_effects", "Effects in the log by state and type, "
@@ -236,18 +211,6 @@ def log_families(log: LogTally) -> Iterator[Metric]:
     for (state, tag), count in sorted(log.effects.items()):
         effects.add_metric([state, tag], count)
     yield effects
-    yield _counted("pulse_process_restarts", "Restarts of an essential process the survival "
-                   "layer decided (restart-process effects)", "process", log.restarts)
-    yield _counted("pulse_process_give_ups", "Times the survival layer gave up restarting an "
-                   "essential process (process-gave-up marks)", "process", log.give_ups)
-    yield _counted("pulse_reviewer_cycles", "Awareness review cycles by outcome", "outcome",
-                   log.cycles)
-    yield CounterMetricFamily("pulse_reviewer_model_calls", "Model calls the awareness "
-                              "reviewer made", value=log.model_calls)
-    yield _counted("pulse_reviewer_verbs_accepted", "Verbs the awareness reviewer's gate "
-                   "accepted, by verb", "verb", log.accepted)
-    yield CounterMetricFamily("pulse_reviewer_verbs_rejected", "Proposals the awareness "
-                              "reviewer's gate rejected", value=log.rejected)
 
 
 def store_families(log: LogTally) -> Iterator[Metric]:
@@ -343,17 +306,22 @@ class EngineMetrics:
 
     In a process other than the engine's, give the engine's view and `readings`: the latest
     InstrumentReadings its InstrumentTally sent (attach() needs the Engine itself). `extra`
-    gives families of the exporting process's own (the web UI's streams).
+    gives families of the exporting process's own (the web UI's streams); `metrics` the
+    layers' (None: those of the Engine's own layers).
     """
 
     def __init__(self, engine: Observed, *,
                  readings: Callable[[], InstrumentReadings] | None = None,
-                 extra: Callable[[], Iterable[Metric]] = tuple) -> None:
+                 extra: Callable[[], Iterable[Metric]] = tuple,
+                 metrics: Sequence[LayerMetric] | None = None) -> None:
         self.engine = engine
         self.extra = extra
         self.tally = InstrumentTally()
         self.readings = readings or self.tally.readings
         self.log = LogTally(engine.events)
+        if metrics is None:  # the Engine's own layers'
+            metrics = [m for la in getattr(engine, "layers", ()) for m in la.metrics]
+        self.layers = LayerTally(engine.events, metrics)
         self._exposition = _Exposition()
         self.registry = self._exposition.registry
         self._detach: Callable[[], None] | None = None
@@ -380,14 +348,16 @@ class EngineMetrics:
             await self.log.catch_up()
             keys = [watcher.key for watcher in self.engine.watchers]
             latest = await self.engine.vitals.latest(keys) if keys else {}
+            layers = await self.layers.families()
             return self._exposition.render([
-                *instrument_families(self.readings()), *log_families(self.log),
+                *instrument_families(self.readings()), *log_families(self.log), *layers,
                 *vital_families(latest), *store_families(self.log), *self.extra()])
 
 
-async def log_exposition(stores: HomeStores) -> bytes:
-    """The families a home's log holds (effects, restarts, give-ups, the reviewer, the
-    store's size), read without a running engine: `stores` may be opened read-only."""
+async def log_exposition(stores: HomeStores, metrics: Sequence[LayerMetric] = ()) -> bytes:
+    """The families a home's log holds (effects, the layers' `metrics`, the store's size),
+    read without a running engine: `stores` may be opened read-only."""
     log = LogTally(stores.events)
     await log.catch_up()
-    return _Exposition().render([*log_families(log), *store_families(log)])
+    layers = await LayerTally(stores.events, metrics).families()
+    return _Exposition().render([*log_families(log), *layers, *store_families(log)])

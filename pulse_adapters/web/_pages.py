@@ -1,5 +1,5 @@
-"""The pages layers give the UI (`Layer.ui`): which are served, where their files are, the
-projections they read, and what kept a layer's pages out.
+"""What layers give the UI: their pages (`Layer.ui`: which are served, where their files are,
+the projections they read), their metrics (`Layer.metrics`), and what kept a layer's out.
 
 The UI's process learns them by building the layers HOME/config.json names, and the survival
 layer, the way the engine builds them (a factory opens and starts nothing: what a layer opens
@@ -19,6 +19,7 @@ from typing import Any
 from pulse_core import (
     Layer,
     LayerContext,
+    LayerMetric,
     Projection,
     SystemClock,
     UiPage,
@@ -39,10 +40,12 @@ class LayerPage:
 
 @dataclass(frozen=True)
 class LayerPages:
-    """The layers' pages the UI serves, and what kept others out (one sentence each)."""
+    """The layers' pages the UI serves, their metrics, and what kept others out (one
+    sentence each)."""
 
     pages: tuple[LayerPage, ...] = ()
     problems: tuple[str, ...] = ()
+    metrics: tuple[LayerMetric, ...] = ()
 
     def find(self, slug: str) -> LayerPage | None:
         """The page served at `/<slug>`, if any."""
@@ -73,11 +76,19 @@ def _assets(page: UiPage) -> Path:
 
 def pages_of(layers: Sequence[Layer], reserved: Collection[str],
              problems: Sequence[str] = ()) -> LayerPages:
-    """The pages of `layers`, in order; a page whose slug is `reserved` (the UI's own) or
-    taken by an earlier one, or whose assets cannot be found, is left out and said why."""
+    """The pages and metrics of `layers`, in order; a page whose slug is `reserved` (the
+    UI's own) or taken by an earlier one, or whose assets cannot be found, and a metric whose
+    name an earlier one has, are left out and said why."""
     found: list[LayerPage] = []
     said = list(problems)
+    metrics: dict[str, LayerMetric] = {}
     for layer in layers:
+        for metric in layer.metrics:
+            if metric.name in metrics:
+                said.append(f"layer {layer.name!r}: metric {metric.name!r} is left out: an "
+                            "earlier layer's has that name — rename one")
+                continue
+            metrics[metric.name] = metric
         for page in layer.ui:
             taken = next((p.layer for p in found if p.page.slug == page.slug), None)
             if page.slug in reserved or taken is not None:
@@ -91,7 +102,7 @@ def pages_of(layers: Sequence[Layer], reserved: Collection[str],
                 said.append(f"layer {layer.name!r}: page {page.slug!r} is left out: {exc}")
                 continue
             found.append(LayerPage(layer.name, page, assets))
-    return LayerPages(tuple(found), tuple(said))
+    return LayerPages(tuple(found), tuple(said), tuple(metrics.values()))
 
 
 def _config(home: Path) -> dict[str, Any]:
@@ -133,3 +144,9 @@ def configured_pages(home: Path, placement: str, reserved: Collection[str]) -> L
     else:
         layers.insert(0, survival)
     return pages_of(layers, reserved, problems)
+
+
+def configured_metrics(home: Path) -> tuple[LayerMetric, ...]:
+    """The metrics of the layers HOME/config.json names and of the survival layer (those
+    that can be built), for reading a home's log without its engine."""
+    return configured_pages(home, "", ()).metrics

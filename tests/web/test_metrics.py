@@ -18,8 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pulse_adapters.awareness import AwarenessConfig, build_reviewer
 from pulse_adapters.llm.stand_in import ChatServer
-from pulse_adapters.web import ensure_token
-from pulse_adapters.web._metrics import EngineMetrics, LogTally, log_exposition, vital_fields
+from pulse_adapters.web import configured_metrics, ensure_token
+from pulse_adapters.web._metrics import (
+    EngineMetrics,
+    LayerTally,
+    LogTally,
+    log_exposition,
+    vital_fields,
+)
 from pulse_core import (
     Backoff,
     Decision,
@@ -41,6 +47,7 @@ from pulse_core import (
 )
 from pulse_core._effects import effect_draft, mark_draft
 from pulse_survival import GaveUp, RestartProcess
+from pulse_survival.page import survival_metrics
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 from tests.cli.runner import Upulse
 from tests.loopback import LoopbackServer
@@ -281,7 +288,7 @@ async def test_restarts_and_give_ups_per_process_match_the_log(tmp_path: Path) -
     await survival_history(home)
     stores = await open_home(home, read_only=True)
     try:
-        found = parse(await log_exposition(stores))
+        found = parse(await log_exposition(stores, configured_metrics(home)))
         restarts, give_ups = await restarts_in_log(stores.events)
         last_seq = await stores.events.last_seq()
     finally:
@@ -305,12 +312,16 @@ async def test_each_catch_up_counts_only_the_events_appended_since_the_last(
         tally = LogTally(stores.events)
         await tally.catch_up()
         assert tally.seq == await stores.events.last_seq()
+        layers = LayerTally(stores.events, survival_metrics())
+        await layers.families()
         await stores.events.append([effect_draft(
             RestartProcess(name="db", argv=("true",)), "engine:tick")])
         await tally.catch_up()
-        assert dict(tally.restarts) == (await restarts_in_log(stores.events))[0] == {
-            "gateway": 2, "db": 2}
-        assert dict(tally.give_ups) == {"gateway": 1}
+        assert tally.seq == await stores.events.last_seq()
+        restarts, give_ups = await layers.families()
+        assert {s.labels["process"]: s.value for s in restarts.samples} == \
+            (await restarts_in_log(stores.events))[0] == {"gateway": 2, "db": 2}
+        assert {s.labels["process"]: s.value for s in give_ups.samples} == {"gateway": 1}
     finally:
         await stores.close()
 
