@@ -35,6 +35,7 @@ CYCLES_KEPT = 200
 """The newest cycles the page can list."""
 JOURNAL_KEPT = 50
 DAYS_KEPT = 30
+CYCLES_SHOWN = 100
 VERBS_SHOWN = 100
 SKIPPED_SHOWN = 50
 TOKEN_FIELDS = ("prompt_tokens", "completion_tokens")
@@ -195,7 +196,7 @@ async def reviewer(request: PageRequest) -> dict[str, Any]:
     return {
         "now": now, "degradation": degradation(ledger), "calls_today": ledger.calls_today(now),
         "identities": identities(ledger, now),
-        "cycles": list(reversed(records.cycles)),
+        "cycles": list(reversed(records.cycles))[:CYCLES_SHOWN],
         "verbs": verbs(records, VERBS_SHOWN), "skipped": skipped[:SKIPPED_SHOWN],
         "journal": list(reversed(records.journal)),
         "days": [records.days[day] for day in sorted(records.days, reverse=True)],
