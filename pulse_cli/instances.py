@@ -67,7 +67,7 @@ async def initialise(home: Home, instance: str, *, store: str | None = None,
     pulse_cli.config.new_host_name); a bad one is a UsageError before anything is made.
     Prints what was created (with `as_json`: the home, the instance, its host name and the
     created names)."""
-    from pulse_adapters.web._settings import TOKEN_FILE, ensure_token, token_path
+    from pulse_adapters.web import TOKEN_FILE, ensure_token, token_path
     from pulse_cli.enginedir import init_engine_dir  # git and the template: only for init
 
     created: list[str] = []

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pulse_adapters.web import read_token, served_address
-from pulse_adapters.web._settings import LAYER
+from pulse_adapters.web import LAYER, read_token, served_address
 from pulse_cli import config as config_file
 from pulse_cli.home import CliError, Home
 from pulse_cli.output import print_json

@@ -7,6 +7,7 @@ from pulse_core._effect_control import cancel_effect, retry_effect
 from pulse_core._effect_index import EffectIndex
 from pulse_core._effects import (
     EFFECT_KINDS,
+    MARK_KIND,
     Effect,
     EffectEntry,
     EffectOutcome,
@@ -166,6 +167,7 @@ from pulse_core.store import (
 __all__ = [
     "EFFECT_KINDS",
     "LLM_ROUTE_KEY",
+    "MARK_KIND",
     "MAX_HOST_LENGTH",
     "MAX_KEY_LENGTH",
     "PRIVATE_FILE",

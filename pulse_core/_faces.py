@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 import typing
+from collections.abc import Iterable
 
 
 def _private_below(module: str, face: str) -> bool:
@@ -33,12 +34,13 @@ def _resolve_annotations(cls: type, face: str) -> None:
     type.__setattr__(cls, "__annotations__", resolved)
 
 
-def publish_face(face: str) -> None:
-    """Make each class and function in the `__all__` of the package `face` that is defined
-    in a private module below it report `face` as its `__module__` (in reprs, tracebacks,
-    docs and pickles): the place to import it from. Call it last in the face's `__init__`."""
+def publish_face(face: str, names: Iterable[str] | None = None) -> None:
+    """Make each class and function in the `__all__` of the package `face` (or of `names`)
+    that is defined in a private module below it report `face` as its `__module__` (in
+    reprs, tracebacks, docs and pickles): the place to import it from. Call it last in the
+    face's `__init__` (a face that loads names when first asked for publishes each then)."""
     module = sys.modules[face]
-    for name in getattr(module, "__all__", ()):
+    for name in getattr(module, "__all__", ()) if names is None else names:
         obj = getattr(module, name)
         if not isinstance(obj, type) and not callable(obj):
             continue

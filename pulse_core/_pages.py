@@ -18,8 +18,7 @@ from typing import Any, Literal
 from pulse_core._effects import EffectEntry
 from pulse_core._errors import LayerError
 from pulse_core._snapshot import Projection, Snapshot
-from pulse_core.store._base import EventStore
-from pulse_core.store._vitals import VitalsStore
+from pulse_core.store import EventStore, VitalsStore
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 """What a page's slug may be: lowercase letters, digits and '-', at most 40."""

@@ -49,6 +49,7 @@ from pulse_survival.marks import (
     StartHeld,
     StreakCounted,
 )
+from pulse_survival.page import ProcessTally, survival_metrics, survival_page
 from pulse_survival.supervised import (
     ProcessState,
     SupervisedState,
@@ -81,6 +82,7 @@ __all__ = [
     "ProcessPolicy",
     "ProcessRecord",
     "ProcessState",
+    "ProcessTally",
     "Recovered",
     "ResourceThresholds",
     "RestartProcess",
@@ -100,6 +102,8 @@ __all__ = [
     "supervised_states",
     "survival_config",
     "survival_layer",
+    "survival_metrics",
+    "survival_page",
     "unknown_field",
 ]
 

@@ -42,7 +42,8 @@ EXPECTED_CORE = {
     "effect_type", "emits",
     "error_backoff", "error_draft", "fold_effect", "guarded", "host_of", "identity_key",
     "known_kinds", "layer_settings",
-    "load_layer", "load_layers", "load_survival_layer", "open_home", "parse_store_url", "process_started",
+    "load_layer", "load_layers", "load_survival_layer", "open_home", "parse_store_url",
+    "process_started",
     "purge_payload",
     "read_identities", "read_identity", "redact_urls", "register_kind", "retry_effect",
     "settings_problem",
@@ -50,7 +51,8 @@ EXPECTED_CORE = {
     "wait_signal",
     # what the CLI and the layers use of the kernel: kinds, ids, text and host checks, the
     # home's private files, rule names
-    "EFFECT_KINDS", "MAX_HOST_LENGTH", "MAX_KEY_LENGTH", "PRIVATE_FILE", "QUARANTINED",
+    "EFFECT_KINDS", "MARK_KIND", "MAX_HOST_LENGTH", "MAX_KEY_LENGTH", "PRIVATE_FILE",
+    "QUARANTINED",
     "SURVIVAL_GROUP", "TASK_KINDS", "check_host", "check_text", "declared_effects", "denied",
     "loose_home", "next_task_state", "open_private", "placement", "private_folder",
     "rule_name", "uuid7", "write_private",

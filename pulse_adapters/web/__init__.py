@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pulse_adapters.web._settings import (
     LAYER,
+    TOKEN_FILE,
     TokenMissing,
     WebSettings,
     WebSettingsError,
@@ -23,8 +24,9 @@ from pulse_adapters.web._settings import (
     load_settings,
     read_token,
     served_address,
+    token_path,
 )
-from pulse_core import Layer, LayerContext
+from pulse_core import Layer, LayerContext, publish_face
 
 if TYPE_CHECKING:
     from pulse_adapters.web._app import build_app
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from pulse_adapters.web._service import WebService
 
 __all__ = [
+    "LAYER",
+    "TOKEN_FILE",
     "EngineMetrics",
     "Guard",
     "InstrumentReadings",
@@ -56,6 +60,7 @@ __all__ = [
     "log_exposition",
     "read_token",
     "served_address",
+    "token_path",
 ]
 
 _LAZY = {"build_app": "_app", "Guard": "_guard", "allowed_hosts": "_guard",
@@ -68,7 +73,9 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    found = globals()[name] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    publish_face(__name__, [name])
+    return found
 
 
 def layer(settings: Any, context: LayerContext) -> Layer:
@@ -77,3 +84,6 @@ def layer(settings: Any, context: LayerContext) -> Layer:
 
     return Layer(LAYER, services=[WebService(context.home, load_settings(settings),
                                              context.engine_directory)])
+
+
+publish_face(__name__, [name for name in __all__ if name not in _LAZY])

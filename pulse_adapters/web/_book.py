@@ -12,9 +12,16 @@ from collections import Counter, deque
 from typing import Any
 
 from pulse_adapters.web._folding import LogFold
-from pulse_core import EffectEntry, EffectStatus, Event, EventStore, fold_effect
-from pulse_core._effects import EFFECT_KINDS, MARK_KIND
-from pulse_core._events import QUARANTINED
+from pulse_core import (
+    EFFECT_KINDS,
+    MARK_KIND,
+    QUARANTINED,
+    EffectEntry,
+    EffectStatus,
+    Event,
+    EventStore,
+    fold_effect,
+)
 
 SURVIVAL_KEPT = 50
 ACKED_KEPT = 1_000

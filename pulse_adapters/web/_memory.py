@@ -19,7 +19,6 @@ from pulse_adapters.web._query import number
 from pulse_adapters.web._responses import problem
 from pulse_adapters.web._state import WebState
 from pulse_core import Memory, read_identity, summarise_identities
-from pulse_core._memory_view import SHOWN
 
 SHOWN_MAX = 500
 """The most records of each bounded type one request may list."""
@@ -35,11 +34,12 @@ def routes(state: WebState) -> list[BaseRoute]:
 
     async def api_identity(request: Request) -> Response:
         identity = request.path_params["identity"]
-        raw = request.query_params.get("shown", str(SHOWN))
-        if number(raw) is None or int(raw) > SHOWN_MAX:
+        raw = request.query_params.get("shown")
+        if raw is not None and (number(raw) is None or int(raw) > SHOWN_MAX):
             return problem(400, f"shown={raw!r}: give a number of records from 0 to "
-                                f"{SHOWN_MAX} (default {SHOWN})")
-        found = await read_identity(state.engine.events, identity, shown=int(raw))
+                                f"{SHOWN_MAX}, or leave it out for the default")
+        found = await (read_identity(state.engine.events, identity) if raw is None else
+                       read_identity(state.engine.events, identity, shown=int(raw)))
         if found is None:
             return problem(404, f"no memory of identity {identity!r}: the list at "
                                 "/api/memory names those the log holds")

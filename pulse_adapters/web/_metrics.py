@@ -32,6 +32,8 @@ from prometheus_client.registry import Collector
 
 from pulse_adapters.web._folding import LogFold
 from pulse_core import (
+    EFFECT_KINDS,
+    QUARANTINED,
     EffectEntry,
     EffectOutcome,
     Engine,
@@ -47,8 +49,6 @@ from pulse_core import (
     VitalsStore,
     fold_effect,
 )
-from pulse_core._effects import EFFECT_KINDS
-from pulse_core._events import QUARANTINED
 
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Upper bounds (seconds) of the tick duration histogram's buckets."""

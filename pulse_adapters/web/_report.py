@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from pulse_adapters.web._metrics import InstrumentReadings
-from pulse_core import LoopStatus, RuleTrace
-from pulse_core._rules import declared_effects
+from pulse_core import LoopStatus, RuleTrace, declared_effects
 
 if TYPE_CHECKING:
     from pulse_core import Engine

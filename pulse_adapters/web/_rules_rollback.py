@@ -20,8 +20,14 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.web._state import WebState
-from pulse_core import EffectEntry, EffectStatus, PulseError, Rollback, fold_effect
-from pulse_core._effects import effect_draft
+from pulse_core import (
+    EffectEntry,
+    EffectStatus,
+    PulseError,
+    Rollback,
+    effect_draft,
+    fold_effect,
+)
 
 ORIGIN = "human:web"
 """Who asks for the UI's rollbacks (the origin of the operator's effect controls, too)."""

@@ -29,8 +29,7 @@ import msgspec
 from pulse_adapters.web._metrics import InstrumentTally
 from pulse_adapters.web._report import EngineReport, report_of
 from pulse_adapters.web._settings import WebSettings, address_path, ensure_token
-from pulse_core._homelock import write_private
-from pulse_core._redact import redact_urls
+from pulse_core import redact_urls, write_private
 
 if TYPE_CHECKING:
     from pulse_core import Engine, EngineDirectory

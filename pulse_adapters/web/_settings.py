@@ -19,8 +19,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_core import LayerError, settings_problem
-from pulse_core._homelock import write_private
+from pulse_core import LayerError, settings_problem, write_private
 
 LAYER = "web"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""

@@ -46,8 +46,7 @@ from pulse_core import (
     open_home,
 )
 from pulse_core._effects import effect_draft, mark_draft
-from pulse_survival import GaveUp, RestartProcess
-from pulse_survival.page import survival_metrics
+from pulse_survival import GaveUp, RestartProcess, survival_metrics
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 from tests.cli.runner import Upulse
 from tests.loopback import LoopbackServer
