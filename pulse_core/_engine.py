@@ -16,14 +16,14 @@ from pulse_core._assembly import assemble, check_not_survival, default_builtin_r
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._effects import Executor
 from pulse_core._error_reports import ErrorReports
-from pulse_core._errors import LayerOpenFailed, PulseError
+from pulse_core._errors import PulseError
 from pulse_core._events import EventDraft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._homelock import lock_home
 from pulse_core._housekeeping import housekeeping, save_memo
 from pulse_core._instruments import InstrumentFanOut, Instruments
-from pulse_core._layer import EngineDirectory, Layer
+from pulse_core._layer import EngineDirectory, Layer, enter_lifespan
 from pulse_core._projector import Projector
 from pulse_core._recent_errors import SERVICE_PREFIX
 from pulse_core._rules import Decision, Rule, RuleTrace, rule_name
@@ -248,7 +248,7 @@ class Engine:
                 origin="engine"), self._executor_loop.announcement()])
             stack.push_async_callback(self._stopped)
             for layer in self.layers:  # closed after the drain, before _stopped
-                await self._enter_lifespan(stack, layer)
+                await enter_lifespan(stack, layer, self, self._errors.report)
             stack.push_async_callback(self._drain)  # after the loops stop, before _stopped
         except BaseException:
             await stack.aclose()
@@ -322,29 +322,6 @@ class Engine:
         if self._executor_loop is not None:
             self._executor_loop.stop_claiming()
         return stack.aclose()
-
-    async def _enter_lifespan(self, stack: contextlib.AsyncExitStack, layer: Layer) -> None:
-        """Enter `layer`'s lifespan on `stack`: LayerOpenFailed, naming the layer, if it
-        raises; at close, what its exit raises is an `error` event (key `layer:<name>`) and
-        the other layers' lifespans close all the same."""
-        if layer.lifespan is None:
-            return
-        context = layer.lifespan(self)
-        try:
-            await context.__aenter__()
-        except Exception as exc:
-            raise LayerOpenFailed(
-                f"layer {layer.name!r} failed to open (its lifespan raised "
-                f"{type(exc).__name__}: {exc}); the engine did not open — fix what the "
-                "error names, or take the layer out of config.json") from exc
-
-        async def close() -> None:
-            try:
-                await context.__aexit__(None, None, None)
-            except Exception as exc:
-                self._errors.report(f"layer:{layer.name}", exc)
-
-        stack.push_async_callback(close)
 
     async def _close_watcher(self, watcher: Watcher) -> None:
         try:

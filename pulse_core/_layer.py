@@ -18,7 +18,7 @@ import difflib
 import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -28,7 +28,13 @@ import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._effects import Effect, Executor, Mark, executors_by_tag
-from pulse_core._errors import LayerError, PulseError, SurvivalLocked, UnhandledEffect
+from pulse_core._errors import (
+    LayerError,
+    LayerOpenFailed,
+    PulseError,
+    SurvivalLocked,
+    UnhandledEffect,
+)
 from pulse_core._pages import LayerMetric, UiPage
 from pulse_core._rules import Rule, declared_effects, rule_name
 from pulse_core._snapshot import Projection
@@ -136,6 +142,32 @@ class Layer:
     lifespan: Lifespan | None = None
     ui: Sequence[UiPage] = ()
     metrics: Sequence[LayerMetric] = ()
+
+
+async def enter_lifespan(stack: AsyncExitStack, layer: Layer, engine: Engine,
+                         report: Callable[[str, BaseException], None]) -> None:
+    """Enter `layer`'s lifespan (if it has one) for `engine`, on `stack`: LayerOpenFailed,
+    naming the layer, if it raises; at close, what its exit raises goes to `report` (the
+    engine's `error` event, key `layer:<name>`) and the stack's other callbacks run all the
+    same."""
+    if layer.lifespan is None:
+        return
+    try:
+        context = layer.lifespan(engine)
+        await context.__aenter__()
+    except Exception as exc:
+        raise LayerOpenFailed(
+            f"layer {layer.name!r} failed to open (its lifespan raised "
+            f"{type(exc).__name__}: {exc}); the engine did not open — fix what the error "
+            "names, or take the layer out of config.json") from exc
+
+    async def close() -> None:
+        try:
+            await context.__aexit__(None, None, None)
+        except Exception as exc:
+            report(f"layer:{layer.name}", exc)
+
+    stack.push_async_callback(close)
 
 
 LayerFactory = Callable[[Any, LayerContext], Layer]
