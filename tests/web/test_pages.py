@@ -7,13 +7,18 @@ of pulse."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
+import queue
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
+import pytest
+from playwright.sync_api import Page as BrowserPage
 
 import pulse_adapters.web
 from pulse_adapters.web import layer as web_layer
@@ -32,6 +37,7 @@ from pulse_core import (
     UiPage,
     register_kind,
 )
+from tests.web.conftest import LIVE_S, wait_for
 from tests.web.test_rules_api import served, ui_of, until
 
 register_kind("web-test-visit", "a visit the page-test layer counts; key: visitor:<name>")
@@ -206,3 +212,39 @@ def test_the_web_package_names_no_layer_and_imports_no_other_package_of_pulse() 
              for path in sorted(root.rglob("*")) if path.suffix in (".py", ".js", ".html")
              for match in LAYER_NAMES.findall(path.read_text())]
     assert named == []
+
+
+@pytest.mark.slow
+def test_in_the_browser_a_layer_the_ui_cannot_build_is_named_under_the_nav(
+        page: BrowserPage, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({"layers": {
+        "web": {"port": 0}, "maintenance": {}, "cursor": {"agents": "not a list"}}}))
+    web = web_layer({"port": 0, "live_every_s": 0.2}, LayerContext(home, SystemClock()))
+    address: queue.Queue[tuple[str, str]] = queue.Queue()
+    stop = threading.Event()
+
+    async def serve() -> None:
+        async with Engine(home, layers=[web]):
+            url, token = await served(home)
+            address.put((url, token["authorization"].removeprefix("Bearer ")))
+            while not stop.is_set():  # noqa: ASYNC110 - the browser works in another thread
+                await asyncio.sleep(0.05)
+
+    engine = threading.Thread(target=asyncio.run, args=(serve(),))
+    engine.start()
+    try:
+        url, token = address.get(timeout=60)
+        page.goto(f"{url}maintenance?token={token}")
+        problems = page.locator("#page-problems li")
+        wait_for(lambda: problems.count() == 1, LIVE_S, "the layer's problem under the nav")
+        assert problems.inner_text().startswith("layer 'cursor' could not be built in the UI's "
+                                                "process")
+        assert page.locator('#nav a[data-layer="maintenance"]').inner_text() == "Maintenance"
+        assert page.locator('#nav a[data-layer="cursor"]').count() == 0
+        cycles = page.locator('[data-field="cycles"]')
+        wait_for(lambda: cycles.count() == 1, LIVE_S, "the maintenance page's cycles")
+    finally:
+        stop.set()
+        engine.join(timeout=60)
