@@ -23,7 +23,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -39,7 +38,14 @@ from pulse_cli.assembly import (
     tick_source,
     uncommitted_note,
 )
-from pulse_cli.daemon_log import DaemonLog, EventNarrator, LogRecords, LoopWatch, reload_cause
+from pulse_cli.daemon_log import (
+    DaemonLog,
+    EventNarrator,
+    LogRecords,
+    LoopWatch,
+    reload_cause,
+    rotate_log,
+)
 from pulse_cli.enginedir import GitEngineDirectory, RolledBack, reconcile
 from pulse_cli.home import EXIT_STATE, DaemonStatus, Home
 from pulse_cli.loader import EngineCode
@@ -51,7 +57,6 @@ from pulse_core import (
     HomeLocked,
     PulseError,
     StoreError,
-    open_private,
     wait_signal,
 )
 from pulse_core import error_draft as core_error_draft
@@ -65,25 +70,6 @@ ROLLED_BACK = "rolled back"
 STALL_GRACE_S = 30.0
 """Beyond the drain timeout, how long one turn of the main loop (a reload) may take before
 the systemd watchdog is no longer served."""
-
-
-def _rotate_log(home: Home, max_bytes: int, log: DaemonLog) -> None:
-    """Move daemon.log to daemon.log.1 once it passes `max_bytes`, if it is our stdout."""
-    try:
-        ours = os.fstat(1).st_ino == home.logfile.stat().st_ino
-        too_big = home.logfile.stat().st_size > max_bytes
-    except OSError:
-        return
-    if not (ours and too_big):
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.replace(home.logfile, home.logfile.with_name("daemon.log.1"))
-    fd = open_private(home.logfile, os.O_WRONLY | os.O_APPEND)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    log.say(f"log rotated (previous part: {home.logfile.name}.1)", event="log-rotated")
 
 
 def error_draft(key: str, exc: BaseException, file: Path, host: str) -> EventDraft:
@@ -374,7 +360,7 @@ class Daemon:
             await self._observe()
             self._write_status()
             self.log.flush()
-            _rotate_log(self.home, self.cfg.daemon.log_max_bytes, self.log)
+            rotate_log(self.home, self.cfg.daemon.log_max_bytes, self.log)
         stopping = (f"stopping: draining effects in flight (up to "
                     f"{self.cfg.daemon.drain_timeout_s:g} s)")
         self.notifier.stopping(stopping)

@@ -28,7 +28,7 @@ import msgspec
 
 from pulse_cli.config import LogFormat
 from pulse_cli.directory_log import last_recorded
-from pulse_cli.home import NOTICES_KEPT, Notice
+from pulse_cli.home import NOTICES_KEPT, Home, Notice
 from pulse_cli.output import without_passwords
 from pulse_core import (
     Event,
@@ -38,6 +38,7 @@ from pulse_core import (
     StoreClosed,
     StoreError,
     host_of,
+    open_private,
 )
 
 REPEAT_WINDOW_S = 30.0
@@ -355,3 +356,22 @@ async def reload_cause(events: EventStore, host: str, after_seq: int) -> str | N
         return f"promote of {_short(_text(last.data, 'revision'))} by {last.origin}"
     return (f"rollback to {_short(_text(last.data, 'to'))} by {last.origin}: "
             f"{_text(last.data, 'reason', 'no reason given')}")
+
+
+def rotate_log(home: Home, max_bytes: int, log: DaemonLog) -> None:
+    """Move daemon.log to daemon.log.1 once it passes `max_bytes`, if it is our stdout."""
+    try:
+        ours = os.fstat(1).st_ino == home.logfile.stat().st_ino
+        too_big = home.logfile.stat().st_size > max_bytes
+    except OSError:
+        return
+    if not (ours and too_big):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.replace(home.logfile, home.logfile.with_name("daemon.log.1"))
+    fd = open_private(home.logfile, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    log.say(f"log rotated (previous part: {home.logfile.name}.1)", event="log-rotated")

@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"print the installed {DISTRIBUTION} version and exit")
     home_options(parser, None)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    init = _command(sub, "init", "instances.initialise",
+    init = _command(sub, "init", "initialise.initialise",
                     "lay out a home: config.json, its stores (events, vitals, side, objects), "
                     "engine/, staging/; what exists (an embedded engine's log) is kept",
                     lambda a, h: {"instance": _instance_name(a, h), "store": a.store,

@@ -50,6 +50,7 @@ from pulse_cli import config as config_file
 from pulse_cli.assembly import bound_host
 from pulse_cli.directory_log import carry_over, event_key
 from pulse_cli.home import CliError, DaemonStateError, Home, UsageError
+from pulse_cli.migrate_verify import FIELDS, verify_copy
 from pulse_cli.output import Progress, print_json, printable
 from pulse_cli.stores import shown, store_url, unavailable
 from pulse_core import (
@@ -62,9 +63,8 @@ from pulse_core import (
     lock_home,
     write_private,
 )
-from pulse_core.store import LogLocation, StoredRow, open_event_store, parse_store_url
+from pulse_core.store import LogLocation, open_event_store, parse_store_url
 
-FIELDS = tuple(StoredRow.__struct_fields__)
 MISMATCHES_SHOWN = 10
 NUL_SHOWN = 5
 TEXT_FIELDS = ("id", "kind", "key", "origin", "tx", "idem", "hash")
@@ -131,7 +131,7 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
                     started = time.monotonic()
                     done.events = await _copy(source, sink, page, say)
                     done.copy_s = time.monotonic() - started
-                    done.keys, done.mismatches = await _verify(source, sink, done.events,
+                    done.keys, done.mismatches = await verify_copy(source, sink, done.events,
                                                                page, say)
                     done.verify_s = time.monotonic() - started - done.copy_s
                     done.verified = not done.mismatches
@@ -326,49 +326,6 @@ async def _filled(sink: EventStore) -> bool:
         return await sink.recorder.last_seq() > 0
     except StoreError:
         return False
-
-
-async def _verify(source: EventStore, sink: EventStore, copied: int, page: int,
-                  say: Progress) -> tuple[int, list[str]]:
-    """Every row of `sink` compared, field by field, with `source`'s, and every key's version
-    in `sink` with the version of its last row; the number of keys and what differs."""
-    differ: list[str] = []
-    versions: dict[str, int] = {}
-    after = 0
-    while True:
-        theirs = await sink.recorder.rows(after, page)
-        ours = await source.recorder.rows(after, len(theirs) or 1)
-        if not theirs and not ours:
-            break
-        if not theirs:
-            differ.append(f"the source has events after seq {after} that were not copied: "
-                          "something appended to it during the migration (a `upulse task` "
-                          "command, a program embedding an engine)")
-            break
-        if len(ours) != len(theirs):
-            differ.append(f"after seq {after}: {len(ours)} row(s) in the source, "
-                          f"{len(theirs)} in the target")
-            break
-        for mine, copy in zip(ours, theirs, strict=True):
-            if mine != copy:
-                differ.append(_difference(mine, copy))
-            versions[mine.key] = mine.version
-        after = ours[-1].seq
-        say.every(f"  verified {after}/{copied} events")
-    if after != copied:
-        differ.append(f"{after} rows read back, {copied} copied")
-    say.flush()
-    for key, version in versions.items():
-        head = await sink.recorder.head(key)
-        if head != version:
-            differ.append(f"key {key!r} is at version {head} in the target, {version} in "
-                          "the source")
-    return len(versions), differ
-
-
-def _difference(mine: StoredRow, copy: StoredRow) -> str:
-    fields = [name for name in FIELDS if getattr(mine, name) != getattr(copy, name)]
-    return f"seq {mine.seq}: {', '.join(fields)} differ"
 
 
 def _switch(home: Home, url: str) -> None:

@@ -32,10 +32,14 @@ from pulse_core._snapshot import Projection, Snapshot
 from pulse_core._supervisor import LoopStatus, Once, Supervisor, wait_signal
 from pulse_core._ticker import Ticker
 from pulse_core._watchers import Watcher, sample_once, watch_forever
-from pulse_core.store._base import AppendResult, EventStore
-from pulse_core.store._objects import ObjectStore
-from pulse_core.store._side import SideStore
-from pulse_core.store._vitals import Retention, VitalsStore
+from pulse_core.store import (
+    AppendResult,
+    EventStore,
+    ObjectStore,
+    Retention,
+    SideStore,
+    VitalsStore,
+)
 
 __all__ = ["Engine", "default_builtin_rules"]  # the second is re-exported from _assembly
 

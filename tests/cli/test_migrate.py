@@ -19,7 +19,8 @@ import pytest
 
 from pulse_cli.config import write_default
 from pulse_cli.home import Home
-from pulse_cli.migrate import MIGRATION_LOCK, MigrationInProgress, _copy, _verify, migrate
+from pulse_cli.migrate import MIGRATION_LOCK, MigrationInProgress, _copy, migrate
+from pulse_cli.migrate_verify import verify_copy
 from pulse_cli.output import Progress
 from pulse_core import EventDraft, EventStore, SqliteEventStore, TaskBoard, open_home
 from pulse_core._effects import effect_draft
@@ -190,7 +191,7 @@ async def test_verification_names_each_row_and_field_that_differs(
         rows = await all_rows(source)
         tampered = msgspec.structs.replace(rows[1], data=b'{"text":"changed"}', ts=1)
         await sink.recorder.copy_rows([rows[0], tampered, *rows[2:-1]])
-        keys, differ = await _verify(source, sink, len(rows) - 1, 2, Progress(quiet=True))
+        keys, differ = await verify_copy(source, sink, len(rows) - 1, 2, Progress(quiet=True))
     finally:
         await sink.close()
         await source.close()

@@ -13,7 +13,7 @@ import pytest
 from pulse_cli import config as config_file
 from pulse_cli.doctor import doctor
 from pulse_cli.home import Home
-from pulse_cli.instances import initialise
+from pulse_cli.initialise import initialise
 from pulse_cli.stores import log_file, opened, served_log
 from pulse_core import EventDraft
 
