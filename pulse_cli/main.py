@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pulse_cli.backup_commands import add_backup_commands
 from pulse_cli.home import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -286,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_operator_commands(sub, _query_commands(sub))
     _task_commands(sub)
     _release_commands(sub)
+    add_backup_commands(sub)
     doctor = _command(sub, "doctor", "doctor.doctor",
                       "check that this machine has what promote and the daemon need",
                       lambda a, h: {"as_json": a.json})
