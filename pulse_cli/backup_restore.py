@@ -70,7 +70,8 @@ async def restore(home: Home, *, source: Path, force: bool, as_json: bool) -> in
     await asyncio.to_thread(check_files, source, manifest, "the backup")
     root = home.root
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    with _held(home):
+    new = not root.exists()
+    with _held(home), _removed_unless_restored(root, new):
         occupied = [p.name for p in root.iterdir() if p.name != HomeLayout(root).lock.name]
         if occupied and not force:
             more = ", …" if len(occupied) > SHOWN else ""
@@ -129,6 +130,20 @@ def check_files(folder: Path, manifest: BackupManifest, what: str) -> None:
         raise BackupCorrupt(f"{what} ({folder}) does not match its manifest: "
                             f"{'; '.join(bad[:SHOWN])}{more} — nothing was restored; use "
                             "another backup")
+
+
+@contextlib.contextmanager
+def _removed_unless_restored(root: Path, new: bool) -> Iterator[None]:
+    """The home folder removed again (with the lock file taking it made) when it is `new`
+    and the restore fails."""
+    try:
+        yield
+    except BaseException:
+        if new and root.is_dir():
+            HomeLayout(root).lock.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        raise
 
 
 @contextlib.contextmanager
