@@ -209,3 +209,17 @@ def test_a_home_on_postgresql_is_backed_up_without_its_log_and_says_how_to_dump_
     restored = upulse("restore", backup, "--home", tmp_path / "restored")
     assert "pg_restore" in restored.stdout
     assert json.loads((tmp_path / "restored" / "config.json").read_text())["store"] == pg_url
+
+
+def test_backup_writes_only_a_new_folder_outside_the_home(upulse: Upulse, tmp_path: Path
+                                                          ) -> None:
+    home = upulse.init(tmp_path / "home")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    refused = upulse("backup", taken, "--home", home, ok=False)
+    assert refused.returncode == 1 and "is not an empty folder" in refused.stderr
+    assert [p.name for p in taken.iterdir()] == ["notes.txt"]
+    inside = upulse("backup", home / "backup", "--home", home, ok=False)
+    assert inside.returncode == 2 and "inside the home" in inside.stderr
+    assert not (home / "backup").exists() and not list(tmp_path.glob("*.partial"))
