@@ -223,6 +223,31 @@ class Home:
             return None
         return pid
 
+    def engine_pid(self) -> int | None:
+        """The pid of the process whose engine holds this home's engine.lock (the daemon's,
+        or an embedded `Engine`'s), else None. Read without taking the lock, so that an
+        engine starting meanwhile is never refused: the pid the holder wrote in the lock
+        must be alive, have started before it wrote it and, where /proc/locks lists locks,
+        hold a lock on that file."""
+        lock = self.layout.lock
+        try:
+            text = lock.read_text().strip()
+            info = lock.stat()
+        except OSError:
+            return None
+        if not text.isdigit():
+            return None
+        pid = int(text)
+        try:
+            process = psutil.Process(pid)
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            if process.create_time() > info.st_mtime + 1.0:
+                return None
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        return pid if _holds_lock(pid, info.st_ino) else None
+
     def daemon_status(self) -> DaemonStatus | None:
         """What the daemon last wrote to daemon.status.json (None: nothing readable)."""
         try:
@@ -243,6 +268,21 @@ class Home:
         with contextlib.suppress(OSError):
             if self.pidfile.read_text().strip() == str(pid):
                 self.pidfile.unlink()
+
+
+def _holds_lock(pid: int, inode: int) -> bool:
+    """Whether /proc/locks lists a lock of `pid` on the file with `inode` (True where
+    /proc/locks cannot be read: then the pid's liveness is all there is to go on)."""
+    try:
+        with open("/proc/locks") as listed:
+            lines = listed.read().splitlines()
+    except OSError:
+        return True
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
 
 
 def list_homes(base: Path | None = None) -> list[tuple[str, Home]]:

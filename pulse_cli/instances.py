@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -42,10 +43,25 @@ ERROR_LOOKBACK = 100_000  # events searched back from the head for the last erro
 
 
 def _state(home: Home) -> tuple[str, int | None]:
-    if not home.initialised:
+    if not home.initialised and not home.layout.events_db.is_file():
         return "not initialised", None
     pid = home.running_pid()
-    return ("running", pid) if pid is not None else ("stopped", None)
+    if pid is not None:
+        return "running", pid
+    engine = home.engine_pid()
+    if engine is not None:
+        return "embedded engine", engine
+    last = home.daemon_status()
+    if _died(last):
+        return "died", last.pid if last is not None else None
+    return ("stopped" if home.initialised else "not initialised"), None
+
+
+def _died(last: DaemonStatus | None) -> bool:
+    """Whether the daemon's last status says it was running when its process went away
+    (killed, or the machine lost power): it never wrote that it stopped. Only asked while
+    its pid is not running."""
+    return last is not None and last.state != "stopped" and last.stopped_at is None
 
 
 def instances(base: Home, *, as_json: bool) -> int:
@@ -101,6 +117,7 @@ async def status(home: Home, *, as_json: bool) -> int:
     home.readable()
     pid = home.running_pid()
     last = home.daemon_status()
+    engine = None if pid is not None else home.engine_pid()
     cfg: config_file.Config | None = None
     problem: str | None = None
     try:
@@ -122,6 +139,7 @@ async def status(home: Home, *, as_json: bool) -> int:
     report: dict[str, Any] = {
         "instance": instance, "home": str(home.root), "running": pid is not None,
         "pid": pid, "status": None if last is None else _status_shown(last),
+        "embedded_engine_pid": engine, "died": pid is None and _died(last),
         "store": None if store is None else shown(store),
         "uptime_s": None, "tick_rate_per_min": None, "config_error": problem,
         "log_error": None if log_error is None else str(log_error),
@@ -144,10 +162,43 @@ async def status(home: Home, *, as_json: bool) -> int:
         _print_supervised(processes, last, now, running=running)
     if pid is None:
         unread = "" if log_error is None else f" (and its log cannot be read: {log_error})"
-        raise DaemonStateError(f"the daemon of {home.root} is not running{unread}")
+        raise DaemonStateError(f"the daemon of {home.root} is not running"
+                               f"{_why_not_running(report, last)}{unread}")
     if log_error is not None:
         raise log_error
     return 0
+
+
+def _why_not_running(report: dict[str, Any], last: DaemonStatus | None) -> str:
+    """What is known beyond "not running": an embedded engine holds the home, or the daemon
+    died without stopping."""
+    if report["embedded_engine_pid"] is not None:
+        return (f"; an embedded engine (pid {report['embedded_engine_pid']}) holds the home, "
+                "so no daemon can start here until it closes")
+    if report["died"] and last is not None:
+        return f"; it (pid {last.pid}) died without stopping"
+    return ""
+
+
+def _state_line(report: dict[str, Any], last: DaemonStatus | None, now: int) -> str:
+    """The `state` line: running, held by an embedded engine, died, or stopped."""
+    if report["running"]:
+        return f"running (pid {report['pid']})"
+    if report["embedded_engine_pid"] is not None:
+        return (f"no daemon: an embedded engine (pid {report['embedded_engine_pid']}) "
+                "runs in this home")
+    if report["died"] and last is not None:
+        return (f"not running: the daemon (pid {last.pid}) died without stopping — its last "
+                f"status at {_clock_time(last.updated_at)} ({ago(last.updated_at, now)})")
+    if last is None:
+        return "stopped (no daemon has run here)"
+    stopped = ago(last.stopped_at, now) if last.stopped_at else "at an unknown time"
+    return f"stopped (last stop {stopped})"
+
+
+def _clock_time(ms: int) -> str:
+    """`ms` as the local date and time, to the second."""
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _status_shown(last: DaemonStatus) -> dict[str, Any]:
@@ -160,11 +211,7 @@ def _status_shown(last: DaemonStatus) -> dict[str, Any]:
 
 def _print_status(report: dict[str, Any], last: DaemonStatus | None, now: int) -> None:
     lines = [("instance", report["instance"]), ("home", report["home"])]
-    if report["running"]:
-        lines.append(("state", f"running (pid {report['pid']})"))
-    else:
-        stopped = ago(last.stopped_at, now) if last and last.stopped_at else "-"
-        lines.append(("state", f"stopped (last stop {stopped})"))
+    lines.append(("state", _state_line(report, last, now)))
     if last is not None:
         lines.append(("revision", last.revision or "none (no engine directory code)"))
         if last.uncommitted:

@@ -1,0 +1,144 @@
+"""`upulse daemon status` and `instances` when no daemon runs: one killed without stopping,
+or a home held by an embedded engine (issue 26, item 8)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.cli.runner import ROOT, Upulse, daemon_pid, wait_until
+
+EMBEDDED = textwrap.dedent("""
+    import asyncio, sys
+    from pulse_core import Engine
+
+    async def main() -> None:
+        engine = Engine(sys.argv[1])
+        await engine.open()
+        print("open", flush=True)
+        try:
+            sys.stdin.read()  # until the test closes our stdin
+        finally:
+            await engine.close()
+
+    asyncio.run(main())
+""")
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    """A home whose engine.lock an embedded `Engine` in another process holds: its path
+    and that process's pid."""
+    home = tmp_path / "embedded"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", EMBEDDED, str(home)], env=env, text=True,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as engine:
+        assert engine.stdout is not None and engine.stdin is not None
+        assert engine.stdout.readline().strip() == "open"
+        try:
+            yield home, engine.pid
+        finally:
+            engine.stdin.close()
+            engine.wait(timeout=30)
+
+
+def test_a_daemon_killed_without_stopping_is_said_to_have_died_with_its_pid(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    pid = daemon_pid(home)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not psutil.pid_exists(pid) or
+               psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10, "the daemon to die")
+
+    shown = upulse("daemon", "status", "--home", home, ok=False)
+    assert shown.returncode == 3
+    assert f"not running: the daemon (pid {pid}) died without stopping — its last status at" \
+        in shown.stdout
+    assert "last stop -" not in shown.stdout
+    assert f"it (pid {pid}) died without stopping" in shown.stderr
+    report = json.loads(upulse("daemon", "status", "--home", home, "--json", ok=False).stdout)
+    assert report["died"] is True and report["running"] is False
+    listed = json.loads(upulse("instances", "--home", home, "--json").stdout)
+    assert {"name": "default", "state": "died", "pid": pid, "home": str(home)} in listed
+
+
+def test_a_daemon_that_stopped_is_not_said_to_have_died(upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    upulse("daemon", "stop", "--home", home)
+    shown = upulse("daemon", "status", "--home", home, ok=False)
+    assert "stopped (last stop " in shown.stdout and "died" not in shown.stdout
+    report = json.loads(upulse("daemon", "status", "--home", home, "--json", ok=False).stdout)
+    assert report["died"] is False and report["embedded_engine_pid"] is None
+
+
+def test_a_home_held_by_an_embedded_engine_says_so_instead_of_stopped(
+        upulse: Upulse, embedded: tuple[Path, int]) -> None:
+    home, pid = embedded
+    shown = upulse("daemon", "status", "--home", home, ok=False)
+    assert shown.returncode == 3
+    assert f"no daemon: an embedded engine (pid {pid}) runs in this home" in shown.stdout
+    assert "stopped" not in shown.stdout
+    assert f"an embedded engine (pid {pid}) holds the home" in shown.stderr
+    report = json.loads(upulse("daemon", "status", "--home", home, "--json", ok=False).stdout)
+    assert report["embedded_engine_pid"] == pid and report["running"] is False
+    listed = json.loads(upulse("instances", "--home", home, "--json").stdout)
+    assert listed[0]["state"] == "embedded engine" and listed[0]["pid"] == pid
+
+
+def test_an_embedded_engine_that_closed_leaves_no_holder(upulse: Upulse, tmp_path: Path) -> None:
+    """engine.lock keeps the pid of the engine that last held it; once that engine closed,
+    a live process of that pid holds no lock, and nothing claims the home."""
+    home = tmp_path / "closed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", EMBEDDED, str(home)], env=env, text=True,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) as engine:
+        assert engine.stdout is not None and engine.stdin is not None
+        assert engine.stdout.readline().strip() == "open"
+        lock = (home / "engine.lock").read_text()
+        engine.stdin.close()
+        engine.wait(timeout=30)
+    (home / "engine.lock").write_text(str(os.getpid()))  # a live pid that holds no lock
+    assert lock.strip() == str(engine.pid)
+    report = json.loads(upulse("daemon", "status", "--home", home, "--json", ok=False).stdout)
+    assert report["embedded_engine_pid"] is None
+
+
+def test_start_stop_restart_and_logs_print_one_json_document_with_json(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    started = upulse.json("daemon", "start", "--home", home)
+    first = daemon_pid(home)
+    assert started == {"home": str(home), "pid": first}
+    restarted = upulse.json("daemon", "restart", "--home", home)
+    second = daemon_pid(home)
+    assert restarted == {"home": str(home), "stopped_pid": first, "pid": second}
+    assert second != first
+    lines = upulse.json("daemon", "logs", "--home", home, "-n", "1000")
+    assert isinstance(lines, list) and all(isinstance(line, str) for line in lines)
+    assert lines == (home / "daemon.log").read_text().splitlines()[:len(lines)]
+    assert any(f"upulse[{second}]: ready" in line for line in lines)
+    assert len(upulse.json("daemon", "logs", "--home", home, "-n", "2")) == 2  # type: ignore[arg-type]
+    stopped = upulse.json("daemon", "stop", "--home", home)
+    assert stopped == {"home": str(home), "stopped_pid": second}
+    assert upulse.json("daemon", "logs", "--home", tmp_path / "never") == []
+
+
+def test_json_and_foreground_together_are_refused_saying_why(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    refused = upulse("daemon", "start", "--foreground", "--json", "--home", home, ok=False)
+    assert refused.returncode == 2
+    assert "--json and --foreground do not go together" in refused.stderr
+    assert daemon_pid(home) is None
