@@ -24,8 +24,8 @@ import psutil
 
 from pulse_cli import config as config_file
 from pulse_cli.assembly import configured_layers
-from pulse_cli.home import EXIT_STATE, CliError, DaemonStateError, Home
-from pulse_cli.output import printable
+from pulse_cli.home import EXIT_STATE, CliError, DaemonStateError, Home, UsageError
+from pulse_cli.output import print_json, print_json_line, printable
 from pulse_core import SystemClock, open_private
 
 READY_TIMEOUT_S = 20.0
@@ -37,23 +37,44 @@ def _log_tail(home: Home, lines: int = 20) -> str:
     return ""
 
 
-def start(home: Home, *, foreground: bool = False) -> int:
+def start(home: Home, *, foreground: bool = False, as_json: bool = False) -> int:
     """Start the daemon of `home` (in this process with `foreground`); exit 3 if it runs.
 
     A layer config.json names that is not installed, or refuses its settings, stops the
-    start with BrokenLayer (exit 1) before any process is spawned.
+    start with BrokenLayer (exit 1) before any process is spawned. With `as_json` the
+    started daemon's pid and home are printed as one JSON document.
     """
+    if foreground and as_json:
+        raise UsageError("--json and --foreground do not go together: a foreground daemon "
+                         "logs to stdout (set daemon.log_format to json for JSON lines)")
+    if foreground:
+        _refuse_running(home)
+        from pulse_cli.daemon import run  # the engine and its code: only in the daemon
+
+        return run(home)
+    pid = _spawn(home)
+    if as_json:
+        print_json({"home": str(home.root), "pid": pid})
+    else:
+        print(f"daemon started: pid {pid}, home {home.root}")
+    return 0
+
+
+def _refuse_running(home: Home) -> config_file.Config:
+    """config.json, checked as the daemon will use it, once no daemon runs in `home`
+    (DaemonStateError when one does)."""
     home.require()
     pid = home.running_pid()
     if pid is not None:
         raise DaemonStateError(
             f"the daemon of {home.root} is already running (pid {pid}) — "
             "`upulse daemon restart` to replace it")
-    cfg = _startable(home)
-    if foreground:
-        from pulse_cli.daemon import run  # the engine and its code: only in the daemon
+    return _startable(home)
 
-        return run(home)
+
+def _spawn(home: Home) -> int:
+    """Start the daemon of `home` in a new session; its pid once it is ready."""
+    cfg = _refuse_running(home)
     with contextlib.suppress(OSError):
         if home.logfile.stat().st_size > cfg.daemon.log_max_bytes:
             os.replace(home.logfile, home.logfile.with_name("daemon.log.1"))
@@ -66,8 +87,7 @@ def start(home: Home, *, foreground: bool = False) -> int:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if home.running_pid() == child.pid:
-            print(f"daemon started: pid {child.pid}, home {home.root}")
-            return 0
+            return child.pid
         code = child.poll()
         if code == EXIT_STATE:
             raise DaemonStateError(f"the daemon of {home.root} is already running:\n"
@@ -109,8 +129,19 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def stop(home: Home, *, timeout: float | None = None) -> int:
-    """SIGTERM the daemon and wait until it has drained, closed and exited."""
+def stop(home: Home, *, timeout: float | None = None, as_json: bool = False) -> int:
+    """SIGTERM the daemon and wait until it has drained, closed and exited; with `as_json`
+    the stopped daemon's pid is printed as one JSON document."""
+    pid = _stop(home, timeout)
+    if as_json:
+        print_json({"home": str(home.root), "stopped_pid": pid})
+    else:
+        print(f"daemon stopped (was pid {pid})")
+    return 0
+
+
+def _stop(home: Home, timeout: float | None) -> int:
+    """SIGTERM the daemon and wait until it has exited; its pid."""
     pid = home.running_pid()
     if pid is None:
         raise DaemonStateError(f"the daemon of {home.root} is not running")
@@ -120,16 +151,17 @@ def stop(home: Home, *, timeout: float | None = None) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _gone(pid):
-            print(f"daemon stopped (was pid {pid})")
-            return 0
+            return pid
         time.sleep(0.05)
     raise CliError(f"the daemon (pid {pid}) is still running {timeout:g} s after SIGTERM — "
                    f"see {home.logfile}; `kill -9 {pid}` if it hangs")
 
 
-def restart(home: Home) -> int:
+def restart(home: Home, *, as_json: bool = False) -> int:
     """Stop the daemon if it runs, then start it; a config.json the new daemon could not
-    start with is refused first, and the running daemon is left running."""
+    start with is refused first, and the running daemon is left running. With `as_json`
+    the stopped daemon's pid (None if none ran) and the started one's are one JSON
+    document."""
     pid = home.running_pid()
     if pid is not None:
         try:
@@ -137,8 +169,15 @@ def restart(home: Home) -> int:
         except config_file.ConfigError as exc:
             raise CliError(f"restart refused, the daemon (pid {pid}) was left running: {exc}"
                            ) from None
-        stop(home)
-    return start(home)
+        _stop(home, None)
+        if not as_json:
+            print(f"daemon stopped (was pid {pid})")
+    started = _spawn(home)
+    if as_json:
+        print_json({"home": str(home.root), "stopped_pid": pid, "pid": started})
+    else:
+        print(f"daemon started: pid {started}, home {home.root}")
+    return 0
 
 
 def signal_reload(home: Home) -> int | None:
@@ -161,13 +200,23 @@ def wait_for_revision(home: Home, revision: str | None, timeout: float) -> bool:
     return False
 
 
-def logs(home: Home, lines: int, follow: bool) -> int:
-    """Print the last `lines` lines of daemon.log; with `follow`, keep printing new ones."""
+def logs(home: Home, lines: int, follow: bool, as_json: bool = False) -> int:
+    """Print the last `lines` lines of daemon.log; with `follow`, keep printing new ones.
+    With `as_json` they are a JSON array of strings ([] for no log yet), and with both one
+    JSON string a line, each line of the log as it is written."""
+    last: list[str] = []
     with contextlib.suppress(OSError):
         text = home.logfile.read_text(errors="replace").splitlines()
-        for line in text[len(text) - max(lines, 0):]:
+        last = text[len(text) - max(lines, 0):]
+    if as_json and not follow:
+        print_json(last)
+        return 0
+    for line in last:
+        if as_json:
+            print_json_line(line)
+        else:
             print(printable(line))
-    if not home.logfile.exists():
+    if not home.logfile.exists() and not as_json:
         print(f"no log yet at {home.logfile}")
     if not follow:
         return 0
@@ -188,6 +237,11 @@ def logs(home: Home, lines: int, follow: bool) -> int:
             with open(home.logfile, "rb") as log:
                 log.seek(position)
                 chunk = log.read()
+            if as_json:  # whole lines only: a line cut by the read waits for its end
+                chunk = chunk[:chunk.rfind(b"\n") + 1]
+                for line in chunk.decode(errors="replace").splitlines():
+                    print_json_line(line)
+            else:
+                sys.stdout.write(printable(chunk.decode(errors="replace"), newlines=True))
+                sys.stdout.flush()
             position += len(chunk)
-            sys.stdout.write(printable(chunk.decode(errors="replace"), newlines=True))
-            sys.stdout.flush()

@@ -88,24 +88,29 @@ def _daemon_commands(sub: Any) -> None:
                                     metavar="{start,stop,status,logs,restart}")
     start = _command(actions, "start", "control.start",
                      "start the daemon and wait until it is ready (exit 3 if it already runs)",
-                     lambda a, h: {"foreground": a.foreground})
+                     lambda a, h: {"foreground": a.foreground, "as_json": a.json})
     start.add_argument("--foreground", action="store_true",
                        help="run in this process, logging to stdout (for service managers)")
+    json_flag(start, "the pid and home of the started daemon as one JSON document")
     stop = _command(actions, "stop", "control.stop",
                     "SIGTERM the daemon and wait while it drains its effects",
-                    lambda a, h: {"timeout": a.timeout})
+                    lambda a, h: {"timeout": a.timeout, "as_json": a.json})
     stop.add_argument("--timeout", type=parse_seconds, default=None, metavar="S",
                       help="seconds to wait (default: daemon.drain_timeout_s + 10)")
+    json_flag(stop, "the pid of the stopped daemon as one JSON document")
     status = _command(actions, "status", "instances.status",
                       "pid, uptime, revision, tick rate, pending effects, last errors",
                       lambda a, h: {"as_json": a.json})
     json_flag(status)
     logs = _command(actions, "logs", "control.logs", "print the end of daemon.log",
-                    lambda a, h: {"lines": a.n, "follow": a.follow})
+                    lambda a, h: {"lines": a.n, "follow": a.follow, "as_json": a.json})
     logs.add_argument("-n", type=parse_count, default=50, metavar="N",
                       help="how many lines (default 50)")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
-    _command(actions, "restart", "control.restart", "stop (if running), then start")
+    json_flag(logs, "the lines as a JSON array of strings (a JSON string a line with --follow)")
+    restart = _command(actions, "restart", "control.restart", "stop (if running), then start",
+                       lambda a, h: {"as_json": a.json})
+    json_flag(restart, "the stopped and the started daemon's pids as one JSON document")
     _command(actions, "run", "daemon.run", "")  # what `start` spawns; not listed
 
 

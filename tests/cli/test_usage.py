@@ -256,7 +256,7 @@ def test_completion_scripts_complete_commands_options_and_their_values(
     assert complete(bash, "upulse da") == ["daemon"]
     assert complete(bash, "upulse daemon st") == ["start", "status", "stop"]
     assert complete(bash, "upulse --home /tmp daemon stop --") == [
-        "--help", "--home", "--instance", "--timeout"]
+        "--help", "--home", "--instance", "--json", "--timeout"]
     assert complete(bash, "upulse tasks --status ") == [
         "acked", "assigned", "closed", "executing", "given-up", "pending"]
     assert "notification" in complete(bash, "upulse events --kind no")
