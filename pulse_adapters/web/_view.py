@@ -106,7 +106,9 @@ class EngineView:
 
     @property
     def watchers(self) -> list[WatcherInfo]:
-        return [WatcherInfo(key) for key in self.report.watchers]
+        """Each vitals key a watcher writes, once: two watchers may probe one key (the
+        awareness layer's and Hermes' both write `llm-route`)."""
+        return [WatcherInfo(key) for key in dict.fromkeys(self.report.watchers)]
 
     def loops(self) -> list[LoopStatus]:
         """The engine's supervised loops, as last reported."""

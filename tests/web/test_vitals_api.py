@@ -307,3 +307,36 @@ async def test_the_served_ui_charts_a_watchers_samples(tmp_path: Path) -> None:
             assert script.status_code == 200 and "/stream/vitals" in script.text
             refused = await httpx.AsyncClient().get(f"{url}api/vitals/keys")
             assert refused.status_code == 401
+
+
+class RouteProbe(Gauges):
+    """A watcher writing `llm-route`, as the awareness and Hermes layers' route probes both
+    do under names of their own."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.key = "llm-route"
+        super().__init__()
+
+
+async def test_a_key_two_watchers_write_is_listed_once(tmp_path: Path) -> None:
+    clock = ManualClock()
+    engine = Engine(tmp_path / "home", watchers=[RouteProbe("review-route"), Gauges(),
+                                                  RouteProbe("hermes-route")],
+                    clock=clock)
+    await engine.open()
+    view = EngineView.beside(engine)
+    view.update(EngineReport(watchers=tuple(w.key for w in engine.watchers)))
+    app = build_app(view, WebSettings(port=PORT), TOKEN, PORT)
+    try:
+        await engine.sample()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app),
+                                     base_url=f"http://127.0.0.1:{PORT}",
+                                     headers={"authorization": f"Bearer {TOKEN}"}) as http:
+            keys = [k["key"] for k in (await http.get("/api/vitals/keys")).json()["keys"]]
+            overview = (await http.get("/api/overview")).json()
+    finally:
+        await engine.close()
+    assert [w.key for w in engine.watchers].count("llm-route") == 2
+    assert keys.count("llm-route") == 1 and keys.count("gauges") == 1
+    assert [w["key"] for w in overview["watchers"]].count("llm-route") == 1
