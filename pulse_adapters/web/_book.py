@@ -40,6 +40,8 @@ class LogBook(LogFold):
         self.effects: dict[str, EffectEntry] = {}
         self.counts: Counter[str] = Counter()
         self.survival: deque[dict[str, Any]] = deque(maxlen=SURVIVAL_KEPT)
+        self.attempt_started: dict[str, int] = {}
+        """When each kept effect's last attempt began (ms): the ts of its last claim."""
         self._acked: deque[str] = deque()
 
     async def catch_up(self, survival_tags: frozenset[str] | None = None) -> None:
@@ -67,6 +69,10 @@ class LogBook(LogFold):
         if entry is None:
             return
         self.effects[event.key] = entry
+        if event.kind == "effect-executing":
+            self.attempt_started[event.key] = event.ts
+        elif event.kind == "effect-retried":
+            self.attempt_started.pop(event.key, None)
         self.counts[str(entry.status)] += 1
         if entry.status is EffectStatus.ACKED:
             self._acked.append(entry.id)
@@ -75,6 +81,7 @@ class LogBook(LogFold):
                 kept = self.effects.get(gone)
                 if kept is not None and kept.status is EffectStatus.ACKED:
                     del self.effects[gone]  # still counted, no longer listed
+                    self.attempt_started.pop(gone, None)
 
 
 def _body(event: Event) -> Any:

@@ -12,6 +12,8 @@ read from the log: the `promote` and `rollback` events this engine's directory r
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -101,14 +103,38 @@ async def history(engine: EngineView, requests: list[dict[str, Any]]
     return [_history_entry(event, asked) for event in found]
 
 
-def last_good(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def last_good(entries: list[dict[str, Any]], main_has_parent: bool) -> dict[str, Any]:
     """Where a rollback without a revision goes (pulse_cli.rollback): the revision before
-    the last promote; without a promote on record, main's parent commit."""
+    the last promote; without a promote on record, main's parent commit. `possible` is
+    false, and `why_not` says why, when that rollback would change nothing: main already
+    has the files of the revision before the last promote (the newest event of the
+    directory is a rollback to it), or no promote is on record and main has one commit."""
     for entry in entries:
         if entry["kind"] == "promote" and isinstance(entry["previous"], str):
-            return {"revision": entry["previous"], "why": "the revision before the last "
-                    f"promote (#{entry['seq']})"}
-    return {"revision": None, "why": "main's parent commit (no promote is on record)"}
+            good = entry["previous"]
+            newest = entries[0]
+            done = newest["kind"] == "rollback" and newest["to"] == good
+            return {"revision": good, "why": "the revision before the last promote "
+                    f"(#{entry['seq']})", "possible": not done,
+                    "why_not": f"main already has the files of {good[:12]} (rollback "
+                               f"#{newest['seq']}): nothing to roll back" if done else None}
+    return {"revision": None, "why": "main's parent commit (no promote is on record)",
+            "possible": main_has_parent,
+            "why_not": None if main_has_parent else
+            "nothing to roll back: no promote is on record and main has a single commit"}
+
+
+async def _main_has_parent(home: Path) -> bool:
+    """Whether main of the engine directory (HOME/engine) has a parent commit; False when
+    git cannot tell (no engine directory, no git)."""
+    try:
+        git = await asyncio.create_subprocess_exec(
+            "git", "-C", str(home / "engine"), "rev-parse", "--verify", "--quiet", "HEAD~1",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL)
+    except OSError:
+        return False
+    return await git.wait() == 0
 
 
 async def rule_chain(state: WebState) -> dict[str, Any]:
@@ -117,11 +143,15 @@ async def rule_chain(state: WebState) -> dict[str, Any]:
     running = revision(state.home)
     requests = await rollback_requests(state)
     entries = await history(engine, requests)
+    promoted = any(e["kind"] == "promote" for e in entries)
+    has_parent = engine.report.has_directory and not promoted and \
+        await _main_has_parent(state.home)
     return {
         "tick": {"number": engine.ticks, "at": engine.last_tick_at,
                  "tick_ms": engine.last_tick_ms, "now": engine.clock.now_ms()},
         "revision": running, "has_directory": engine.report.has_directory,
-        "tiers": tiers(engine, running), "history": entries, "last_good": last_good(entries),
+        "tiers": tiers(engine, running), "history": entries,
+        "last_good": last_good(entries, has_parent),
         "requests": requests,
         "stream": {"kinds": list(DIRECTORY_KINDS), "key": directory_key(engine.placement)},
     }

@@ -106,8 +106,8 @@ class EngineView:
 
     @property
     def watchers(self) -> list[WatcherInfo]:
-        """Each vitals key a watcher writes, once: two watchers may probe one key (the
-        awareness layer's and Hermes' both write `llm-route`)."""
+        """Each vitals key a watcher writes, once: two watchers of two layers may write
+        one key (the model route's probes do)."""
         return [WatcherInfo(key) for key in dict.fromkeys(self.report.watchers)]
 
     def loops(self) -> list[LoopStatus]:

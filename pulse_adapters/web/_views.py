@@ -48,14 +48,22 @@ def revision(home: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def effect_json(entry: EffectEntry) -> dict[str, Any]:
-    """One effect as the Effects page shows it."""
+def effect_json(entry: EffectEntry, attempt_started: int | None = None) -> dict[str, Any]:
+    """One effect as the Effects page shows it. `duration_ms`, what its last attempt took
+    (from its claim at `attempt_started` to its outcome), is None while it is unfinished or
+    when it never ran; an acked effect's `error` is None, and the error of an earlier attempt
+    that failed is `earlier_error`."""
+    ran = entry.finished and attempt_started is not None and entry.attempt > 0
+    acked = entry.status is EffectStatus.ACKED
     return {"id": entry.id, "seq": entry.seq, "type": entry.tag, "status": str(entry.status),
             "attempt": entry.attempt, "owner": entry.owner, "host": entry.host,
             "lease_until": entry.lease_until or None, "retry_at": entry.retry_at or None,
             "created_at": entry.created_at, "updated_at": entry.updated_at,
-            "duration_ms": (entry.updated_at - entry.created_at) if entry.finished else None,
-            "origin": entry.origin, "error": entry.error, "result": entry.result,
+            "attempt_started_at": attempt_started,
+            "duration_ms": entry.updated_at - attempt_started
+            if ran and attempt_started is not None else None,
+            "origin": entry.origin, "error": None if acked else entry.error,
+            "earlier_error": entry.error if acked else None, "result": entry.result,
             "body": entry.body}
 
 
@@ -68,7 +76,7 @@ def effects(book: LogBook, status: str | None, limit: int) -> list[dict[str, Any
     """The newest `limit` effects the book keeps, only those in `status` when given."""
     chosen = [e for e in book.effects.values() if status in (None, str(e.status))]
     chosen.sort(key=lambda e: e.seq, reverse=True)
-    return [effect_json(e) for e in chosen[:limit]]
+    return [effect_json(e, book.attempt_started.get(e.id)) for e in chosen[:limit]]
 
 
 async def tasks(engine: EngineView) -> list[dict[str, Any]]:

@@ -76,3 +76,39 @@ async def test_the_effects_list_refuses_a_state_that_does_not_exist(tmp_path: Pa
         await engine.close()
     assert bad.status_code == 400 and "cancelled" in bad.json()["error"]
     assert good.status_code == 200 and good.json()["effects"] == []
+
+
+async def test_an_acked_effect_shows_no_error_and_took_its_last_attempts_time(
+        tmp_path: Path) -> None:
+    """Issue 26, item 8: an acked effect kept showing its first attempt's error, and its
+    "took" ran from its creation, a retry's wait included."""
+    from pulse_adapters.web._views import effects
+    from pulse_core import ManualClock
+
+    clock = ManualClock()
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    try:
+        key = "e-1"
+        steps: list[tuple[int, EventDraft]] = [
+            (0, EventDraft("effect", key, {"effect": {"type": "ping"}, "dedup": key})),
+            (1_000, EventDraft("effect-executing", key, {"attempt": 1, "owner": "t"})),
+            (2_000, EventDraft("effect-failed", key, {"attempt": 1, "error": "boom"})),
+            (60_000, EventDraft("effect-executing", key, {"attempt": 2, "owner": "t"})),
+            (500, EventDraft("effect-acked", key, {"attempt": 2, "result": "ok"})),
+            (0, EventDraft("effect", "e-2", {"effect": {"type": "ping"}, "dedup": "e-2"})),
+            (0, EventDraft("effect-cancelled", "e-2", {"reason": "not needed", "was": "pending"})),
+        ]
+        for wait_ms, draft in steps:
+            clock.advance(wait_ms)
+            await store.append([draft])
+        book = LogBook(store)
+        await book.catch_up()
+        shown = {e["id"]: e for e in effects(book, None, 10)}
+    finally:
+        await store.close()
+    acked = shown["e-1"]
+    assert acked["status"] == "acked" and acked["error"] is None
+    assert acked["earlier_error"] == "boom"
+    assert acked["duration_ms"] == 500
+    assert acked["attempt_started_at"] == acked["updated_at"] - 500
+    assert shown["e-2"]["status"] == "cancelled" and shown["e-2"]["duration_ms"] is None

@@ -406,6 +406,11 @@ def test_the_rule_chain_rollback_asks_first_and_then_its_event_appears(
     live: list[str] = page.evaluate("window.pulseLive")
     assert "live off" in live and live[-1] == "live on", f"the stream's states: {live}"
     assert not_reloaded(page)
+    # main has the last good revision's files now: the button is no longer offered
+    last_good = page.get_by_role("button", name="Roll back to the last known good revision")
+    waited(page, last_good.is_disabled, LIVE_S, "the last-good rollback to be withdrawn")
+    assert page.locator("#last-good-why").inner_text().startswith(
+        "main already has the files of")
     screenshot(page, "rules-rolled-back")
 
 

@@ -221,6 +221,31 @@ async def test_a_rollback_to_the_last_known_good_revision_moves_main_and_records
     assert len(events_after) == 1 and promoted.main() == event.data["revision"]
 
 
+async def test_the_last_good_rollback_is_offered_only_while_it_would_change_main(
+        promoted: Promoted, tmp_path: Path) -> None:
+    directory = GitEngineDirectory(promoted.home)
+    async with Engine(promoted.home, engine_directory=directory) as engine, \
+            ui_of(engine, has_directory=True) as http:
+        before = (await http.get("/api/rules")).json()["last_good"]
+        answer = await http.post("/api/rollback", json={"revision": None, "reason": "broke"})
+        assert answer.status_code == 200, answer.text
+        after = (await http.get("/api/rules")).json()["last_good"]
+    assert before["possible"] is True and before["why_not"] is None
+    assert after["revision"] == promoted.previous and after["possible"] is False
+    assert after["why_not"].startswith(f"main already has the files of {promoted.previous[:12]}")
+
+    fresh = tmp_path / "fresh"  # `upulse init`'s engine directory: one commit, no promote
+    assert await asyncio.to_thread(init_engine_dir, fresh)
+    async with Engine(fresh, engine_directory=GitEngineDirectory(fresh)) as engine, \
+            ui_of(engine, has_directory=True) as http:
+        single = (await http.get("/api/rules")).json()["last_good"]
+        git(fresh / "engine", "commit", "-q", "--allow-empty", "-m", "a second commit")
+        two = (await http.get("/api/rules")).json()["last_good"]
+    assert single["revision"] is None and single["possible"] is False
+    assert "main has a single commit" in single["why_not"]
+    assert two["possible"] is True and two["why_not"] is None
+
+
 async def test_a_rollback_to_a_revision_main_lacks_is_refused_with_what_git_said(
         promoted: Promoted) -> None:
     directory = GitEngineDirectory(promoted.home)

@@ -33,7 +33,9 @@ async function load() {
     ["attempts", (f) => f.attempt], ["lease holder", (f) => f.owner || "—"],
     ["created", (f) => ago(f.created_at)],
     ["took", (f) => f.duration_ms === null ? "—" : `${(f.duration_ms / 1000).toFixed(2)} s`],
-    ["error", (f) => short(f.error || "", 140)], ["", controls],
+    ["error", (f) => (f.error ? short(f.error, 140) : f.earlier_error
+      ? el("span", { class: "muted" }, `earlier attempt: ${short(f.earlier_error, 120)}`) : "")],
+    ["", controls],
   ], found.effects, {
     key: (f) => f.id, empty: "no effects",
     onclick: (f) => { const box = document.getElementById(`fx-${f.id}`);

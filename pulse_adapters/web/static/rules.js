@@ -87,10 +87,13 @@ function render(data) {
   document.getElementById("tiers").replaceChildren(...data.tiers.map(tier));
   const good = data.last_good;
   const goodLabel = good.revision ? `${rev(good.revision)} (${good.why})` : good.why;
+  const why = !data.has_directory
+    ? "this engine runs without an engine directory: nothing to roll back"
+    : good.possible ? goodLabel : good.why_not;
   document.getElementById("last-good").replaceChildren(el("p", {},
-    button("Roll back to the last known good revision", null, goodLabel, data.has_directory),
-    " ", el("span", { class: "muted" }, data.has_directory ? goodLabel
-      : "this engine runs without an engine directory: nothing to roll back")));
+    button("Roll back to the last known good revision", null, goodLabel,
+      data.has_directory && good.possible),
+    " ", el("span", { class: "muted", id: "last-good-why" }, why)));
   document.getElementById("history").replaceChildren(table([
     ["when", (h) => when(h.when)], ["event", (h) => state(h.kind)],
     ["revision", (h) => rev(h.revision)], ["what", what],
