@@ -5,7 +5,9 @@ repeated within REPEAT_WINDOW_S is counted and summarised once instead of writte
 `EventNarrator` follows the event log from where the daemon started (`EventStore.changes`:
 each event read once, never a refold) and says one line, with its reason, for each restart
 of an essential process (decided, and its outcome), failed start, give-up and recovery, each
-rollback (decided, done, failed) and promote, and each notification. `LoopWatch` says when
+rollback (decided, done, failed) and promote, each notification, and the outcome of each
+business effect (any effect but the survival layer's: done, failed and retried, failed for
+good). `LoopWatch` says when
 one of the engine's supervised loops failed and restarts. The event names a JSON line
 carries are listed in docs/cli.md ("daemon.log").
 """
@@ -40,6 +42,7 @@ from pulse_core import (
     host_of,
     open_private,
 )
+from pulse_survival import SURVIVAL_TAGS
 
 REPEAT_WINDOW_S = 30.0
 """A line said again within this many seconds of its first is counted, not written."""
@@ -241,12 +244,14 @@ class EventNarrator:
 
     def _decided(self, event: Event, data: dict[str, Any]) -> None:
         effect = data.get("effect")
-        if not isinstance(effect, dict) or effect.get("type") not in NARRATED_EFFECTS:
+        kind = effect.get("type") if isinstance(effect, dict) else None
+        if not isinstance(effect, dict) or not isinstance(kind, str) or \
+                kind in SURVIVAL_TAGS - NARRATED_EFFECTS:  # housekeeping: no line
             return
         if len(self._effects) >= HELD_MAX:  # outcomes never seen (another engine ran them)
             self._effects.pop(next(iter(self._effects)))
-        self._effects[event.key] = effect
-        kind = effect.get("type")
+        # a business effect's body may be large: its type is all its outcome line needs
+        self._effects[event.key] = effect if kind in NARRATED_EFFECTS else {"type": kind}
         if kind == "restart-process":
             name = _text(effect, "name")
             pid, at = self._started.pop(name, (None, 0))
@@ -289,6 +294,12 @@ class EventNarrator:
                 self.log.say(f"restart of {name} failed ({retry}): {error}",
                              event="process-restart-failed", level="error", process=name,
                              error=error, final=final, **fields)
+        elif kind not in SURVIVAL_TAGS:  # a business effect: the outcome is its line
+            level = "info" if acked else "error" if final else "warning"
+            said = "done" if acked else f"failed ({retry}): {error}"
+            self.log.say(f"effect {kind} {event.key} {said}", event="effect-outcome",
+                         level=level, type=kind, acked=acked, error=error or None,
+                         final=final, **fields)
         elif kind == "rollback" and not acked:
             self.log.say(f"rollback failed ({retry}): {error}", event="rollback-failed",
                          level="error", error=error, final=final, **fields)

@@ -21,7 +21,14 @@ from pulse_survival.config import (
     load_config,
     unknown_field,
 )
-from pulse_survival.effects import ArchiveSessions, Cleanup, Notify, RestartProcess, Rollback
+from pulse_survival.effects import (
+    SURVIVAL_TAGS,
+    ArchiveSessions,
+    Cleanup,
+    Notify,
+    RestartProcess,
+    Rollback,
+)
 from pulse_survival.executors import (
     EngineDirectory,
     FolderRefused,
@@ -60,6 +67,7 @@ from pulse_survival.supervised import (
 __all__ = [
     "RULE_ORDER",
     "SURVIVAL_MARKS",
+    "SURVIVAL_TAGS",
     "ArchiveSessions",
     "Cleanup",
     "EngineDirectory",

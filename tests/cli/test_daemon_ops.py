@@ -407,3 +407,40 @@ def test_sd_notify_reaches_a_socket_named_by_its_path(
             daemon.kill()
             daemon.wait(10)
         notify.close()
+
+
+async def test_a_business_effects_outcomes_get_a_line_and_housekeeping_none(
+        tmp_path: Path) -> None:
+    """Issue 26, item 8: the daemon logged nothing about business effects."""
+    from pulse_cli.daemon_log import EventNarrator
+    from pulse_core import EventDraft, SqliteEventStore
+
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        mail, clean, lost = "fx-mail", "fx-clean", "fx-lost"
+        await store.append([
+            EventDraft("effect", mail, {"effect": {"type": "send-mail", "to": "ana"}}),
+            EventDraft("effect", clean, {"effect": {"type": "cleanup", "older_than_s": 1}}),
+            EventDraft("effect", lost, {"effect": {"type": "send-mail", "to": "bo"}})])
+        await store.append([
+            EventDraft("effect-executing", mail, {"attempt": 1, "owner": "t"}),
+            EventDraft("effect-failed", mail, {"attempt": 1, "error": "smtp down"}),
+            EventDraft("effect-acked", clean, {"attempt": 1}),
+            EventDraft("effect-failed", lost, {"attempt": 1, "error": "no such user",
+                                               "final": True})])
+        await store.append([EventDraft("effect-acked", mail, {"attempt": 2})])
+        out = io.StringIO()
+        narrator = EventNarrator(DaemonLog("json", out), after_seq=0)
+        for event in await store.read(0):
+            narrator.narrate(event)
+    finally:
+        await store.close()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    said = [(line["event"], line["level"], line["effect"], line["message"]) for line in lines]
+    assert said == [
+        ("effect-outcome", "warning", mail,
+         f"effect send-mail {mail} failed (it is retried): smtp down"),
+        ("effect-outcome", "error", lost,
+         f"effect send-mail {lost} failed (for good): no such user"),
+        ("effect-outcome", "info", mail, f"effect send-mail {mail} done")]
+    assert lines[2]["type"] == "send-mail" and lines[2]["attempt"] == 2
