@@ -305,7 +305,9 @@ def _print_supervised(processes: list[ProcessState], last: DaemonStatus | None, 
             [p.name, p.state.value, p.pid or "-",
              "-" if p.uptime_s is None else span(p.uptime_s), p.restarts_last_hour,
              _note(p, now)] for p in processes]))
-    stuck = [loop for loop in last.loops if loop.state is not LoopState.RUNNING]
+    # a loop whose body returned (EXITED) ended by design, as a one-shot check does
+    stuck = [loop for loop in last.loops
+             if loop.state not in (LoopState.RUNNING, LoopState.EXITED)]
     if running and stuck:
         print("\nengine loops not running")
         print(table(("LOOP", "STATE", "RESTARTS", "LAST ERROR"), [

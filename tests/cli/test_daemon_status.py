@@ -142,3 +142,21 @@ def test_json_and_foreground_together_are_refused_saying_why(
     assert refused.returncode == 2
     assert "--json and --foreground do not go together" in refused.stderr
     assert daemon_pid(home) is None
+
+
+def test_a_loop_that_ended_by_design_is_not_listed_among_the_loops_not_running(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-shot service (an agent layer's program check) returns: its loop is EXITED,
+    which is done, not trouble; a loop in backoff is listed."""
+    from pulse_cli.home import DaemonStatus
+    from pulse_cli.instances import _print_supervised
+    from pulse_core import LoopState, LoopStatus
+
+    last = DaemonStatus(pid=1, state="running", started_at=0, updated_at=0, instance="x",
+                        loops=[LoopStatus("service:cursor-program", LoopState.EXITED),
+                               LoopStatus("tick", LoopState.BACKOFF, restarts=1,
+                                          last_error="RuntimeError: boom")])
+    _print_supervised([], last, 0, running=True)
+    shown = capsys.readouterr().out
+    assert "engine loops not running" in shown and "tick" in shown and "BACKOFF" in shown
+    assert "cursor-program" not in shown and "EXITED" not in shown

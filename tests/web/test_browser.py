@@ -83,6 +83,11 @@ def test_overview_counts_ticks_live(page: Page, daemon: WebDaemon, screenshot: S
     wait_for(lambda: (number_in(page, "#card-ticks .value") or 0) > first, LIVE_S,
              "the tick count to move")
     assert page.locator("#card-revision .value").inner_text() != "none"
+    # the cursor layer's program check runs once and ends: done, not a red EXITED
+    check = page.locator("#loops tr", has_text="service:").filter(has_text="program")
+    wait_for(lambda: check.count() == 1, LIVE_S, "the program check's loop")
+    assert check.locator(".state").inner_text() == "DONE"
+    assert check.locator(".state-done").count() == 1 and check.locator(".state-exited").count() == 0
     assert not_reloaded(page)
     screenshot(page, "overview")
 

@@ -34,7 +34,8 @@ function render(o) {
     card("events", e.seq, "card-seq"),
   );
   document.getElementById("loops").replaceChildren(table([
-    ["loop", (l) => l.name], ["state", (l) => state(l.state.toUpperCase())],
+    // a loop whose body returned ended by design (a one-shot check): done, not a failure
+    ["loop", (l) => l.name], ["state", (l) => state(l.state === "exited" ? "DONE" : l.state.toUpperCase())],
     ["restarts", (l) => l.restarts], ["since", (l) => ago(l.started_at, e.now)],
     ["last error", (l) => short(l.last_error || "", 160)],
   ], o.loops, { key: (l) => l.name }));
