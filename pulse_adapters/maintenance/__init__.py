@@ -26,7 +26,7 @@ from pulse_adapters.maintenance._ledger import (
     MaintenanceLedger,
     request_cycle,
 )
-from pulse_adapters.maintenance._page import MaintenanceCycles, maintenance_page
+from pulse_adapters.maintenance._page import MaintenanceCycles, cycle_history, maintenance_page
 from pulse_adapters.maintenance._proposer import LlmProposer
 from pulse_adapters.maintenance._report import NOTHING_TO_DO, CycleReport, HealthSignal
 from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
@@ -87,6 +87,7 @@ __all__ = [
     "VerdictPolicy",
     "assess",
     "consolidate",
+    "cycle_history",
     "gate_insights",
     "layer",
     "load_settings",

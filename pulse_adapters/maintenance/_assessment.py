@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from pulse_adapters.maintenance._skill_health import SkillHealth
 from pulse_core.maintenance import (
     Element,
     ElementsState,
@@ -26,7 +27,9 @@ class Assessment(msgspec.Struct, frozen=True, kw_only=True):
     """Counts over memory as it stands. `retention_backlog` counts archive candidates under
     the settings (consolidated exchanges at the decay floor, past `archive_after_days`);
     `stale_unreviewed` the stale items with no open review task; `average_strength` is
-    observed, never optimized (strength is accessibility, not truth)."""
+    observed, never optimized (strength is accessibility, not truth). `skills_awaiting_verdict`
+    counts skills the deterministic verdict would move now, `trials_starved` trials whose
+    family is observed but never under the skill (see _skill_health)."""
 
     elements: int = 0
     active: int = 0
@@ -44,6 +47,8 @@ class Assessment(msgspec.Struct, frozen=True, kw_only=True):
     stale_unreviewed: int = 0
     retention_backlog: int = 0
     contested_slots: int = 0
+    skills_awaiting_verdict: int = 0
+    trials_starved: int = 0
     average_strength: float = 0.0
 
 
@@ -124,10 +129,12 @@ def census(elements: ElementsState, *, now: int, archive_after_days: float,
 def assess(found: Census, *, now: int, beliefs: Mapping[str, IdentityBeliefs] | None = None,
            sleep: Mapping[str, SleepTask] | None = None,
            watches: Mapping[str, Watch] | None = None,
-           reviewing: Collection[str] = (), kept: Collection[str] = ()) -> Assessment:
+           reviewing: Collection[str] = (), kept: Collection[str] = (),
+           skills: SkillHealth | None = None) -> Assessment:
     """The assessment counts from a census (and `beliefs`, the sleep-task and watch states
     when given) at `now`. `reviewing` holds element ids with an open review task, `kept`
-    those somebody restored from the archive (reviewed: not retention backlog)."""
+    those somebody restored from the archive (reviewed: not retention backlog); `skills` the
+    skill rows (skill_health)."""
     counts = found.counts
     total = counts["elements"]
     tasks = sleep_task_counts(sleep.values()) if sleep is not None else {}
@@ -145,4 +152,6 @@ def assess(found: Census, *, now: int, beliefs: Mapping[str, IdentityBeliefs] | 
         stale_unreviewed=sum(1 for eid in found.stale if eid not in reviewing),
         retention_backlog=sum(1 for e in found.candidates if e.id not in kept),
         contested_slots=len(contested_slots(beliefs, found.corrected)) if beliefs else 0,
+        skills_awaiting_verdict=len(skills.awaiting) if skills else 0,
+        trials_starved=len(skills.starved) if skills else 0,
         average_strength=round(found.strength / total, 4) if total else 0.0)

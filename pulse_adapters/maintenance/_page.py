@@ -77,10 +77,17 @@ def _row_json(row: CycleRow) -> dict[str, Any]:
     health = report.get("health") or ()
     return {"cycle": row.cycle, "trigger": row.trigger, "began_at": row.began_at,
             "status": row.status, "ended_at": row.ended_at,
+            "took_ms": None if row.ended_at is None else row.ended_at - row.began_at,
             "outcome": report.get("outcome") or row.reason or None,
             "reviewed": report.get("reviewed"), "writes": report.get("writes"),
             "changes": report.get("changes"), "warnings": len(report.get("warnings") or ()),
             "healthy": all(s.get("healthy", True) for s in health) if health else None}
+
+
+def cycle_history(state: CyclesData) -> list[dict[str, Any]]:
+    """The cycles of `state`, newest first, as the page lists them, each with its `report`
+    whole (None while it runs, or when it ended without one)."""
+    return [{**_row_json(row), "report": row.report} for row in reversed(state.cycles)]
 
 
 async def maintenance(request: PageRequest) -> dict[str, Any]:

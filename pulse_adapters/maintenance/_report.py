@@ -77,10 +77,12 @@ class CycleReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def health_signals(a: Assessment) -> tuple[HealthSignal, ...]:
-    """The seed's health table (section 35) over assessment `a`, the rows pulse can measure.
-    Contested slots and stale artifacts are findings to review, never defects: their rows
-    are healthy when nothing is left unreviewed — contested slots are always reported as
-    healthy (a finding), stale artifacts healthy when each has a review task."""
+    """The seed's health table (section 35) over assessment `a`: its rows pulse can measure
+    (pulse imports no cognition, so the quarantine row has no count) and the failed
+    maintenance operations its metrics list names. Contested slots and stale artifacts are
+    findings to review, never defects: contested slots are always reported as healthy (a
+    finding), stale artifacts healthy when each has a review task, starved trials healthy
+    when there are none."""
     return (
         HealthSignal(name="pending_sleep_tasks", value=a.pending_sleep_tasks,
                      healthy_when="< 10", healthy=a.pending_sleep_tasks < 10,
@@ -90,6 +92,12 @@ def health_signals(a: Assessment) -> tuple[HealthSignal, ...]:
                      if_exceeded="consolidate or set retention"),
         HealthSignal(name="contested_slots", value=a.contested_slots, healthy_when="audit all",
                      healthy=True, if_exceeded="review; contested is a finding, not a defect"),
+        HealthSignal(name="skills_awaiting_verdict", value=a.skills_awaiting_verdict,
+                     healthy_when="< 10", healthy=a.skills_awaiting_verdict < 10,
+                     if_exceeded="run the deterministic verdict over linked outcomes"),
+        HealthSignal(name="trials_starved_of_outcomes", value=a.trials_starved,
+                     healthy_when="review all", healthy=a.trials_starved == 0,
+                     if_exceeded="check that decisions are being recorded and observed"),
         HealthSignal(name="overdue_commitments", value=a.overdue_commitments,
                      healthy_when="0", healthy=a.overdue_commitments == 0,
                      if_exceeded="surface to the agent; never silently expire"),

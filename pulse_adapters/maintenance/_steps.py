@@ -32,6 +32,7 @@ from pulse_adapters.maintenance._reviews import (
     watches,
 )
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
+from pulse_adapters.maintenance._skill_health import skill_health
 from pulse_adapters.maintenance._skills import SkillBoard
 from pulse_core import NotAuthorized, StoreError
 from pulse_core.maintenance import (
@@ -62,7 +63,8 @@ async def _assess(run: CycleRun) -> Assessment:
     beliefs = await run.fold(Beliefs())
     watching = await run.fold(Watches())
     return assess(found, now=run.cycle_start, beliefs=beliefs, sleep=tasks,
-                  watches=watching, reviewing=reviewing, kept=await run.restored())
+                  watches=watching, reviewing=reviewing, kept=await run.restored(),
+                  skills=await skill_health(run.store))
 
 
 async def assessment(run: CycleRun) -> None:
