@@ -21,6 +21,7 @@ from pulse_cli.home import (
     is_instance_name,
     resolve_home,
 )
+from pulse_cli.maintenance_commands import add_maintenance_commands
 from pulse_cli.operator_commands import add_operator_commands
 from pulse_cli.output import did_you_mean, nearest, printable, without_passwords
 from pulse_cli.parsing import command as _command
@@ -290,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     json_flag(listing)
     _daemon_commands(sub)
     add_operator_commands(sub, _query_commands(sub))
+    add_maintenance_commands(sub)
     _task_commands(sub)
     _release_commands(sub)
     add_backup_commands(sub)
