@@ -16,7 +16,8 @@ EXPECTED = {
     "MaintenanceCycle", "MaintenanceCycles", "MaintenanceExecutor", "MaintenanceLedger",
     "MaintenanceRule", "MaintenanceSettings", "MaintenanceSettingsError", "OutcomeObserved",
     "Proposer", "RetentionSettings", "ScheduleSettings", "Skill", "SkillBoard", "SkillProposed",
-    "SkillVerdict", "Triggers", "VerdictPolicy", "assess", "consolidate", "gate_insights", "layer",
+    "SkillVerdict", "Triggers", "VerdictPolicy", "assess", "consolidate", "cycle_history",
+    "gate_insights", "layer",
     "load_settings", "maintenance_page", "request_cycle", "run_cycle", "verdict",
 }
 
