@@ -45,6 +45,21 @@ def _maintenance(sub: Any) -> None:
     json_flag(run, "print the stored request")
 
 
+def _runs(sub: Any) -> None:
+    runs = command(sub, "runs", "runs.runs",
+                   "each agent task's runs: agent, state, start, duration, exit code, "
+                   "requeues, tokens, transcript",
+                   lambda a, h: {"task": a.task, "agent": a.agent,
+                                 "transcript": a.transcript, "as_json": a.json})
+    runs.add_argument("--task", metavar="ID", help="only this task's runs")
+    runs.add_argument("--agent", metavar="NAME", help="only this agent's runs")
+    runs.add_argument("--transcript", metavar="RUN",
+                      help="print what run RUN (its id, or its transcript hash's start) "
+                           "wrote to stdout, as stored")
+    json_flag(runs)
+
+
 def add_maintenance_commands(sub: Any) -> None:
-    """Add `maintenance` to `upulse`'s subparsers `sub`."""
+    """Add `maintenance` and `runs` to `upulse`'s subparsers `sub`."""
     _maintenance(sub)
+    _runs(sub)

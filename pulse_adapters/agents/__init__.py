@@ -2,13 +2,13 @@
 that hands tasks out (TaskDispatcher), the effect that runs one (AgentRun), the one subprocess
 executor every host's runs go through (AgentRunExecutor), the check of a host's program
 (Program, check_program, ProgramCheck), and the page of a host's runs in the web UI
-(agent_runs_page)."""
+(agent_runs_page) with what it and `upulse runs` say of one run (run_view)."""
 
 from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
 from pulse_adapters.agents._executor import AgentRunExecutor
 from pulse_adapters.agents._notices import notice_fields
-from pulse_adapters.agents._page import agent_runs_page
+from pulse_adapters.agents._page import AgentRunView, agent_runs_page, is_agent_run, run_view
 from pulse_adapters.agents._process import StreamLimits
 from pulse_adapters.agents._program import (
     Program,
@@ -27,6 +27,7 @@ __all__ = [
     "AgentResult",
     "AgentRun",
     "AgentRunExecutor",
+    "AgentRunView",
     "AgentSpec",
     "AgentStream",
     "DispatchPolicy",
@@ -40,8 +41,10 @@ __all__ = [
     "TaskTimedOut",
     "agent_runs_page",
     "check_program",
+    "is_agent_run",
     "notice_fields",
     "plan_dispatch",
+    "run_view",
     "timed_out_type",
 ]
 

@@ -13,10 +13,12 @@ from pulse_core import PulseError
 
 SURFACES = {
     "pulse_adapters.agents": {
-        "AgentOutputError", "AgentResult", "AgentRun", "AgentRunExecutor", "AgentSpec",
+        "AgentOutputError", "AgentResult", "AgentRun", "AgentRunExecutor", "AgentRunView",
+        "AgentSpec",
         "AgentStream", "DispatchPolicy", "Program", "ProgramCheck", "ProgramStatus",
         "ProgramUnavailable", "StoreTrouble", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
-        "agent_runs_page", "check_program", "notice_fields", "plan_dispatch", "timed_out_type",
+        "agent_runs_page", "check_program", "is_agent_run", "notice_fields", "plan_dispatch",
+        "run_view", "timed_out_type",
     },
     "pulse_adapters.cursor": {
         "CursorAgent", "CursorExecutor", "CursorLayer", "CursorOutcome", "CursorRun",
