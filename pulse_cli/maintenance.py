@@ -70,14 +70,23 @@ async def _last_report(home: Home, cycle: str | None) -> CycleReport:
         if activity is None or activity.activity_class != CYCLE_CLASS:
             raise CliError(f"no maintenance cycle {cycle!r} in this home — `upulse "
                            "maintenance history` lists the cycles")
-        if not isinstance(activity.report, dict):
+        if activity.status == "running" or not isinstance(activity.report, dict):
             raise CliError(f"maintenance cycle {cycle!r} is {activity.status} and has no "
-                           "report yet")
-        return msgspec.convert(activity.report, CycleReport)
+                           "report" + (" yet" if activity.status == "running" else ""))
+        return _decoded(cycle, activity.report)
     ended = [row for row in await _cycles(home) if row["report"] is not None]
     if not ended:
         raise CliError(_NO_CYCLE)
-    return msgspec.convert(ended[0]["report"], CycleReport)
+    return _decoded(ended[0]["cycle"], ended[0]["report"])
+
+
+def _decoded(cycle: str, report: dict[str, Any]) -> CycleReport:
+    try:
+        return msgspec.convert(report, CycleReport)
+    except msgspec.ValidationError as exc:
+        raise CliError(f"the report of maintenance cycle {cycle!r} is not a cycle report "
+                       f"({exc}) — `upulse events --key activity:{cycle}` shows it as "
+                       "stored") from None
 
 
 async def report(home: Home, *, cycle: str | None, as_json: bool) -> int:

@@ -4,6 +4,7 @@ a home's cycles without a daemon, and asking a running daemon for a cycle."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -149,3 +150,28 @@ def test_run_asks_the_running_daemon_for_a_cycle(upulse: Upulse, tmp_path: Path)
     assert (cycle["trigger"], cycle["status"]) == ("on-demand", "completed")
     report: Any = upulse.json("maintenance", "report", "--home", home)
     assert report["cycle"] == cycle["cycle"] and len(report["health"]) == 10
+
+
+async def cycle_left_running(home: Path) -> None:
+    """A cycle an engine died in: begun, never ended."""
+    async def crash(run: object) -> None:
+        raise asyncio.CancelledError  # the engine died under it: it stays running
+
+    store = await SqliteEventStore.open(home / "events.db")
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await run_cycle(store, cycle="lost", steps=[("crash", crash)])
+    finally:
+        await store.close()
+
+
+def test_a_cycle_still_running_has_no_report_yet(upulse: Upulse, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    asyncio.run(cycle_left_running(home))
+    running = upulse("maintenance", "report", "lost", "--home", home, ok=False)
+    assert running.returncode == 1
+    assert "maintenance cycle 'lost' is running and has no report yet" in running.stderr
+    history: Any = upulse.json("maintenance", "history", "--home", home)
+    assert [(c["cycle"], c["status"], c["took_ms"]) for c in history] == [
+        ("lost", "running", None)]
