@@ -21,15 +21,14 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import IO
 
 import msgspec
 
 from pulse_cli.backup import EVENTS, MANIFEST, BackupManifest, file_entry
-from pulse_cli.home import CliError, DaemonStateError, Home
+from pulse_cli.home import CliError, Home
 from pulse_cli.migrate_verify import verify_copy
 from pulse_cli.output import Progress, print_json, printable
-from pulse_core import HomeLayout, HomeLocked, StoreError, lock_home, private_folder
+from pulse_core import HomeLayout, StoreError, private_folder
 from pulse_core.store import open_event_store, parse_store_url
 
 PAGE = 5_000
@@ -71,7 +70,7 @@ async def restore(home: Home, *, source: Path, force: bool, as_json: bool) -> in
     root = home.root
     stamp = time.strftime("%Y%m%dT%H%M%S")
     new = not root.exists()
-    with _held(home), _removed_unless_restored(root, new):
+    with home.held("restore refused"), _removed_unless_restored(root, new):
         occupied = [p.name for p in root.iterdir() if p.name != HomeLayout(root).lock.name]
         if occupied and not force:
             more = ", …" if len(occupied) > SHOWN else ""
@@ -144,24 +143,6 @@ def _removed_unless_restored(root: Path, new: bool) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 root.rmdir()
         raise
-
-
-@contextlib.contextmanager
-def _held(home: Home) -> Iterator[None]:
-    """The home lock (the home created 0700 if new); DaemonStateError when an engine holds
-    it."""
-    try:
-        lock: IO[str] = lock_home(home.root)
-    except HomeLocked as exc:
-        pid = home.running_pid()
-        who = f"the daemon (pid {pid})" if pid is not None else "another engine"
-        raise DaemonStateError(
-            f"restore refused: {who} has {home.root} open — `upulse daemon stop` first (the "
-            f"lock says: {exc})") from None
-    try:
-        yield
-    finally:
-        lock.close()
 
 
 async def _stage(source: Path, staged: Path, root: Path, manifest: BackupManifest,

@@ -26,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 import psutil
 
-from pulse_core import HomeLayout, LoopStatus, PulseError, write_private
+from pulse_core import HomeLayout, HomeLocked, LoopStatus, PulseError, lock_home, write_private
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -205,23 +206,8 @@ class Home:
         The process must exist, not be a zombie, and have started before the pidfile was
         written, so a recycled pid is not mistaken for the daemon.
         """
-        try:
-            text = self.pidfile.read_text().strip()
-            written = self.pidfile.stat().st_mtime
-        except OSError:
-            return None
-        if not text.isdigit():
-            return None
-        pid = int(text)
-        try:
-            process = psutil.Process(pid)
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return None
-            if process.create_time() > written + 1.0:
-                return None
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return None
-        return pid
+        found = _live_pid(self.pidfile)
+        return None if found is None else found[0]
 
     def engine_pid(self) -> int | None:
         """The pid of the process whose engine holds this home's engine.lock (the daemon's,
@@ -229,24 +215,28 @@ class Home:
         engine starting meanwhile is never refused: the pid the holder wrote in the lock
         must be alive, have started before it wrote it and, where /proc/locks lists locks,
         hold a lock on that file."""
-        lock = self.layout.lock
-        try:
-            text = lock.read_text().strip()
-            info = lock.stat()
-        except OSError:
+        found = _live_pid(self.layout.lock)
+        if found is None:
             return None
-        if not text.isdigit():
-            return None
-        pid = int(text)
-        try:
-            process = psutil.Process(pid)
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return None
-            if process.create_time() > info.st_mtime + 1.0:
-                return None
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return None
+        pid, info = found
         return pid if _holds_lock(pid, info.st_ino) else None
+
+    @contextlib.contextmanager
+    def held(self, refused: str) -> Iterator[None]:
+        """The home lock, held for the block; DaemonStateError (exit 3) when the daemon or
+        another engine holds the home, saying `refused` ("migrate refused") and whose it is."""
+        try:
+            lock: IO[str] = lock_home(self.root)
+        except HomeLocked as exc:
+            pid = self.running_pid()
+            who = f"the daemon (pid {pid})" if pid is not None else "another engine"
+            raise DaemonStateError(
+                f"{refused}: {who} has {self.root} open — `upulse daemon stop` first (the lock "
+                f"says: {exc})") from None
+        try:
+            yield
+        finally:
+            lock.close()
 
     def daemon_status(self) -> DaemonStatus | None:
         """What the daemon last wrote to daemon.status.json (None: nothing readable)."""
@@ -294,3 +284,23 @@ def list_homes(base: Path | None = None) -> list[tuple[str, Home]]:
         homes += [(p.name, Home(p)) for p in sorted(folder.iterdir())
                   if p.is_dir() and is_instance_name(p.name)]
     return homes
+
+
+def _live_pid(path: Path) -> tuple[int, os.stat_result] | None:
+    """The pid written in `path` and the file's stat, when that process is alive, is no
+    zombie and started before the file was written (a recycled pid is not it)."""
+    try:
+        text = path.read_text().strip()
+        info = path.stat()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE or process.create_time() > info.st_mtime + 1:
+            return None
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return pid, info

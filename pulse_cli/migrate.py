@@ -41,15 +41,14 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import IO
+from collections.abc import AsyncIterator
 
 import msgspec
 
 from pulse_cli import config as config_file
 from pulse_cli.assembly import bound_host
 from pulse_cli.directory_log import carry_over, event_key
-from pulse_cli.home import CliError, DaemonStateError, Home, UsageError
+from pulse_cli.home import CliError, Home, UsageError
 from pulse_cli.migrate_verify import FIELDS, verify_copy
 from pulse_cli.output import Progress, print_json, printable
 from pulse_cli.stores import shown, store_url, unavailable
@@ -57,10 +56,8 @@ from pulse_core import (
     EffectIndex,
     EffectStatus,
     EventStore,
-    HomeLocked,
     PulseError,
     StoreError,
-    lock_home,
     write_private,
 )
 from pulse_core.store import LogLocation, open_event_store, parse_store_url
@@ -114,7 +111,7 @@ async def migrate(home: Home, *, to: str, switch: bool, page: int, as_json: bool
              bound_host(home.root, dataclasses.replace(cfg, store=to)))
     done = Migration(source=shown(source_url), target=target.display())
     say = Progress(quiet=as_json)
-    with _held(home):
+    with home.held("migrate refused"):
         source = await _open(parse_store_url(source_url), source_url, read_only=True)
         try:
             if not hosts[0] and hosts[1]:  # the move binds the home to a host
@@ -159,24 +156,6 @@ def _target(to: str) -> LogLocation:
         return parse_store_url(to)
     except StoreError as exc:
         raise UsageError(f"--to: {exc}") from None
-
-
-@contextlib.contextmanager
-def _held(home: Home) -> Iterator[None]:
-    """The home lock, held while the log is copied and config.json switched; the daemon, or
-    any engine, holding the home refuses the migration (DaemonStateError, exit 3)."""
-    try:
-        lock: IO[str] = lock_home(home.root)
-    except HomeLocked as exc:
-        pid = home.running_pid()
-        who = f"the daemon (pid {pid})" if pid is not None else "another engine"
-        raise DaemonStateError(
-            f"migrate refused: {who} has {home.root} open and may write its log while it is "
-            f"copied — `upulse daemon stop` first (the lock says: {exc})") from None
-    try:
-        yield
-    finally:
-        lock.close()
 
 
 async def _open(location: LogLocation, url: str, *, read_only: bool) -> EventStore:
