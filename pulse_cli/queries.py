@@ -287,15 +287,21 @@ async def effects(home: Home, *, pending: bool, failed: bool, as_json: bool, lim
 # -- tasks ---------------------------------------------------------------------------------
 
 
+async def task_states(store: EventStore) -> dict[str, TaskState]:
+    """Every task by id, folded from its lifecycle events."""
+    found: dict[str, TaskState] = {}
+    for event in await store.read(kinds=TASK_KINDS):
+        with contextlib.suppress(InvalidTransition):
+            state = next_task_state(found.get(event.key), event)
+            if state is not None:
+                found[event.key] = state
+    return found
+
+
 async def tasks(home: Home, *, as_json: bool, status: str | None) -> int:
     """Print every task with its current status, folded from its lifecycle events."""
     async with opened(home, read_only=True) as stores:
-        found: dict[str, TaskState] = {}
-        for event in await stores.events.read(kinds=TASK_KINDS):
-            with contextlib.suppress(InvalidTransition):
-                state = next_task_state(found.get(event.key), event)
-                if state is not None:
-                    found[event.key] = state
+        found = await task_states(stores.events)
     listed = [t for t in found.values() if status is None or t.status == status]
     if as_json:
         print_json(listed)

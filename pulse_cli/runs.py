@@ -7,7 +7,6 @@ described by pulse_adapters.agents.run_view, as the hosts' pages describe it.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from typing import Any
 
@@ -25,15 +24,11 @@ from pulse_cli.output import (
     print_table,
     printable,
 )
-from pulse_cli.queries import read_effects
+from pulse_cli.queries import read_effects, task_states
 from pulse_cli.stores import opened
 from pulse_core import (
-    TASK_KINDS,
     EffectEntry,
     EventStore,
-    InvalidTransition,
-    TaskState,
-    next_task_state,
 )
 from pulse_core.store import ObjectStore
 
@@ -53,17 +48,6 @@ class TaskRuns(msgspec.Struct, frozen=True, kw_only=True):
     agent: str | None
     requeues: int
     runs: tuple[AgentRunView, ...]
-
-
-async def task_states(store: EventStore) -> dict[str, TaskState]:
-    """Every task by id, folded from its lifecycle events."""
-    found: dict[str, TaskState] = {}
-    for event in await store.read(kinds=TASK_KINDS):
-        with contextlib.suppress(InvalidTransition):
-            state = next_task_state(found.get(event.key), event)
-            if state is not None:
-                found[event.key] = state
-    return found
 
 
 async def _started(store: EventStore) -> dict[str, int]:

@@ -18,8 +18,7 @@ from pulse_adapters.agents import (
     is_agent_run,
     run_view,
 )
-from pulse_cli.queries import read_effects
-from pulse_cli.runs import task_states
+from pulse_cli.queries import read_effects, task_states
 from pulse_core import Engine, ManualClock, SqliteEventStore, TaskBoard
 from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
 from tests.cli.runner import Upulse
