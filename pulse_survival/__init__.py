@@ -63,6 +63,7 @@ from pulse_survival.supervised import (
     process_states,
     supervised_states,
 )
+from pulse_survival.webhooks import WebhookSecretInvalid, new_webhook_secret, sign_webhook
 
 __all__ = [
     "RULE_ORDER",
@@ -105,8 +106,11 @@ __all__ = [
     "SurvivalLedger",
     "SurvivalLedgerData",
     "WebhookFailed",
+    "WebhookSecretInvalid",
     "load_config",
+    "new_webhook_secret",
     "process_states",
+    "sign_webhook",
     "supervised_states",
     "survival_config",
     "survival_layer",

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from pulse_core import LLM_ROUTE_KEY, Essential, LayerError, PulseError
+from pulse_survival.webhooks import WebhookSecretInvalid, webhook_key
 
 
 class SurvivalConfigError(PulseError):
@@ -148,16 +149,39 @@ class RollbackPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class NotifySinks(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where notifications go: always an event for the agent; optionally a log and a webhook
-    (an http or https URL with a host)."""
+    (an http or https URL with a host), signed when `webhook_secret` is set (a `whsec_`
+    secret, see pulse_survival.new_webhook_secret). The secret never shows in a repr."""
 
     log_file: str | None = None
     webhook_url: str | None = None
     webhook_timeout_s: float = 5.0
+    webhook_secret: str | None = None
 
     def __post_init__(self) -> None:
         _bounded("notify", "webhook_timeout_s", self.webhook_timeout_s, 0.1, 60)
         if self.webhook_url:  # empty: no webhook, as the executor reads it
             _check_webhook(self.webhook_url)
+        if self.webhook_secret is not None:
+            _check_secret(self.webhook_secret, self.webhook_url)
+
+    def __repr__(self) -> str:
+        url = self.webhook_url and "<set>"  # a webhook URL often carries a token too
+        secret = self.webhook_secret and "<set>"
+        return (f"NotifySinks(log_file={self.log_file!r}, webhook_url={url!r}, "
+                f"webhook_timeout_s={self.webhook_timeout_s!r}, webhook_secret={secret!r})")
+
+
+def _check_secret(secret: str, url: str | None) -> None:
+    """Refuse a webhook secret that is malformed, or set with no webhook to sign for. The
+    message never repeats the secret."""
+    if not url:
+        raise SurvivalConfigError("survival.notify.webhook_secret is set but "
+                                  "survival.notify.webhook_url is not — set the URL the "
+                                  "signed notices go to, or remove the secret")
+    try:
+        webhook_key(secret)
+    except WebhookSecretInvalid as exc:
+        raise SurvivalConfigError(f"survival.notify.webhook_secret: {exc}") from None
 
 
 def _check_webhook(url: str) -> None:

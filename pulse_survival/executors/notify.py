@@ -22,6 +22,7 @@ from pulse_core import (
 )
 from pulse_survival.config import NotifySinks
 from pulse_survival.effects import Notify
+from pulse_survival.webhooks import sign_webhook
 
 register_kind("notification", "a notice for the agent to read; key: topic")
 
@@ -34,9 +35,9 @@ class WebhookFailed(PulseError):
 
 class NotifyExecutor(Executor):
     """Delivers a Notify to every sink: the `notification` event (always), then the log file
-    and the webhook when configured. A failing sink fails the attempt with its error (for the
-    webhook a WebhookFailed naming its scheme and host only); a retry does not repeat the
-    event (it is idempotent per effect)."""
+    and the webhook when configured (signed when a secret is set). A failing sink fails the
+    attempt with its error (for the webhook a WebhookFailed naming its scheme and host only);
+    a retry does not repeat the event (it is idempotent per effect)."""
 
     handles = (Notify,)
     timeout = 15.0
@@ -58,16 +59,21 @@ class NotifyExecutor(Executor):
             await asyncio.to_thread(_append, Path(self.sinks.log_file), line)
             delivered.append("log")
         if self.sinks.webhook_url:
-            await self._post(self.sinks.webhook_url, body, ctx.idempotency_key)
+            headers = {"Content-Type": "application/json",
+                       "Idempotency-Key": ctx.idempotency_key}
+            content = msgspec.json.encode(body)
+            if self.sinks.webhook_secret:
+                headers |= sign_webhook(self.sinks.webhook_secret, ctx.effect_id,
+                                        ctx.clock.now_ms() // 1000, content)
+            await self._post(self.sinks.webhook_url, content, headers)
             delivered.append("webhook")
         return {"delivered": delivered}
 
-    async def _post(self, url: str, body: dict[str, Any], idempotency_key: str) -> None:
+    async def _post(self, url: str, content: bytes, headers: dict[str, str]) -> None:
         origin = webhook_origin(url)
         try:
             async with httpx.AsyncClient(timeout=self.sinks.webhook_timeout_s) as client:
-                response = await client.post(url, json=body,
-                                             headers={"Idempotency-Key": idempotency_key})
+                response = await client.post(url, content=content, headers=headers)
         except httpx.HTTPError as exc:
             # httpx's own messages may quote the URL: say only what kind of failure it was
             raise WebhookFailed(f"notify webhook {origin} could not be reached "

@@ -131,12 +131,14 @@ def dns_server() -> Iterator[LoopbackDns]:
 class LoopbackHttp:
     """A ThreadingHTTPServer on 127.0.0.1 that records every request.
 
-    GET and POST answer `status` (settable per path in `statuses`); `stop()` closes the port;
-    `start()` opens it again on the same port.
+    GET and POST answer `status` (settable per path in `statuses`), or what `judge` says of
+    the request when one is set; `stop()` closes the port; `start()` opens it again on the
+    same port.
     """
 
     status: int = 200
     statuses: dict[str, int] = field(default_factory=dict)
+    judge: Callable[[RecordedRequest], int] | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     _http: LoopbackServer = field(default_factory=LoopbackServer)
 
@@ -153,8 +155,10 @@ class LoopbackHttp:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
-                owner.requests.append(read_request(self))
-                status = owner.statuses.get(self.path, owner.status)
+                request = read_request(self)
+                owner.requests.append(request)
+                status = (owner.judge(request) if owner.judge is not None
+                          else owner.statuses.get(self.path, owner.status))
                 payload = b"ok" if status < 400 else b"failing"
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
