@@ -17,7 +17,7 @@ from pathlib import Path
 from pulse_cli import config as config_file
 from pulse_cli.home import CliError, Home
 from pulse_cli.output import without_passwords
-from pulse_core import HomeStores, StoreError, open_home
+from pulse_core import HomeStores, Principal, StoreError, open_home
 from pulse_core.store import parse_side_store_url, parse_store_url
 
 
@@ -62,7 +62,7 @@ async def open_stores(home: Home, url: str | None, *, read_only: bool,
     line, naming it without its password."""
     try:
         return await open_home(home.root, store=url, side_store=side_store,
-                               read_only=read_only)
+                               read_only=read_only, principal=Principal.human("cli"))
     except StoreError as exc:
         if is_file_log(url or home.layout.store_url()):
             raise  # events.db's own errors already name the file and what to do

@@ -110,6 +110,7 @@ from pulse_core._memory_view import (
 )
 from pulse_core._pages import LayerMetric, PageRequest, PageView, UiPage
 from pulse_core._pmap import PersistentMap
+from pulse_core._principals import Principal, PrincipalRefused
 from pulse_core._projector import Projector
 from pulse_core._recent_errors import RecentErrors
 from pulse_core._redact import redact_urls
@@ -238,6 +239,8 @@ __all__ = [
     "PendingTasks",
     "PendingTasksData",
     "PersistentMap",
+    "Principal",
+    "PrincipalRefused",
     "Projection",
     "Projector",
     "PulseError",

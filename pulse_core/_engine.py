@@ -24,6 +24,7 @@ from pulse_core._homelock import lock_home
 from pulse_core._housekeeping import housekeeping, save_memo
 from pulse_core._instruments import InstrumentFanOut, Instruments
 from pulse_core._layer import EngineDirectory, Layer, enter_lifespan
+from pulse_core._principals import Principal
 from pulse_core._projector import Projector
 from pulse_core._recent_errors import SERVICE_PREFIX
 from pulse_core._rules import Decision, Rule, RuleTrace, rule_name
@@ -61,7 +62,8 @@ class Engine:
     or valkey:// for a fleet); `survival` is handed to the survival layer (a
     pulse_survival.SurvivalConfig, a config mapping, or None for its defaults).
     `host` names this engine's machine in its effect claims (default: its hostname; see
-    ExecutorLoop).
+    ExecutorLoop); `principal` holds its handle on the log (default: the person running
+    it; executors always write as the engine, see Principal).
     """
 
     def __init__(
@@ -87,8 +89,10 @@ class Engine:
         engine_directory: EngineDirectory | None = None,
         rule_timeout: float = 2.0,
         host: str | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.layout = HomeLayout.at(home)
+        self.principal = principal
         self.home = self.layout.root
         self.clock: Clock = clock or SystemClock()
         self.store_url = store
@@ -229,7 +233,7 @@ class Engine:
             stack.callback(lock.close)
             self._stores = stores = await open_home(self.home, store=self.store_url,
                                                     side_store=self.side_store_url,
-                                                    clock=self.clock)
+                                                    clock=self.clock, principal=self.principal)
             self._errors.open(stores.events, self.supervisor.spawn)
             stack.push_async_callback(self._close_stores)
             checkpoints = self.layout.checkpoints

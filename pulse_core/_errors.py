@@ -22,6 +22,8 @@
     │   ├── InvalidEvent            a draft is malformed (bad kind, key, or payload shape)
     │   │   ├── UnknownKind         the kind is not in the catalogue
     │   │   └── PayloadNotEncodable msgspec cannot encode the payload
+    │   ├── PrincipalRefused        the handle's principal may not write that origin or
+    │   │                           kind (pulse_core._principals)
     │   ├── RevisionRefused         an assertion may not supersede or close that claim
     │   └── MergeRefused            an identity merge that would form a cycle, or repeat
     ├── ObjectMissing               a content-addressed payload is absent or was purged

@@ -50,6 +50,7 @@ from pulse_core._errors import (
 from pulse_core._events import EventDraft, encode_data
 from pulse_core._instruments import Instruments, timed_attempt, waited_s
 from pulse_core._lease import Leases, Owner
+from pulse_core._principals import Principal
 from pulse_core._roster import Roster, announcement
 from pulse_core._supervisor import Reporter, StoreOutage, wait_signal
 from pulse_core.store import EventStore, SideStore, VitalsStore
@@ -115,6 +116,9 @@ class ExecutorLoop:
         self.owner = self._me.id
         self.host = self._me.host
         self._by_tag = executors_by_tag(executors)
+        #: what executors write through: never as a person (see Principal), whoever opened
+        self._acting = (store.as_principal(Principal.engine()) if store.principal.is_human
+                        else store)
         self.concurrency = concurrency
         self._index = EffectIndex(store, checkpoints)
         self._leases = Leases(self.clock)
@@ -343,7 +347,7 @@ class ExecutorLoop:
         except (UnknownEffect, msgspec.ValidationError) as exc:
             return await self._finish(claim, error=str(exc))
         ctx = ExecutionContext(entry.id, claim.attempt, entry.seq, claim.origin, self.clock,
-                               self.store, self.vitals, self.side)
+                               self._acting, self.vitals, self.side)
         last = claim.attempt - entry.attempts_before_retry >= executor.max_attempts
         started = time.perf_counter()
         try:

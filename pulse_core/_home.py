@@ -25,6 +25,7 @@ from urllib.parse import quote
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import StoreError
 from pulse_core._homelock import private_folders
+from pulse_core._principals import Principal
 from pulse_core._projector import refuse_lost_log
 from pulse_core.store import (
     EventStore,
@@ -122,6 +123,7 @@ async def open_home(
     side_store: str | None = None,
     read_only: bool = False,
     clock: Clock | None = None,
+    principal: Principal | None = None,
 ) -> HomeStores:
     """Open the stores of `home`: the event log at `store` (a store URL; default the home's
     own events.db), vitals, the side store at `side_store` (a side-store URL, such as
@@ -140,7 +142,8 @@ async def open_home(
         private_folders([layout.root, layout.objects, layout.checkpoints, layout.logs])
     objects = ObjectStore(layout.objects, read_only=read_only)
     async with contextlib.AsyncExitStack() as opening:
-        events = await open_event_store(url, read_only=read_only, clock=clock, objects=objects)
+        events = await open_event_store(url, read_only=read_only, clock=clock, objects=objects,
+                                        principal=principal)
         opening.push_async_callback(events.close)
         if not read_only:  # EventLogLost: checkpoints remain of a log that is now empty
             await refuse_lost_log(events, layout.checkpoints)

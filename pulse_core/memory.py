@@ -324,11 +324,13 @@ class Memory(Projection[PersistentMap[str, IdentityMemory]]):
 def exchange_draft(identity: str, text: str, role: str = "human", *, record: str | None = None,
                    origin: str = "agent") -> EventDraft:
     """The `human-exchange` event `MemoryBoard.exchange` appends, for a writer that appends it
-    with others in one batch (a transcript follower: its messages and its cursor). What the
-    human said is origin `human`, the rest `origin`; `record` defaults to a new id."""
+    with others in one batch (a transcript follower: its messages and its cursor). Who spoke
+    is `role`; the origin is the writer's own (`origin`): an agent's channel that records
+    what a person said writes it as itself, never as the person; `record` defaults to a new
+    id."""
     body = HumanExchange(record=record or f"x-{uuid7()}", text=text, role=role)
     return EventDraft("human-exchange", identity_key(identity), msgspec.to_builtins(body),
-                      origin="human" if role == "human" else origin)
+                      origin=origin)
 
 
 class MemoryBoard:
@@ -351,8 +353,12 @@ class MemoryBoard:
         return await self.write(identity, "identity-registered", IdentityRegistered(name))
 
     async def exchange(self, identity: str, text: str, role: str = "human") -> Event:
-        """Record a human exchange (its record id is returned in the event's data)."""
-        draft = exchange_draft(identity, text, role, origin=self.origin)
+        """Record a human exchange (its record id is returned in the event's data). A human
+        turn is origin `human` when a person holds the store handle (someone typing at
+        `upulse memory exchange`), the board's own origin otherwise (an agent's channel
+        that saw a person speak is not one)."""
+        person = role == "human" and self.store.principal.is_human
+        draft = exchange_draft(identity, text, role, origin="human" if person else self.origin)
         return (await self.store.append([draft])).events[0]
 
     async def set_state(self, identity: str, item: str, value: Any, *, confidence: float = 1.0,
@@ -391,6 +397,9 @@ class MemoryBoard:
                                 Retraction(record=record, reason=reason))
 
     async def quarantine(self, identity: str, record: str, reason: str = "") -> Event:
-        """Quarantine a record: it is never evidence again."""
+        """Quarantine a record: it is never evidence again. Only a person's handle may
+        (NotAuthorized otherwise)."""
+        await self.store.require_person("record-quarantined", identity_key(identity),
+                                        f"quarantine record {record!r}")
         return await self.write(identity, "record-quarantined",
                                 Retraction(record=record, reason=reason))

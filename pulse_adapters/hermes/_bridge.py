@@ -29,6 +29,7 @@ from pulse_core import (
     EventStore,
     HomeLocked,
     HomeStores,
+    Principal,
     SystemClock,
     error_draft,
     open_home,
@@ -50,9 +51,11 @@ class PulseBridge:
     `stall_s` in which no job did its work.
     """
 
-    def __init__(self, home: Path, *, embed: bool = True, name: str = "pulse",
-                 reopen_after_s: float = 30.0, stall_s: float = 0.5) -> None:
+    def __init__(self, home: Path, *, principal: Principal, embed: bool = True,
+                 name: str = "pulse", reopen_after_s: float = 30.0, stall_s: float = 0.5
+                 ) -> None:
         self.home = home
+        self.principal = principal
         self.embed = embed
         self.name = name
         self.reopen_after_s = reopen_after_s
@@ -227,7 +230,8 @@ class PulseBridge:
             if self.embed and await self._open_engine():
                 self.mode = "engine"
             else:
-                self._stores = await open_home(self.home, clock=self.clock)
+                self._stores = await open_home(self.home, clock=self.clock,
+                                               principal=self.principal)
                 self._store = self._stores.events
                 self.mode = "client"
         except Exception as exc:
@@ -247,7 +251,7 @@ class PulseBridge:
             self._problem = None
 
     async def _open_engine(self) -> bool:
-        engine = Engine(self.home)
+        engine = Engine(self.home, principal=Principal.engine())
         try:
             await engine.open()
         except HomeLocked:
@@ -257,7 +261,8 @@ class PulseBridge:
         except BaseException:
             await engine.close()
             raise
-        self._engine, self._store, self.clock = engine, engine.events, engine.clock
+        self._engine, self.clock = engine, engine.clock
+        self._store = engine.events.as_principal(self.principal)
         return True
 
     async def _close(self) -> None:

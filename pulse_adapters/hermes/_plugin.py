@@ -34,7 +34,7 @@ from pulse_adapters.hermes._memory import (
     session_recorder,
 )
 from pulse_adapters.hermes._notices import NoticeFollower, notice_context
-from pulse_core import EventDraft, EventStore, MemoryBoard, VersionConflict
+from pulse_core import EventDraft, EventStore, MemoryBoard, Principal, VersionConflict
 
 log = logging.getLogger("pulse.hermes")
 
@@ -131,7 +131,8 @@ class HermesPlugin:
         self.settings = settings
         self.profile = hermes_profile
         self.bridge = PulseBridge(Path(settings.home or "~/.upulse").expanduser(),
-                                  embed=settings.embed, name="hermes-plugin")
+                                  embed=settings.embed, name="hermes-plugin",
+                                  principal=Principal.agent("hermes", "hermes-plugin"))
         self.notices = NoticeFollower(settings.notices,
                                       max_age_ms=int(settings.notice_max_age_s * 1000))
         self._late: list[str] = []

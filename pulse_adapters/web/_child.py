@@ -26,7 +26,7 @@ from pulse_adapters.web._pages import configured_pages
 from pulse_adapters.web._report import EngineReport
 from pulse_adapters.web._settings import load_settings, read_token
 from pulse_adapters.web._view import RESERVED, EngineView
-from pulse_core import HomeLayout
+from pulse_core import HomeLayout, Principal
 from pulse_core.store import ObjectStore, SqliteVitalsStore, open_event_store
 
 SHUTDOWN_GRACE_S = 2
@@ -89,7 +89,7 @@ async def serve(setup: dict[str, Any]) -> None:
     objects = ObjectStore(layout.objects, read_only=True)
     # The writer first: SQLite maps a file's shared memory once per process, read-only when
     # a read-only connection opened it first, and a writer opened after could not write.
-    writer = await open_event_store(url, objects=objects)
+    writer = await open_event_store(url, objects=objects, principal=Principal.human("web"))
     events = await open_event_store(url, read_only=True, objects=objects)
     vitals = await SqliteVitalsStore.open(layout.vitals_db, read_only=True)
     try:

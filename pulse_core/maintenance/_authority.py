@@ -42,6 +42,7 @@ class Grant(msgspec.Struct, frozen=True):
     principal: str
     permission: str
     reason: str = ""
+    channel: str = ""  # how the person who wrote it was authenticated (cli, web, library)
 
     def __post_init__(self) -> None:
         if self.permission not in PERMISSIONS:
@@ -162,14 +163,14 @@ class Authority:
 
     async def _write(self, kind: str, principal: str, permission: str, origin: str,
                      reason: str) -> Event:
+        verb = "issue" if kind == "grant-issued" else "revoke"
         if rank(origin) != HUMAN:
-            verb = "issue" if kind == "grant-issued" else "revoke"
             raise NotAuthorized(
                 origin, "elevate_authority",
                 f"{origin!r} may not {verb} grants: only a human (origin 'human:<who>') "
                 "changes authority")
         try:
-            body = Grant(principal, permission, reason)
+            body = Grant(principal, permission, reason, self.store.principal.channel)
         except ValueError as exc:
             raise InvalidEvent(f"{kind} for {principal!r}: {exc}") from None
         draft = EventDraft(kind, authority_key(principal), msgspec.to_builtins(body),

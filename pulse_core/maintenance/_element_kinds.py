@@ -89,6 +89,7 @@ class StageChange(msgspec.Struct, frozen=True, kw_only=True):
     record: Record
     reason: str = ""
     activity: str = ""
+    channel: str = ""  # the channel of the handle that wrote it (cli, web, engine, ...)
 
 
 class Correction(msgspec.Struct, frozen=True, kw_only=True):

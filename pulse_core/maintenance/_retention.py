@@ -164,6 +164,8 @@ class RetentionLadder:
             raise InvalidTransition("no object store: open the store with objects= or pass "
                                     "objects= to the RetentionLadder")
         objects = self.objects
+        await self.store.require_person("payload-purged", eid,
+                                        f"confirm the payload purge of {eid!r}")
         digests: list[str] = []
 
         def check(element: Element, state: ElementsState) -> None:
@@ -310,7 +312,8 @@ class RetentionLadder:
             element = _live(state, eid)
             check(element, state)
             act = activity or f"{activity_class.replace('_', '-')}-{uuid7()}"
-            body = StageChange(record=element.record, reason=reason, activity=act)
+            body = StageChange(record=element.record, reason=reason, activity=act,
+                               channel=self.store.principal.channel)
             drafts = [EventDraft(kind, identity_key(element.identity),
                                  msgspec.to_builtins(body), origin=self.origin,
                                  cause=self.cause)] if own else []

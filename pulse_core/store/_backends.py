@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from pulse_core._clock import Clock
 from pulse_core._errors import StoreBackendMissing, StoreError
+from pulse_core._principals import Principal
 from pulse_core.store._base import EventStore
 from pulse_core.store._objects import ObjectStore
 from pulse_core.store._recorder import Recorder
@@ -123,11 +124,13 @@ async def open_event_store(
     read_only: bool = False,
     clock: Clock | None = None,
     objects: ObjectStore | None = None,
+    principal: Principal | None = None,
 ) -> EventStore:
-    """The EventStore over the recorder `url` names, opened (read-only: nothing written)."""
+    """The EventStore over the recorder `url` names, opened (read-only: nothing written),
+    held by `principal` (default: a person, through the library)."""
     location = parse_store_url(url) if isinstance(url, str) else url
     recorder = await location.open(read_only=read_only, clock=clock)
-    return EventStore(recorder, objects=objects)
+    return EventStore(recorder, objects=objects, principal=principal)
 
 
 async def open_side_store(url: str, *, clock: Clock | None = None,

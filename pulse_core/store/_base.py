@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pulse_core._errors import EventUnreadable, IdempotencyConflict, InvalidEvent, StoreReadOnly
+from pulse_core._errors import (
+    EventUnreadable,
+    IdempotencyConflict,
+    InvalidEvent,
+    StoreReadOnly,
+)
 from pulse_core._events import (
     QUARANTINED,
     Event,
@@ -17,6 +24,7 @@ from pulse_core._events import (
     check_text,
     uuid7,
 )
+from pulse_core._principals import Principal, PrincipalRefused, refusal_draft
 from pulse_core._waits import wait_signal
 from pulse_core.store._recorder import (
     AppendResult,
@@ -61,12 +69,23 @@ class EventStore:
     Everything above the backend lives here; `recorder` inserts and selects.
     """
 
-    def __init__(self, recorder: Recorder, *, objects: ObjectStore | None = None) -> None:
+    def __init__(self, recorder: Recorder, *, objects: ObjectStore | None = None,
+                 principal: Principal | None = None) -> None:
         self.recorder = recorder
         self.objects = objects
+        self.principal = principal or Principal.human()
         self._signals: set[asyncio.Event] = set()
         self._quarantined: set[int] = set()
         self._listening: bool | None = None  # None: not asked yet (see subscribe)
+
+    def as_principal(self, principal: Principal) -> EventStore:
+        """A handle on the same log for `principal`, which this handle's principal may give
+        (a person any, the engine an engine's or an agent's, an agent only its own; see
+        Principal.acting_as). It shares this handle's connection: close this one, not it."""
+        self.principal.acting_as(principal)
+        view = copy.copy(self)
+        view.principal = principal
+        return view
 
     @property
     def read_only(self) -> bool:
@@ -86,6 +105,9 @@ class EventStore:
         idems: dict[str, int] = {}
         for index, draft in enumerate(drafts):
             raw = check_draft(draft, index)
+            if not self.principal.allows(draft.kind, draft.origin):
+                await self._record_refusal(draft)
+                raise PrincipalRefused(self.principal, draft.kind, draft.origin)
             if draft.idem is not None:
                 if draft.idem in idems:
                     raise InvalidEvent(
@@ -115,6 +137,27 @@ class EventStore:
         if result.events and not result.replayed:
             self._wake()
         return result
+
+    async def require_person(self, kind: str, key: str, action: str) -> None:
+        """Return if a person holds this handle; otherwise record the attempt (as a refused
+        `kind` on `key`, like a refused append) and raise NotAuthorized naming `action`."""
+        if self.principal.is_human:
+            return
+        own = "engine" if self.principal.kind == "engine" else f"agent:{self.principal.name}"
+        await self._record_refusal(EventDraft(kind, key, None, origin=own))
+        self.principal.require_person(kind, action)
+
+    async def _record_refusal(self, draft: EventDraft) -> None:
+        """Record that this handle's principal tried `draft` (once a minute per kind and
+        origin); a failure to record is logged, never raised over the refusal itself."""
+        minute = time.time_ns() // 60_000_000_000
+        try:
+            await self.append([refusal_draft(self.principal, draft, minute)])
+        except IdempotencyConflict:
+            pass  # this minute's record of the same attempt is stored already
+        except Exception as exc:  # the refusal is what the caller must see
+            log.warning("pulse: %s: could not record a refused append (%s)",
+                        self.recorder.location, exc)
 
     def _wake(self) -> None:
         for signal in self._signals:
@@ -212,8 +255,9 @@ class EventStore:
         UnreadableEvent should that one be unreadable too).
 
         InvalidEvent when there is no row `seq` or it can be read; StoreReadOnly on a store
-        opened read-only.
+        opened read-only; NotAuthorized unless a person holds this handle.
         """
+        await self.require_person(QUARANTINED, f"event:{seq}", f"quarantine event #{seq}")
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
             raise InvalidEvent(f"quarantine: {seq!r} is not a seq (an int >= 1)")
         page = await self.recorder.select(seq - 1, limit=1)
@@ -268,6 +312,9 @@ class EventStore:
         if self.read_only:
             raise EventUnreadable(row.seq, self.recorder.location,
                                   f"{row.kind} on {row.key!r}: {row.reason}")
+        if self.principal.kind == "agent":  # an agent's channel skips it, an engine records it
+            self._quarantined.add(row.seq)
+            return
         await self._quarantine(row, row.reason, "engine:event-log")
 
     async def head(self, key: str) -> int:

@@ -24,11 +24,12 @@ from pulse_core._errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
+from pulse_core._principals import PERSON_KINDS
 from pulse_core._redact import redact_urls
 
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION = "pulse event log"
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 
@@ -70,6 +71,63 @@ CREATE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON {s}.events
 REVOKE UPDATE, DELETE, TRUNCATE ON {s}.events FROM PUBLIC;
 REVOKE UPDATE, DELETE, TRUNCATE ON {s}.events FROM CURRENT_USER;
 """
+
+# Version 2: principals the database enforces. Each role that writes the log is listed in
+# {s}.principals as a person's (human), an engine's or an agent's (with its name); the
+# schema's owner always counts as a person's. Every inserted row is checked against the
+# inserting role, as pulse_core._principals checks drafts in the process.
+PRINCIPALS = """
+CREATE TABLE {s}.principals (
+    role  text PRIMARY KEY,
+    kind  text NOT NULL CHECK (kind IN ('human', 'engine', 'agent')),
+    agent text NOT NULL DEFAULT '' CHECK (kind <> 'agent' OR agent <> '')
+);
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {s}.principals FROM PUBLIC;
+GRANT SELECT ON {s}.principals TO PUBLIC;
+CREATE FUNCTION {s}.check_principal() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    who record;
+    head text := split_part(NEW.origin, ':', 1);
+BEGIN
+    SELECT kind, agent INTO who FROM {s}.principals WHERE role = current_user::text;
+    IF NOT FOUND THEN
+        IF current_user::text = (SELECT nspowner::regrole::text FROM pg_namespace
+                                 WHERE nspname = TG_TABLE_SCHEMA) THEN
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'role % is not a pulse principal of schema %', current_user,
+            TG_TABLE_SCHEMA USING ERRCODE = 'insufficient_privilege',
+            HINT = 'the schema''s owner lists it in principals (docs/security.md)';
+    END IF;
+    IF who.kind = 'human' THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.kind IN ({person_kinds}) THEN
+        RAISE EXCEPTION 'role % (%) may not write an event of kind %: only a person does',
+            current_user, who.kind, NEW.kind USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF who.kind = 'engine' AND head IN ('human', 'cli') THEN
+        RAISE EXCEPTION 'role % (engine) may not write origin %: only a person does',
+            current_user, NEW.origin USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF who.kind = 'agent' AND NOT (
+            NEW.origin = 'agent' OR NEW.origin = 'agent:' || who.agent
+            OR starts_with(NEW.origin, 'agent:' || who.agent || '-')
+            OR starts_with(NEW.origin, 'agent:' || who.agent || ':')) THEN
+        RAISE EXCEPTION 'role % (agent %) may not write origin %', current_user, who.agent,
+            NEW.origin USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER events_check_principal BEFORE INSERT ON {s}.events
+    FOR EACH ROW EXECUTE FUNCTION {s}.check_principal();
+"""
+
+
+def principals_sql(s: str) -> str:
+    """The version-2 statements for the quoted schema `s`."""
+    kinds = ", ".join(f"'{kind}'" for kind in sorted(PERSON_KINDS))
+    return PRINCIPALS.format(s=s, person_kinds=kinds)
 
 
 def quoted(name: str) -> str:
@@ -227,11 +285,15 @@ async def prepare(conn: Connection, schema: str, *, read_only: bool, location: s
                 if not await _has_meta(conn, schema):
                     await _refuse_foreign(conn, schema, location)
                     await conn.execute(SCHEMA.format(s=s))
+                    await conn.execute(principals_sql(s))
                     await conn.execute(
                         f"INSERT INTO {s}.meta VALUES ('application', %s), "
                         "('schema_version', %s)", (APPLICATION, str(SCHEMA_VERSION)))
-        cur = await conn.execute(f"SELECT name, value FROM {s}.meta")
-        meta = {str(name): str(value) for name, value in await cur.fetchall()}
+        meta = await _meta(conn, s)
+        if meta.get("application") == APPLICATION and meta.get("schema_version") == "1" \
+                and not read_only:
+            await _upgrade_to_2(conn, schema, location)
+            meta = await _meta(conn, s)
     if meta.get("application") != APPLICATION:
         raise NotAPulseDatabase(
             f"{location}: schema {schema!r} holds a 'meta' table of another program, not a "
@@ -242,6 +304,30 @@ async def prepare(conn: Connection, schema: str, *, read_only: bool, location: s
             f"{location}: the event log has schema version {version}; this pulse reads up to "
             f"version {SCHEMA_VERSION} — upgrade pulse on this host (every host sharing the "
             "database needs a pulse that reads the newest schema)")
+
+
+async def _meta(conn: Connection, s: str) -> dict[str, str]:
+    cur = await conn.execute(f"SELECT name, value FROM {s}.meta")
+    return {str(name): str(value) for name, value in await cur.fetchall()}
+
+
+async def _upgrade_to_2(conn: Connection, schema: str, location: str) -> None:
+    """Add the principals table and trigger to a version-1 log (as the schema's owner: a
+    role that may not is told to let the owner open it once)."""
+    s = quoted(schema)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
+                               (lock_key("pulse-schema", schema),))
+            if (await _meta(conn, s)).get("schema_version") == "1":
+                await conn.execute(principals_sql(s))
+                await conn.execute(f"UPDATE {s}.meta SET value = '2' "
+                                   "WHERE name = 'schema_version'")
+    except psycopg.errors.InsufficientPrivilege:
+        raise StoreError(
+            f"{location}: the event log (schema {schema!r}) is at version 1 and this role may "
+            "not add version 2's principals table — open it once as the schema's owner "
+            "(any pulse command that writes, such as `upulse daemon start`)") from None
 
 
 async def _has_meta(conn: Connection, schema: str) -> bool:

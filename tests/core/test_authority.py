@@ -62,7 +62,7 @@ async def test_a_principal_holds_nothing_until_a_human_grants_it(
     assert (event.kind, event.key, event.origin) == ("grant-issued", "authority:maintenance",
                                                      "human:ana")
     assert event.data == {"principal": "maintenance", "permission": "archive",
-                          "reason": "nightly cleanup"}
+                          "reason": "nightly cleanup", "channel": "library"}
     await authority.require("maintenance", "archive", "archive ana/x-1")
     assert await authority.grants("maintenance") == {"archive"}
     assert not await authority.allows("maintenance", "purge")  # one grant is one permission

@@ -21,7 +21,7 @@ from pulse_adapters.hermes import (
     build_hermes,
     plugin_settings,
 )
-from pulse_core import Engine, EventStore, LayerContext, SystemClock, TaskBoard
+from pulse_core import Engine, EventStore, LayerContext, Principal, SystemClock, TaskBoard
 from pulse_core._effects import effect_draft
 from pulse_survival.effects import Notify
 
@@ -91,7 +91,8 @@ async def test_a_notice_is_claimed_by_one_follower_only(tmp_path: Path) -> None:
 async def test_the_bridge_is_a_client_of_an_engine_that_holds_the_home_and_survives_a_failure(
         tmp_path: Path) -> None:
     async with Engine(tmp_path / "pulse") as engine:
-        bridge = PulseBridge(engine.home, name="hermes-plugin")
+        bridge = PulseBridge(engine.home, name="hermes-plugin",
+                             principal=Principal.agent("hermes", "hermes-plugin"))
         bridge.start()
 
         async def broken(events: EventStore) -> None:

@@ -40,6 +40,7 @@ from pulse_core import (
     Engine,
     EventStore,
     LayerContext,
+    Principal,
     StoreError,
     SystemClock,
     TaskBoard,
@@ -284,7 +285,8 @@ async def test_a_home_that_cannot_be_opened_at_start_is_opened_once_it_can(
         tmp_path: Path) -> None:
     blocker = tmp_path / "mnt"
     blocker.write_text("not mounted yet", encoding="utf-8")  # the home's folder cannot exist
-    bridge = PulseBridge(blocker / "pulse", name="hermes-plugin", reopen_after_s=0.2)
+    bridge = PulseBridge(blocker / "pulse", name="hermes-plugin", reopen_after_s=0.2,
+                         principal=Principal.agent("hermes", "hermes-plugin"))
     bridge.start()
 
     async def create(events: EventStore) -> int:
