@@ -120,7 +120,9 @@ class Daemon:
         self.log.format = cfg.daemon.log_format
 
     def _build(self, cfg: config_file.Config, code: EngineCode) -> Engine:
-        return build_engine(self.home.root, cfg, code, directory=self.directory)
+        engine = build_engine(self.home.root, cfg, code, directory=self.directory)
+        engine.revision = code.revision or ""  # what its heartbeats report
+        return engine
 
     def _first_engine(self) -> Engine:
         """The engine with HOME/engine's code; without it if that code cannot run.

@@ -119,7 +119,8 @@ def _query_commands(sub: Any) -> argparse.ArgumentParser:
     events = _command(sub, "events", "queries.events",
                       "list events of the log (the last --limit, or those after --since)",
                       lambda a, h: {"kinds": a.kind, "key": a.key, "since": a.since,
-                                    "follow": a.follow, "as_json": a.json, "limit": a.limit})
+                                    "follow": a.follow, "as_json": a.json, "limit": a.limit,
+                                    "causes": a.causes})
     events.add_argument("--kind", action="append", metavar="K",
                         help="only this kind (repeat for several)")
     events.add_argument("--key", metavar="K", help="only events of this key")
@@ -130,6 +131,14 @@ def _query_commands(sub: Any) -> argparse.ArgumentParser:
                         help="a JSON array (JSON lines with --follow)")
     events.add_argument("--limit", type=parse_count, default=100, metavar="N",
                         help="at most N events (0: all)")
+    events.add_argument("--causes", action="store_true",
+                        help="under each event, the tick that decided it and the events its "
+                             "cause leads back to (with --json: its tick and causes fields); "
+                             "with --key, the history of that key")
+    fleet = _command(sub, "fleet", "drill.fleet",
+                     "the engines that write this log: live, stale or stopped, their loops, "
+                     "last tick and the leases they hold", lambda a, h: {"as_json": a.json})
+    json_flag(fleet)
     effects = _command(sub, "effects", "queries.effects",
                        "list effects with their status (pending, executing, retrying, acked, "
                        "failed, cancelled); cancel or retry one",

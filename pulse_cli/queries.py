@@ -191,22 +191,36 @@ async def _check_kinds(store: EventStore, kinds: list[str], *, follow: bool) -> 
 
 
 async def events(home: Home, *, kinds: list[str] | None, key: str | None, since: Since | None,
-                 follow: bool, as_json: bool, limit: int) -> int:
+                 follow: bool, as_json: bool, limit: int, causes: bool = False) -> int:
     """Print events: the last `limit` (or, with `since`, the first `limit` after it); a row
-    whose data cannot be decoded is listed as unreadable, never an error. A kind neither the
-    catalogue nor the log knows is a UsageError."""
+    whose data cannot be decoded is listed as unreadable, never an error. With `causes`, each
+    event with the tick that decided it and its cause chain (pulse_cli.drill). A kind
+    neither the catalogue nor the log knows is a UsageError."""
+    from pulse_cli.drill import cause_lines, event_causes, print_with_causes
+
     async with opened(home, read_only=True) as stores:
         store = stores.events
+
+        async def as_json_row(row: Row) -> Any:
+            found = _row_json(row)
+            if causes and isinstance(row, Event):
+                found.update(await event_causes(store, row))
+            return found
+
         if kinds:
             await _check_kinds(store, kinds, follow=follow)
         listed = await _events_after(store, since, kinds, key, limit)
         now = now_ms()
         if as_json and not follow:
-            print_json([_row_json(row) for row in listed])
+            print_json([await as_json_row(row) for row in listed])
             return 0
         if as_json:
             for row in listed:
-                print_json_line(_row_json(row))
+                print_json_line(await as_json_row(row))
+        elif causes:
+            await print_with_causes(store, _EVENT_HEADERS, [
+                (row if isinstance(row, Event) else None, _event_row(row, now))
+                for row in listed], "" if follow else "no events")
         else:
             print_table(_EVENT_HEADERS, [_event_row(row, now) for row in listed],
                         "" if follow else "no events")
@@ -218,9 +232,12 @@ async def events(home: Home, *, kinds: list[str] | None, key: str | None, since:
             if key is not None and row.key != key:
                 continue
             if as_json:
-                print_json_line(_row_json(row))
+                print_json_line(await as_json_row(row))
             else:
                 print(printable("  ".join(_event_row(row, now_ms()))), flush=True)
+                if causes and isinstance(row, Event):
+                    for line in cause_lines(await event_causes(store, row)):
+                        print(line, flush=True)
     return 0
 
 

@@ -72,6 +72,16 @@ from pulse_core._events import (
 )
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._faces import publish_face
+from pulse_core._fleet import (
+    EngineHeartbeat,
+    EngineInstance,
+    FleetFold,
+    HeldLease,
+    LoopBeat,
+    fleet_json,
+    read_fleet,
+)
+from pulse_core._history import Causes, causes_of, event_at
 from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._homelock import (
     PRIVATE_FILE,
@@ -181,6 +191,7 @@ __all__ = [
     "AppendResult",
     "Backoff",
     "CapabilityData",
+    "Causes",
     "Clock",
     "Decision",
     "Effect",
@@ -192,6 +203,8 @@ __all__ = [
     "EffectStatus",
     "Engine",
     "EngineDirectory",
+    "EngineHeartbeat",
+    "EngineInstance",
     "Essential",
     "Event",
     "EventDraft",
@@ -201,6 +214,8 @@ __all__ = [
     "ExecutionContext",
     "Executor",
     "ExecutorLoop",
+    "FleetFold",
+    "HeldLease",
     "HomeLayout",
     "HomeLocked",
     "HomePermissionDenied",
@@ -221,6 +236,7 @@ __all__ = [
     "LayerMetric",
     "LayerOpenFailed",
     "Lifespan",
+    "LoopBeat",
     "LoopState",
     "LoopStatus",
     "ManualClock",
@@ -288,6 +304,7 @@ __all__ = [
     "available_layers",
     "builtin_projections",
     "cancel_effect",
+    "causes_of",
     "check_host",
     "check_text",
     "clamp_tick",
@@ -303,6 +320,8 @@ __all__ = [
     "emits",
     "error_backoff",
     "error_draft",
+    "event_at",
+    "fleet_json",
     "fold_effect",
     "guarded",
     "host_of",
@@ -323,6 +342,7 @@ __all__ = [
     "process_started",
     "publish_face",
     "purge_payload",
+    "read_fleet",
     "read_identities",
     "read_identity",
     "redact_urls",

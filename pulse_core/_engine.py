@@ -19,6 +19,7 @@ from pulse_core._error_reports import ErrorReports
 from pulse_core._errors import PulseError
 from pulse_core._events import EventDraft
 from pulse_core._executor_loop import ExecutorLoop
+from pulse_core._fleet import EngineHeartbeat, LoopBeat, heartbeats, installed_version
 from pulse_core._home import HomeLayout, HomeStores, open_home
 from pulse_core._homelock import lock_home
 from pulse_core._housekeeping import housekeeping, save_memo
@@ -90,7 +91,11 @@ class Engine:
         rule_timeout: float = 2.0,
         host: str | None = None,
         principal: Principal | None = None,
+        heartbeat_s: float = 60.0,
     ) -> None:
+        if not 0 < heartbeat_s < 86_400:
+            raise PulseError(f"heartbeat_s={heartbeat_s!r}: give seconds between 0 and 86400 "
+                             "(default 60)")
         self.layout = HomeLayout.at(home)
         self.principal = principal
         self.home = self.layout.root
@@ -119,6 +124,10 @@ class Engine:
         self.executor_concurrency = executor_concurrency
         self.executor_scan_interval = executor_scan_interval
         self.drain_timeout = drain_timeout
+        self.heartbeat_s = heartbeat_s
+        #: the engine directory's revision this engine runs, as its heartbeats report it
+        #: (the daemon sets it; '' when unknown)
+        self.revision = ""
         self.retention = retention or Retention()
         # error events while open (logged otherwise), naming the host on a shared log
         self._errors = ErrorReports(self.clock, self.placement)
@@ -251,8 +260,10 @@ class Engine:
             await self.ticker.resume(stores.events, stores.vitals)
             # Which effects this host runs: another host's loop leaves them to it.
             await stores.events.append([EventDraft(
-                "engine-started", "engine", {"pid": os.getpid(),
-                                             "owner": self._executor_loop.owner},
+                "engine-started", "engine", {
+                    "pid": os.getpid(), "owner": self._executor_loop.owner,
+                    "host": self._executor_loop.host,
+                    "heartbeat_ms": int(self.heartbeat_s * 1000)},
                 origin="engine"), self._executor_loop.announcement()])
             stack.push_async_callback(self._stopped)
             for layer in self.layers:  # closed after the drain, before _stopped
@@ -284,6 +295,8 @@ class Engine:
         self.supervisor.start("executors", self.executor_loop.run)
         self.supervisor.start("housekeeping", lambda: housekeeping(
             self.ticker, vitals, self.retention, self._errors.report))
+        self.supervisor.start("heartbeat", lambda: heartbeats(self.events, self.heartbeat,
+                                                              self.heartbeat_s))
 
     async def __aenter__(self) -> Engine:
         await self.open()
@@ -350,8 +363,18 @@ class Engine:
         with contextlib.suppress(PulseError):
             await self.events.append([EventDraft(
                 "engine-stopped", "engine",
-                {"pid": os.getpid(), "interrupted": self._interrupted},
+                {"pid": os.getpid(), "interrupted": self._interrupted,
+                 "owner": self.executor_loop.owner},
                 origin="engine")])
+
+    def heartbeat(self) -> EngineHeartbeat:
+        """What this engine's next `engine-heartbeat` says."""
+        loop = self.executor_loop
+        return EngineHeartbeat(
+            loop.owner, loop.host, os.getpid(), int(self.heartbeat_s * 1000), self.ticks,
+            self.last_tick_at, [LoopBeat(s.name, s.state.value, s.restarts, s.last_error)
+                                for s in self.loops()],
+            installed_version(), self.revision)
 
     async def _close_stores(self) -> None:
         stores, self._stores = self._stores, None

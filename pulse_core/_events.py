@@ -311,8 +311,8 @@ _register_builtin(
         ("mark", "a fact a rule recorded about its own state (a counter, a backoff, a "
                  "once-only marker); key: mark:<tag>; data: mark"),
         ("payload-purged", "a content-addressed payload was deleted; key: its digest"),
-        ("engine-started", "an engine opened this home; data: pid, owner"),
-        ("engine-stopped", "an engine closed this home cleanly; data: pid, interrupted"),
+        ("engine-started", "an engine opened this home; data: pid, owner, host, heartbeat_ms"),
+        ("engine-stopped", "an engine closed this home cleanly; data: pid, interrupted, owner"),
         ("promote", "staged business rules were promoted; data: revision"),
         ("rollback", "business rules were rolled back; data: revision, reason"),
         ("checkpoint-discarded", "a checkpoint reflected more of the log than the log holds "

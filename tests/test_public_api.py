@@ -62,6 +62,9 @@ EXPECTED_CORE = {
     "EffectIndex", "lock_home",
     # public names report their face as their module (the faces call it)
     "publish_face",
+    # why an event is in the log, and the engines sharing a log (the UI's and CLI's views)
+    "Causes", "causes_of", "event_at", "EngineHeartbeat", "EngineInstance", "FleetFold",
+    "HeldLease", "LoopBeat", "fleet_json", "read_fleet",
     # the vitals key model-route probes write and llm_watchdog reads
     "LLM_ROUTE_KEY",
 }

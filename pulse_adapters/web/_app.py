@@ -16,9 +16,9 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pulse_adapters.web import _memory, _page_routes, _rules, _vitals
+from pulse_adapters.web import _drill, _memory, _page_routes, _rules, _vitals
 from pulse_adapters.web import _views as views
-from pulse_adapters.web._book import LogBook
+from pulse_adapters.web._book import FleetBook, LogBook
 from pulse_adapters.web._guard import Guard, allowed_hosts
 from pulse_adapters.web._metrics import EngineMetrics
 from pulse_adapters.web._query import BadQuery, newest, number, parse_filter
@@ -79,7 +79,12 @@ def _routes(state: WebState) -> list[BaseRoute]:
             f = parse_filter(_params(request), views.EVENT_PAGE_MAX)
         except BadQuery as exc:
             return problem(400, str(exc))
-        found, older = await newest(engine.events, f)
+        if f.effects:
+            await state.book.catch_up(frozenset(engine.report.survival_tags))
+            found, older = await views.effects_in(engine, state.book, frozenset(f.effects),
+                                                  f.before, f.limit)
+        else:
+            found, older = await newest(engine.events, f)
         return json_response({"events": [views.event_json(e) for e in found],
                               "older": older, "head": await engine.events.last_seq()})
 
@@ -147,6 +152,7 @@ def _routes(state: WebState) -> list[BaseRoute]:
         Route("/stream/overview", stream_overview),
         Route("/stream/vitals", stream_vitals),
         *_vitals.routes(state),
+        *_drill.routes(state, STATIC),
         *_rules.routes(state),
         *_memory.routes(state),
         *_page_routes.routes(state, STATIC),
@@ -172,7 +178,7 @@ def build_app(engine: EngineView, settings: WebSettings, token: str, port: int) 
     state = WebState(engine, settings, LogBook(engine.events), feed,
                      EngineMetrics(engine, readings=lambda: engine.report.instruments,
                                    extra=lambda: stream_families(feed),
-                                   metrics=engine.pages.metrics))
+                                   metrics=engine.pages.metrics), FleetBook(engine.events))
     hosts = allowed_hosts(port, settings.allowed_hosts, settings.host)
     guard = Middleware(Guard, token=token, hosts=hosts, cookie=f"pulse_ui_{port}")
     return Starlette(routes=_routes(state), middleware=[guard])

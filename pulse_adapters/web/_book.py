@@ -18,8 +18,10 @@ from pulse_core import (
     QUARANTINED,
     EffectEntry,
     EffectStatus,
+    EngineInstance,
     Event,
     EventStore,
+    FleetFold,
     fold_effect,
 )
 
@@ -42,6 +44,8 @@ class LogBook(LogFold):
         self.survival: deque[dict[str, Any]] = deque(maxlen=SURVIVAL_KEPT)
         self.attempt_started: dict[str, int] = {}
         """When each kept effect's last attempt began (ms): the ts of its last claim."""
+        self.last_seq: dict[str, int] = {}
+        """The seq of each kept effect's newest event: the one that put it in its state."""
         self._acked: deque[str] = deque()
 
     async def catch_up(self, survival_tags: frozenset[str] | None = None) -> None:
@@ -69,6 +73,7 @@ class LogBook(LogFold):
         if entry is None:
             return
         self.effects[event.key] = entry
+        self.last_seq[event.key] = event.seq
         if event.kind == "effect-executing":
             self.attempt_started[event.key] = event.ts
         elif event.kind == "effect-retried":
@@ -82,6 +87,7 @@ class LogBook(LogFold):
                 if kept is not None and kept.status is EffectStatus.ACKED:
                     del self.effects[gone]  # still counted, no longer listed
                     self.attempt_started.pop(gone, None)
+                    self.last_seq.pop(gone, None)
 
 
 def _body(event: Event) -> Any:
@@ -95,3 +101,20 @@ def _tag(event: Event) -> str | None:
     body = _body(event)
     tag = body.get("type") if isinstance(body, dict) else None
     return tag if isinstance(tag, str) else None
+
+
+class FleetBook(LogFold):
+    """The engines sharing the log (pulse_core.FleetFold), kept current by `catch_up`."""
+
+    kinds = FleetFold.kinds
+
+    def __init__(self, events: EventStore) -> None:
+        super().__init__(events)
+        self._fleet = FleetFold()
+
+    def fold(self, event: Event) -> None:
+        self._fleet.fold(event)
+
+    def instances(self, now: int) -> list[EngineInstance]:
+        """How each engine is at `now` (ms)."""
+        return self._fleet.instances(now)

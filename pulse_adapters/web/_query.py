@@ -8,13 +8,15 @@ import re
 import time
 from dataclasses import dataclass
 
-from pulse_core import Event, EventStore
+from pulse_core import EffectStatus, Event, EventStore
 
 WINDOW = 1_000
 MAX_WINDOWS = 200
 _NUMBER = re.compile(r"[0-9]{1,18}")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+EFFECT_STATES = tuple(str(s) for s in EffectStatus if s is not EffectStatus.ACKED)
+"""The states `effects=` selects by (an acked effect is its one `effect-acked` event)."""
 
 
 class BadQuery(ValueError):
@@ -24,7 +26,8 @@ class BadQuery(ValueError):
 @dataclass(frozen=True)
 class EventFilter:
     """Which events: kinds (any of), key, origin (prefix), since (a seq, or ms epoch for a
-    duration), before (a seq: older than it), at most `limit`."""
+    duration), before (a seq: older than it), at most `limit`. `effects` (states) selects
+    instead, for each effect in one of them, the event that put it there."""
 
     kinds: tuple[str, ...] = ()
     key: str | None = None
@@ -33,6 +36,7 @@ class EventFilter:
     since_ms: int | None = None
     before: int | None = None
     limit: int = 100
+    effects: tuple[str, ...] = ()
 
 
 def number(text: str | None) -> int | None:
@@ -61,8 +65,24 @@ def parse_filter(params: dict[str, list[str]], max_limit: int) -> EventFilter:
     count = number(limit)
     if count is None or not 1 <= count <= max_limit:
         raise BadQuery(f"limit={limit!r}: give 1..{max_limit}")
-    return EventFilter(tuple(k for k in params.get("kind", []) if k), one("key"), one("origin"),
-                       after_seq, since_ms, int(before) if before else None, int(limit))
+    found = EventFilter(tuple(k for k in params.get("kind", []) if k), one("key"),
+                        one("origin"), after_seq, since_ms, int(before) if before else None,
+                        int(limit), _effect_states(params.get("effects", [])))
+    if found.effects and (found.kinds or found.key or found.origin or since is not None):
+        raise BadQuery("effects= selects effects by state and takes no other filter but "
+                       "before and limit: drop kind, key, origin and since")
+    return found
+
+
+def _effect_states(given: list[str]) -> tuple[str, ...]:
+    """The states `effects=` names; BadQuery for one it cannot select by."""
+    for state in given:
+        if state == str(EffectStatus.ACKED):
+            raise BadQuery("effects=acked: each acked effect is its one effect-acked event — "
+                           "give kind=effect-acked")
+        if state not in EFFECT_STATES:
+            raise BadQuery(f"effects={state!r}: give one of {', '.join(EFFECT_STATES)}")
+    return tuple(dict.fromkeys(given))
 
 
 def matches(event: Event, f: EventFilter) -> bool:

@@ -31,10 +31,11 @@ from pulse_core import (
 from pulse_core.store import EventStore, ObjectStore, VitalsStore
 
 UI_PAGES = (("/", "Overview"), ("/vitals", "Vitals"), ("/events", "Events"),
-            ("/effects", "Effects & tasks"), ("/rules", "Rule chain"), ("/memory", "Memory"))
+            ("/effects", "Effects & tasks"), ("/rules", "Rule chain"), ("/memory", "Memory"),
+            ("/fleet", "Fleet"))
 """The UI's own pages (path, title), in the nav's order; the layers' pages follow."""
 RESERVED = frozenset({*(path.strip("/") for path, _ in UI_PAGES), "api", "stream", "static",
-                      "pages", "metrics"})
+                      "pages", "metrics", "history"})
 """Slugs a layer's page may not take: the UI's own pages and routes."""
 
 

@@ -12,11 +12,12 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.web._book import LogBook
+from pulse_adapters.web._query import EventFilter, newest
 from pulse_adapters.web._view import EngineView
-from pulse_core import EffectEntry, EffectStatus, Event, Tasks
+from pulse_core import Causes, EffectEntry, EffectStatus, Event, Tasks, causes_of, event_at
 
 EVENT_PAGE_MAX = 500
-CAUSE_DEPTH = 10
+HISTORY_MAX = 200
 ATTACHMENT_PREVIEW = 4_096
 
 
@@ -79,6 +80,22 @@ def effects(book: LogBook, status: str | None, limit: int) -> list[dict[str, Any
     return [effect_json(e, book.attempt_started.get(e.id)) for e in chosen[:limit]]
 
 
+WHOLE = frozenset(str(s) for s in EffectStatus) - {str(EffectStatus.ACKED)}
+"""The states whose effects the LogBook keeps every one of (acked ones it only counts)."""
+
+
+async def effects_in(engine: EngineView, book: LogBook, statuses: frozenset[str],
+                     before: int | None, limit: int) -> tuple[list[Event], int | None]:
+    """The events that make up the count of effects in `statuses`: for each such effect, its
+    newest event (the one that put it there), newest first, older than `before`; a page of
+    `limit`, and the seq to pass as `before` for the next (None when there is none)."""
+    seqs = sorted((book.last_seq[i] for i, e in book.effects.items()
+                   if str(e.status) in statuses and i in book.last_seq
+                   and (before is None or book.last_seq[i] < before)), reverse=True)
+    found = [e for seq in seqs[:limit] if (e := await event_at(engine.events, seq))]
+    return found, (seqs[limit - 1] if len(seqs) > limit else None)
+
+
 async def tasks(engine: EngineView) -> list[dict[str, Any]]:
     """Every task, newest first."""
     snapshot = await engine.snapshot()
@@ -93,30 +110,44 @@ def event_json(event: Event) -> dict[str, Any]:
             "cause": event.cause, "attachment": event.hash, "data": event.data}
 
 
-async def event_at(engine: EngineView, seq: int) -> Event | None:
-    """The stored event `seq` (None when there is none, or it is quarantined)."""
-    found = await engine.events.read(seq - 1, limit=1) if seq > 0 else []
-    return found[0] if found and found[0].seq == seq else None
+def causes_json(causes: Causes) -> dict[str, Any]:
+    """An event's Causes as the pages show them: `causes`, its chain nearest first (a cause
+    that cannot be read ends it as `{"seq", "missing": true}`), and `tick`, the tick that
+    decided it (None when none did)."""
+    chain: list[dict[str, Any]] = [event_json(e) for e in causes.chain]
+    if causes.missing is not None:
+        chain.append({"seq": causes.missing, "missing": True})
+    return {"causes": chain,
+            "tick": None if causes.tick is None else event_json(causes.tick)}
 
 
 async def event_detail(engine: EngineView, seq: int) -> dict[str, Any] | None:
-    """An event with its cause chain (up to CAUSE_DEPTH events back) and its attachment."""
-    event = await event_at(engine, seq)
+    """An event with its causes (see causes_json) and its attachment."""
+    event = await event_at(engine.events, seq)
     if event is None:
         return None
-    chain: list[dict[str, Any]] = []
-    cause = event.cause
-    while cause is not None and len(chain) < CAUSE_DEPTH:
-        found = await event_at(engine, cause)
-        if found is None:
-            chain.append({"seq": cause, "missing": True})
-            break
-        chain.append(event_json(found))
-        cause = found.cause
-    detail = {**event_json(event), "causes": chain, "attachment_info": None}
+    detail = {**event_json(event), **causes_json(await causes_of(engine.events, event)),
+              "attachment_info": None}
     if event.hash:
         detail["attachment_info"] = await _attachment(engine, event.hash)
     return detail
+
+
+async def history(engine: EngineView, key: str, seq: int | None) -> dict[str, Any]:
+    """The events of `key`, oldest first, each with its causes: the newest HISTORY_MAX, or,
+    around event `seq`, up to HISTORY_MAX / 2 on either side of it (`earlier`, `later`: whether
+    the key has events beyond those listed)."""
+    store, half = engine.events, HISTORY_MAX // 2
+    if seq is None:
+        found, older = await newest(store, EventFilter(key=key, limit=HISTORY_MAX))
+        after: list[Event] = []
+    else:
+        found, older = await newest(store, EventFilter(key=key, before=seq + 1, limit=half))
+        after = await store.read(seq, key=key, limit=half + 1)
+    listed = [*reversed(found), *after[:half]]
+    return {"key": key, "earlier": older is not None, "later": len(after) > half,
+            "events": [{**event_json(e), **causes_json(await causes_of(store, e))}
+                       for e in listed]}
 
 
 async def _attachment(engine: EngineView, digest: str) -> dict[str, Any]:

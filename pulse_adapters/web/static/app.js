@@ -111,3 +111,31 @@ export function fail(error) {
 export function pretty(data) {
   return el("pre", { class: "json" }, JSON.stringify(data, null, 2));
 }
+
+// The address of the history of `key` (centred on event `seq` when given).
+export function historyHref(key, seq = null) {
+  const params = new URLSearchParams({ key });
+  if (seq !== null && seq !== undefined) params.set("seq", seq);
+  return `/history?${params}`;
+}
+
+// A link to the history of `key` (at event `seq`) that a clickable row does not also take.
+export function historyLink(key, seq = null, text = key) {
+  return el("a", { href: historyHref(key, seq), class: "history",
+                   onclick: (e) => e.stopPropagation() }, text);
+}
+
+// Why an event is in the log, as /api/events/SEQ and /api/history give it: its cause chain,
+// nearest first, then the tick that decided it, each a link to that event in its key's history.
+export function causeList(detail) {
+  const items = detail.causes.map((c) => el("li", { class: "cause" },
+    c.missing ? `#${c.seq} (not readable)` : [
+      "caused by ", historyLink(c.key, c.seq, `#${c.seq} ${c.kind} ${c.key}`),
+      ` — ${short(c.data, 100)}`]));
+  if (detail.tick) {
+    const t = detail.tick;
+    items.push(el("li", { class: "tick" }, "decided by ",
+      historyLink(t.key, t.seq, `tick ${t.data && t.data.number} (#${t.seq})`)));
+  }
+  return items.length ? el("ul", { class: "causes" }, items) : el("span", { class: "muted" }, "—");
+}

@@ -1,4 +1,4 @@
-import { ago, api, el, fail, live, nav, post, pretty, short, state, table, when } from "/static/app.js";
+import { ago, api, el, fail, historyLink, live, nav, post, pretty, short, state, table, when } from "/static/app.js";
 
 nav();
 const form = document.getElementById("filters");
@@ -26,10 +26,14 @@ async function load() {
   const status = new FormData(form).get("status") || "";
   const [found, tasks] = await Promise.all([
     api(`/api/effects${status ? `?status=${status}` : ""}`), api("/api/tasks")]);
+  // each count opens the events it is made of: an acked effect is its one effect-acked event,
+  // any other the event that put it in its state
   document.getElementById("counts").replaceChildren(...Object.entries(found.counts).map(([name, n]) =>
-    el("div", { class: "card" }, el("div", { class: "value" }, n), el("div", { class: "label" }, name))));
+    el("a", { class: "card", id: `count-${name}`,
+              href: name === "acked" ? "/events?kind=effect-acked" : `/events?effects=${name}` },
+      el("div", { class: "value" }, n), el("div", { class: "label" }, name))));
   document.getElementById("effects").replaceChildren(table([
-    ["id", (f) => f.id], ["type", (f) => f.type], ["state", (f) => state(f.status)],
+    ["id", (f) => historyLink(f.id)], ["type", (f) => f.type], ["state", (f) => state(f.status)],
     ["attempts", (f) => f.attempt], ["lease holder", (f) => f.owner || "—"],
     ["created", (f) => ago(f.created_at)],
     ["took", (f) => f.duration_ms === null ? "—" : `${(f.duration_ms / 1000).toFixed(2)} s`],
@@ -43,7 +47,7 @@ async function load() {
         .after(el("tr", { id: `fx-${f.id}` }, el("td", { colspan: 9 }, pretty(f)))); },
   }));
   document.getElementById("tasks").replaceChildren(table([
-    ["id", (t) => t.id], ["title", (t) => t.title], ["state", (t) => state(t.status)],
+    ["id", (t) => historyLink(t.id)], ["title", (t) => t.title], ["state", (t) => state(t.status)],
     ["agent", (t) => t.agent || "—"], ["priority", (t) => t.priority],
     ["created", (t) => when(t.createdAt)], ["result / reason", (t) => short(t.result ?? t.reason ?? "", 120)],
   ], tasks.tasks, { key: (t) => t.id, empty: "no tasks" }));

@@ -1,9 +1,10 @@
-import { ago, el, fail, live, nav, short, state, table, when } from "/static/app.js";
+import { ago, el, fail, historyLink, live, nav, short, state, table, when } from "/static/app.js";
 
 nav();
 
-function card(label, value, id) {
-  return el("div", { class: "card", id }, el("div", { class: "value" }, value ?? "—"),
+// A card; one with `href` is a count that opens the events it is made of.
+function card(label, value, id, href = null) {
+  return el(href ? "a" : "div", { class: "card", id, href }, el("div", { class: "value" }, value ?? "—"),
     el("div", { class: "label" }, label));
 }
 
@@ -28,10 +29,10 @@ function render(o) {
     card("last tick", ago(e.last_tick_at, e.now), "card-last"),
     card("next tick", nextTick(e), "card-next"),
     card("revision", e.revision ? e.revision.slice(0, 10) : "none", "card-revision"),
-    card("pending", fx.pending + fx.retrying, "card-pending"),
-    card("executing", fx.executing, "card-executing"),
-    card("failed", fx.failed, "card-failed"),
-    card("events", e.seq, "card-seq"),
+    card("pending", fx.pending + fx.retrying, "card-pending", "/events?effects=pending&effects=retrying"),
+    card("executing", fx.executing, "card-executing", "/events?effects=executing"),
+    card("failed", fx.failed, "card-failed", "/events?effects=failed"),
+    card("events", e.seq, "card-seq", "/events"),
   );
   document.getElementById("loops").replaceChildren(table([
     // a loop whose body returned ended by design (a one-shot check): done, not a failure
@@ -40,7 +41,7 @@ function render(o) {
     ["last error", (l) => short(l.last_error || "", 160)],
   ], o.loops, { key: (l) => l.name }));
   document.getElementById("survival").replaceChildren(table([
-    ["when", (s) => when(s.ts)], ["what", (s) => `${s.kind} ${s.type}`],
+    ["when", (s) => when(s.ts)], ["what", (s) => historyLink(s.key, s.seq, `${s.kind} ${s.type}`)],
     ["detail", (s) => short(s.body, 160)],
   ], o.survival, { key: (s) => s.seq, empty: "nothing fired" }));
   document.getElementById("watchers").replaceChildren(table([
