@@ -103,7 +103,8 @@ async def main(args: argparse.Namespace) -> None:
                            first_attempt_s=args.first_attempt_seconds, timeout=args.timeout)
     engine = Engine(args.home, store=args.store, host=args.host, executors=[worker],
                     executor_concurrency=args.concurrency,
-                    executor_scan_interval=args.scan_interval, default_tick_ms=1_000)
+                    executor_scan_interval=args.scan_interval, default_tick_ms=1_000,
+                    heartbeat_s=args.heartbeat_seconds)
     guard = asyncio.create_task(_watchdog(args.max_seconds))
     async with stop_signals() as received:
         await engine.open()
@@ -135,6 +136,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the executor's timeout: with --lease-grace-ms, the lease")
     parser.add_argument("--lease-grace-ms", type=int, default=5_000)
     parser.add_argument("--max-seconds", type=float, default=120.0)
+    parser.add_argument("--heartbeat-seconds", type=float, default=60.0,
+                        help="how often the engine records its heartbeat")
     return parser.parse_args(argv)
 
 
