@@ -78,9 +78,11 @@ async def test_an_agents_chain_is_followed_to_a_cause_that_cannot_be_read(
               ).events[0]
     note = (await store.append([EventDraft("engine-started", "engine", {}, "engine",
                                            cause=effect.seq)])).events[0]
+    # a tick recorded later, in another append, did not decide the agent's effect
+    await store.append([EventDraft("tick", "engine", {"number": 1}, "engine")])
     found = await causes_of(store, note)
     assert [e.seq for e in found.chain] == [effect.seq, first.seq]
-    assert found.tick is None and found.missing is None  # an agent's effect: no tick
+    assert found.tick is None and found.missing is None
     dangling = (await store.append([EventDraft("engine-started", "engine", {}, "engine",
                                                cause=999)])).events[0]
     assert await causes_of(store, dangling) == type(found)([], 999, None)
