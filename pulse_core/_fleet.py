@@ -183,7 +183,10 @@ class FleetFold:
                     entry.lease_until < now))
         shown: list[EngineInstance] = []
         stopped = 0
-        for found in sorted(self._engines.values(), key=lambda e: e.started_at, reverse=True):
+        # newest start first; of two started in one millisecond, the one recorded later
+        newest = sorted(reversed(self._engines.values()), key=lambda e: e.started_at,
+                        reverse=True)
+        for found in newest:
             state = _state(found, now)
             if state == "stopped":
                 stopped += 1
