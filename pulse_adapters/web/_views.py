@@ -80,15 +80,12 @@ def effects(book: LogBook, status: str | None, limit: int) -> list[dict[str, Any
     return [effect_json(e, book.attempt_started.get(e.id)) for e in chosen[:limit]]
 
 
-WHOLE = frozenset(str(s) for s in EffectStatus) - {str(EffectStatus.ACKED)}
-"""The states whose effects the LogBook keeps every one of (acked ones it only counts)."""
-
-
 async def effects_in(engine: EngineView, book: LogBook, statuses: frozenset[str],
                      before: int | None, limit: int) -> tuple[list[Event], int | None]:
-    """The events that make up the count of effects in `statuses`: for each such effect, its
-    newest event (the one that put it there), newest first, older than `before`; a page of
-    `limit`, and the seq to pass as `before` for the next (None when there is none)."""
+    """The events that make up the count of effects in `statuses` (not acked: the book keeps
+    every other effect whole): for each such effect, its newest event (the one that put it
+    there), newest first, older than `before`; a page of `limit`, and the seq to pass as
+    `before` for the next (None when there is none)."""
     seqs = sorted((book.last_seq[i] for i, e in book.effects.items()
                    if str(e.status) in statuses and i in book.last_seq
                    and (before is None or book.last_seq[i] < before)), reverse=True)
