@@ -9,12 +9,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
 import pytest
 
+from tests.e2e.support import Child
 from tests.servers import PostgresServer, RedisServer
 from tests.timing import scaled
 
@@ -65,6 +66,26 @@ def restartable(postgres_server: PostgresServer) -> Iterator[PostgresServer]:
         postgres_server.sql("SELECT 1")
     except subprocess.SubprocessError:  # psql could not connect: the server is down
         postgres_server.start()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL on each backend, which every engine and host of a test may share: an
+    events.db in `tmp_path`, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'events.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+def spawn_host(tmp_path: Path) -> Iterator[Callable[..., Child]]:
+    """Start engine host processes (tests/fleet/engine_host.py); each still running at the
+    end of the test is killed."""
+    from tests.fleet.fleet_support import host_processes
+
+    with host_processes(tmp_path) as start:
+        yield start
 
 
 @pytest.fixture

@@ -4,22 +4,12 @@ dropped, each caller gets its stored events, and the log holds them all."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-
-import pytest
 
 from pulse_core import EventDraft
 from pulse_core.store import open_event_store
 
 APPENDS = 40
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'events.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 async def test_close_commits_the_appends_handed_in_before_it(store_url: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,7 @@ from pulse_core._effects import effect_draft
 from pulse_core.store import open_event_store
 from tests.e2e.support import Child
 from tests.fleet.engine_host import Work, read_journal
-from tests.fleet.fleet_support import host_processes, ready, until
-from tests.servers import PostgresServer
+from tests.fleet.fleet_support import ready, until
 
 TEST_TIME_LIMIT_S = 120
 DAY_MS = 86_400_000
@@ -112,18 +111,6 @@ async def test_a_loop_on_the_system_clock_counts_a_lease_on_its_monotonic_clock(
         await store.close()
 
 
-@pytest.fixture
-def spawn_host(tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    with host_processes(tmp_path) as start:
-        yield start
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'shared-events.db'}"
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.create_database()
 
 
 # host-b's lease: a 6 s timeout (its first attempt would work 600 s) and 1 s of grace.

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from pulse_core import (
     Effect,
     Engine,
@@ -55,13 +53,6 @@ class Cycles(Executor):
             raise ConnectionError("the cycle's backend is down")
         return effect.n
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'shared-events.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
 
 
 async def _kinds(engine: Engine, key: str) -> list[str]:

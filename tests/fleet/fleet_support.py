@@ -128,3 +128,5 @@ def check_effects(events: list[Event], executions: list[Execution]) -> FleetRun:
         abandoned[owner_host(claim.data["owner"])] += 1
     repeated = len(executions) - len({x.effect_id for x in executions})
     return FleetRun(len(effects), len(claims), len(executions), abandoned, repeated)
+
+

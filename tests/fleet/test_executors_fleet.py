@@ -8,7 +8,7 @@ under such engines: test_postgres_restart.py.)"""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,29 +23,13 @@ from tests.fleet.fleet_support import (
     acked_work,
     append_work,
     check_effects,
-    host_processes,
     ready,
     until,
 )
-from tests.servers import PostgresServer
 
 TEST_TIME_LIMIT_S = 90
 
 
-@pytest.fixture
-def spawn_host(tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    """Start engine host processes; each still running at the end of the test is killed."""
-    with host_processes(tmp_path) as start:
-        yield start
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL every host of a test shares: an events.db, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'shared-events.db'}"
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.create_database()
 
 
 class Runs(Executor):

@@ -7,35 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from pulse_core.store import open_event_store
 from tests.cli.runner import Upulse
 from tests.e2e.support import Child
-from tests.fleet.fleet_support import append_work, host_processes, ready
-from tests.servers import PostgresServer
+from tests.fleet.fleet_support import append_work, ready
 from tests.timing import scaled
 
 TEST_TIME_LIMIT_S = 90
 HEARTBEAT_S = 1.0
 
 
-@pytest.fixture
-def spawn_host(tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    with host_processes(tmp_path) as start:
-        yield start
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path / 'shared-events.db'}"
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.create_database()
 
 
 def fleet(upulse: Upulse, reader: Path) -> dict[str, dict[str, Any]]:

@@ -8,18 +8,17 @@ import asyncio
 import contextlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-import pytest
 
 from pulse_core import StoreUnavailable
 from pulse_core._effects import effect_draft
 from pulse_core.store import EventStore, open_event_store
 from tests.e2e.support import Child
 from tests.fleet.engine_host import HostWork, Work, read_journal
-from tests.fleet.fleet_support import acked_work, check_effects, host_processes, ready, until
+from tests.fleet.fleet_support import acked_work, check_effects, ready, until
 from tests.servers import PostgresServer
 
 TEST_TIME_LIMIT_S = 90
@@ -32,12 +31,6 @@ HOSTS = ("host-a", "host-b", "host-c")
 OPTIONS = ("--concurrency", "4", "--work-seconds", "0.02", "--timeout", "5",
            "--lease-grace-ms", "1000", "--scan-interval", "600")
 
-
-@pytest.fixture
-def spawn_host(tmp_path: Path) -> Iterator[Callable[..., Child]]:
-    """Start engine host processes; each still running at the end of the test is killed."""
-    with host_processes(tmp_path) as start:
-        yield start
 
 
 async def produce(store: EventStore, failed: Counter[str]) -> None:

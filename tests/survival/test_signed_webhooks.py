@@ -39,6 +39,17 @@ def verifying(secret: str) -> Callable[[RecordedRequest], int]:
     return judge
 
 
+async def signed_outage(tmp_path: Path, dns: LoopbackDns, http: LoopbackHttp,
+                        hook: LoopbackHttp, open_engine: Callable[..., Any], *, secret: str,
+                        ) -> Engine:
+    """An engine whose next step announces an outage to `hook`, signed with `secret`."""
+    engine = await outage_engine(tmp_path, dns, http, NotifySinks(
+        webhook_url=hook.url("/hook"), webhook_timeout_s=2, webhook_secret=secret),
+        open_engine)
+    await engine.step()
+    return engine
+
+
 async def the_notice(engine: Engine) -> Event:
     (effect,) = [e for e in await engine.events.read(kinds=["effect"])
                  if e.data["effect"]["type"] == "notify"]
@@ -51,10 +62,8 @@ async def test_a_signed_notice_is_verified_by_a_receiver_holding_the_secret(
 ) -> None:
     secret = new_webhook_secret()
     hook_server.judge = verifying(secret)
-    engine = await outage_engine(tmp_path, dns_server, http_server, NotifySinks(
-        webhook_url=hook_server.url("/hook"), webhook_timeout_s=2, webhook_secret=secret),
-        open_engine)
-    await engine.step()
+    engine = await signed_outage(tmp_path, dns_server, http_server, hook_server, open_engine,
+                                 secret=secret)
 
     effect = await the_notice(engine)
     (acked,) = await engine.events.read(kinds=["effect-acked"], key=effect.key)
@@ -70,10 +79,8 @@ async def test_a_notice_signed_with_another_secret_is_refused_and_the_secret_is_
 ) -> None:
     hook_server.judge = verifying(new_webhook_secret())
     secret = new_webhook_secret()
-    engine = await outage_engine(tmp_path, dns_server, http_server, NotifySinks(
-        webhook_url=hook_server.url("/hook"), webhook_timeout_s=2, webhook_secret=secret),
-        open_engine)
-    await engine.step()
+    engine = await signed_outage(tmp_path, dns_server, http_server, hook_server, open_engine,
+                                 secret=secret)
 
     effect = await the_notice(engine)
     (failed,) = await engine.events.read(kinds=["effect-failed"], key=effect.key)
