@@ -26,6 +26,7 @@ from pulse_core import (
     StoreUnavailable,
 )
 from pulse_core.store import PostgresURL, Recorder, StoredRow, open_event_store, parse_store_url
+from pulse_core.store._pg_schema import SCHEMA_VERSION
 from pulse_core.store._postgres import PostgresRecorder
 from tests.core.store_contract import RecorderContract, draft
 from tests.servers import PostgresServer, free_port
@@ -219,7 +220,7 @@ async def test_a_schema_from_a_newer_pulse_is_refused_naming_both_versions(
         with pytest.raises(SchemaTooNew) as info:
             await open_event_store(pg_url, read_only=read_only)
         text = str(info.value)
-        assert "schema version 7" in text and "up to version 1" in text
+        assert "schema version 7" in text and f"up to version {SCHEMA_VERSION}" in text
         assert "upgrade pulse" in text
 
 
