@@ -118,7 +118,7 @@ from pulse_core._memory_view import (
     read_identity,
     summarise_identities,
 )
-from pulse_core._pages import LayerMetric, PageRequest, PageView, UiPage
+from pulse_core._pages import LayerMetric, PageAction, PageRequest, PageView, UiPage
 from pulse_core._pmap import PersistentMap
 from pulse_core._principals import Principal, PrincipalRefused
 from pulse_core._projector import Projector
@@ -249,6 +249,7 @@ __all__ = [
     "ObjectMissing",
     "ObjectStore",
     "Page",
+    "PageAction",
     "PageRequest",
     "PageView",
     "PayloadNotEncodable",

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pulse_core._effects import EffectEntry
 from pulse_core._errors import LayerError
+from pulse_core._events import Event, EventDraft
 from pulse_core._snapshot import Projection, Snapshot
 from pulse_core.store import EventStore, VitalsStore
 
@@ -31,7 +32,9 @@ class PageRequest:
     read-only), the snapshot of the projections the UI folds (`snapshot.state(T)` for each of
     the page's projections), the time (engine clock, ms), the request's query parameters, the
     layers the engine runs, and `effects(tag)`, every effect of one type in the log, newest
-    first."""
+    first. A page's action is also given `append`, which appends drafts to the log, and
+    `origin`, who acts (the UI's operator, `web`: its events' origin is `human:web`); a view
+    gets neither."""
 
     home: Path
     events: EventStore
@@ -41,12 +44,18 @@ class PageRequest:
     query: Mapping[str, str] = field(default_factory=dict)
     layers: tuple[str, ...] = ()
     effects: Callable[[str], Sequence[EffectEntry]] = lambda tag: ()
+    append: Callable[[Sequence[EventDraft]], Awaitable[list[Event]]] | None = None
+    origin: str = ""
 
 
 PageView = Callable[[PageRequest], Awaitable[Any]]
 """A page's JSON view: `await view(request)` gives what msgspec can encode (dicts, lists,
 Structs). A view may raise LookupError for a 404 and ValueError for a 400 (a bad query); the
 message is shown."""
+PageAction = Callable[[PageRequest, Any], Awaitable[Any]]
+"""A change a page offers its operator: `await action(request, body)`, `body` the JSON the UI
+posted (None for none), gives what msgspec can encode. It writes through `request.append`.
+LookupError answers 404, ValueError 400, another PulseError 409; the message is shown."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,9 @@ class UiPage:
     `assets` names a folder of package files as `package:folder`
     (`"pulse_adapters.awareness:ui"`): its `index.html` is the page, and every file in it is
     served under `/pages/<slug>/`. Without it the UI draws the view's JSON: a list of objects
-    as a table, an object's scalars as cards, a nested object by its keys.
+    as a table, an object's scalars as cards, a nested object by its keys. `actions` are the
+    changes the page offers, by name: each is served at `POST /api/pages/<slug>/<name>`
+    behind the UI's guard, as the UI's own controls are.
     """
 
     slug: str
@@ -64,8 +75,13 @@ class UiPage:
     view: PageView
     projections: Sequence[Projection[Any]] = ()
     assets: str | None = None
+    actions: Mapping[str, PageAction] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in self.actions:
+            if not SLUG.match(name):
+                raise LayerError(f"page {self.slug!r}: action {name!r} must be 1-40 lowercase "
+                                 "letters, digits or '-' — it is the action's path")
         if not SLUG.match(self.slug):
             raise LayerError(f"page slug {self.slug!r} must be 1-40 lowercase letters, digits "
                              "or '-', starting with a letter or digit — it is the page's path")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pulse_core import Effect, Rollback
 
-__all__ = ["SURVIVAL_TAGS", "ArchiveSessions", "Cleanup", "Notify", "RestartProcess", "Rollback"]
+__all__ = ["SURVIVAL_TAGS", "ArchiveSessions", "Cleanup", "Notify", "RestartProcess", "Rollback",
+           "StopProcess"]
 
 SURVIVAL_TAGS = frozenset(
-    {"restart-process", "archive-sessions", "cleanup", "notify", "rollback"}
+    {"restart-process", "stop-process", "archive-sessions", "cleanup", "notify", "rollback"}
 )
 
 
@@ -17,6 +18,9 @@ class RestartProcess(Effect, tag="restart-process"):
     `env_names` names the variables its configured `env` adds; their values are taken from
     the configuration when the restart runs, never stored in the log (they may be secrets).
     `env` holds values only in effects written before that, and is still honoured.
+    `replace`: stop the running process first (an operator's restart); without it a process
+    already running is adopted, never started twice. `request`: the seq of the operator's
+    `process-requested` event this restart answers (None: the watchdog's own).
     """
 
     name: str
@@ -27,9 +31,25 @@ class RestartProcess(Effect, tag="restart-process"):
     pidfile: str | None = None
     log: str | None = None
     reason: str = ""
+    replace: bool = False
+    request: int | None = None
 
     def dedup_key(self) -> str:
         return f"restart-process:{self.name}"
+
+
+class StopProcess(Effect, tag="stop-process"):
+    """Stop essential process `name` (SIGTERM, then SIGKILL after `wait_s`), found as the
+    process watcher finds it; `request` is the seq of the operator's `process-requested`
+    event it answers."""
+
+    name: str
+    request: int | None = None
+    reason: str = ""
+    wait_s: float = 10.0
+
+    def dedup_key(self) -> str:
+        return f"stop-process:{self.name}"
 
 
 class ArchiveSessions(Effect, tag="archive-sessions"):

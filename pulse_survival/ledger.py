@@ -33,12 +33,22 @@ from pulse_survival.marks import (
     NetworkOutageAnnounced,
     NetworkRecoveryAnnounced,
     Recovered,
+    RequestHandled,
     StartFailed,
     StartHeld,
     StreakCounted,
 )
+from pulse_survival.requests import PROCESS_REQUESTED, ProcessRequest
 
 _RECENT = 200
+
+
+class PendingRequest(msgspec.Struct, frozen=True):
+    """An operator's request not yet acted on: `action`, the seq of its event, who asked."""
+
+    action: str
+    seq: int
+    origin: str = ""
 
 
 class ProcessRecord(msgspec.Struct, frozen=True):
@@ -46,13 +56,19 @@ class ProcessRecord(msgspec.Struct, frozen=True):
 
     `restarts`: when restarts were made (ms, newest last); `failed_starts`: restarts in a row
     that did not stay up; `judged`: the restart last judged held or failed; `given_up`: why
-    the watchdog stopped restarting it (None while it still restarts it).
+    the watchdog stopped restarting it (None while it still restarts it); `stopped`: an
+    operator stopped it, and it is not restarted until started again; `pending`: an
+    operator's request not yet acted on; `counted_from`: the hourly restart budget counts
+    restarts from then on (the last operator's start or reset).
     """
 
     restarts: tuple[int, ...] = ()
     failed_starts: int = 0
     judged: int | None = None
     given_up: str | None = None
+    stopped: bool = False
+    pending: PendingRequest | None = None
+    counted_from: int = 0
 
 
 class LlmRecord(msgspec.Struct, frozen=True):
@@ -110,6 +126,17 @@ def _with_process(state: SurvivalLedgerData, name: str, **changes: Any) -> Survi
     return msgspec.structs.replace(state, processes={**state.processes, name: record})
 
 
+def _handled(state: SurvivalLedgerData, mark: RequestHandled) -> SurvivalLedgerData:
+    """The record of `mark.name` once the watchdog acted on an operator's request."""
+    record = state.process(mark.name)
+    pending = None if record.pending is None or record.pending.seq == mark.request \
+        else record.pending
+    if mark.action == "stop":
+        return _with_process(state, mark.name, pending=pending, stopped=True)
+    return _with_process(state, mark.name, pending=pending, stopped=False, given_up=None,
+                         failed_starts=0, counted_from=mark.at)
+
+
 class SurvivalLedger(Projection[SurvivalLedgerData]):
     """Per essential process: restarts, failed starts, given up; streaks of the sample-counting
     rules; the LLM restart backoff; the survival effects' failure streak; the last promotion
@@ -121,9 +148,9 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
     """
 
     name = "survival"
-    version = 3
+    version = 4
     kinds = frozenset({"effect", "effect-acked", "effect-failed", "effect-cancelled",
-                       "promote", "rollback", "error", "mark"})
+                       "promote", "rollback", "error", "mark", PROCESS_REQUESTED})
 
     def __init__(self, host: str = "") -> None:
         #: where engines of several hosts share the log, the host whose survival this folds:
@@ -144,6 +171,8 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
             return state
         if event.kind == "mark":
             return self._mark(state, event)
+        if event.kind == PROCESS_REQUESTED:
+            return self._request(state, event)
         if event.kind == "effect":
             return self._effect(state, event)
         if event.kind in ("effect-acked", "effect-failed", "effect-cancelled"):
@@ -191,6 +220,16 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
                                            promote_revision=None, errors_since_promote=())
         return state
 
+    def _request(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
+        """An operator's request is pending until the watchdog handles it; a newer one of the
+        same process takes its place."""
+        try:
+            request = msgspec.convert(event.data, ProcessRequest)
+        except msgspec.ValidationError:
+            return state
+        pending = PendingRequest(request.action, event.seq, event.origin)
+        return _with_process(state, request.name, pending=pending)
+
     def _mark(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
         mark = decode_mark(event)
         if isinstance(mark, StreakCounted):
@@ -208,6 +247,8 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
             return _with_process(state, mark.name, given_up=mark.why)
         if isinstance(mark, Recovered):
             return _with_process(state, mark.name, given_up=None, failed_starts=0)
+        if isinstance(mark, RequestHandled):
+            return _handled(state, mark)
         if isinstance(mark, LlmRestartScheduled):
             return msgspec.structs.replace(state, llm=LlmRecord(mark.count,
                                                                 mark.next_allowed_at))

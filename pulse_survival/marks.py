@@ -50,6 +50,18 @@ class Recovered(Mark, tag="process-recovered"):
     pid: int | None = None
 
 
+class RequestHandled(Mark, tag="process-request-handled"):
+    """process_watchdog acted on the operator's request `request` (the seq of its
+    `process-requested` event) to `action` essential process `name`, at `at` (engine clock,
+    ms): a stop keeps `name` stopped until it is started again; a start, restart or reset
+    supervises it again from a clean count (failed starts, the hourly budget from `at`)."""
+
+    name: str
+    request: int
+    action: str
+    at: int
+
+
 class LlmRestartScheduled(Mark, tag="llm-restart-scheduled"):
     """llm_watchdog restarted the model proxy: the `count`th restart since the route was last
     healthy; the next one is not before `next_allowed_at` (ms)."""
@@ -89,7 +101,7 @@ class ErrorsEscalated(Mark, tag="errors-escalated"):
 
 
 SURVIVAL_MARKS: tuple[type[Mark], ...] = (
-    StreakCounted, StartFailed, StartHeld, GaveUp, Recovered, LlmRestartScheduled,
+    StreakCounted, StartFailed, StartHeld, GaveUp, Recovered, RequestHandled, LlmRestartScheduled,
     LlmRouteHealthy, NetworkOutageAnnounced, NetworkRecoveryAnnounced, ErrorsEscalated,
 )
 """Every mark the survival rules write."""

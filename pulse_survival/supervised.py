@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pulse_core import Essential, Sample, Snapshot
+from pulse_core import Essential, Layer, Sample, Snapshot
 from pulse_survival.config import ProcessPolicy
 from pulse_survival.ledger import ProcessRecord, SurvivalLedger, SurvivalLedgerData
 from pulse_survival.rules import HOUR_MS, ProcessWatchdog, restart_backoff
@@ -40,6 +40,8 @@ class SupervisedState(enum.Enum):
     """Dead, and the watchdog gave up restarting it (`given_up_why` says why)."""
     EXITED = "EXITED"
     """Dead, and nothing restarts it: it has no `argv`."""
+    STOPPED = "STOPPED"
+    """Stopped by an operator: not restarted until an operator starts it again."""
     UNKNOWN = "UNKNOWN"
     """No readable `process-alive` sample of it yet (or none recent)."""
 
@@ -52,7 +54,8 @@ class ProcessState(msgspec.Struct, frozen=True, kw_only=True):
     the restarts in a row that did not stay up `startsecs`; `given_up_why` why the watchdog
     stopped restarting it (None while it restarts it); `next_restart_at` the earliest the
     next restart comes, while it is in BACKOFF after an earlier restart; `sampled_at` when
-    the sample it was judged by was taken.
+    the sample it was judged by was taken; `pending` the operator's request not yet acted on
+    (`start`, `stop`, `restart`, `reset`) and `asked_by` who asked for it.
     """
 
     name: str
@@ -66,6 +69,8 @@ class ProcessState(msgspec.Struct, frozen=True, kw_only=True):
     given_up_why: str | None = None
     next_restart_at: int | None = None
     sampled_at: int | None = None
+    pending: str | None = None
+    asked_by: str | None = None
 
 
 def _seen(sample: Sample | None, name: str) -> dict[str, Any] | None:
@@ -84,7 +89,9 @@ def _state_of(spec: Essential, record: ProcessRecord, sample: Sample | None,
         name=spec.name, state=SupervisedState.UNKNOWN, at=now,
         restarts_last_hour=sum(1 for ts in restarts if now - ts < HOUR_MS),
         last_restart_at=last, failed_starts=record.failed_starts,
-        given_up_why=record.given_up, sampled_at=None if sample is None else sample.ts)
+        given_up_why=record.given_up, sampled_at=None if sample is None else sample.ts,
+        pending=None if record.pending is None else record.pending.action,
+        asked_by=None if record.pending is None else record.pending.origin)
     seen = _seen(sample, spec.name)
     if seen is None or sample is None:
         return known
@@ -97,6 +104,8 @@ def _state_of(spec: Essential, record: ProcessRecord, sample: Sample | None,
             SupervisedState.STARTING
         return msgspec.structs.replace(known, state=state, uptime_s=round(uptime, 3),
                                        pid=pid if isinstance(pid, int) else None)
+    if record.stopped:
+        return msgspec.structs.replace(known, state=SupervisedState.STOPPED)
     if record.given_up is not None:
         return msgspec.structs.replace(known, state=SupervisedState.FATAL)
     if not spec.argv:
@@ -111,17 +120,30 @@ def supervised_states(snapshot: Snapshot, processes: Sequence[Essential],
     """Each of `processes` as of `snapshot` (its survival ledger and its newest process-alive
     sample), judged with `policy` as the process watchdog judges it, in the order given."""
     ledger = snapshot.projections.get(SurvivalLedger.name)
-    if not isinstance(ledger, SurvivalLedgerData):
-        ledger = SurvivalLedgerData()
     reading = snapshot.vital(ALIVE_KEY)
-    sample = None if reading is None else reading.sample
-    return [_state_of(spec, ledger.process(spec.name), sample, policy, snapshot.at)
+    return judged_states(ledger if isinstance(ledger, SurvivalLedgerData) else None,
+                         None if reading is None else reading.sample, processes, policy,
+                         snapshot.at)
+
+
+def judged_states(ledger: SurvivalLedgerData | None, sample: Sample | None,
+                  processes: Sequence[Essential], policy: ProcessPolicy,
+                  now: int) -> list[ProcessState]:
+    """Each of `processes` at `now`, from the survival `ledger` and the `process-alive`
+    `sample` (the newest), judged with `policy`, in the order given."""
+    ledger = ledger or SurvivalLedgerData()
+    return [_state_of(spec, ledger.process(spec.name), sample, policy, now)
             for spec in processes]
 
 
 def watchdog_of(engine: Engine) -> ProcessWatchdog | None:
     """The process watchdog among `engine`'s survival rules (None: it has none)."""
-    return next((r for r in engine.survival.rules if isinstance(r, ProcessWatchdog)), None)
+    return watchdog_in(engine.survival)
+
+
+def watchdog_in(layer: Layer) -> ProcessWatchdog | None:
+    """The process watchdog among the rules of the survival `layer` (None: it has none)."""
+    return next((r for r in layer.rules if isinstance(r, ProcessWatchdog)), None)
 
 
 async def process_states(engine: Engine) -> list[ProcessState]:

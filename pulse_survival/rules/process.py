@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from pulse_core import Backoff, Decision, Effect, Essential, Inner, Sample, Snapshot
 from pulse_survival.config import LlmPolicy, ProcessPolicy
-from pulse_survival.effects import Notify, RestartProcess
-from pulse_survival.ledger import ProcessRecord
+from pulse_survival.effects import Notify, RestartProcess, StopProcess
+from pulse_survival.ledger import PendingRequest, ProcessRecord
 from pulse_survival.marks import (
     GaveUp,
     LlmRestartScheduled,
     LlmRouteHealthy,
     Recovered,
+    RequestHandled,
     StartFailed,
     StartHeld,
 )
@@ -21,11 +24,28 @@ from pulse_survival.rules.base import SurvivalRule, counted, latest, ledger, str
 HOUR_MS = 3_600_000
 
 
-def restart_of(spec: Essential, reason: str) -> RestartProcess:
+def restart_of(spec: Essential, reason: str, *, replace: bool = False,
+               request: int | None = None) -> RestartProcess:
     """The restart effect for an essential process."""
     return RestartProcess(name=spec.name, argv=spec.argv, cwd=spec.cwd,
                           env_names=tuple(sorted(spec.env)), pidfile=spec.pidfile,
-                          log=spec.log, reason=reason)
+                          log=spec.log, reason=reason, replace=replace, request=request)
+
+
+def answer(spec: Essential, pending: PendingRequest, now: int) -> list[Effect]:
+    """What an operator's pending request about `spec` comes to: the mark that settles it and
+    what executors do (a reset only makes the watchdog supervise it again)."""
+    handled = RequestHandled(name=spec.name, request=pending.seq, action=pending.action,
+                             at=now)
+    who = pending.origin or "an operator"
+    if pending.action == "stop":
+        return [handled, StopProcess(name=spec.name, request=pending.seq,
+                                     reason=f"stopped by {who}")]
+    if pending.action in ("start", "restart") and spec.argv:
+        verb = "started" if pending.action == "start" else "restarted"
+        return [handled, restart_of(spec, f"{verb} by {who}", request=pending.seq,
+                                    replace=pending.action == "restart")]
+    return [handled]
 
 
 def restart_backoff(initial_s: float, max_s: float) -> Backoff:
@@ -64,11 +84,16 @@ class ProcessWatchdog(SurvivalRule):
         effects, tick_ms = await inner(prev, curr)
         samples = curr.since_last_tick("process-alive")
         newest = latest(curr, "process-alive")
-        if newest is None:
-            return Decision(effects, tick_ms)
         state = ledger(curr)
         added: list[Effect] = []
         for spec in self.processes:
+            pending = state.process(spec.name).pending
+            if pending is not None:  # the operator's word first; judged again next tick
+                added += answer(spec, pending, curr.at)
+                tick_ms = min(tick_ms, 1_000)
+                continue
+            if newest is None or state.process(spec.name).stopped:
+                continue
             record, marks = self._judge(spec.name, state.process(spec.name), samples)
             decided, wish_ms = self._decide(spec, record, newest, curr.at)
             added += [*marks, *decided]
@@ -94,7 +119,7 @@ class ProcessWatchdog(SurvivalRule):
                 # dead again without having been seen up for startsecs: a failed start
                 marks.append(StartFailed(name=name, restart_at=last))
                 failed, judged = failed + 1, last
-        return ProcessRecord(record.restarts, failed, judged, record.given_up), marks
+        return msgspec.structs.replace(record, failed_starts=failed, judged=judged), marks
 
     def _decide(self, spec: Essential, record: ProcessRecord, newest: Sample, now: int
                 ) -> tuple[list[Effect], int | None]:
@@ -115,7 +140,8 @@ class ProcessWatchdog(SurvivalRule):
             return [], None
         if last is not None and newest.ts <= last:
             return [], None  # the sample predates the last restart: wait for a fresh one
-        in_hour = sum(1 for ts in restarts if now - ts < HOUR_MS)
+        in_hour = sum(1 for ts in restarts
+                      if now - ts < HOUR_MS and ts >= record.counted_from)
         failed = record.failed_starts
         if in_hour >= self.policy.budget_per_hour or failed >= self.policy.startretries:
             why = (f"{in_hour} restarts in the last hour" if in_hour >=
@@ -170,5 +196,6 @@ class LlmWatchdog(SurvivalRule):
                 added.append(Notify(topic="llm", level="warning",
                                     text=f"{text}; no proxy configured to restart"))
             else:
-                added.append(restart_of(self.policy.restart, text))
+                # the proxy may be running, hung: a restart replaces it
+                added.append(restart_of(self.policy.restart, text, replace=True))
         return Decision([*effects, *streak_marks(self.name, before, streak), *added], tick_ms)

@@ -1,7 +1,9 @@
-"""process-alive: whether each essential process runs, found by pidfile, name or command line."""
+"""process-alive: whether each essential process runs, found by pidfile, name or command line,
+else by its configured argv (a process started by hand is adopted, never started twice)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +14,18 @@ import psutil
 from pulse_core import Essential, Sample, Watcher
 
 
+def same_command(cmdline: Sequence[str], argv: Sequence[str]) -> bool:
+    """Whether a process's `cmdline` is `argv` run: the same arguments, and the same program
+    (its path, or the same file name: `python3` and `/usr/bin/python3`)."""
+    if not argv or len(cmdline) != len(argv) or list(cmdline[1:]) != list(argv[1:]):
+        return False
+    return cmdline[0] == argv[0] or os.path.basename(cmdline[0]) == os.path.basename(argv[0])
+
+
 def find_process(spec: Essential) -> psutil.Process | None:
-    """The live process `spec` describes, or None."""
+    """The live process `spec` describes, or None: the one its pidfile names, else the first
+    whose name is `match_name` or whose command line holds `match_cmdline`, else one of this
+    user's whose command line is `argv` (as supervisord or systemd started it, or by hand)."""
     if spec.pidfile:
         try:
             pid = int(Path(spec.pidfile).read_text().split()[0])
@@ -22,20 +34,25 @@ def find_process(spec: Essential) -> psutil.Process | None:
                 return proc
         except (OSError, ValueError, IndexError, psutil.Error):
             pass
-        if not (spec.match_name or spec.match_cmdline):
-            return None
-    for proc in psutil.process_iter(["name", "cmdline", "status"]):
+    if not (spec.match_name or spec.match_cmdline or spec.argv):
+        return None
+    by_argv: psutil.Process | None = None
+    me, uid = os.getpid(), os.getuid()
+    for proc in psutil.process_iter(["name", "cmdline", "status", "uids"]):
         try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == me:
                 continue
             if spec.match_name and proc.info["name"] == spec.match_name:
                 return proc
-            cmdline = " ".join(proc.info["cmdline"] or ())
-            if spec.match_cmdline and spec.match_cmdline in cmdline:
+            argv = proc.info["cmdline"] or ()
+            if spec.match_cmdline and spec.match_cmdline in " ".join(argv):
                 return proc
+            if by_argv is None and proc.info["uids"] is not None \
+                    and proc.info["uids"].real == uid and same_command(argv, spec.argv):
+                by_argv = proc
         except psutil.Error:
             continue
-    return None
+    return by_argv
 
 
 class ProcessAliveWatcher(Watcher):

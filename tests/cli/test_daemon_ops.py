@@ -56,7 +56,7 @@ def essential(home: Path, pidfiles: list[Path], code: str, name: str, **policy: 
     pidfile = home.parent / f"{name}.pid"
     pidfiles.append(pidfile)
     configure(home, survival={
-        "processes": [{"name": name, "argv": [sys.executable, "-c", code],
+        "processes": [{"name": name, "argv": [sys.executable, "-c", code, str(home)],
                        "pidfile": str(pidfile)}],
         "process": policy})
     return pidfile

@@ -41,7 +41,7 @@ async def test_an_essential_process_killed_with_sigkill_is_restarted(
     first = subprocess.Popen([sys.executable, "-c", SLEEPER])  # noqa: ASYNC220 - returns at once
     reaper.append(first.pid)
     pidfile.write_text(str(first.pid))
-    spec = Essential(name="worker", argv=(sys.executable, "-c", SLEEPER),
+    spec = Essential(name="worker", argv=(sys.executable, "-c", SLEEPER, str(tmp_path)),
                      pidfile=str(pidfile), log=str(tmp_path / "worker.log"))
     engine = Engine(tmp_path / "home", survival=SurvivalConfig(processes=(spec,)))
     await engine.open()
@@ -66,7 +66,7 @@ async def test_a_process_another_layer_declares_essential_is_kept_alive_by_survi
     tmp_path: Path, reaper: list[int]
 ) -> None:
     pidfile = tmp_path / "gateway.pid"
-    spec = Essential(name="gateway", argv=(sys.executable, "-c", SLEEPER),
+    spec = Essential(name="gateway", argv=(sys.executable, "-c", SLEEPER, str(tmp_path)),
                      pidfile=str(pidfile), log=str(tmp_path / "gateway.log"))
     engine = Engine(tmp_path / "home", layers=[Layer("agent-host", essentials=(spec,))])
     await engine.open()
@@ -177,7 +177,7 @@ async def test_restarts_back_off_exponentially(tmp_path: Path) -> None:
 async def test_llm_watchdog_restarts_the_proxy_after_k_failed_probes(
     tmp_path: Path, reaper: list[int]
 ) -> None:
-    proxy = Essential(name="llm-proxy", argv=(sys.executable, "-c", SLEEPER),
+    proxy = Essential(name="llm-proxy", argv=(sys.executable, "-c", SLEEPER, str(tmp_path)),
                       pidfile=str(tmp_path / "proxy.pid"))
     clock = ManualClock()
     engine = Engine(tmp_path / "home", clock=clock, survival=SurvivalConfig(
@@ -213,7 +213,8 @@ async def test_a_good_run_resets_the_failed_starts_so_one_crash_after_it_is_rest
     failure in a row, not two, so the watchdog keeps restarting. The process-alive samples
     are recorded by hand, and the restarts are decided but not run."""
     clock = ManualClock()
-    spec = Essential(name="w", argv=(sys.executable, "-c", SLEEPER), match_name="no-such-w")
+    spec = Essential(name="w", argv=(sys.executable, "-c", SLEEPER, str(tmp_path)),
+                     match_name="no-such-w")
     engine = Engine(tmp_path / "home", clock=clock, survival=SurvivalConfig(
         processes=(spec,), process=ProcessPolicy(startsecs=1, startretries=2,
                                                  budget_per_hour=50, backoff_initial_s=1)))

@@ -324,7 +324,8 @@ async def test_a_notice_is_not_state_only_the_watchdogs_own_marks_are(
 ) -> None:
     pidfile = tmp_path / "worker.pid"
     config = SurvivalConfig(processes=(Essential(
-        name="worker", argv=(sys.executable, "-c", SLEEPER), pidfile=str(pidfile)),))
+        name="worker", argv=(sys.executable, "-c", SLEEPER, str(tmp_path)),
+        pidfile=str(pidfile)),))
     engine: Engine = await open_engine(tmp_path / "home", clock=ManualClock(), survival=config)
     lookalike = Notify(topic="process:worker", level="given-up", text="gave up restarting")
     await engine.append([effect_draft(lookalike, origin="survival")])

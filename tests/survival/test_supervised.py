@@ -30,7 +30,7 @@ HOUR_MS = 3_600_000
 
 def spec(tmp_path: Path, name: str, code: str | None) -> Essential:
     """An essential process found by its pidfile, restarted with `code` (None: no argv)."""
-    argv = () if code is None else (sys.executable, "-c", code)
+    argv = () if code is None else (sys.executable, "-c", code, str(tmp_path))  # its own
     return Essential(name=name, argv=argv, pidfile=str(tmp_path / f"{name}.pid"))
 
 

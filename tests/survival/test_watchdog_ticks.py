@@ -8,6 +8,7 @@ ManualClock, then one tick judges them all. The restarts are decided, never run.
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,14 @@ from pulse_core import Engine, ManualClock
 from pulse_survival import Essential, LlmPolicy, ProcessPolicy, SurvivalConfig, SurvivalLedger
 
 SLEEPER = "import time; time.sleep(120)"
+UNIQUE = uuid.uuid4().hex  # a command line no other process has: none is adopted as `w`
 NAME = "w"
 
 
 def watched(**policy: Any) -> SurvivalConfig:
     """One essential process `w` nothing on this machine matches, under `policy`."""
-    spec = Essential(name=NAME, argv=(sys.executable, "-c", SLEEPER), match_name="no-such-w")
+    spec = Essential(name=NAME, argv=(sys.executable, "-c", SLEEPER, UNIQUE),
+                     match_name="no-such-w")
     defaults: dict[str, Any] = {"startsecs": 1, "startretries": 3, "budget_per_hour": 50,
                                 "backoff_initial_s": 1, "backoff_max_s": 60}
     return SurvivalConfig(processes=(spec,), process=ProcessPolicy(**{**defaults, **policy}))
