@@ -277,8 +277,12 @@ def _trouble(processes: list[ProcessState], last: DaemonStatus | None) -> list[s
     return said
 
 
-def _note(process: ProcessState, now: int) -> str:
+def process_note(process: ProcessState, now: int) -> str:
     """What supervisorctl would say beside a process's state."""
+    if process.pending is not None:
+        return f"{process.pending} asked by {process.asked_by or 'an operator'}"
+    if process.state is SupervisedState.STOPPED:
+        return "stopped by an operator; `upulse process start` starts it"
     if process.state is SupervisedState.FATAL:
         return f"gave up: {process.given_up_why}"
     if process.state is SupervisedState.BACKOFF:
@@ -304,7 +308,7 @@ def _print_supervised(processes: list[ProcessState], last: DaemonStatus | None, 
         print(table(("NAME", "STATE", "PID", "UPTIME", "RESTARTS/1h", "NOTE"), [
             [p.name, p.state.value, p.pid or "-",
              "-" if p.uptime_s is None else span(p.uptime_s), p.restarts_last_hour,
-             _note(p, now)] for p in processes]))
+             process_note(p, now)] for p in processes]))
     # a loop whose body returned (EXITED) ended by design, as a one-shot check does
     stuck = [loop for loop in last.loops
              if loop.state not in (LoopState.RUNNING, LoopState.EXITED)]

@@ -26,6 +26,7 @@ from pulse_cli.operator_commands import add_operator_commands
 from pulse_cli.output import did_you_mean, nearest, printable, without_passwords
 from pulse_cli.parsing import command as _command
 from pulse_cli.parsing import home_options, json_flag
+from pulse_cli.process_commands import add_process_commands
 from pulse_cli.queries import (
     TASK_STATUSES,
     parse_count,
@@ -49,7 +50,7 @@ exit codes:
   4  the promote gate refused the staged code (promote, deploy)
 """
 
-INTERRUPT_IS_EXIT = frozenset({"events", "logs", "dev", "start", "run"})
+INTERRUPT_IS_EXIT = frozenset({"events", "logs", "log", "dev", "start", "run"})
 DISTRIBUTION = "upulse"
 
 
@@ -301,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     _daemon_commands(sub)
     add_operator_commands(sub, _query_commands(sub))
     add_maintenance_commands(sub)
+    add_process_commands(sub)
     _task_commands(sub)
     _release_commands(sub)
     add_backup_commands(sub)

@@ -52,17 +52,19 @@ def check_request(states: Sequence[ProcessState], name: str, action: str,
     if action == "reset" and state is not SupervisedState.FATAL:
         raise ProcessRequestRefused(
             f"{name} is {state.value}, not FATAL: reset only clears the state the watchdog "
-            f"gave up in — `start {name}` starts a stopped one, `restart {name}` a running one")
+            f"gave up in — `upulse process start {name}` starts a stopped one, `upulse process "
+            f"restart {name}` a running one")
     if action in ("start", "restart", "reset") and name not in startable:
         raise ProcessRequestRefused(
             f"{name} has no argv, so pulse cannot start it: give its survival.processes "
             "entry an argv, or start it yourself")
     if action == "start" and state in (SupervisedState.RUNNING, SupervisedState.STARTING):
         pid = f" (pid {found.pid})" if found.pid is not None else ""
-        raise ProcessRequestRefused(f"{name} is already {state.value}{pid} — `restart {name}` "
-                                    "stops and starts it again")
+        raise ProcessRequestRefused(f"{name} is already {state.value}{pid} — `upulse process "
+                                    f"restart {name}` stops and starts it again")
     if action == "stop" and state is SupervisedState.STOPPED:
-        raise ProcessRequestRefused(f"{name} is already STOPPED — `start {name}` starts it")
+        raise ProcessRequestRefused(f"{name} is already STOPPED — `upulse process start "
+                                    f"{name}` starts it")
     return found
 
 
