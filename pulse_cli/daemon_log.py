@@ -51,7 +51,7 @@ HELD_MAX = 1_000
 RETRY_S = 5.0
 """How long the narrator waits before reading the log again after the store failed."""
 NARRATED_KINDS = ("effect", "effect-acked", "effect-failed", "mark", "notification",
-                  "rollback", "promote")
+                  "rollback", "promote", "process-requested")
 NARRATED_EFFECTS = frozenset({"restart-process", "rollback", "notify"})
 """The effects whose decision or outcome gets a line (a notify's delivery is the
 `notification` event; only its failure is said from the effect)."""
@@ -236,6 +236,11 @@ class EventNarrator:
                          + (f"; the code taken out is on branch {kept}" if kept else ""),
                          event="rollback", level="warning", to=to, revision=revision,
                          reason=_text(data, "reason"), origin=event.origin, kept=kept or None)
+        elif event.kind == "process-requested":  # an operator's word (pulse_survival.control)
+            action, name = _text(data, "action"), _text(data, "name")
+            self.log.say(f"{action} {name} asked by {event.origin}: "
+                         f"{_text(data, 'reason', 'no reason given')}", event="process-request",
+                         level="warning", process=name, action=action, origin=event.origin)
         elif event.kind == "promote":
             revision, previous = _text(data, "revision"), _text(data, "previous")
             self.log.say(f"promoted {_short(revision)} (main was at {_short(previous)}), by "

@@ -111,6 +111,9 @@ def test_stop_start_restart_from_the_shell_through_the_running_daemon(
     assert [(e["data"]["action"], e["origin"]) for e in events] == [
         ("stop", "human:cli"), ("start", "human:cli"), ("restart", "human:cli")]
     assert events[0]["data"]["reason"] == "new disk"
+    log = (home / "daemon.log").read_text()
+    assert "stop worker asked by human:cli: new disk" in log
+    assert "restarting worker: started by human:cli" in log
 
 
 def test_a_fatal_process_stays_fatal_after_its_fix_until_it_is_reset(
