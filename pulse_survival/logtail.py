@@ -65,10 +65,14 @@ def tail(path: Path, lines: int) -> list[str]:
 
 
 def follow(path: Path, *, poll_s: float = 0.25) -> Iterator[str]:
-    """The lines written to `path` from now on, as they come (blocking; a truncated or
-    replaced file is read again from its start). Ends only when its caller stops."""
-    size = path.stat().st_size
-    inode = path.stat().st_ino
+    """The lines written to `path` from now on (from this call), as they come (blocking; a
+    truncated or replaced file is read again from its start). Ends only when its caller
+    stops."""
+    now = path.stat()
+    return _following(path, now.st_size, now.st_ino, poll_s)
+
+
+def _following(path: Path, size: int, inode: int, poll_s: float) -> Iterator[str]:
     rest = b""
     while True:
         try:

@@ -72,7 +72,9 @@ async def started_pid(engine: Engine, reaper: list[int]) -> int:
 async def test_stop_keeps_the_process_stopped_until_it_is_started_again(
     tmp_path: Path, reaper: list[int], open_engine: Callable[..., Any]
 ) -> None:
-    engine: Engine = await open_engine(tmp_path / "home", survival=config(worker(tmp_path)))
+    clock = ManualClock()
+    engine: Engine = await open_engine(tmp_path / "home", clock=clock,
+                                       survival=config(worker(tmp_path)))
     await engine.step()  # not running: the watchdog starts it
     first = await started_pid(engine, reaper)
     await eventually(lambda: alive(first), what="the worker to run")
@@ -86,7 +88,8 @@ async def test_stop_keeps_the_process_stopped_until_it_is_started_again(
     assert stop.data["effect"]["request"] == asked.seq
     assert stop.data["effect"]["reason"] == "stopped by human:cli"
     assert not alive(first)
-    for _ in range(3):  # dead, and stopped: never restarted
+    for _ in range(3):  # dead, and stopped: never restarted, however long it waits
+        clock.advance(120_000)
         await engine.step()
     assert len(await effects(engine, "restart-process")) == 1
     assert (await state_of(engine)).state is SupervisedState.STOPPED
@@ -97,6 +100,7 @@ async def test_stop_keeps_the_process_stopped_until_it_is_started_again(
     assert second != first and alive(second)
     (_, start) = await effects(engine, "restart-process")
     assert start.data["effect"]["reason"] == "started by human:web"
+    clock.advance(1_000)
     await engine.step()
     assert (await state_of(engine)).state is SupervisedState.RUNNING
 
@@ -125,7 +129,7 @@ async def test_reset_supervises_a_fatal_process_again_once_its_config_is_fixed(
     with its failed starts and hourly budget counted afresh."""
     home, clock = tmp_path / "home", ManualClock()
     broken = Engine(home, clock=clock, survival=config(worker(tmp_path, CRASHER),
-                                                       startretries=1, budget_per_hour=2))
+                                                       startretries=1, budget_per_hour=1))
     await broken.open()
     await broken.step()  # never started: started, and it crashes
     await eventually(lambda: not alive(int((tmp_path / "worker.pid").read_text())),
@@ -137,8 +141,9 @@ async def test_reset_supervises_a_fatal_process_again_once_its_config_is_fixed(
     assert (await state_of(broken)).state is SupervisedState.FATAL
     await broken.close()
 
+    # one restart an hour, spent on the crash: only a reset lets the budget count afresh
     fixed = Engine(home, clock=clock, survival=config(worker(tmp_path), startretries=1,
-                                                      budget_per_hour=2))
+                                                      budget_per_hour=1))
     await fixed.open()
     try:
         clock.advance(5_000)
