@@ -38,9 +38,10 @@ def supervise(home: Path, code: str, **policy: Any) -> list[str]:
     """Make `worker` (started with `code`, found by its pidfile) the home's one essential
     process; its argv."""
     argv = [sys.executable, "-c", code, str(home)]  # a command line of this test's own
+    process: dict[str, Any] = {"startsecs": 0.5, **policy}
     configure(home, survival={"processes": [{"name": "worker", "argv": argv,
                                              "pidfile": str(home / "worker.pid")}],
-                              "process": {"startsecs": 0.5, **policy}})
+                              "process": process})
     return argv
 
 
