@@ -12,6 +12,7 @@ runs: a request left in the log would be acted on whenever an engine next opened
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import msgspec
 
 from pulse_cli import config as config_file
-from pulse_cli.assembly import bound_host, configured_layers
+from pulse_cli.assembly import BrokenLayer, bound_host, configured_layers
 from pulse_cli.home import EXIT_ERROR, EXIT_OK, DaemonStateError, Home
 from pulse_cli.instances import process_note
 from pulse_cli.output import ago, now_ms, print_json, print_json_line, print_table, printable, span
@@ -83,10 +84,15 @@ class Supervision:
 
 
 def supervision(home: Home) -> Supervision:
-    """The home's survival layer as its daemon builds it (BrokenLayer when a configured
-    layer cannot be built)."""
+    """The home's survival layer as its daemon builds it (without the essentials of a
+    configured layer that cannot be built here, which a warning names)."""
     cfg = config_file.load_or_default(home.readable().config)
-    layers = configured_layers(home.root, cfg, clock=SystemClock())
+    try:
+        layers = configured_layers(home.root, cfg, clock=SystemClock())
+    except BrokenLayer as exc:  # survival.processes are still known
+        print(f"upulse: warning: {printable(str(exc))} — the essential processes of the "
+              "configured layers are not listed", file=sys.stderr)
+        layers = []
     host = bound_host(home.root, cfg)
     layer = survival_layer(cfg.survival, home.root, host=host,
                            essentials=tuple(e for la in layers for e in la.essentials))
@@ -200,6 +206,9 @@ def _said(name: str, action: str, asked: Event, *, outcome: dict[str, Any] | Non
     result = outcome.get("result") or {}
     if outcome.get("status") == str(EffectStatus.FAILED):
         return f"{action} {name} failed: {outcome.get('error')}"
+    if outcome.get("effect") is None and action != "reset":
+        return (f"{action} {name}: acted on (event #{asked.seq}), with nothing to do: the "
+                f"survival layer had the same under way — `upulse process list` shows {name}")
     if action == "reset":
         return (f"{name} reset (event #{asked.seq}): supervised again, failed starts and the "
                 "hourly budget counted afresh; the watchdog starts it if it is down")

@@ -82,9 +82,10 @@ class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A process the agent cannot live without: how to find it and how to start it again.
 
     Found by `pidfile` first, else by `match_name` (process name), else by `match_cmdline`
-    (a substring of the joined command line). `argv` restarts it (never a shell string), in
-    `cwd` with `env` added, its output appended to `log`. The survival layer keeps alive the
-    processes its own settings list and every layer's `essentials`.
+    (a substring of the joined command line), else as a process of the same user whose
+    command line is `argv` (one started by hand is adopted). `argv` restarts it (never a
+    shell string), in `cwd` with `env` added, its output appended to `log`. The survival layer
+    keeps alive the processes its own settings list and every layer's `essentials`.
     """
 
     name: str

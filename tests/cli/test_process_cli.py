@@ -150,6 +150,10 @@ def test_without_a_daemon_a_control_is_refused_and_nothing_is_written(
     assert upulse.json("events", "--kind", "process-requested", "--home", home) == []
     text = upulse("process", "list", "--home", home).stdout
     assert "worker" in text and "UNKNOWN" in text and "no daemon runs in" in text
+    configure(home, layers={"no-such-layer": {}})  # its essentials cannot be known here
+    listing = upulse("process", "list", "--home", home)
+    assert "worker" in listing.stdout and "no-such-layer" in listing.stderr
+    assert "essential processes of the configured layers are not listed" in listing.stderr
 
 
 def test_log_tails_the_configured_log_and_says_when_there_is_none(
