@@ -15,6 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
+from pulse_cli.instances import process_note
+from pulse_survival import ProcessState, SupervisedState
 from tests.cli.runner import Upulse, wait_until
 from tests.cli.support import configure
 
@@ -94,6 +96,8 @@ def test_stop_start_restart_from_the_shell_through_the_running_daemon(
     ticks = status(home)["ticks"]
     wait_until(lambda: status(home)["ticks"] >= ticks + 10, 30, "ten more ticks")
     assert listed(upulse, home)["state"] == "STOPPED"  # dead and sampled: never restarted
+    assert "stopped by an operator; `upulse process start` starts it" in \
+        upulse("process", "list", "--home", home).stdout
 
     start = upulse("process", "start", "worker", "--home", home)
     second = running_pid(upulse, home, started)
@@ -174,3 +178,9 @@ def test_log_tails_the_configured_log_and_says_when_there_is_none(
     none = upulse("process", "log", "gw", "--home", home, ok=False)
     assert "gw has no output log: no `log` is configured and pulse does not start it" \
         in none.stderr
+
+
+def test_the_note_says_a_request_not_yet_acted_on_and_who_asked() -> None:
+    waiting = ProcessState(name="worker", state=SupervisedState.RUNNING, at=0,
+                           pending="restart", asked_by="human:web")
+    assert process_note(waiting, 0) == "restart asked by human:web"
