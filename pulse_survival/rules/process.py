@@ -69,7 +69,9 @@ class ProcessWatchdog(SurvivalRule):
     As in supervisord, a restart that does not stay up `startsecs` is a failed start, and
     `startretries` failed starts in a row give up; so does spending `budget_per_hour`
     restarts within an hour. Giving up (and recovering later) is announced once. Every
-    sample since the last tick is judged; the newest decides whether to restart.
+    sample since the last tick is judged; the newest decides whether to restart. An
+    operator's pending request (pulse_survival.control) is acted on first; a process an
+    operator stopped is neither judged nor restarted until started again.
     """
 
     name = "process_watchdog"
