@@ -202,6 +202,11 @@ async def test_llm_watchdog_restarts_the_proxy_after_k_failed_probes(
     acked = await probe(False)
     assert len(acked) == 2
     reaper.append(acked[1].data["result"]["pid"])
+    # the proxy was running (hung, say): the restart replaced it, never adopted it
+    first, second = (e.data["result"] for e in acked)
+    assert second["stopped"] == first["pid"] != second["pid"]
+    assert not psutil.pid_exists(first["pid"]) or \
+        psutil.Process(first["pid"]).status() == psutil.STATUS_ZOMBIE
     await engine.close()
 
 
