@@ -120,7 +120,7 @@ from pulse_core._memory_view import (
 )
 from pulse_core._pages import LayerMetric, PageAction, PageRequest, PageView, UiPage
 from pulse_core._pmap import PersistentMap
-from pulse_core._principals import Principal, PrincipalRefused
+from pulse_core._principals import Principal, PrincipalRefused, human_origin
 from pulse_core._projector import Projector
 from pulse_core._recent_errors import RecentErrors
 from pulse_core._redact import redact_urls
@@ -326,6 +326,7 @@ __all__ = [
     "fold_effect",
     "guarded",
     "host_of",
+    "human_origin",
     "identity_key",
     "known_kinds",
     "layer_settings",

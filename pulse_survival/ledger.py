@@ -23,6 +23,7 @@ from pulse_core import (
     decode_mark,
     fold_effect,
     host_of,
+    human_origin,
 )
 from pulse_survival.effects import SURVIVAL_TAGS, Notify, RestartProcess, Rollback
 from pulse_survival.marks import (
@@ -222,7 +223,10 @@ class SurvivalLedger(Projection[SurvivalLedgerData]):
 
     def _request(self, state: SurvivalLedgerData, event: Event) -> SurvivalLedgerData:
         """An operator's request is pending until the watchdog handles it; a newer one of the
-        same process takes its place."""
+        same process takes its place. Only a person's is one: its origin says a person wrote
+        it, which only a person's store handle may (an agent's or the engine's is ignored)."""
+        if not human_origin(event.origin):
+            return state
         try:
             request = msgspec.convert(event.data, ProcessRequest)
         except msgspec.ValidationError:

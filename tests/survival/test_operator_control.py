@@ -13,8 +13,9 @@ from typing import Any
 import psutil
 import pytest
 
-from pulse_core import Engine, Event, ManualClock
+from pulse_core import Engine, Event, EventDraft, ManualClock, Principal, PrincipalRefused
 from pulse_survival import (
+    PROCESS_REQUESTED,
     Essential,
     ProcessPolicy,
     ProcessRequestRefused,
@@ -24,6 +25,7 @@ from pulse_survival import (
     UnknownProcess,
     check_request,
     process_states,
+    request_draft,
     request_process,
 )
 from tests.timing import eventually
@@ -103,6 +105,25 @@ async def test_stop_keeps_the_process_stopped_until_it_is_started_again(
     clock.advance(1_000)
     await engine.step()
     assert (await state_of(engine)).state is SupervisedState.RUNNING
+
+
+async def test_a_request_only_a_person_may_make_an_agents_is_ignored(
+    tmp_path: Path, reaper: list[int], open_engine: Callable[..., Any]
+) -> None:
+    """A steered agent cannot stop what keeps it alive: it may not label its event as a
+    person's (the store refuses), and one under its own origin is not a request."""
+    engine: Engine = await open_engine(tmp_path / "home", survival=config(worker(tmp_path)))
+    await engine.step()
+    running = await started_pid(engine, reaper)
+    agent = engine.events.as_principal(Principal.agent("hermes", "hermes-plugin"))
+    with pytest.raises(PrincipalRefused):
+        await agent.append([request_draft("worker", "stop", origin="cli")])
+    own = EventDraft(PROCESS_REQUESTED, "process:worker", {"action": "stop", "name": "worker"},
+                     origin="agent:hermes")
+    await agent.append([own])
+    await engine.step()
+    assert await effects(engine, "stop-process") == [] and alive(running)
+    assert (await state_of(engine)).pending is None
 
 
 async def test_restart_replaces_the_running_process_with_a_new_one(
