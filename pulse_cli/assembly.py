@@ -38,18 +38,19 @@ class BrokenLayer(ConfigError):
     """A layer config.json names is not installed, fails to import, or refuses its settings."""
 
 
-def load_code(code_dir: Path, *, staged: bool = False) -> EngineCode:
+def load_code(code_dir: Path, *, staged: bool = False,
+              revision: str | None = None) -> EngineCode:
     """The business code in `code_dir`; none without the folder.
 
     Production (HOME/engine) runs commits: in a git work tree the code is HEAD's, and edits
     not committed there do not run (EngineCode.uncommitted names them). `staged` loads the
     files as they are on disk instead: HOME/staging under the gate, `upulse dev` and
-    `upulse tick --staging`. Raises EngineCodeError when the code does not load. Blocking
-    (it imports the code).
+    `upulse tick --staging`. `revision` loads that commit's files (`upulse replay`).
+    Raises EngineCodeError when the code does not load. Blocking (it imports the code).
     """
     if not code_dir.is_dir():
         return NO_CODE
-    return load_engine_code(code_dir, committed=not staged)
+    return load_engine_code(code_dir, committed=not staged, revision=revision)
 
 
 def uncommitted_note(code_dir: Path, code: EngineCode) -> str:
@@ -114,7 +115,7 @@ def build_engine(root: Path, cfg: Config, code: EngineCode, *,
     if rule_timeout is not None:
         options["rule_timeout"] = rule_timeout
     layers = configured_layers(root, cfg, clock=clock, directory=directory)
-    return Engine(
+    engine = Engine(
         root,
         layers=layers,
         business=code.build(LayerContext(root, clock, directory)),
@@ -128,3 +129,5 @@ def build_engine(root: Path, cfg: Config, code: EngineCode, *,
         drain_timeout=cfg.daemon.drain_timeout_s if drain_timeout is None else drain_timeout,
         **options,
     )
+    engine.ticker.revision = code.revision  # kept in each tick record
+    return engine

@@ -306,20 +306,26 @@ def _settings(path: Path, committed: bytes | None = None) -> dict[str, Any]:
     return settings
 
 
-def load_engine_code(engine_dir: Path, *, committed: bool = False) -> EngineCode:
+def load_engine_code(engine_dir: Path, *, committed: bool = False,
+                     revision: str | None = None) -> EngineCode:
     """Import `engine_dir`/engine.py under a fresh package name and return what it exports
     (EngineCode.build makes the layer for a home).
 
     `committed`: when `engine_dir` is the top of a git work tree with a commit, its modules
     and config.json are those of HEAD, read from git (edits in the work tree do not run;
     EngineCode.uncommitted lists them); elsewhere, and by default, the files on disk.
+    `revision` (a full commit of that repository) loads that commit's files instead of
+    HEAD's, the way a replay runs the code of an earlier tick.
     Raises EngineCodeError naming the file (and line) and the original error when the code
     fails to import, or when LAYER or config.json is malformed. Blocking: call it in a
     worker thread from async code.
     """
     folder = engine_dir.expanduser().resolve()
     entry = folder / "engine.py"
-    revision = head(folder)
+    if revision is None:
+        revision = head(folder)
+    else:
+        committed = True
     files = committed_files(folder, revision) if committed and revision else None
     if not (entry.is_file() if files is None else "engine.py" in files):
         at = f" in the commit {revision}" if files is not None else ""
@@ -343,7 +349,8 @@ def load_engine_code(engine_dir: Path, *, committed: bool = False) -> EngineCode
     try:
         return EngineCode(exported=_exported(module, entry), revision=revision,
                           settings=settings, package=package,
-                          uncommitted=changed_paths(folder) if files is not None else (),
+                          uncommitted=changed_paths(folder)
+                          if files is not None and revision == head(folder) else (),
                           entry=entry)
     except EngineCodeError:
         _forget(package)

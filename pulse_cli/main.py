@@ -174,6 +174,22 @@ def _query_commands(sub: Any) -> argparse.ArgumentParser:
     tick.add_argument("--verbose", "-v", action="store_true", help="each rule's decision")
     tick.add_argument("--staging", action="store_true", help="run the staging code")
     json_flag(tick)
+    replay = _command(sub, "replay", "replay.replay",
+                      "run a recorded tick again on the snapshot it saw and diff its effects "
+                      "with the recorded ones; writes nothing; exit 1 if they differ",
+                      lambda a, h: {"tick": a.tick, "revision": a.revision,
+                                    "staged": a.staged, "verbose": a.verbose,
+                                    "as_json": a.json})
+    replay.add_argument("tick", type=parse_count, metavar="TICK",
+                        help="the tick's number (`upulse events --kind tick` lists them)")
+    which = replay.add_mutually_exclusive_group()
+    which.add_argument("--revision", metavar="REV",
+                       help="run this revision of the engine directory (default: the one "
+                            "that ran the tick)")
+    which.add_argument("--staged", action="store_true", help="run the staging code")
+    replay.add_argument("--verbose", "-v", action="store_true",
+                        help="each rule's decision then and now, side by side")
+    json_flag(replay)
     return effects
 
 

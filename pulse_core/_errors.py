@@ -27,6 +27,8 @@
     │   ├── RevisionRefused         an assertion may not supersede or close that claim
     │   └── MergeRefused            an identity merge that would form a cycle, or repeat
     ├── ObjectMissing               a content-addressed payload is absent or was purged
+    ├── TickNotFound                no tick of that number ran on this home
+    ├── TickNotRecorded             a tick that ran but kept no record (it wrote nothing)
     ├── RuleChainError              compose() got a non-callable, or inner was called twice
     ├── LayerError                  a layer is missing, broken, or refused its settings
     │   └── LayerOpenFailed         a layer's lifespan raised as the engine opened
@@ -183,6 +185,15 @@ class MergeRefused(AppendRejected):
 
 class ObjectMissing(PulseError):
     """A content-addressed payload is not in objects/ (never stored, or purged)."""
+
+
+class TickNotFound(PulseError):
+    """No tick of that number ran on this home (ticks are numbered from 1)."""
+
+
+class TickNotRecorded(PulseError):
+    """A tick that ran but kept no record: it wrote nothing (no effect, no event), ran before
+    tick records were kept, or its record was purged."""
 
 
 class RuleChainError(PulseError):

@@ -301,7 +301,7 @@ def _register_builtin(entries: Iterable[tuple[str, str]]) -> None:
 _register_builtin(
     [
         ("tick", "a tick that produced effects or errors; data: number, tick_ms, effects, "
-                 "errors, seen_seq"),
+                 "errors, seen_seq; hash: its tick record (what it saw and decided)"),
         ("error", "a rule, watcher or loop raised; data: where, type, message"),
         ("effect", "an action described as data, for an executor; key: effect id"),
         ("effect-executing", "an executor claimed an effect; data: attempt, lease_until, "

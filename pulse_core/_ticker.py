@@ -19,6 +19,7 @@ from pulse_core._instruments import Instruments
 from pulse_core._projector import Projector, load_checkpoint, save_checkpoint
 from pulse_core._rules import Decision, RuleChain, RuleTrace
 from pulse_core._snapshot import Snapshot, VitalReading
+from pulse_core._tick_records import encode_record
 from pulse_core._watchers import Watcher
 from pulse_core.store import EventStore, Sample, VitalsStore
 
@@ -72,6 +73,10 @@ class Ticker:
         self.unrecorded: Callable[[list[EventDraft]], None] | None = None
         #: told of each tick that completes (the engine sets its instruments)
         self.instruments = Instruments()
+        #: the engine directory's revision the chain runs, kept in each tick record
+        self.revision: str | None = None
+        #: whether a tick that writes keeps its record (see pulse_core._tick_records)
+        self.records = True
         self._prev: Snapshot | None = None
         self._owed: _Decided | None = None
         self._resumed: TickMemo | None = None
@@ -161,6 +166,7 @@ class Ticker:
             started = time.perf_counter()
             curr, cursor = await self.snapshot(projector, executors, vitals)
             prev = self._prev or self._first_prev(curr)
+            prev_folded = curr.seq if self._prev is None else prev.seq
             decision, errors, self.trace = await self.chain.run(prev, curr)
             drafts = _drafts(decision, curr.seq or None, self.host)
             drafts += [error_draft(where, exc, host=self.host) for where, exc in errors]
@@ -170,7 +176,10 @@ class Ticker:
                                        "effects": [d.key for d in drafts if d.kind == "effect"],
                                        "errors": sum(d.kind == "error" for d in drafts),
                                        "seen_seq": curr.seq},
-                    origin="engine"))
+                    origin="engine",
+                    attachment=encode_record(prev, curr, prev_folded, decision, self.trace,
+                                             revision=self.revision)
+                    if self.records else None))
             # The next prev keeps the last reading of keys not sampled since (a watcher's first
             # sample after a restart may land after the first tick): a comparison of prev and
             # curr then sees no change where there was none.

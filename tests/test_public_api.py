@@ -69,6 +69,10 @@ EXPECTED_CORE = {
     "HeldLease", "LoopBeat", "fleet_json", "read_fleet",
     # the vitals key model-route probes write and llm_watchdog reads
     "LLM_ROUTE_KEY",
+    # tick records: finding one, running it again, comparing what it decided
+    "EffectDiff", "LogFold", "RecordedEffect", "RecordedTick", "Replayed", "TickNotFound",
+    "TickNotRecorded", "TickRecord", "diff_effects", "find_tick", "last_recorded",
+    "replay_tick",
 }
 
 
