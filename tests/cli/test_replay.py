@@ -141,10 +141,13 @@ def test_the_diff_pairs_effects_by_kind_and_key_then_by_kind() -> None:
         return RecordedEffect("note", key or f"note:{text}", {"type": "note", "text": text})
 
     ping = RecordedEffect("ping", "ping:1", {"type": "ping"})
+    other = RecordedEffect("ping", "k", {"type": "ping", "of": "another kind, the same key"})
     diff = diff_effects([note("a"), note("b", "k"), note("c"), ping],
-                        [note("x", "k"), note("a"), note("d")])
+                        [other, note("x", "k"), note("a"), note("d")])
     assert diff.same == (note("a"),)
-    assert diff.changed == ((note("b", "k"), note("x", "k")), (note("c"), note("d")))
-    assert diff.missing == (ping,) and diff.extra == ()
+    assert diff.changed == ((note("b", "k"), note("x", "k")), (note("c"), note("d")),
+                            (ping, other))
+    assert diff.missing == () and diff.extra == ()
     assert diff.differs == 3
+    assert diff_effects([ping], [note("a")]).missing == (ping,)
     assert msgspec.json.decode(msgspec.json.encode(diff), type=type(diff)) == diff
