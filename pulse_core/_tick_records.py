@@ -10,6 +10,7 @@ tick that wrote nothing keeps nothing.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from pulse_core._snapshot import Projection, Snapshot, VitalReading
 from pulse_core.store import EventStore, ObjectStore, Sample
 
 RECORD_VERSION = 1
+RECORD_LEVEL = 6
+"""zlib's level for records: about a quarter of the JSON's bytes for some 50 µs."""
 
 
 class RecordedSnapshot(msgspec.Struct, frozen=True):
@@ -94,17 +97,18 @@ def _light(snapshot: Snapshot) -> RecordedSnapshot:
 
 def encode_record(prev: Snapshot, curr: Snapshot, prev_folded: int, decision: Decision,
                   trace: Sequence[RuleTrace], *, revision: str | None) -> bytes:
-    """The bytes of the record of the tick that ran on (`prev`, `curr`)."""
+    """The bytes of the record of the tick that ran on (`prev`, `curr`): its JSON, deflated
+    (a snapshot's vitals repeat the last of its samples; the trace repeats its rule tiers)."""
     record = TickRecord(curr.number, revision, _light(prev), _light(curr), prev_folded,
                         recorded_effects(decision.effects), decision.tick_ms, tuple(trace))
-    return msgspec.json.encode(record)
+    return zlib.compress(msgspec.json.encode(record), RECORD_LEVEL)
 
 
 def decode_record(data: bytes, where: str) -> TickRecord:
     """The TickRecord in `data`; TickNotRecorded when it is not one (`where` names it)."""
     try:
-        return msgspec.json.decode(data, type=TickRecord)
-    except msgspec.DecodeError as exc:
+        return msgspec.json.decode(zlib.decompress(data), type=TickRecord)
+    except (zlib.error, msgspec.DecodeError) as exc:
         raise TickNotRecorded(f"{where} is not a tick record this pulse can read ({exc})") \
             from None
 

@@ -139,3 +139,12 @@ def test_web_events_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
           ["raw sqlite3 SELECT <columns> ORDER BY seq DESC LIMIT 100",
            "raw sqlite3 SELECT <columns> WHERE kind = ? ORDER BY seq DESC LIMIT 100",
            "raw sqlite3 kind=task-created as the schema is"], floors=2)
+
+
+def test_tick_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("tick_records").main(["--ticks", "6", "--rounds", "2", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["tick p50 with records", "added per writing tick p50", "bytes per tick record",
+           "ObjectStore.put_sync of a record p50"],
+          ["tick p50 without records", "raw durable file write p50",
+           "bytes of that tick's events"], floors=1)
