@@ -30,6 +30,7 @@ from pathlib import Path
 import msgspec
 
 import engine_template
+from pulse_cli.backtest import BACKTEST_TICKS
 from pulse_cli.directory_log import (
     directory_event,
     event_log,
@@ -73,9 +74,10 @@ class PromoteNotApplied(EngineDirError):
 
 class PromoteResult(msgspec.Struct, frozen=True):
     """What `promote` did. `ok` false: `failed_step` names the step (compile, mypy, tests,
-    dry-run, merge), `output` says why, and nothing was changed. `revision` is main's
-    commit afterwards; `previous` the one before. The two are equal only when nothing was
-    promoted (then nothing was merged or recorded either)."""
+    dry-run, backtest, merge), `output` says why, and nothing was changed. `revision` is
+    main's commit afterwards; `previous` the one before. The two are equal only when nothing
+    was promoted (then nothing was merged or recorded either). The backtest step's
+    `backtest` is what the gate's backtest found."""
 
     ok: bool
     revision: str | None
@@ -167,13 +169,16 @@ def _nothing(main: str, why: str, steps: tuple[GateStep, ...] = ()) -> PromoteRe
 
 async def promote(home: Path, *, events: EventStore | None = None, store: str | None = None,
                   host: str = "", dry_run_timeout_s: float = 5.0,
+                  backtest_ticks: int = BACKTEST_TICKS, max_diff: int | None = None,
                   waiting: Callable[[str], None] | None = None,
                   progress: Callable[[str], None] | None = None) -> PromoteResult:
     """Gate staging, then record a `promote` event and move main to it.
 
     MissingTools is raised first when git, mypy or pytest is missing (naming all of them).
-    The gate (compile, mypy, tests, dry-run; see pulse_cli.gate) runs on staging's files as
-    they are, and `progress` hears each step as it starts and ends. Only when every step
+    The gate (compile, mypy, tests, dry-run, backtest over the last `backtest_ticks`
+    recorded ticks, refused past `max_diff` differing effects; see pulse_cli.gate) runs on
+    staging's files as they are, and `progress` hears each step as it starts and ends. A
+    backtest that replayed something is recorded in the `promote` event. Only when every step
     passes are they committed on `staging` ("promote: staged changes"), main merged into
     staging when staging lacks some of it, and {revision, previous} appended to `events`
     (None: the home's log at the store URL `store`, opened for that append only) under the
@@ -199,6 +204,7 @@ async def promote(home: Path, *, events: EventStore | None = None, store: str | 
             return _nothing(previous, "staging has nothing main lacks")
         before = await asyncio.to_thread(work_tree_state, staging)
         steps = await run_gate(staging, home, dry_run_timeout_s=dry_run_timeout_s,
+                               backtest_ticks=backtest_ticks, max_diff=max_diff,
                                progress=progress)
         if not steps[-1].ok:
             return _refused(steps[-1].name, steps[-1].output, previous, steps)
@@ -236,8 +242,7 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
     try:
         async with event_log(engine.parent, events, store, read_only=False) as log:
             await reconcile_log(engine, log, previous, "cli", host)
-            await log.append([directory_event("promote",
-                                              {"revision": now, "previous": previous},
+            await log.append([directory_event("promote", _promoted(now, previous, steps),
                                               host, "cli")])
     except PulseError as exc:
         raise PromoteNotRecorded(
@@ -261,6 +266,15 @@ async def _merge(engine: Path, staging: Path, previous: str, before: str,
             f"{engine / '.git' / 'index.lock'}: remove it if no git command is running "
             "there), then `upulse promote` again") from exc
     return PromoteResult(ok=True, revision=now, previous=previous, steps=steps)
+
+
+def _promoted(now: str, previous: str, steps: tuple[GateStep, ...]) -> dict[str, object]:
+    """The `promote` event's data: the revisions, and the backtest when it replayed ticks."""
+    data: dict[str, object] = {"revision": now, "previous": previous}
+    backtest = next((s.backtest for s in steps if s.backtest is not None), None)
+    if backtest is not None and backtest.ticks:
+        data["backtest"] = msgspec.to_builtins(backtest)
+    return data
 
 
 # -- the log and main agree --------------------------------------------------------------------

@@ -11,6 +11,9 @@ Four steps, in order, stopping at the first failure:
               declares has an executor; one tick of it, on a scratch copy of the live home,
               returns a Decision within the time bound, no staged rule records an error, and
               every effect the tick emitted has an executor
+    backtest  that engine's chain over the last recorded ticks (pulse_cli.backtest): how the
+              effects it would have decided differ from the recorded ones; fails only when
+              they differ by more effects than `max_diff`
 
 The dry run happens in a child process (`python -m pulse_cli.gate dry-run ...`): a rule that
 blocks the event loop is killed at the deadline instead of hanging the promote, and the
@@ -44,11 +47,12 @@ import msgspec
 
 import pulse_core
 from pulse_cli import config as config_file
+from pulse_cli.backtest import BACKTEST_TICKS, Backtest, run_backtest
 from pulse_cli.dryrun import copy_live_home
 from pulse_cli.home import Home
 from pulse_core import HomeLayout, Mark, PulseError, rule_name
 
-GATE_STEPS = ("compile", "mypy", "tests", "dry-run")
+GATE_STEPS = ("compile", "mypy", "tests", "dry-run", "backtest")
 OUTPUT_LIMIT = 4_000
 STEP_TIMEOUT_S = 300.0
 OPEN_TIMEOUT_S = 120.0
@@ -93,12 +97,14 @@ async def exclusive_lock(lock: Path, timeout_s: float, holder: str,
 
 
 class GateStep(msgspec.Struct, frozen=True):
-    """How one gate step went: its name, whether it passed, how long it took, what it said."""
+    """How one gate step went: its name, whether it passed, how long it took, what it said
+    (and, for the backtest step, the backtest)."""
 
     name: str
     ok: bool
     seconds: float
     output: str = ""
+    backtest: Backtest | None = None
 
     def __str__(self) -> str:
         return f"{'passed' if self.ok else 'FAILED'}  {self.name:<8} {self.seconds:6.1f} s"
@@ -296,35 +302,56 @@ def _verdict(message: Mapping[str, Any], chatter: list[str]) -> tuple[bool, str]
     return True, summary
 
 
+async def _backtest(staging: Path, home: Path, ticks: int, max_diff: int | None,
+                    limit_s: float) -> tuple[bool, str, Backtest | None]:
+    with tempfile.TemporaryDirectory(prefix="upulse-gate-") as tmp:
+        scratch = Path(tmp) / "home"
+        scratch.mkdir()
+        await asyncio.to_thread(copy_live_home, Home(home), HomeLayout(scratch))
+        return await run_backtest(
+            staging, scratch, Home(home).layout.objects, ticks=ticks, max_diff=max_diff,
+            limit_s=limit_s, run=_run, python=PYTHON,
+            env={**_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"})
+
+
 # -- the gate ----------------------------------------------------------------------------------
 
 
 async def run_gate(staging: Path, home: Path, *, dry_run_timeout_s: float = 5.0,
                    step_timeout_s: float = STEP_TIMEOUT_S,
                    open_timeout_s: float = OPEN_TIMEOUT_S,
+                   backtest_ticks: int = BACKTEST_TICKS, max_diff: int | None = None,
                    progress: Callable[[str], None] | None = None) -> tuple[GateStep, ...]:
-    """Run the gate on the engine directory `staging`, dry-running against `home`.
+    """Run the gate on the engine directory `staging`, dry-running and backtesting (over
+    the last `backtest_ticks` recorded ticks, refusing a diff of more than `max_diff`
+    effects; None: any) against `home`.
 
-    Returns the steps that ran: all four when the code passes, else up to the one that
-    failed (the last). `progress` hears a line as each step starts and one as it ends.
+    Returns the steps that ran: all five when the code passes, else up to the one that
+    failed (the last). `progress` hears a line as each step starts and one as it ends
+    (the backtest's lines after it).
     Writes nothing to `home` but the mypy cache (HOME/cache/mypy, or $MYPY_CACHE_DIR),
     which one gate's mypy uses at a time.
     """
-    steps: list[Callable[[], Awaitable[tuple[bool, str]]]] = [
+    steps: list[Callable[[], Awaitable[tuple[bool, str] | tuple[bool, str, Backtest | None]]]] = [
         lambda: asyncio.to_thread(_compile_all, staging),
         lambda: _mypy(staging, home, step_timeout_s),
         lambda: _tests(staging, step_timeout_s),
         lambda: _dry_run(staging, home, dry_run_timeout_s, open_timeout_s),
+        lambda: _backtest(staging, home, backtest_ticks, max_diff, step_timeout_s),
     ]
     done: list[GateStep] = []
     for name, step in zip(GATE_STEPS, steps, strict=True):
         if progress is not None:
             progress(f"running {name} …")
         started = time.monotonic()
-        ok, output = await step()
-        done.append(GateStep(name, ok, round(time.monotonic() - started, 3), bounded(output)))
+        ok, output, *more = await step()
+        done.append(GateStep(name, ok, round(time.monotonic() - started, 3), bounded(output),
+                             more[0] if more else None))
         if progress is not None:
             progress(str(done[-1]))
+            if ok and done[-1].backtest is not None:  # a refusal's output says it
+                for line in done[-1].backtest.lines():
+                    progress(f"  {line}")
         if not ok:
             break
     return tuple(done)

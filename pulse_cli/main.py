@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pulse_cli.backtest import BACKTEST_TICKS
 from pulse_cli.backup_commands import add_backup_commands
 from pulse_cli.home import (
     EXIT_ERROR,
@@ -47,7 +48,8 @@ exit codes:
   1  error: the message says what failed and what to do
   2  usage: an unknown command, option or malformed argument
   3  the daemon is already running (daemon start, migrate) or is not running (stop, status)
-  4  the promote gate refused the staged code (promote, deploy)
+  4  the promote gate refused the staged code (promote, deploy; a backtest past --max-diff
+     too)
 """
 
 INTERRUPT_IS_EXIT = frozenset({"events", "logs", "log", "dev", "start", "run"})
@@ -229,11 +231,26 @@ def _task_commands(sub: Any) -> None:
         "--reason", required=True, help="why it was abandoned")
 
 
+def _backtest_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backtest", type=parse_count, default=BACKTEST_TICKS, metavar="N",
+                        help="replay the staged code over the last N recorded ticks and show "
+                             f"how its effects differ (default {BACKTEST_TICKS}; 0: none)")
+    parser.add_argument("--max-diff", type=parse_count, default=None, metavar="N",
+                        help="refuse the promote when more than N effects differ in the "
+                             "backtest (default: show the diff, refuse nothing)")
+
+
+def _backtest_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"backtest_ticks": args.backtest, "max_diff": args.max_diff}
+
+
 def _release_commands(sub: Any) -> None:
     promote = _command(sub, "promote", "release.promote",
-                       "gate the staging code (compile, mypy, tests, dry-run tick), merge it "
-                       "into main and make the daemon reload; exit 4 if refused",
-                       lambda a, h: {"as_json": a.json})
+                       "gate the staging code (compile, mypy, tests, dry-run tick, backtest "
+                       "over recorded ticks), merge it into main and make the daemon reload; "
+                       "exit 4 if refused",
+                       lambda a, h: {"as_json": a.json, **_backtest_options(a)})
+    _backtest_flags(promote)
     json_flag(promote)
     rollback = _command(sub, "rollback", "release.rollback",
                         "revert main to REV (default: the revision before the last promote) "
@@ -248,9 +265,11 @@ def _release_commands(sub: Any) -> None:
     json_flag(rollback)
     deploy = _command(sub, "deploy", "release.deploy",
                       "promote, then confirm the daemon runs the new revision (starting it "
-                      "if stopped)", lambda a, h: {"wait_s": a.timeout, "as_json": a.json})
+                      "if stopped)", lambda a, h: {"wait_s": a.timeout, "as_json": a.json,
+                                                   **_backtest_options(a)})
     deploy.add_argument("--timeout", type=parse_seconds, default=30.0, metavar="S",
                         help="seconds to wait for the daemon (default 30)")
+    _backtest_flags(deploy)
     json_flag(deploy)
     dev = _command(sub, "dev", "release.dev",
                    "run the staging code on a scratch copy of the home with hot reload",

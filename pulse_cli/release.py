@@ -21,6 +21,7 @@ import watchfiles
 
 from pulse_cli import config as config_file
 from pulse_cli.assembly import NO_CODE, bound_host, build_engine, load_code
+from pulse_cli.backtest import BACKTEST_TICKS
 from pulse_cli.control import signal_reload, start, wait_for_revision
 from pulse_cli.dryrun import copy_home
 from pulse_cli.enginedir import PromoteResult
@@ -30,6 +31,13 @@ from pulse_cli.output import clip, print_json, print_json_line, printable, to_js
 from pulse_cli.rollback import rollback as revert
 from pulse_core import Engine, PulseError, wait_signal
 from pulse_survival import NotifySinks
+
+
+class BacktestDiffExceeded(CliError):
+    """The staged code, run over the last recorded ticks, decides more effects otherwise
+    than `--max-diff` allows: the promote was refused and nothing moved."""
+
+    exit_code = EXIT_REFUSED
 
 
 class NoEngineDirectory(CliError):
@@ -59,12 +67,23 @@ def _progress(line: str) -> None:
     print(f"  {line}", flush=True)
 
 
-async def _promote(home: Home, as_json: bool) -> PromoteResult:
-    """The gate and the merge; without `as_json`, each gate step is printed as it runs."""
+async def _promote(home: Home, as_json: bool, backtest_ticks: int,
+                   max_diff: int | None) -> PromoteResult:
+    """The gate and the merge; without `as_json`, each gate step is printed as it runs.
+    BacktestDiffExceeded when the backtest refused the staged code (with `as_json`, after
+    the result is printed)."""
     _require_engine_dir(home)
     cfg = config_file.load(home.config)
     result = await gate_and_merge(home.root, store=cfg.store, host=bound_host(home.root, cfg),
+                                  backtest_ticks=backtest_ticks, max_diff=max_diff,
                                   waiting=_waiting, progress=None if as_json else _progress)
+    if result.failed_step == "backtest":
+        if as_json:
+            print_json({**msgspec.to_builtins(result), "reload": None})
+        else:
+            print(printable(result.output, newlines=True))
+        raise BacktestDiffExceeded(f"promote refused by the backtest (--max-diff {max_diff}); "
+                                   "main and the daemon are untouched")
     if as_json:
         return result
     if not result.ok:
@@ -75,12 +94,15 @@ async def _promote(home: Home, as_json: bool) -> PromoteResult:
     return result
 
 
-async def promote(home: Home, *, as_json: bool) -> int:
-    """Run the gate on staging; on success record it, merge and make the daemon reload.
+async def promote(home: Home, *, as_json: bool, backtest_ticks: int = BACKTEST_TICKS,
+                  max_diff: int | None = None) -> int:
+    """Run the gate on staging (its backtest over the last `backtest_ticks` recorded ticks,
+    refusing more than `max_diff` differing effects); on success record it, merge and make
+    the daemon reload.
 
     The home's log is opened only to record a promote that merged something: a refusal,
     or nothing to promote, leaves every store of the home as it was."""
-    result = await _promote(home, as_json)
+    result = await _promote(home, as_json, backtest_ticks, max_diff)
     promoted = result.ok and result.revision != result.previous
     reload = _reloaded(home) if promoted else None
     if as_json:
@@ -113,9 +135,11 @@ async def rollback(home: Home, revision: str | None, *, reason: str,
     return 0
 
 
-async def deploy(home: Home, *, wait_s: float, as_json: bool = False) -> int:
-    """Promote, then confirm the daemon runs the new revision (starting it if stopped)."""
-    result = await _promote(home, as_json)
+async def deploy(home: Home, *, wait_s: float, as_json: bool = False,
+                 backtest_ticks: int = BACKTEST_TICKS, max_diff: int | None = None) -> int:
+    """Promote (see `promote`), then confirm the daemon runs the new revision (starting it
+    if stopped)."""
+    result = await _promote(home, as_json, backtest_ticks, max_diff)
     if not result.ok:
         if as_json:
             print_json({**msgspec.to_builtins(result), "deployed": None})

@@ -178,6 +178,8 @@ async def last_recorded(events: EventStore, objects: ObjectStore,
     """The records of the last `count` ticks that kept one, oldest first (ticks whose record
     is gone are passed over)."""
     found: list[RecordedTick] = []
+    if count <= 0:
+        return found
     for event in await events.read(kinds=["tick"], newest_first=True, limit=count):
         if event.hash is None:
             continue

@@ -79,6 +79,17 @@ def _kind(tier: str, business: str) -> str:
     return "business" if tier == business else "layer"
 
 
+def _backtest(found: Any) -> dict[str, Any] | None:
+    """What a promote's backtest found, as the page shows it (None when none ran)."""
+    if not isinstance(found, dict) or not isinstance(found.get("ticks"), int):
+        return None
+    first = found.get("first")
+    return {"ticks": found["ticks"], "differing": found.get("differing", 0),
+            "differs": found.get("differs", 0), "kinds": found.get("kinds", {}),
+            "first": [t.get("tick") for t in first if isinstance(t, dict)]
+            if isinstance(first, list) else []}
+
+
 def _history_entry(event: Event, asked: dict[str, dict[str, Any]]) -> dict[str, Any]:
     data = event.data if isinstance(event.data, dict) else {}
     revision_now = data.get("revision")
@@ -88,6 +99,7 @@ def _history_entry(event: Event, asked: dict[str, dict[str, Any]]) -> dict[str, 
             "revision": revision_now, "previous": data.get("previous"), "to": data.get("to"),
             "reason": data.get("reason"), "kept": data.get("kept"),
             "staging": data.get("staging"), "migrated_from": data.get("migrated_from"),
+            "backtest": _backtest(data.get("backtest")),
             "asked_by": request["origin"] if request else None,
             "effect": request["id"] if request else None}
 

@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from pulse_cli import config as config_file
+from pulse_cli.assembly import build_engine, load_code
 from pulse_cli.enginedir import init_engine_dir
 from pulse_cli.loader import EngineCode, load_engine_code
 from pulse_core import (
@@ -170,3 +172,20 @@ def install_probe_layer(site: Path) -> Path:
     (info / "entry_points.txt").write_text("[pulse.layers]\nprobe = pulse_probe_layer:layer\n")
     (site / "pulse_probe_layer.py").write_text(PROBE_LAYER)
     return site
+
+
+async def run_ticks(home: Path, arrivals: list[int]) -> None:
+    """The engine the daemon would build for `home` ticks once per entry of `arrivals`,
+    after that many new messages reached the inbox."""
+    code = await asyncio.to_thread(load_code, home / "engine")
+    engine = build_engine(home, config_file.load_or_default(home / "config.json"), code)
+    await engine.open()
+    try:
+        for arrived in arrivals:
+            start = len(list((home / "inbox").iterdir()))
+            for n in range(arrived):
+                (home / "inbox" / f"message-{start + n}.txt").write_text("hello")
+            await engine.step()
+    finally:
+        await engine.close()
+        code.forget()

@@ -128,6 +128,8 @@ def test_promote_reports_each_gate_step_as_it_starts_and_ends(
     _, result, _ = promoted
     expected = [line for step in result.steps
                 for line in (f"running {step.name} …", str(step))]
+    expected.append("  no recorded ticks to backtest (only ticks that write keep a record): "
+                    "passes")
     assert expected == PROGRESS
     assert PROGRESS[1].startswith("passed  compile")
 
@@ -158,9 +160,11 @@ async def test_promote_of_a_good_edit_merges_records_a_promote_event_and_loads_t
         promoted: tuple[Path, PromoteResult, str]) -> None:
     home, result, before = promoted
     assert result.ok, result
-    assert [s.name for s in result.steps] == ["compile", "mypy", "tests", "dry-run"]
+    assert [s.name for s in result.steps] == ["compile", "mypy", "tests", "dry-run",
+                                              "backtest"]
     assert all(s.ok for s in result.steps)
-    assert result.steps[-1].output.startswith("decision: ")
+    assert result.steps[-2].output.startswith("decision: ")
+    assert result.steps[-1].backtest is not None and result.steps[-1].backtest.ticks == 0
     main = git(home / "engine", "rev-parse", "HEAD")
     assert (result.revision, result.previous) == (main, before)
     assert git(home / "engine", "log", "-1", "--format=%s") == "promote: staged changes"

@@ -71,7 +71,8 @@ def _refused_at_merge(result: PromoteResult, said: str, main: str) -> None:
     assert not result.ok, result
     assert (result.failed_step, result.revision, result.previous) == ("merge", main, main)
     assert said in result.output
-    assert [s.name for s in result.steps] == ["compile", "mypy", "tests", "dry-run"]
+    assert [s.name for s in result.steps] == ["compile", "mypy", "tests", "dry-run",
+                                              "backtest"]
 
 
 async def test_promote_refuses_when_staging_changes_while_the_gate_runs(

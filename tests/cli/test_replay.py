@@ -11,8 +11,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pulse_cli import config as config_file
-from pulse_cli.assembly import build_engine, load_code
 from pulse_cli.home import Home
 from pulse_cli.replay import RevisionNotFound, replay
 from pulse_core import (
@@ -24,24 +22,7 @@ from pulse_core import (
     open_home,
 )
 from tests.cli.runner import Upulse
-from tests.cli.support import NEW_TEXT, OLD_TEXT, git, make_home, stage_new_text
-
-
-async def run_ticks(home: Path, arrivals: list[int]) -> None:
-    """The engine the daemon would build for `home` ticks once per entry of `arrivals`,
-    after that many new messages reached the inbox."""
-    code = await asyncio.to_thread(load_code, home / "engine")
-    engine = build_engine(home, config_file.load_or_default(home / "config.json"), code)
-    await engine.open()
-    try:
-        for arrived in arrivals:
-            start = len(list((home / "inbox").iterdir()))
-            for n in range(arrived):
-                (home / "inbox" / f"message-{start + n}.txt").write_text("hello")
-            await engine.step()
-    finally:
-        await engine.close()
-        code.forget()
+from tests.cli.support import NEW_TEXT, OLD_TEXT, git, make_home, run_ticks, stage_new_text
 
 
 @pytest.fixture(scope="module")

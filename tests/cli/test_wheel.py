@@ -75,7 +75,8 @@ async def test_promote_from_a_plain_install_gates_an_engine_with_stdlib_named_mo
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["ok"], "\n".join(f"{s['name']}: {s['output']}" for s in result["steps"])
-    assert [s["name"] for s in result["steps"]] == ["compile", "mypy", "tests", "dry-run"]
+    assert [s["name"] for s in result["steps"]] == ["compile", "mypy", "tests", "dry-run",
+                                                    "backtest"]
 
 
 @pytest.fixture(autouse=True)

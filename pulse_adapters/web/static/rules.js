@@ -71,8 +71,15 @@ function button(text, revision, label, enabled) {
   }, text);
 }
 
+function backtest(b) {
+  if (!b) return "";
+  const first = b.first.length ? ` (first: tick ${b.first.join(", ")})` : "";
+  return `; backtest over ${b.ticks} recorded tick(s): ${b.differs} effect(s) differ in ` +
+    `${b.differing} tick(s)${first}`;
+}
+
 function what(h) {
-  if (h.kind === "promote") return `from ${rev(h.previous)}`;
+  if (h.kind === "promote") return `from ${rev(h.previous)}${backtest(h.backtest)}`;
   return h.to && h.to !== h.revision ? `files of ${rev(h.to)}` : "main stays";
 }
 
