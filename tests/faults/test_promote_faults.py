@@ -164,7 +164,8 @@ async def test_two_gates_at_once_on_one_cold_mypy_cache_both_pass(
 
     for steps in gates:
         assert [(s.name, s.ok) for s in steps] == [
-            ("compile", True), ("mypy", True), ("tests", True), ("dry-run", True)], steps
+            ("compile", True), ("mypy", True), ("tests", True), ("dry-run", True),
+            ("backtest", True)], steps
 
 
 async def test_a_gate_does_not_run_mypy_on_a_cache_another_gate_is_using(
