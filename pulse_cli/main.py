@@ -47,7 +47,8 @@ exit codes:
   0  ok
   1  error: the message says what failed and what to do
   2  usage: an unknown command, option or malformed argument
-  3  the daemon is already running (daemon start, migrate) or is not running (stop, status)
+  3  the daemon is already running (daemon start, migrate) or is not running (stop, status);
+     a replayed tick decides other effects than it recorded (replay)
   4  the promote gate refused the staged code (promote, deploy; a backtest past --max-diff
      too)
 """
@@ -178,7 +179,7 @@ def _query_commands(sub: Any) -> argparse.ArgumentParser:
     json_flag(tick)
     replay = _command(sub, "replay", "replay.replay",
                       "run a recorded tick again on the snapshot it saw and diff its effects "
-                      "with the recorded ones; writes nothing; exit 1 if they differ",
+                      "with the recorded ones; writes nothing; exit 3 if they differ",
                       lambda a, h: {"tick": a.tick, "revision": a.revision,
                                     "staged": a.staged, "verbose": a.verbose,
                                     "as_json": a.json})

@@ -23,7 +23,7 @@ from pulse_cli import config as config_file
 from pulse_cli.assembly import build_engine, load_code
 from pulse_cli.enginedir import EngineDirError
 from pulse_cli.git import git
-from pulse_cli.home import Home
+from pulse_cli.home import EXIT_STATE, Home
 from pulse_cli.loader import EngineCode
 from pulse_cli.output import print_json, print_table, to_json
 from pulse_cli.stores import opened
@@ -41,8 +41,9 @@ from pulse_core import (
     replay_tick,
 )
 
-EXIT_DIFFERS = 1
-"""What `upulse replay` exits with when the effects differ (like diff(1))."""
+EXIT_DIFFERS = EXIT_STATE
+"""What `upulse replay` exits with when the effects differ: the check does not hold (as
+`upulse maintenance health` does), not an error."""
 
 
 class RevisionNotFound(EngineDirError):

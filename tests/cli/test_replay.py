@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from pulse_cli.home import Home
-from pulse_cli.replay import RevisionNotFound, replay
+from pulse_cli.replay import EXIT_DIFFERS, RevisionNotFound, replay
 from pulse_core import (
     RecordedEffect,
     TickNotFound,
@@ -102,7 +102,7 @@ async def test_replaying_another_revision_shows_what_it_would_have_done(
     stage_new_text(ticked / "staging")
     try:
         capsys.readouterr()
-        assert await replay(home, 3, staged=True, as_json=True) == 1
+        assert await replay(home, 3, staged=True, as_json=True) == EXIT_DIFFERS == 3
         report = json.loads(capsys.readouterr().out)
         assert report["revision"] == "staging"
         assert report["diff"]["same"] == [] and report["differs"] == 1
@@ -111,7 +111,7 @@ async def test_replaying_another_revision_shows_what_it_would_have_done(
         assert changed["replayed"]["payload"]["text"] == f"5 {NEW_TEXT}"
         git(ticked / "staging", "commit", "-q", "-am", "the new text")
         staged = git(ticked / "staging", "rev-parse", "HEAD")
-        assert await replay(home, 1, revision=staged) == 1
+        assert await replay(home, 1, revision=staged) == EXIT_DIFFERS
         assert "1 changed" in capsys.readouterr().out
     finally:
         git(ticked / "staging", "reset", "-q", "--hard", "main")
