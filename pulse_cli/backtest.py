@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from pulse_cli import config as config_file
+from pulse_cli.dryrun import copy_live_home
 from pulse_cli.home import Home
-from pulse_core import ObjectStore, PulseError, last_recorded, open_home
+from pulse_core import HomeLayout, ObjectStore, PulseError, last_recorded, open_home
 
 if TYPE_CHECKING:  # replay builds on the engine directory, whose gate runs this
     from pulse_cli.replay import TickReplay
@@ -126,19 +127,23 @@ def verdict(backtest: Backtest, max_diff: int | None) -> tuple[bool, str]:
     return True, said
 
 
-async def run_backtest(staging: Path, scratch: Path, objects: Path, *, ticks: int,
-                       max_diff: int | None, limit_s: float, run: ChildRunner,
-                       python: Sequence[str], env: Mapping[str, str]
-                       ) -> tuple[bool, str, Backtest | None]:
+async def run_backtest(staging: Path, home: Path, *, ticks: int, max_diff: int | None,
+                       limit_s: float, run: ChildRunner, python: Sequence[str],
+                       env: Mapping[str, str]) -> tuple[bool, str, Backtest | None]:
     """The gate's backtest step: the staged code in `staging` over the last `ticks` records
-    of the scratch copy `scratch` of the live log, read from `objects` (the live home's
-    objects/), in a child `run` starts with `python` and `env`; (passed, what it says, the
-    backtest when it ran)."""
+    of the live home `home`, on a scratch copy of its log (pulse_cli.dryrun.copy_live_home)
+    with the records read from its objects/, in a child `run` starts with `python` and
+    `env`; (passed, what it says, the backtest when it ran)."""
+    if ticks <= 0:
+        return True, "no backtest (asked for over 0 ticks)", None
+    live = Home(home)
     with tempfile.TemporaryDirectory(prefix="upulse-backtest-") as tmp:
-        out = Path(tmp) / RESULT
+        scratch, out = Path(tmp) / "home", Path(tmp) / RESULT
+        scratch.mkdir()
+        await asyncio.to_thread(copy_live_home, live, HomeLayout(scratch))
         code, said = await run(
-            [*python, "-m", "pulse_cli.backtest", str(staging), str(scratch), str(objects),
-             str(ticks), str(out)], Path(tmp), env, limit_s)
+            [*python, "-m", "pulse_cli.backtest", str(staging), str(scratch),
+             str(live.layout.objects), str(ticks), str(out)], Path(tmp), env, limit_s)
         if code is None:
             return False, f"the backtest did not finish within {limit_s:g} s (killed)", None
         try:

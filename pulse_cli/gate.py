@@ -302,18 +302,6 @@ def _verdict(message: Mapping[str, Any], chatter: list[str]) -> tuple[bool, str]
     return True, summary
 
 
-async def _backtest(staging: Path, home: Path, ticks: int, max_diff: int | None,
-                    limit_s: float) -> tuple[bool, str, Backtest | None]:
-    with tempfile.TemporaryDirectory(prefix="upulse-gate-") as tmp:
-        scratch = Path(tmp) / "home"
-        scratch.mkdir()
-        await asyncio.to_thread(copy_live_home, Home(home), HomeLayout(scratch))
-        return await run_backtest(
-            staging, scratch, Home(home).layout.objects, ticks=ticks, max_diff=max_diff,
-            limit_s=limit_s, run=_run, python=PYTHON,
-            env={**_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"})
-
-
 # -- the gate ----------------------------------------------------------------------------------
 
 
@@ -337,7 +325,9 @@ async def run_gate(staging: Path, home: Path, *, dry_run_timeout_s: float = 5.0,
         lambda: _mypy(staging, home, step_timeout_s),
         lambda: _tests(staging, step_timeout_s),
         lambda: _dry_run(staging, home, dry_run_timeout_s, open_timeout_s),
-        lambda: _backtest(staging, home, backtest_ticks, max_diff, step_timeout_s),
+        lambda: run_backtest(staging, home, ticks=backtest_ticks, max_diff=max_diff,
+                             limit_s=step_timeout_s, run=_run, python=PYTHON,
+                             env={**_source_paths(), "PYTHONDONTWRITEBYTECODE": "1"}),
     ]
     done: list[GateStep] = []
     for name, step in zip(GATE_STEPS, steps, strict=True):

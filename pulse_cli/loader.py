@@ -322,8 +322,9 @@ def load_engine_code(engine_dir: Path, *, committed: bool = False,
     """
     folder = engine_dir.expanduser().resolve()
     entry = folder / "engine.py"
+    checked_out = head(folder)
     if revision is None:
-        revision = head(folder)
+        revision = checked_out
     else:
         committed = True
     files = committed_files(folder, revision) if committed and revision else None
@@ -350,7 +351,7 @@ def load_engine_code(engine_dir: Path, *, committed: bool = False,
         return EngineCode(exported=_exported(module, entry), revision=revision,
                           settings=settings, package=package,
                           uncommitted=changed_paths(folder)
-                          if files is not None and revision == head(folder) else (),
+                          if files is not None and revision == checked_out else (),
                           entry=entry)
     except EngineCodeError:
         _forget(package)
