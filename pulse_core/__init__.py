@@ -27,6 +27,7 @@ from pulse_core._errors import (
     AppendRejected,
     EffectNotFound,
     EffectStateConflict,
+    ElementTextUnreadable,
     EventLogLost,
     EventUnreadable,
     HomeLocked,
@@ -186,7 +187,6 @@ from pulse_core.store import (
     UnreadableEvent,
     VitalsStore,
     parse_store_url,
-    purge_payload,
 )
 
 __all__ = [
@@ -216,6 +216,7 @@ __all__ = [
     "EffectOutcome",
     "EffectStateConflict",
     "EffectStatus",
+    "ElementTextUnreadable",
     "Engine",
     "EngineDirectory",
     "EngineHeartbeat",
@@ -368,7 +369,6 @@ __all__ = [
     "private_folder",
     "process_started",
     "publish_face",
-    "purge_payload",
     "read_fleet",
     "read_identities",
     "read_identity",

@@ -29,6 +29,8 @@
     ├── ObjectMissing               a content-addressed payload is absent or was purged
     ├── TickNotFound                no tick of that number ran on this home
     ├── TickNotRecorded             a tick that ran but kept no record (it wrote nothing)
+    ├── ElementTextUnreadable       an element's sealed text does not open: purged, its key
+    │                               missing, or key or text changed
     ├── RuleChainError              compose() got a non-callable, or inner was called twice
     ├── LayerError                  a layer is missing, broken, or refused its settings
     │   └── LayerOpenFailed         a layer's lifespan raised as the engine opened
@@ -194,6 +196,16 @@ class TickNotFound(PulseError):
 class TickNotRecorded(PulseError):
     """A tick that ran but kept no record: it wrote nothing (no effect, no event), ran before
     tick records were kept, or its record was purged."""
+
+
+class ElementTextUnreadable(PulseError):
+    """An element's sealed text cannot be opened: the element was purged (`purged`), its key
+    is missing from keys.db, or the key or the sealed bytes were changed. `element` names it."""
+
+    def __init__(self, element: str, message: str, *, purged: bool = False) -> None:
+        self.element = element
+        self.purged = purged
+        super().__init__(message)
 
 
 class RuleChainError(PulseError):

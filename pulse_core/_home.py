@@ -7,6 +7,7 @@
     ├── vitals.db        watcher samples
     ├── state.db         the side store (unless config names a Redis/Valkey URL)
     ├── objects/         content-addressed payloads
+    ├── keys.db          the memory elements' keys (never in a backup: see docs/backup.md)
     ├── checkpoints/     rebuildable caches of folds
     ├── logs/            output of processes the engine starts
     └── engine.lock      held by the engine that runs here
@@ -28,6 +29,7 @@ from pulse_core._homelock import private_folders
 from pulse_core._principals import Principal
 from pulse_core._projector import refuse_lost_log
 from pulse_core.store import (
+    ElementKeys,
     EventStore,
     ObjectStore,
     SideStore,
@@ -67,6 +69,11 @@ class HomeLayout:
     def side_db(self) -> Path:
         """The embedded side store."""
         return self.root / "state.db"
+
+    @property
+    def keys_db(self) -> Path:
+        """The memory elements' keys: destroyed by a purge, left out of backups."""
+        return self.root / "keys.db"
 
     @property
     def objects(self) -> Path:
@@ -127,7 +134,8 @@ async def open_home(
 ) -> HomeStores:
     """Open the stores of `home`: the event log at `store` (a store URL; default the home's
     own events.db), vitals, the side store at `side_store` (a side-store URL, such as
-    redis://host:6379/0; default the home's own state.db) and objects. Each URL's scheme
+    redis://host:6379/0; default the home's own state.db), objects, and the elements' keys
+    (the home's keys.db, whatever the log's backend: `events.keys`). Each URL's scheme
     names the installed backend that opens it (StoreBackendMissing when none does).
 
     `read_only` writes and creates nothing (no folder, no file, no schema; the event log must
@@ -145,6 +153,7 @@ async def open_home(
         events = await open_event_store(url, read_only=read_only, clock=clock, objects=objects,
                                         principal=principal)
         opening.push_async_callback(events.close)
+        events.keys = ElementKeys(layout.keys_db, read_only=read_only)
         if not read_only:  # EventLogLost: checkpoints remain of a log that is now empty
             await refuse_lost_log(events, layout.checkpoints)
         vitals = await SqliteVitalsStore.open(layout.vitals_db, clock=clock, read_only=read_only)

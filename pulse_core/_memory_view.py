@@ -2,14 +2,16 @@
 one identity's records with who wrote each and when. Read from the log; nothing is written.
 
 Both views fold the `Memory` projection (`pulse_core.memory.remember`) over memory events, so
-they show exactly the current form the rules and the awareness reviewer read: a forgotten or
-quarantined record appears only as a removal (what it was, how, why, by whom), never with its
-content. One identity's view also reads who set or revised each record from its key's
-history. Every view is a frozen Struct: `msgspec.to_builtins(view)` is plain JSON data.
+they show exactly the current form the rules and the awareness reviewer read: a forgotten,
+quarantined or purged record appears only as a removal (what it was, how, why, by whom), never
+with its content. Sealed element text is opened with the store's keys (`EventStore.keys`);
+a missing or changed key is an ElementTextUnreadable naming the element. One identity's
+view also reads who set or revised each record from its key's history. Every view is a frozen Struct: `msgspec.to_builtins(view)` is plain JSON data.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +20,7 @@ import msgspec
 from pulse_core._events import Event
 from pulse_core._projector import Projector
 from pulse_core.memory import Exchange, IdentityMemory, Memory, Note, identity_key, remember
-from pulse_core.store import EventStore
+from pulse_core.store import ElementKeys, EventStore, reveal
 
 SHOWN = 20
 """How many exchanges, observations, facts and removals one identity's view lists, newest
@@ -29,7 +31,8 @@ _RECORD_TYPES = {
     "observation-recorded": "observation", "temporal-fact-recorded": "fact",
     "reflection-recorded": "reflection",
 }
-_REMOVALS = {"record-forgotten": "forgotten", "record-quarantined": "quarantined"}
+_REMOVALS = {"record-forgotten": "forgotten", "record-quarantined": "quarantined",
+             "element-purged": "purged"}
 
 
 class RecordCounts(msgspec.Struct, frozen=True):
@@ -65,12 +68,17 @@ class IdentitySummary(msgspec.Struct, frozen=True):
     last_exchange: Exchange | None
 
 
-def summarise_identities(memory: Mapping[str, IdentityMemory]) -> list[IdentitySummary]:
+def summarise_identities(memory: Mapping[str, IdentityMemory],
+                         keys: ElementKeys | None = None) -> list[IdentitySummary]:
     """Every identity of a `Memory` projection state (an engine's live one, or
-    `read_identities`' fold), sorted by id."""
+    `read_identities`' fold), sorted by id; sealed text opened with `keys` (blocking)."""
     return [IdentitySummary(mem.identity, mem.name, mem.version, count_records(mem),
-                            mem.exchanges[-1] if mem.exchanges else None)
+                            _opened(mem.exchanges[-1], keys) if mem.exchanges else None)
             for _, mem in sorted(memory.items())]
+
+
+def _opened(exchange: Exchange, keys: ElementKeys | None) -> Exchange:
+    return msgspec.structs.replace(exchange, text=reveal(exchange.text, keys))
 
 
 async def read_identities(store: EventStore) -> list[IdentitySummary]:
@@ -79,7 +87,7 @@ async def read_identities(store: EventStore) -> list[IdentitySummary]:
     opened read-only will do)."""
     states = await Projector(store, [Memory()]).catch_up()
     memory: Mapping[str, IdentityMemory] = states[Memory.name]
-    return summarise_identities(memory)
+    return await asyncio.to_thread(summarise_identities, memory, store.keys)
 
 
 class ExchangeRecord(msgspec.Struct, frozen=True):
@@ -269,4 +277,20 @@ async def read_identity(store: EventStore, identity: str, *, shown: int = SHOWN
     provenance = _Provenance()
     for event in history:
         provenance.fold(event)
-    return provenance.records(shown)
+    return await asyncio.to_thread(_revealed, provenance.records(shown), store.keys)
+
+
+def _revealed(records: IdentityRecords, keys: ElementKeys | None) -> IdentityRecords:
+    """`records` with their sealed text opened (purged text reads as PURGED_TEXT)."""
+    replace = msgspec.structs.replace
+    return replace(
+        records,
+        exchanges=tuple(replace(x, text=reveal(x.text, keys)) for x in records.exchanges),
+        state=tuple(replace(s, value=reveal(s.value, keys), revision_reason=reveal(
+            s.revision_reason, keys)) for s in records.state),
+        unresolved=tuple(replace(u, text=reveal(u.text, keys)) for u in records.unresolved),
+        observations=tuple(replace(o, value=reveal(o.value, keys))
+                           for o in records.observations),
+        facts=tuple(replace(f, text=reveal(f.text, keys)) for f in records.facts),
+        reflection=None if records.reflection is None
+        else replace(records.reflection, text=reveal(records.reflection.text, keys)))

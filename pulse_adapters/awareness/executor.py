@@ -51,7 +51,7 @@ from pulse_core import (
     VersionConflict,
     error_draft,
 )
-from pulse_core.memory import IdentityMemory, identity_key, remember
+from pulse_core.memory import IdentityMemory, identity_key, remember, reveal_memory
 
 log = logging.getLogger("pulse.awareness")
 
@@ -269,7 +269,9 @@ class AwarenessExecutor(Executor):
         if human.record != effect.source:  # a newer exchange came: review the world as it is
             base = msgspec.structs.replace(base, source=human.record,
                                            fingerprint=fingerprint(memory))
-        evidence = build_evidence(memory, self.config)
+        keys = ctx.events.keys  # sealed element text is opened only to be shown and gated
+        evidence = build_evidence(await asyncio.to_thread(reveal_memory, memory, keys),
+                                  self.config)
         base = cycle.record = msgspec.structs.replace(
             base, counts=evidence.counts, available=evidence.available,
             observation_ids=evidence.observation_ids)
@@ -290,9 +292,10 @@ class AwarenessExecutor(Executor):
                     error="the source exchange was forgotten or quarantined during review")
                 return await self._settle(ctx, cycle, record, [], None)
             basis = human.ts  # the newest human exchange the evidence showed
-            measured = gate(envelope.verbs, evidence.allowlist, memory, self.config,
+            opened = await asyncio.to_thread(reveal_memory, memory, keys)
+            measured = gate(envelope.verbs, evidence.allowlist, opened, self.config,
                             writer=ORIGIN, reviewed_at=basis)
-            result = (gate(envelope.verbs, evidence.allowlist, memory, self.config,
+            result = (gate(envelope.verbs, evidence.allowlist, opened, self.config,
                            narration_only=True, writer=ORIGIN, reviewed_at=basis)
                       if effect.narration_only else measured)
             record = self._record(base, envelope, result, measured=measured, calls=calls,

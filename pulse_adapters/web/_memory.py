@@ -10,6 +10,8 @@ whole). A forgotten or quarantined record shows only as a removal, never its con
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,7 +31,8 @@ def routes(state: WebState) -> list[BaseRoute]:
 
     async def api_memory(request: Request) -> Response:
         memory = (await state.engine.snapshot()).state(Memory)
-        return JSONResponse({"identities": msgspec.to_builtins(summarise_identities(memory)),
+        found = await asyncio.to_thread(summarise_identities, memory, state.engine.events.keys)
+        return JSONResponse({"identities": msgspec.to_builtins(found),
                              "kinds": sorted(Memory.kinds)})
 
     async def api_identity(request: Request) -> Response:

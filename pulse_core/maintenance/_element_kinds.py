@@ -13,6 +13,7 @@ from typing import Annotated
 import msgspec
 
 from pulse_core._events import register_kind
+from pulse_core.store import seal_fields
 
 STAGES = ("active", "archived", "tombstoned")
 IMPACTS = ("low", "normal", "high")
@@ -31,6 +32,11 @@ Stamp = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 def element_id(identity: str, record: str) -> str:
     """The id of `record` of `identity`: "<identity>/<record>"."""
     return f"{identity}/{record}"
+
+
+def key_destroyed_key(eid: str) -> str:
+    """The event key of the record that element `eid`'s key was destroyed."""
+    return f"element-key:{eid}"
 
 
 def split_element_id(eid: str) -> tuple[str, str]:
@@ -163,6 +169,12 @@ class CommitmentUpdated(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"status {self.status!r} is not one of {COMMITMENT_STATUSES}")
 
 
+class KeyDestroyed(msgspec.Struct, frozen=True):
+    """element-key-destroyed: the key of purged element `element` is gone from keys.db."""
+
+    element: ElementRef
+
+
 for _kind, _doc, _type in (
     ("memory-metabolized", "a decay sweep set records' memory strength and stamped "
      "last_metabolized_at = cycle_start; key: identity:<id>", Metabolized),
@@ -191,6 +203,12 @@ for _kind, _doc, _type in (
      CommitmentUpdated),
 ):
     register_kind(_kind, _doc, _type)
+
+register_kind("element-key-destroyed", "a purged element's key destroyed: its sealed text "
+              "is unreadable everywhere; data: element (no key material); key: "
+              "element-key:<element>", KeyDestroyed)
+seal_fields("insight-recorded", "text")  # element text: sealed with the element's key
+seal_fields("commitment-made", "text")
 
 ELEMENT_KINDS = frozenset({
     "memory-metabolized", "memory-reinforced", "salience-set", "element-archived",

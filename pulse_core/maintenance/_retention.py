@@ -37,6 +37,7 @@ from pulse_core.maintenance._element_kinds import (
     StageChange,
     Stale,
     element_id,
+    key_destroyed_key,
     split_element_id,
 )
 from pulse_core.maintenance._element_queries import byte_namers, dependents
@@ -127,6 +128,11 @@ class RetentionLadder:
         `element-purged`, and the bytes are deleted after it; a crash in between leaves
         the decision in the log, and `finish_purges` completes it.
 
+        Its key is destroyed after the append (with a home's store: `store.keys`), so its
+        sealed text is unreadable in the log, the checkpoints and every backup, and an
+        `element-key-destroyed` event (no key material) records it; `finish_purges`
+        completes a purge that stopped before.
+
         Refused (PurgeRefused, nothing written) when `confirm` is not `eid`, when the element
         is active, under legal hold, or needed by a live element (derived from it, cites it,
         was corrected by it)."""
@@ -152,6 +158,7 @@ class RetentionLadder:
                                  extra=extra)
         for d in digest:
             await self._delete_bytes(d)
+        await self._destroy_keys([eid])
         return event
 
     async def purge_payload(self, eid: str, *, confirm: str, reason: str = "") -> Event:
@@ -191,10 +198,12 @@ class RetentionLadder:
     async def finish_purges(self) -> list[str]:
         """Delete the bytes of every payload purge the log decided whose bytes are still
         there (a crash between the append and the deletion); returns the digests deleted.
-        Re-doable: it re-checks that nothing live still needs the bytes."""
+        Re-doable: it re-checks that nothing live still needs the bytes. The keys of purged
+        elements still in keys.db are destroyed too (and recorded)."""
+        state = await self.reader.current()
+        await self._destroy_keys(sorted(state.purged))
         if self.objects is None:
             return []
-        state = await self.reader.current()
         done: list[str] = []
         for digest in sorted(state.payloads_purged):
             if self.objects.exists(digest) and digest not in state.foreign and all(
@@ -203,6 +212,21 @@ class RetentionLadder:
                 await self._delete_bytes(digest)
                 done.append(digest)
         return done
+
+    async def _destroy_keys(self, eids: Sequence[str]) -> None:
+        """Destroy the keys of purged `eids` and record each (`element-key-destroyed`, once
+        per element: an idempotent append), unless the store keeps no keys."""
+        keys = self.store.keys
+        if keys is None or not eids:
+            return
+        fresh = [e for e in eids if not await asyncio.to_thread(keys.destroyed, e)]
+        for eid in fresh:
+            await asyncio.to_thread(keys.destroy, eid)
+        if fresh:
+            await self.store.append([EventDraft(
+                "element-key-destroyed", key_destroyed_key(eid), {"element": eid},
+                origin=self.origin, cause=self.cause, idem=f"element-key-destroyed:{eid}")
+                for eid in fresh])
 
     async def _delete_bytes(self, digest: str) -> None:
         if self.objects is not None:

@@ -18,7 +18,14 @@ from pulse_core.store._backends import (
 )
 from pulse_core.store._base import EventStore
 from pulse_core.store._copy import copy_log, copy_sqlite_file
-from pulse_core.store._objects import ObjectStore, digest_of, purge_payload
+from pulse_core.store._keys import (
+    PURGED_TEXT,
+    ElementKeys,
+    is_sealed,
+    reveal,
+    seal_fields,
+)
+from pulse_core.store._objects import ObjectStore, digest_of
 from pulse_core.store._recorder import (
     AppendResult,
     Page,
@@ -42,7 +49,9 @@ from pulse_core.store._vitals import (
 )
 
 __all__ = [
+    "PURGED_TEXT",
     "AppendResult",
+    "ElementKeys",
     "EventStore",
     "LogLocation",
     "ObjectStore",
@@ -68,11 +77,13 @@ __all__ = [
     "copy_log",
     "copy_sqlite_file",
     "digest_of",
+    "is_sealed",
     "open_event_store",
     "open_side_store",
     "parse_side_store_url",
     "parse_store_url",
-    "purge_payload",
+    "reveal",
+    "seal_fields",
     "side_store_schemes",
     "store_schemes",
 ]

@@ -26,6 +26,7 @@ from pulse_core._events import (
 )
 from pulse_core._principals import Principal, PrincipalRefused, refusal_draft
 from pulse_core._waits import wait_signal
+from pulse_core.store._keys import ElementKeys, draft_element, seal_draft
 from pulse_core.store._recorder import (
     AppendResult,
     Page,
@@ -59,6 +60,8 @@ class EventStore:
       may not repeat an `idem`.
     - Drafts are checked against the kinds catalogue before anything is written; an
       attachment goes to the object store and its digest to the event's `hash`.
+    - With `keys`, a memory element's text and attachment are sealed with the element's key
+      after the draft is checked (pulse_core/store/_keys.py): the log holds ciphertext.
     - An append is one transaction: all its drafts are stored, or none.
     - Stored events are never changed or deleted.
     - A row whose data cannot be decoded never reaches a reader as an Event. Once an
@@ -70,10 +73,11 @@ class EventStore:
     """
 
     def __init__(self, recorder: Recorder, *, objects: ObjectStore | None = None,
-                 principal: Principal | None = None) -> None:
+                 principal: Principal | None = None, keys: ElementKeys | None = None) -> None:
         self.recorder = recorder
         self.objects = objects
         self.principal = principal or Principal.human()
+        self.keys = keys
         self._signals: set[asyncio.Event] = set()
         self._quarantined: set[int] = set()
         self._listening: bool | None = None  # None: not asked yet (see subscribe)
@@ -103,11 +107,15 @@ class EventStore:
                                 "refused — open the home without read_only to write")
         prepared: list[PreparedDraft] = []
         idems: dict[str, int] = {}
-        for index, draft in enumerate(drafts):
-            raw = check_draft(draft, index)
-            if not self.principal.allows(draft.kind, draft.origin):
-                await self._record_refusal(draft)
-                raise PrincipalRefused(self.principal, draft.kind, draft.origin)
+        for index, given in enumerate(drafts):
+            raw = check_draft(given, index)
+            if not self.principal.allows(given.kind, given.origin):
+                await self._record_refusal(given)
+                raise PrincipalRefused(self.principal, given.kind, given.origin)
+            draft = given
+            if self.keys is not None and draft_element(given.kind, given.key, given.data):
+                draft = await asyncio.to_thread(seal_draft, self.keys, given)
+                raw = check_draft(draft, index)
             if draft.idem is not None:
                 if draft.idem in idems:
                     raise InvalidEvent(
@@ -389,5 +397,9 @@ class EventStore:
         return self.recorder.exclusive(name)
 
     async def close(self) -> None:
-        """Finish pending appends and release the backend."""
-        await self.recorder.close()
+        """Finish pending appends and release the backend (and the element keys)."""
+        try:
+            await self.recorder.close()
+        finally:
+            if self.keys is not None:
+                self.keys.close()

@@ -11,9 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pulse_core._errors import ObjectMissing, StoreReadOnly, StoreUnavailable
-from pulse_core._events import Event, EventDraft
 from pulse_core._homelock import private_folder
-from pulse_core.store._base import EventStore
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -28,7 +26,8 @@ class ObjectStore:
 
     A put writes a temporary file, fsyncs it and renames it into place, so a reader never
     sees half an object. Purging deletes the bytes; the events that name the digest stay
-    (see `pulse_core.purge_payload`). Read-only, the folder is neither created nor written.
+    (see `RetentionLadder.purge_payload` in pulse_core.maintenance). Read-only, the folder
+    is neither created nor written.
     """
 
     def __init__(self, root: str | Path, *, read_only: bool = False) -> None:
@@ -107,19 +106,3 @@ class ObjectStore:
         """`get_sync` off the event loop."""
         return await asyncio.to_thread(self.get_sync, digest)
 
-
-async def purge_payload(
-    events: EventStore, objects: ObjectStore, digest: str, *, reason: str, origin: str = "human"
-) -> Event:
-    """Delete a payload's bytes and record it; the events naming the digest stay as they are.
-
-    The `payload-purged` event is appended first (idempotently), then the bytes go, so a
-    crash in between leaves a record and a retry finishes the job.
-    """
-    objects.path_of(digest)
-    result = await events.append(
-        [EventDraft("payload-purged", digest, {"reason": reason}, origin=origin,
-                    idem=f"payload-purged:{digest}")]
-    )
-    await asyncio.to_thread(objects.delete_sync, digest)
-    return result.events[0]

@@ -1,0 +1,322 @@
+"""keys.db: one AES-256-GCM key per memory element, kept outside the append-only log.
+
+A memory element's text is sealed with its own key before it is appended (EventStore.append
+seals the fields each kind declares with `seal_fields`), so the log, the checkpoints folded
+from it and every backup of either hold ciphertext only. Purging an element destroys its key:
+the row is deleted with `secure_delete` on and the write-ahead log checkpointed and truncated,
+so the key's bytes leave the file, and every copy of the ciphertext (the log, its backups, a
+copy of the token in another record) stays unreadable for good. What remains of the element
+is a tombstone (its id and when), which lets a reader say "purged" instead of "missing".
+
+Sealing is deterministic for one element and one value (the nonce is an HMAC of the value,
+as in SIV): an idempotent append repeated with the same text stores the same bytes. A sealed
+value is a str, `SEALED_PREFIX` + base64(nonce + ciphertext) + ":" + element id, so it fits
+any text field and names the element whose key opens it; the element id is the associated
+data, so a token moved to another element does not open.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from pulse_core._errors import ElementTextUnreadable, StoreReadOnly, StoreUnavailable
+from pulse_core._events import EventDraft
+from pulse_core._homelock import open_private
+
+SEALED_PREFIX = "\x1epulse-sealed:v1:"
+"""How every sealed value begins (a record separator first: never typed by a person)."""
+SEALED_BYTES = b"\x1epulse-sealed:v1\n"
+"""How every sealed attachment begins."""
+PURGED_TEXT = "[purged]"
+"""What a reader shows in place of text whose element was purged."""
+
+_NONCE = 12
+_KEY = 32
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS element_keys (
+    element    TEXT PRIMARY KEY,
+    key        BLOB NOT NULL,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS destroyed_keys (
+    element      TEXT PRIMARY KEY,
+    destroyed_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+_sealed: dict[str, tuple[str, ...]] = {}
+
+
+def seal_fields(kind: str, *fields: str) -> None:
+    """Declare that the data fields `fields` of events of `kind` (keyed `identity:<id>`,
+    with a `record`) are element text, sealed with the element's key when appended."""
+    _sealed[kind] = tuple(dict.fromkeys((*_sealed.get(kind, ()), *fields)))
+
+
+def sealed_fields(kind: str) -> tuple[str, ...]:
+    """The data fields of `kind` that are sealed (empty for most kinds)."""
+    return _sealed.get(kind, ())
+
+
+def is_sealed(value: object) -> bool:
+    """Whether `value` is a sealed token (legacy plaintext is not)."""
+    return isinstance(value, str) and value.startswith(SEALED_PREFIX)
+
+
+def sealed_element(token: str) -> str:
+    """The element id a sealed token names."""
+    return token[len(SEALED_PREFIX):].partition(":")[2]
+
+
+def draft_element(kind: str, key: str, data: object) -> str | None:
+    """The element id ("<identity>/<record>") an event of `kind` on `key` writes, when its
+    kind seals text and it names a record; None otherwise."""
+    if kind not in _sealed or not key.startswith("identity:") or not isinstance(data, dict):
+        return None
+    record = data.get("record")
+    if not isinstance(record, str) or not record:
+        return None
+    return f"{key.removeprefix('identity:')}/{record}"
+
+
+def _aead(key: bytes) -> Any:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # loaded when first used
+
+    return AESGCM(key[:_KEY])
+
+
+def _nonce(key: bytes, element: bytes, plain: bytes) -> bytes:
+    return hmac.new(key[_KEY:], element + b"\0" + plain, hashlib.sha256).digest()[:_NONCE]
+
+
+def seal_with(key: bytes, element: str, plain: bytes) -> bytes:
+    """nonce + AES-256-GCM ciphertext of `plain` under `key`, bound to `element`."""
+    aad = element.encode()
+    nonce = _nonce(key, aad, plain)
+    return nonce + bytes(_aead(key).encrypt(nonce, plain, aad))
+
+
+def open_with(key: bytes, element: str, sealed: bytes) -> bytes:
+    """The plaintext of `seal_with`'s output; ElementTextUnreadable when the key does not fit
+    or the bytes were changed."""
+    from cryptography.exceptions import InvalidTag
+
+    try:
+        return bytes(_aead(key).decrypt(sealed[:_NONCE], sealed[_NONCE:], element.encode()))
+    except (InvalidTag, ValueError):
+        raise ElementTextUnreadable(element, (
+            f"the text of element {element!r} does not open with its key: the key or the "
+            "sealed bytes were changed — restore keys.db from the keys file written with "
+            "`upulse backup --keys`")) from None
+
+
+class ElementKeys:
+    """The keys of a home's elements in one SQLite file (keys.db; see the module docstring).
+
+    Thread-safe; every call is one short statement (no cache, so a key destroyed by another
+    process is gone here at the next read). Read-only, nothing is created: a missing file
+    reads as no keys.
+    """
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if read_only:
+            if self.path.exists():
+                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                           check_same_thread=False)
+            return
+        try:
+            os.close(open_private(self.path, os.O_RDWR))
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA secure_delete=ON")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"{self.path}: cannot open the element keys: {exc}") from exc
+        self._db = db
+
+    def _run(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        with self._lock:
+            if self._db is None:
+                return None
+            try:
+                return work(self._db)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"{self.path}: element keys: {exc}") from exc
+
+    def key(self, element: str) -> bytes | None:
+        """`element`'s key, or None when it has none (never made, destroyed, or lost)."""
+        row = self._run(lambda db: db.execute(
+            "SELECT key FROM element_keys WHERE element = ?", (element,)).fetchone())
+        return None if row is None else bytes(row[0])
+
+    def destroyed(self, element: str) -> bool:
+        """Whether `element`'s key was destroyed by a purge."""
+        return bool(self._run(lambda db: db.execute(
+            "SELECT 1 FROM destroyed_keys WHERE element = ?", (element,)).fetchone()))
+
+    def _key_for(self, element: str) -> bytes:
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path}: opened read-only, so no key can be made for "
+                                f"{element!r} — open the home without read_only")
+
+        def make(db: sqlite3.Connection) -> bytes:
+            db.execute("INSERT OR IGNORE INTO element_keys VALUES (?, ?, ?)",
+                       (element, os.urandom(_KEY * 2), int(time.time() * 1000)))
+            return bytes(db.execute("SELECT key FROM element_keys WHERE element = ?",
+                                    (element,)).fetchone()[0])
+        key: bytes = self._run(make)
+        return key
+
+    def seal(self, element: str, value: Any) -> str:
+        """`value` (any JSON value) sealed with `element`'s key (made when it has none); a
+        value already sealed for `element` is returned as it is."""
+        if is_sealed(value) and sealed_element(value) == element:
+            return str(value)
+        sealed = seal_with(self._key_for(element), element, msgspec.json.encode(value))
+        return f"{SEALED_PREFIX}{base64.urlsafe_b64encode(sealed).decode()}:{element}"
+
+    def seal_bytes(self, element: str, data: bytes) -> bytes:
+        """An attachment sealed with `element`'s key."""
+        return SEALED_BYTES + seal_with(self._key_for(element), element, data)
+
+    def _opening_key(self, element: str) -> bytes:
+        key = self.key(element)
+        if key is not None:
+            return key
+        if self.destroyed(element):
+            raise ElementTextUnreadable(element, (
+                f"the text of element {element!r} was purged: its key was destroyed"),
+                purged=True)
+        raise ElementTextUnreadable(element, (
+            f"no key for element {element!r} in {self.path}: keys.db is missing or was "
+            "replaced — restore it from the keys file written with `upulse backup --keys`"))
+
+    def open(self, token: str) -> Any:
+        """The value a sealed token holds; ElementTextUnreadable naming the element when it
+        was purged, its key is missing, or the key or the token were changed."""
+        body, _, element = token[len(SEALED_PREFIX):].partition(":")
+        key = self._opening_key(element)
+        try:
+            sealed = base64.urlsafe_b64decode(body)
+        except ValueError:
+            raise ElementTextUnreadable(element, (
+                f"the sealed text of element {element!r} is damaged (not base64)")) from None
+        plain = open_with(key, element, sealed)
+        try:
+            return msgspec.json.decode(plain)
+        except msgspec.DecodeError:
+            raise ElementTextUnreadable(element, (
+                f"the sealed text of element {element!r} is not JSON")) from None
+
+    def open_bytes(self, element: str, data: bytes) -> bytes:
+        """An attachment's plain bytes (legacy plain bytes are returned as they are)."""
+        if not data.startswith(SEALED_BYTES):
+            return data
+        return open_with(self._opening_key(element), element, data[len(SEALED_BYTES):])
+
+    def destroy(self, element: str) -> bool:
+        """Destroy `element`'s key for good and leave a tombstone; the key's bytes are
+        overwritten in the file and the write-ahead log is emptied. False when it had none."""
+        if self.read_only:
+            raise StoreReadOnly(f"{self.path}: opened read-only, so the key of {element!r} "
+                                "cannot be destroyed — open the home without read_only")
+
+        def destroy(db: sqlite3.Connection) -> bool:
+            with db:
+                gone = db.execute("DELETE FROM element_keys WHERE element = ?",
+                                  (element,)).rowcount
+                db.execute("INSERT OR IGNORE INTO destroyed_keys VALUES (?, ?)",
+                           (element, int(time.time() * 1000)))
+            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if busy:
+                raise StoreUnavailable(
+                    f"{self.path}: the key of {element!r} is deleted, but a reader kept the "
+                    "write-ahead log from being emptied — run the purge's finish again")
+            return bool(gone)
+        result: bool = self._run(destroy)
+        return result
+
+    def export(self) -> dict[str, str]:
+        """Every live key, base64, by element (what `upulse backup --keys` writes)."""
+        rows = self._run(lambda db: db.execute(
+            "SELECT element, key FROM element_keys ORDER BY element").fetchall()) or []
+        return {element: base64.b64encode(key).decode() for element, key in rows}
+
+    def load(self, keys: Mapping[str, str]) -> int:
+        """Add the keys of an export (a key destroyed here since stays destroyed); returns
+        how many were added."""
+        rows = [(element, base64.b64decode(key), int(time.time() * 1000))
+                for element, key in keys.items()]
+
+        def load(db: sqlite3.Connection) -> int:
+            with db:
+                before = db.total_changes
+                db.executemany("INSERT OR IGNORE INTO element_keys SELECT ?, ?, ? WHERE NOT "
+                               "EXISTS (SELECT 1 FROM destroyed_keys WHERE element = ?1)",
+                               rows)
+                return db.total_changes - before
+        added: int = self._run(load) or 0
+        return added
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+def seal_draft(keys: ElementKeys, draft: EventDraft) -> EventDraft:
+    """`draft` with its element text (and attachment) sealed with its element's key; a
+    draft of a kind that seals nothing is returned as it is."""
+    element = draft_element(draft.kind, draft.key, draft.data)
+    if element is None:
+        return draft
+    data = dict(draft.data)
+    for name in sealed_fields(draft.kind):
+        if name in data:
+            data[name] = keys.seal(element, data[name])
+    attachment = None if draft.attachment is None \
+        else keys.seal_bytes(element, draft.attachment)
+    return msgspec.structs.replace(draft, data=data, attachment=attachment)
+
+
+def reveal(value: Any, keys: ElementKeys | None, *, purged: str | None = PURGED_TEXT) -> Any:
+    """`value` with every sealed token in it (nested in lists and dicts too) opened; plain
+    values as they are. The text of a purged element reads as `purged` (raises with None);
+    a missing or changed key raises ElementTextUnreadable naming the element."""
+    if isinstance(value, str):
+        if not value.startswith(SEALED_PREFIX):
+            return value
+        if keys is None:
+            element = sealed_element(value)
+            raise ElementTextUnreadable(element, (
+                f"the text of element {element!r} is sealed and this store has no keys — "
+                "open it through its home (pulse_core.open_home)"))
+        try:
+            return keys.open(value)
+        except ElementTextUnreadable as exc:
+            if exc.purged and purged is not None:
+                return purged
+            raise
+    if isinstance(value, dict):
+        return {k: reveal(v, keys, purged=purged) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [reveal(v, keys, purged=purged) for v in value]
+    return value
