@@ -6,7 +6,8 @@ they show exactly the current form the rules and the awareness reviewer read: a 
 quarantined or purged record appears only as a removal (what it was, how, why, by whom), never
 with its content. Sealed element text is opened with the store's keys (`EventStore.keys`);
 a missing or changed key is an ElementTextUnreadable naming the element. One identity's
-view also reads who set or revised each record from its key's history. Every view is a frozen Struct: `msgspec.to_builtins(view)` is plain JSON data.
+view also reads who set or revised each record from its key's history. Every view is a frozen
+Struct: `msgspec.to_builtins(view)` is plain JSON data.
 """
 
 from __future__ import annotations
