@@ -10,9 +10,13 @@ snapshot names is there). config.json, host.id, the engine directory (engine/, i
 history and branches) and its staging worktree are copied as files.
 
 Left out: what the daemon rewrites as it runs (daemon.pid, daemon.status.json, daemon.log,
-engine.lock, logs/) and ui.token, the web UI's credential (a restored home is given a new one
-when the web layer starts). What stays is still secret-bearing (config.json may name
-passwords; the log holds what the agent saw), so DEST is made 0700 and its files 0600.
+engine.lock, logs/), ui.token, the web UI's credential (a restored home is given a new one
+when the web layer starts), and keys.db, the memory elements' keys: a backup holds their
+text sealed, so a purge (which destroys the key in the home) erases it from every backup
+made before. `--keys FILE` writes the keys to a separate file for whoever must be able to
+restore onto another machine; a purge cannot reach that copy. What stays is still
+secret-bearing (config.json may name passwords; the log holds what the agent saw), so DEST is
+made 0700 and its files 0600.
 
 The backup is written into DEST.partial and renamed to DEST once manifest.json (every
 file's size and sha256, the log's last seq and counts, the pulse version) is written: a
@@ -41,7 +45,7 @@ from pulse_cli.home import CliError, Home, UsageError
 from pulse_cli.output import print_json, printable
 from pulse_cli.stores import shown, store_url
 from pulse_core import private_folder, write_private
-from pulse_core.store import LogLocation, copy_sqlite_file, parse_store_url
+from pulse_core.store import ElementKeys, LogLocation, copy_sqlite_file, parse_store_url
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -86,13 +90,27 @@ class BackupManifest(msgspec.Struct):
     files: dict[str, BackupFile]
 
 
-async def backup(home: Home, *, dest: Path, as_json: bool) -> int:
+class KeysFile(msgspec.Struct, frozen=True):
+    """What `upulse backup --keys FILE` writes: the home it came from, when, and every live
+    element key (base64) by element id."""
+
+    format: int
+    home: str
+    created_at: int
+    keys: dict[str, str]
+
+
+async def backup(home: Home, *, dest: Path, as_json: bool, keys_file: Path | None = None
+                 ) -> int:
     """Back up `home` into the new folder `dest` (see the module's docstring); exit 0, also
-    for a home whose log is on a server (then the output says how to dump it)."""
+    for a home whose log is on a server (then the output says how to dump it). With
+    `keys_file`, the elements' keys are written there too (a new file outside DEST)."""
     home.readable()
     cfg = config_file.load_or_default(home.config)
     url = store_url(home, cfg)
     location = parse_store_url(url)
+    if keys_file is not None:
+        _check_keys_file(keys_file, dest)
     partial = _fresh(dest, home)
     layout = home.layout
     await asyncio.to_thread(_copy_tree, layout.checkpoints, partial / "checkpoints")
@@ -111,8 +129,32 @@ async def backup(home: Home, *, dest: Path, as_json: bool) -> int:
                                                           indent=2) + b"\n")
     await asyncio.to_thread(_private, partial)
     partial.rename(dest)
+    if keys_file is not None:
+        count = await asyncio.to_thread(write_keys, home, keys_file)
+        if not as_json:
+            print(printable(f"wrote {count} element keys to {keys_file} — keep it apart from "
+                            "the backup: a purge cannot reach this copy"))
     _report(manifest, dest, location, url, as_json)
     return 0
+
+
+def _check_keys_file(keys_file: Path, dest: Path) -> None:
+    if keys_file.exists() or keys_file == dest or dest in keys_file.parents:
+        raise UsageError(f"--keys {keys_file}: give a new file outside DEST — keys kept "
+                         "beside the data they open would make a purge erase nothing")
+
+
+def write_keys(home: Home, target: Path) -> int:
+    """Write the home's live element keys to `target` (0600, JSON); how many."""
+    keys = ElementKeys(home.layout.keys_db, read_only=True)
+    try:
+        found = keys.export()
+    finally:
+        keys.close()
+    body = KeysFile(format=FORMAT, home=str(home.root), created_at=int(time.time() * 1000),
+                    keys=found)
+    write_private(target, msgspec.json.encode(body) + b"\n")
+    return len(found)
 
 
 def _fresh(dest: Path, home: Home) -> Path:

@@ -25,22 +25,30 @@ def add_backup_commands(sub: Any) -> None:
                      "a consistent snapshot of the home into the new folder DEST, taken while "
                      "the daemon runs (stores, objects, checkpoints, config, engine "
                      "directory; hashed in DEST/manifest.json)",
-                     lambda a, h: {"dest": _absolute(a.dest), "as_json": a.json})
+                     lambda a, h: {"dest": _absolute(a.dest), "as_json": a.json,
+                                   "keys_file": a.keys and _absolute(a.keys)})
     backup.epilog = EXIT_CODES
     backup.add_argument("dest", type=Path, metavar="DEST",
                         help="a new (or empty) folder outside the home")
+    backup.add_argument("--keys", type=Path, metavar="FILE",
+                        help="also write the memory elements' keys (never in DEST) to this "
+                             "new file: a purge cannot reach it")
     json_flag(backup, "print the manifest")
     restore = command(sub, "restore", "backup_restore.restore",
                       "make the home again from a backup: verified by hash, the events row by "
                       "row; refused while a daemon runs",
                       lambda a, h: {"source": _absolute(a.source), "force": a.force,
-                                    "as_json": a.json})
+                                    "as_json": a.json,
+                                    "keys_file": a.keys and _absolute(a.keys)})
     restore.epilog = EXIT_CODES
     restore.add_argument("source", type=Path, metavar="SRC",
                          help="the folder `upulse backup` wrote")
     restore.add_argument("--force", action="store_true",
                          help="restore over a home that is not empty, keeping it aside as "
                               "HOME.before-restore-TIME")
+    restore.add_argument("--keys", type=Path, metavar="FILE",
+                         help="the keys file `upulse backup --keys` wrote (default: the keys "
+                              "the home already holds)")
     json_flag(restore, "print what was restored as one JSON document")
     export = command(sub, "export", "export.export",
                      "every event of the log as one JSON line each, oldest first "

@@ -8,6 +8,10 @@ field (pulse_cli.migrate_verify, what `upulse migrate` checks a copy with). Only
 the folder become the home, in one rename; a home that was there (only with --force) is
 kept aside as HOME.before-restore-TIME, never deleted.
 
+A backup holds no element keys (docs/backup.md): the restored home keeps the keys the home
+already holds (keys.db copied into the new folder), and `--keys FILE` adds those of a keys
+file `upulse backup --keys` wrote; a key destroyed by a purge since stays destroyed.
+
 The home lock is held from the first check to the rename: a daemon, or any engine, that
 has the home open refuses the restore (exit 3), and none can start meanwhile.
 """
@@ -24,12 +28,12 @@ from pathlib import Path, PurePosixPath
 
 import msgspec
 
-from pulse_cli.backup import EVENTS, MANIFEST, BackupManifest, file_entry
+from pulse_cli.backup import EVENTS, MANIFEST, BackupManifest, KeysFile, file_entry
 from pulse_cli.home import CliError, Home
 from pulse_cli.migrate_verify import verify_copy
 from pulse_cli.output import Progress, print_json, printable
 from pulse_core import HomeLayout, StoreError, private_folder
-from pulse_core.store import open_event_store, parse_store_url
+from pulse_core.store import ElementKeys, copy_sqlite_file, open_event_store, parse_store_url
 
 PAGE = 5_000
 SHOWN = 5
@@ -59,11 +63,13 @@ class Restored(msgspec.Struct):
     kept_aside: str | None = None
 
 
-async def restore(home: Home, *, source: Path, force: bool, as_json: bool) -> int:
+async def restore(home: Home, *, source: Path, force: bool, as_json: bool,
+                  keys_file: Path | None = None) -> int:
     """Restore the backup in `source` into `home` (see the module's docstring); exit 0.
     BackupCorrupt before anything is written; RestoreRefused for a non-empty home without
     `force`; DaemonStateError (exit 3) while an engine holds the home."""
     manifest = read_manifest(source)
+    keys = read_keys(keys_file) if keys_file is not None else {}
     say = Progress(quiet=as_json)
     say(f"checking the {len(manifest.files)} files of {source} against its manifest")
     await asyncio.to_thread(check_files, source, manifest, "the backup")
@@ -81,6 +87,7 @@ async def restore(home: Home, *, source: Path, force: bool, as_json: bool) -> in
         staged = root.with_name(f".{root.name}.restoring-{stamp}")
         try:
             verified = await _stage(source, staged, root, manifest, say)
+            await asyncio.to_thread(_keep_keys, root, staged, keys)
             kept = _swap(root, staged, stamp) if occupied else None
             if not occupied:
                 _move_in(root, staged)
@@ -92,6 +99,31 @@ async def restore(home: Home, *, source: Path, force: bool, as_json: bool) -> in
                     verified_events=verified, kept_aside=str(kept) if kept else None)
     _report(done, as_json)
     return 0
+
+
+def read_keys(path: Path) -> dict[str, str]:
+    """The element keys of a keys file; BackupCorrupt when it cannot be read."""
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=KeysFile).keys
+    except OSError as exc:
+        raise BackupCorrupt(f"--keys {path} cannot be read ({exc.strerror}) — give the file "
+                            "`upulse backup --keys` wrote") from None
+    except msgspec.DecodeError as exc:
+        raise BackupCorrupt(f"--keys {path} is not a keys file ({exc}) — nothing was "
+                            "restored") from None
+
+
+def _keep_keys(root: Path, staged: Path, keys: dict[str, str]) -> None:
+    """The home's own keys (a consistent copy of its keys.db) and `keys` into `staged`."""
+    layout, target = HomeLayout(root), HomeLayout(staged)
+    if layout.keys_db.is_file():
+        copy_sqlite_file(layout.keys_db, target.keys_db)
+    if keys:
+        store = ElementKeys(target.keys_db)
+        try:
+            store.load(keys)
+        finally:
+            store.close()
 
 
 def read_manifest(source: Path) -> BackupManifest:

@@ -16,7 +16,6 @@ from pulse_core import (
     ObjectStore,
     SchemaTooNew,
     SqliteEventStore,
-    purge_payload,
 )
 from pulse_core.store import Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
@@ -92,7 +91,8 @@ async def test_a_corrupted_database_gives_a_typed_error(tmp_path: Path) -> None:
             await reopened.close()
 
 
-async def test_attachments_go_to_objects_and_purge_keeps_the_record(tmp_path: Path) -> None:
+async def test_attachments_go_to_objects_and_deleting_bytes_keeps_the_record(
+        tmp_path: Path) -> None:
     objects = ObjectStore(tmp_path / "objects")
     store = await SqliteEventStore.open(tmp_path / "events.db", objects=objects)
     blob = b"x" * 100_000
@@ -102,14 +102,12 @@ async def test_attachments_go_to_objects_and_purge_keeps_the_record(tmp_path: Pa
     assert digest is not None and digest == second.events[0].hash
     assert await objects.get(digest) == blob
     assert sum(1 for p in (tmp_path / "objects").rglob("*") if p.is_file()) == 1
-    purged = await purge_payload(store, objects, digest, reason="retention")
-    assert (purged.kind, purged.key) == ("payload-purged", digest)
+    assert objects.delete_sync(digest)  # a governed purge: RetentionLadder.purge_payload
     with pytest.raises(ObjectMissing, match=digest):
         await objects.get(digest)
     stored = await store.read(key="big")
     assert stored[0].hash == digest and stored[0].data == {"n": 1}
-    again = await purge_payload(store, objects, digest, reason="retention")
-    assert again.seq == purged.seq
+    assert not objects.delete_sync(digest)
     await store.close()
 
 

@@ -24,7 +24,6 @@ from pulse_core import (
     Projector,
     SqliteEventStore,
     open_home,
-    purge_payload,
 )
 from pulse_core._effects import effect_draft
 from pulse_core._events import MAX_DATA_DEPTH
@@ -348,7 +347,7 @@ async def test_an_object_digest_with_a_trailing_newline_is_refused(tmp_path: Pat
     store = await SqliteEventStore.open(tmp_path / "events.db", objects=objects)
     try:
         with pytest.raises(ValueError):
-            await purge_payload(store, objects, f"{digest}\n", reason="test")
+            objects.delete_sync(f"{digest}\n")
         assert await store.last_seq() == 0 and objects.get_sync(digest) == b"payload"
     finally:
         await store.close()
