@@ -27,7 +27,7 @@ from pulse_adapters.web._report import EngineReport
 from pulse_adapters.web._settings import load_settings, read_token
 from pulse_adapters.web._view import RESERVED, EngineView
 from pulse_core import HomeLayout, Principal
-from pulse_core.store import ObjectStore, SqliteVitalsStore, open_event_store
+from pulse_core.store import ElementKeys, ObjectStore, SqliteVitalsStore, open_event_store
 
 SHUTDOWN_GRACE_S = 2
 NICENESS = 10
@@ -91,6 +91,8 @@ async def serve(setup: dict[str, Any]) -> None:
     # a read-only connection opened it first, and a writer opened after could not write.
     writer = await open_event_store(url, objects=objects, principal=Principal.human("web"))
     events = await open_event_store(url, read_only=True, objects=objects)
+    writer.keys = ElementKeys(layout.keys_db)  # the home's element keys (sealed text)
+    events.keys = ElementKeys(layout.keys_db, read_only=True)
     vitals = await SqliteVitalsStore.open(layout.vitals_db, read_only=True)
     try:
         view = EngineView(home, events=events, writer=writer, vitals=vitals, objects=objects,

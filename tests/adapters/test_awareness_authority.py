@@ -42,6 +42,7 @@ from pulse_core.memory import (
     StateSet,
     Unresolved,
     identity_key,
+    reveal_memory,
 )
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 
@@ -69,7 +70,7 @@ class Rig:
 
     async def memory(self) -> IdentityMemory:
         mem: IdentityMemory = (await self.engine.snapshot()).projection("memory")["ana"]
-        return mem
+        return reveal_memory(mem, self.engine.events.keys)
 
     async def human_set(self, item: str, value: Any, origin: str = "human:web") -> Event:
         return await self.board.write("ana", "state-set", StateSet(record=item, value=value),

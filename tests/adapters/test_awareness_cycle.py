@@ -25,6 +25,7 @@ from pulse_adapters.llm import RouteHealth
 from pulse_adapters.llm.stand_in import ChatServer, Drop, Hang, Status, Stream
 from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
 from pulse_core._effects import effect_draft
+from pulse_core.memory import reveal_memory
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 
 
@@ -60,7 +61,9 @@ class Rig:
         return await self.engine.events.read(kinds=["awareness-cycle"])
 
     async def identity(self, name: str = "ana") -> Any:
-        return (await self.engine.snapshot()).projection("memory")[name]
+        """The identity's memory, its sealed text opened with the home's keys."""
+        memory = (await self.engine.snapshot()).projection("memory")[name]
+        return reveal_memory(memory, self.engine.events.keys)
 
 
 @pytest.fixture
