@@ -12,6 +12,7 @@ insight, the consolidated_to links of its sources, and its semantic_consolidatio
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from functools import partial
 from typing import Any
@@ -32,7 +33,7 @@ from pulse_core.maintenance import (
     retry_once,
 )
 from pulse_core.memory import identity_key
-from pulse_core.store import EventStore
+from pulse_core.store import EventStore, reveal
 
 SOURCE_TYPES = ("exchange", "observation")
 """What consolidation picks as sources: exchanges and observations not consolidated yet."""
@@ -272,10 +273,11 @@ def gate_insights(proposals: Sequence[Any], state: ElementsState, *,
 
 
 async def _item(store: EventStore, element: Element) -> BatchItem:
-    """The element with the text of the event that created it."""
+    """The element with the text of the event that created it (sealed text opened)."""
     found = await store.read(element.created_seq - 1, limit=1)
     event = found[0] if found and found[0].seq == element.created_seq else None
     data = event.data if event is not None and isinstance(event.data, dict) else {}
+    data = await asyncio.to_thread(reveal, data, store.keys)
     if element.type == "observation":
         text = (f"{data.get('source', '')} observed {data.get('key', '')} = "
                 f"{msgspec.json.encode(data.get('value')).decode()} "
