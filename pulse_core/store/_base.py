@@ -26,7 +26,7 @@ from pulse_core._events import (
 )
 from pulse_core._principals import Principal, PrincipalRefused, refusal_draft
 from pulse_core._waits import wait_signal
-from pulse_core.store._keys import ElementKeys, draft_element, seal_draft
+from pulse_core.store._keys import ElementKeys, draft_element, seal_drafts
 from pulse_core.store._recorder import (
     AppendResult,
     Page,
@@ -107,15 +107,19 @@ class EventStore:
                                 "refused — open the home without read_only to write")
         prepared: list[PreparedDraft] = []
         idems: dict[str, int] = {}
+        raws: list[bytes] = []
         for index, given in enumerate(drafts):
-            raw = check_draft(given, index)
+            raws.append(check_draft(given, index))
             if not self.principal.allows(given.kind, given.origin):
                 await self._record_refusal(given)
                 raise PrincipalRefused(self.principal, given.kind, given.origin)
-            draft = given
-            if self.keys is not None and draft_element(given.kind, given.key, given.data):
-                draft = await asyncio.to_thread(seal_draft, self.keys, given)
-                raw = check_draft(draft, index)
+        if self.keys is not None and any(draft_element(d.kind, d.key, d.data) for d in drafts):
+            sealed = await asyncio.to_thread(seal_drafts, self.keys, drafts)
+            raws = [raw if new is old else check_draft(new, index)
+                    for index, (raw, new, old) in enumerate(zip(raws, sealed, drafts,
+                                                                 strict=True))]
+            drafts = sealed
+        for index, (draft, raw) in enumerate(zip(drafts, raws, strict=True)):
             if draft.idem is not None:
                 if draft.idem in idems:
                     raise InvalidEvent(

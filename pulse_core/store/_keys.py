@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,30 +170,37 @@ class ElementKeys:
         return bool(self._run(lambda db: db.execute(
             "SELECT 1 FROM destroyed_keys WHERE element = ?", (element,)).fetchone()))
 
-    def _key_for(self, element: str) -> bytes:
+    def keys_for(self, elements: Iterable[str]) -> dict[str, bytes]:
+        """The keys of `elements`, those missing made now, in one durable transaction."""
+        wanted = sorted(set(elements))
         if self.read_only:
             raise StoreReadOnly(f"{self.path}: opened read-only, so no key can be made for "
-                                f"{element!r} — open the home without read_only")
+                                f"{wanted[0]!r} — open the home without read_only")
+        now = int(time.time() * 1000)
 
-        def make(db: sqlite3.Connection) -> bytes:
-            db.execute("INSERT OR IGNORE INTO element_keys VALUES (?, ?, ?)",
-                       (element, os.urandom(_KEY * 2), int(time.time() * 1000)))
-            return bytes(db.execute("SELECT key FROM element_keys WHERE element = ?",
-                                    (element,)).fetchone()[0])
-        key: bytes = self._run(make)
-        return key
+        def make(db: sqlite3.Connection) -> dict[str, bytes]:
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany("INSERT OR IGNORE INTO element_keys VALUES (?, ?, ?)",
+                               [(e, os.urandom(_KEY * 2), now) for e in wanted])
+                return {e: bytes(db.execute("SELECT key FROM element_keys WHERE element = ?",
+                                            (e,)).fetchone()[0]) for e in wanted}
+        found: dict[str, bytes] = self._run(make)
+        return found
 
-    def seal(self, element: str, value: Any) -> str:
-        """`value` (any JSON value) sealed with `element`'s key (made when it has none); a
-        value already sealed for `element` is returned as it is."""
+    def seal(self, element: str, value: Any, key: bytes | None = None) -> str:
+        """`value` (any JSON value) sealed with `element`'s key (`key`, or read or made
+        now); a value already sealed for `element` is returned as it is."""
         if is_sealed(value) and sealed_element(value) == element:
             return str(value)
-        sealed = seal_with(self._key_for(element), element, msgspec.json.encode(value))
+        key = key or self.keys_for([element])[element]
+        sealed = seal_with(key, element, msgspec.json.encode(value))
         return f"{SEALED_PREFIX}{base64.urlsafe_b64encode(sealed).decode()}:{element}"
 
-    def seal_bytes(self, element: str, data: bytes) -> bytes:
+    def seal_bytes(self, element: str, data: bytes, key: bytes | None = None) -> bytes:
         """An attachment sealed with `element`'s key."""
-        return SEALED_BYTES + seal_with(self._key_for(element), element, data)
+        key = key or self.keys_for([element])[element]
+        return SEALED_BYTES + seal_with(key, element, data)
 
     def _opening_key(self, element: str) -> bytes:
         key = self.key(element)
@@ -239,6 +246,7 @@ class ElementKeys:
 
         def destroy(db: sqlite3.Connection) -> bool:
             with db:
+                db.execute("BEGIN IMMEDIATE")
                 gone = db.execute("DELETE FROM element_keys WHERE element = ?",
                                   (element,)).rowcount
                 db.execute("INSERT OR IGNORE INTO destroyed_keys VALUES (?, ?)",
@@ -266,6 +274,7 @@ class ElementKeys:
 
         def load(db: sqlite3.Connection) -> int:
             with db:
+                db.execute("BEGIN IMMEDIATE")
                 before = db.total_changes
                 db.executemany("INSERT OR IGNORE INTO element_keys SELECT ?, ?, ? WHERE NOT "
                                "EXISTS (SELECT 1 FROM destroyed_keys WHERE element = ?1)",
@@ -282,19 +291,25 @@ class ElementKeys:
                 self._db = None
 
 
-def seal_draft(keys: ElementKeys, draft: EventDraft) -> EventDraft:
-    """`draft` with its element text (and attachment) sealed with its element's key; a
-    draft of a kind that seals nothing is returned as it is."""
-    element = draft_element(draft.kind, draft.key, draft.data)
-    if element is None:
-        return draft
-    data = dict(draft.data)
-    for name in sealed_fields(draft.kind):
-        if name in data:
-            data[name] = keys.seal(element, data[name])
-    attachment = None if draft.attachment is None \
-        else keys.seal_bytes(element, draft.attachment)
-    return msgspec.structs.replace(draft, data=data, attachment=attachment)
+def seal_drafts(keys: ElementKeys, drafts: Sequence[EventDraft]) -> list[EventDraft]:
+    """`drafts` with their element text (and attachments) sealed with their elements' keys,
+    the keys made in one transaction; drafts of kinds that seal nothing as they are."""
+    elements = [draft_element(d.kind, d.key, d.data) for d in drafts]
+    found = keys.keys_for(e for e in elements if e is not None)
+    out: list[EventDraft] = []
+    for draft, element in zip(drafts, elements, strict=True):
+        if element is None:
+            out.append(draft)
+            continue
+        key = found[element]
+        data = dict(draft.data)
+        for name in sealed_fields(draft.kind):
+            if name in data:
+                data[name] = keys.seal(element, data[name], key)
+        attachment = None if draft.attachment is None \
+            else keys.seal_bytes(element, draft.attachment, key)
+        out.append(msgspec.structs.replace(draft, data=data, attachment=attachment))
+    return out
 
 
 def reveal(value: Any, keys: ElementKeys | None, *, purged: str | None = PURGED_TEXT) -> Any:

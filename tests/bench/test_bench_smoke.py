@@ -148,3 +148,9 @@ def test_tick_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
            "ObjectStore.put_sync of a record p50"],
           ["tick p50 without records", "raw durable file write p50",
            "bytes of that tick's events"], floors=1)
+
+
+def test_sealing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("sealing").main(["--elements", "200", "--batch", "50", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out, ["sealed write", "sealed read+open"],
+          ["plain write", "plain read"], floors=0)
