@@ -26,6 +26,7 @@ from pulse_adapters.llm.stand_in import ChatServer, Drop, Hang, Status, Stream
 from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
 from pulse_core._effects import effect_draft
 from pulse_core.memory import reveal_memory
+from pulse_core.store import ElementKeys
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 
 
@@ -446,3 +447,22 @@ async def test_a_poisoned_route_reaches_the_rule_as_the_fallback_cadence(
     finally:
         await close_engine(engine, service)
         await reviewer.client.aclose()
+
+
+async def test_a_missing_element_key_fails_the_review_by_name_and_the_engine_goes_on(
+        make_rig: Any, tmp_path: Path) -> None:
+    rig: Rig = await make_rig()
+    await seed(rig)
+    own = rig.engine.events.keys
+    rig.engine.events.keys = ElementKeys(tmp_path / "elsewhere.db")  # keys.db lost
+    try:
+        rig.server.script(reply(change=True, narration="n", verbs=[]))
+        (cycle,) = await rig.run(minutes=1)
+        assert cycle.data["outcome"] == "failed"
+        assert "ElementTextUnreadable: no key for element 'ana/x-" in cycle.data["error"]
+        await rig.run(minutes=1)  # the engine ticks on
+    finally:
+        assert rig.engine.events.keys is not None
+        rig.engine.events.keys.close()
+        rig.engine.events.keys = own
+    assert (await rig.identity()).state["name"].value == "Ana"
