@@ -20,9 +20,10 @@ from typing import Any
 import msgspec
 
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind, uuid7
+from pulse_core._memory_text import reveal_memory
 from pulse_core._pmap import PersistentMap
 from pulse_core._snapshot import Projection
-from pulse_core.store import ElementKeys, EventStore, reveal, seal_fields
+from pulse_core.store import EventStore
 
 SEVERITIES = ("routine", "notice", "warning", "critical")
 KEEP_EXCHANGES = 50
@@ -158,13 +159,6 @@ for _kind, _doc, _type in (
     ("record-quarantined", "a record quarantined: never evidence again", Retraction),
 ):
     register_kind(_kind, _doc, _type)
-
-for _kind, _fields in (
-    ("human-exchange", ("text",)), ("state-set", ("value",)),
-    ("state-revised", ("value", "reason")), ("unresolved-opened", ("text",)),
-    ("temporal-fact-recorded", ("text",)), ("reflection-recorded", ("text",)),
-):
-    seal_fields(_kind, *_fields)
 
 MEMORY_KINDS = frozenset({
     "identity-registered", "human-exchange", "state-set", "state-revised", "state-retracted",
@@ -314,24 +308,6 @@ def remember(memory: IdentityMemory | None, event: Event) -> IdentityMemory:
     elif kind == "reflection-recorded":
         changes["reflection"] = Note(record, event.payload(ReflectionRecorded).text, event.ts)
     return replace(mem, **changes)
-
-
-def reveal_memory(memory: IdentityMemory, keys: ElementKeys | None) -> IdentityMemory:
-    """`memory` with its sealed text opened with `keys` (text whose element was purged reads
-    as PURGED_TEXT); ElementTextUnreadable names an element whose key is missing or changed.
-    Blocking (one keys.db read per sealed value): call it off the event loop."""
-    replace = msgspec.structs.replace
-    return replace(
-        memory,
-        exchanges=tuple(replace(x, text=reveal(x.text, keys)) for x in memory.exchanges),
-        state={k: replace(v, value=reveal(v.value, keys)) for k, v in memory.state.items()},
-        unresolved={k: replace(v, text=reveal(v.text, keys))
-                    for k, v in memory.unresolved.items()},
-        observations={k: replace(v, value=reveal(v.value, keys))
-                      for k, v in memory.observations.items()},
-        facts={k: replace(v, text=reveal(v.text, keys)) for k, v in memory.facts.items()},
-        reflection=None if memory.reflection is None
-        else replace(memory.reflection, text=reveal(memory.reflection.text, keys)))
 
 
 class Memory(Projection[PersistentMap[str, IdentityMemory]]):
