@@ -33,6 +33,7 @@ import msgspec
 from pulse_core._errors import ElementTextUnreadable, StoreReadOnly, StoreUnavailable
 from pulse_core._events import EventDraft
 from pulse_core._homelock import open_private
+from pulse_core.store._sqlite import APPLICATION_ID, ReadOnlyConnection, check_identity
 
 SEALED_PREFIX = "\x1epulse-sealed:v1:"
 """How every sealed value begins (a record separator first: never typed by a person)."""
@@ -43,6 +44,8 @@ PURGED_TEXT = "[purged]"
 
 _NONCE = 12
 _KEY = 32
+_VERSION = 1
+_PURPOSE = "element keys store"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS element_keys (
     element    TEXT PRIMARY KEY,
@@ -134,24 +137,33 @@ class ElementKeys:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._reader: ReadOnlyConnection | None = None
         if read_only:
-            if self.path.exists():
-                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
-                                           check_same_thread=False)
             return
         try:
             os.close(open_private(self.path, os.O_RDWR))
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            check_identity(db, self.path, schema_version=_VERSION, purpose=_PURPOSE)
             db.execute("PRAGMA secure_delete=ON")
             db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a key is durable before its ciphertext
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version={_VERSION}")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self.path}: cannot open the element keys: {exc}") from exc
         self._db = db
 
     def _run(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         with self._lock:
+            if self.read_only:  # nothing written, not even a -shm (ReadOnlyConnection)
+                if self._reader is None:
+                    if not self.path.exists():
+                        return None  # no keys (yet): every sealed text reads as missing
+                    self._reader = ReadOnlyConnection(self.path, schema_version=_VERSION,
+                                                      purpose=_PURPOSE)
+                return self._reader.read(work) if self._reader.ready else None
             if self._db is None:
                 return None
             try:
@@ -171,7 +183,8 @@ class ElementKeys:
             "SELECT 1 FROM destroyed_keys WHERE element = ?", (element,)).fetchone()))
 
     def keys_for(self, elements: Iterable[str]) -> dict[str, bytes]:
-        """The keys of `elements`, those missing made now, in one durable transaction."""
+        """The keys of `elements`, those missing made now, in one durable transaction (an
+        element whose key a purge destroyed is given a throwaway key, kept nowhere)."""
         wanted = sorted(set(elements))
         if self.read_only:
             raise StoreReadOnly(f"{self.path}: opened read-only, so no key can be made for "
@@ -181,10 +194,13 @@ class ElementKeys:
         def make(db: sqlite3.Connection) -> dict[str, bytes]:
             with db:
                 db.execute("BEGIN IMMEDIATE")
-                db.executemany("INSERT OR IGNORE INTO element_keys VALUES (?, ?, ?)",
+                db.executemany("INSERT OR IGNORE INTO element_keys SELECT ?, ?, ? WHERE NOT "
+                               "EXISTS (SELECT 1 FROM destroyed_keys WHERE element = ?1)",
                                [(e, os.urandom(_KEY * 2), now) for e in wanted])
-                return {e: bytes(db.execute("SELECT key FROM element_keys WHERE element = ?",
-                                            (e,)).fetchone()[0]) for e in wanted}
+                found = {e: bytes(row[0]) for e in wanted for row in db.execute(
+                    "SELECT key FROM element_keys WHERE element = ?", (e,))}
+            # a purged element gets a key that is never kept: what it is given is unreadable
+            return {e: found.get(e) or os.urandom(_KEY * 2) for e in wanted}
         found: dict[str, bytes] = self._run(make)
         return found
 
@@ -289,6 +305,9 @@ class ElementKeys:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
 
 def seal_drafts(keys: ElementKeys, drafts: Sequence[EventDraft]) -> list[EventDraft]:

@@ -27,6 +27,7 @@ from pulse_core.memory import reveal_memory
 from pulse_core.store import PURGED_TEXT, ElementKeys, open_event_store, parse_store_url, reveal
 from tests.cli.runner import Upulse
 
+TEST_TIME_LIMIT_S = 120  # up to six `upulse` processes a test (init, backup, restores)
 MARK = "MARKER-7f3a9c-erase-me"
 ELEMENTS = ("ana/x-said", "ana/diary", "ana/f-att")
 

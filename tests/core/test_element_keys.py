@@ -3,6 +3,7 @@ its own element only, and once the key is destroyed nothing opens it again."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +52,16 @@ def test_any_json_value_round_trips(keys: ElementKeys, element: str, value: Any)
        data=st.binary())
 def test_a_purged_element_never_opens_again(
         keys: ElementKeys, record: str, text: str, data: bytes) -> None:
-    element = f"purged/{record}"
+    element = f"purged-{uuid.uuid4().hex[:8]}/{record}"  # a new element every example
     token = keys.seal(element, text)
     blob = keys.seal_bytes(element, data)
     key = keys.key(element)
     assert key is not None and keys.open_bytes(element, blob) == data
     assert keys.destroy(element)
-    for attempt in (lambda: keys.open(token), lambda: keys.open_bytes(element, blob)):
+    written_after = keys.seal(element, text)  # text given to a purged element: kept nowhere
+    assert keys.key(element) is None
+    for attempt in (lambda: keys.open(token), lambda: keys.open_bytes(element, blob),
+                    lambda: keys.open(written_after)):
         with pytest.raises(ElementTextUnreadable, match="purged") as raised:
             attempt()
         assert raised.value.purged and raised.value.element == element
@@ -77,6 +81,9 @@ def test_a_token_opens_for_its_own_element_only(tmp_path: Path) -> None:
         keys.open(f"{body}:ana/x-2")
     read_only = ElementKeys(tmp_path / "missing.db", read_only=True)
     assert not (tmp_path / "missing.db").exists()
+    reader = ElementKeys(tmp_path / "keys.db", read_only=True)  # beside the live writer
+    assert reader.open(token) == "hello"
+    reader.close()
     with pytest.raises(ElementTextUnreadable, match="no key for element 'ana/x-1'"):
         read_only.open(token)
     with pytest.raises(ElementTextUnreadable, match="has no keys"):
