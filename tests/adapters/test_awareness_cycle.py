@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,6 @@ from pulse_adapters.llm.stand_in import ChatServer, Drop, Hang, Status, Stream
 from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
 from pulse_core._effects import effect_draft
 from pulse_core.memory import reveal_memory
-from pulse_core.store import ElementKeys
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 
 
@@ -450,19 +450,20 @@ async def test_a_poisoned_route_reaches_the_rule_as_the_fallback_cadence(
 
 
 async def test_a_missing_element_key_fails_the_review_by_name_and_the_engine_goes_on(
-        make_rig: Any, tmp_path: Path) -> None:
+        make_rig: Any) -> None:
     rig: Rig = await make_rig()
     await seed(rig)
-    own = rig.engine.events.keys
-    rig.engine.events.keys = ElementKeys(tmp_path / "elsewhere.db")  # keys.db lost
+    assert rig.engine.events.keys is not None
+    keys_db = sqlite3.connect(rig.engine.events.keys.path, isolation_level=None)
+    saved = keys_db.execute("SELECT * FROM element_keys").fetchall()
+    keys_db.execute("DELETE FROM element_keys")  # the keys lost (no purge tombstone)
     try:
         rig.server.script(reply(change=True, narration="n", verbs=[]))
         (cycle,) = await rig.run(minutes=1)
         assert cycle.data["outcome"] == "failed"
-        assert "ElementTextUnreadable: no key for element 'ana/x-" in cycle.data["error"]
+        assert "ElementTextUnreadable: no key for element 'ana/" in cycle.data["error"]
         await rig.run(minutes=1)  # the engine ticks on
     finally:
-        assert rig.engine.events.keys is not None
-        rig.engine.events.keys.close()
-        rig.engine.events.keys = own
+        keys_db.executemany("INSERT INTO element_keys VALUES (?, ?, ?)", saved)
+        keys_db.close()
     assert (await rig.identity()).state["name"].value == "Ana"
