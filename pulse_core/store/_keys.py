@@ -33,7 +33,12 @@ import msgspec
 from pulse_core._errors import ElementTextUnreadable, StoreReadOnly, StoreUnavailable
 from pulse_core._events import EventDraft
 from pulse_core._homelock import open_private
-from pulse_core.store._sqlite import APPLICATION_ID, ReadOnlyConnection, check_identity
+from pulse_core.store._sqlite import (
+    APPLICATION_ID,
+    ReadOnlyConnection,
+    check_identity,
+    sqlite_errors,
+)
 
 SEALED_PREFIX = "\x1epulse-sealed:v1:"
 """How every sealed value begins (a record separator first: never typed by a person)."""
@@ -140,19 +145,24 @@ class ElementKeys:
         self._reader: ReadOnlyConnection | None = None
         if read_only:
             return
+        os.close(open_private(self.path, os.O_RDWR))
         try:
-            os.close(open_private(self.path, os.O_RDWR))
             db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            check_identity(db, self.path, schema_version=_VERSION, purpose=_PURPOSE)
-            db.execute("PRAGMA secure_delete=ON")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # a key is durable before its ciphertext
-            db.execute("PRAGMA busy_timeout=5000")
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version={_VERSION}")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self.path}: cannot open the element keys: {exc}") from exc
+        try:
+            check_identity(db, self.path, schema_version=_VERSION, purpose=_PURPOSE)
+            with sqlite_errors(self.path):
+                db.execute("PRAGMA secure_delete=ON")
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")  # a key is durable before its text
+                db.execute("PRAGMA busy_timeout=5000")
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version={_VERSION}")
+        except BaseException:
+            db.close()
+            raise
         self._db = db
 
     def _run(self, work: Callable[[sqlite3.Connection], Any]) -> Any:

@@ -88,3 +88,16 @@ def test_a_token_opens_for_its_own_element_only(tmp_path: Path) -> None:
         read_only.open(token)
     with pytest.raises(ElementTextUnreadable, match="has no keys"):
         reveal(token, None)
+
+
+def test_a_keys_file_of_another_program_is_refused_by_name(tmp_path: Path) -> None:
+    import sqlite3
+
+    from pulse_core import NotAPulseDatabase
+
+    other = sqlite3.connect(tmp_path / "keys.db")
+    other.execute("CREATE TABLE t (x)")
+    other.commit()
+    other.close()
+    with pytest.raises(NotAPulseDatabase, match=r"keys\.db"):
+        ElementKeys(tmp_path / "keys.db")
