@@ -20,6 +20,7 @@ from pulse_adapters.awareness.contract import REPLY_CHARS, VALUE_BYTES, VALUE_DE
 from pulse_adapters.llm import ChatClient, Completion
 from pulse_adapters.llm.stand_in import ChatServer, InvalidLine, Stream
 from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
+from pulse_core.memory import reveal_memory
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 
 DEEP = 1_000
@@ -149,7 +150,8 @@ async def test_a_revise_value_too_deep_or_too_big_is_refused_and_the_rest_settle
     assert len(reasons) == 2
     assert "nested deeper" in reasons[0] and "larger than" in reasons[1]
     assert [a["target"] for a in cycle.data["accepted"]] == ["state:plan"]
-    memory = (await home.engine.snapshot()).projection("memory")["ana"]
+    memory = reveal_memory((await home.engine.snapshot()).projection("memory")["ana"],
+                           home.engine.events.keys)
     assert memory.state["plan"].value == {"stay": "year"}
 
 
@@ -193,5 +195,6 @@ async def test_four_refused_proposals_do_not_block_a_valid_fifth(
     (cycle,) = await home.review()
     assert cycle.data["outcome"] == "reviewed" and len(cycle.data["rejected"]) == 4
     assert [a["target"] for a in cycle.data["accepted"]] == ["state:city"]
-    memory = (await home.engine.snapshot()).projection("memory")["ana"]
+    memory = reveal_memory((await home.engine.snapshot()).projection("memory")["ana"],
+                           home.engine.events.keys)
     assert memory.state["city"].confidence == pytest.approx(0.8)

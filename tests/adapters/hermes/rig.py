@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from pulse_adapters.llm.stand_in import ChatServer
 from pulse_core import Event, open_home
+from pulse_core.store import reveal
 from tests.agent_programs import hermes_program
 
 UPULSE = Path(sys.executable).parent / "upulse"
@@ -70,10 +73,12 @@ def upulse(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def read_events(home: Path, **filters: Any) -> list[Event]:
-    """The events of the pulse home at `home` (opened as the CLI does, without the lock)."""
+    """The events of the pulse home at `home` (opened as the CLI does, without the lock),
+    their sealed memory text opened with the home's keys."""
     stores = await open_home(home)
     try:
-        return await stores.events.read(**filters)
+        return [msgspec.structs.replace(e, data=reveal(e.data, stores.events.keys))
+                for e in await stores.events.read(**filters)]
     finally:
         await stores.close()
 

@@ -17,6 +17,7 @@ import pytest
 from pulse_adapters.hermes._transcripts import read_store
 from pulse_adapters.llm.stand_in import ChatServer, Stream
 from pulse_core import Engine, LayerContext, SystemClock, TaskBoard, TaskState, load_layer
+from pulse_core.store import reveal
 from tests.adapters.hermes.rig import HermesRig, chat_requests, eventually, hermes_rig, upulse
 
 TEST_TIME_LIMIT_S = 300  # bounds a hang only: hermes starts slowly on a loaded machine
@@ -97,7 +98,7 @@ async def test_a_task_created_with_the_cli_runs_once_and_closes_with_result_and_
                          "task-closed"]
         # Hermes stored the session; transcript ingest remembers each message once
         await ingested(engine, rig.hermes_home)
-        said = [(e.data["role"], e.data["text"])
+        said = [(e.data["role"], reveal(e.data["text"], engine.events.keys))
                 for e in await engine.events.read(key="identity:owner")]
         assert said == [("human", "say hi"), ("agent", "done: hi")]
     prompt = [m for m in chat_requests(chat_server)[0]["messages"] if m["role"] == "user"]

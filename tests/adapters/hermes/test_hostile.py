@@ -48,6 +48,7 @@ from pulse_core import (
 )
 from pulse_core import open_home as open_pulse_home
 from pulse_core._effects import effect_draft
+from pulse_core.store import reveal
 from pulse_survival.effects import Notify
 from tests.adapters.hermes.rig import eventually, read_events
 
@@ -330,7 +331,7 @@ async def test_a_session_ingest_took_first_is_not_recorded_again_by_the_plugin(
         await asyncio.to_thread(plugin.close)
         while await ingest.step(engine.events):
             pass
-        said = [(e.data["role"], e.data["text"])
+        said = [(e.data["role"], reveal(e.data["text"], engine.events.keys))
                 for e in await engine.events.read(key="identity:owner")]
     db.close()
     assert said == [("human", "hello"), ("agent", "ok")]
@@ -352,7 +353,7 @@ async def test_a_session_the_plugin_marks_between_ingest_reading_and_writing_is_
         while await ingest.step(engine.events):
             pass
         await asyncio.to_thread(plugin.close)
-        said = [(e.data["role"], e.data["text"])
+        said = [(e.data["role"], reveal(e.data["text"], engine.events.keys))
                 for e in await engine.events.read(key="identity:owner")]
     db.close()
     assert said == [("human", "hi"), ("agent", "ok")]
@@ -385,7 +386,7 @@ def test_one_wrong_plugin_setting_does_not_move_the_plugin_to_another_home(
 
 
 async def said_to(engine: Engine) -> list[tuple[str, str]]:
-    return [(e.data["role"], e.data["text"])
+    return [(e.data["role"], reveal(e.data["text"], engine.events.keys))
             for e in await engine.events.read(key="identity:owner")]
 
 

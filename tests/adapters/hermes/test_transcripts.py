@@ -15,6 +15,7 @@ import pytest
 
 from pulse_adapters.hermes import TranscriptIngest
 from pulse_core import Engine, EventStore
+from pulse_core.store import reveal
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ def hermes_store(hermes_home: Path) -> Any:
 
 
 async def said_to(engine: Engine, identity: str = "owner") -> list[tuple[str, str]]:
-    return [(e.data["role"], e.data["text"])
+    return [(e.data["role"], reveal(e.data["text"], engine.events.keys))
             for e in await engine.events.read(key=f"identity:{identity}")]
 
 

@@ -27,6 +27,7 @@ from pulse_adapters.openclaw import (
 )
 from pulse_core import Engine, LayerContext, SystemClock
 from pulse_core._effects import effect_draft
+from pulse_core.memory import reveal_memory
 from pulse_survival.effects import Notify
 from tests.adapters.awareness_rig import reply
 from tests.adapters.openclaw.rig import Gateway, eventually, start_gateway, wait_healthy
@@ -70,7 +71,8 @@ async def test_a_transcript_message_becomes_memory_the_reviewer_reviews(
                            for c in await engine.events.read(kinds=["awareness-cycle"]))
 
             await eventually(reviewed)
-            memory = (await engine.snapshot()).projection("memory")["ana"]
+            memory = reveal_memory((await engine.snapshot()).projection("memory")["ana"],
+                                   engine.events.keys)
             cycles = await engine.events.read(kinds=["awareness-cycle"])
     finally:
         reviewer_model.stop()
@@ -149,7 +151,8 @@ async def test_malformed_and_unstorable_transcript_rows_are_recorded_and_skipped
             engine.events) == 0  # the cursor is in the log: nothing twice
         broken = await engine.events.read(kinds=[TRANSCRIPT_MALFORMED])
         refused = await engine.events.read(key="service:openclaw-transcripts")
-        memory = (await engine.snapshot()).projection("memory")["ana"]
+        memory = reveal_memory((await engine.snapshot()).projection("memory")["ana"],
+                               engine.events.keys)
     assert [e.data["seq"] for e in broken] == [head + 1, head + 2, head + 3]
     assert [(e.data["session_id"], e.data["seq"]) for e in refused] == [(session, head + 4)]
     assert "not JSON" in broken[0].data["reason"] and "list" in broken[1].data["reason"]

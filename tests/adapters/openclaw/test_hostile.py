@@ -44,6 +44,7 @@ from pulse_core import (
     ManualClock,
     effect_draft,
 )
+from pulse_core.memory import reveal_memory
 from pulse_survival.effects import Notify
 from tests.adapters.openclaw.rig import eventually
 
@@ -119,7 +120,8 @@ async def test_a_poison_row_is_recorded_and_every_session_reads_on(tmp_path: Pat
         ingest = TranscriptIngest(TranscriptSettings(identity="ana", batch=2), store)
         assert await ingest.ingest(engine.events) == 4  # exchanges, not malformed records
         malformed = await engine.events.read(kinds=[TRANSCRIPT_MALFORMED])
-        memory = (await engine.snapshot()).projection("memory")["ana"]
+        memory = reveal_memory((await engine.snapshot()).projection("memory")["ana"],
+                               engine.events.keys)
     assert sorted(x.text for x in memory.exchanges) == sorted(
         ["before", "after", "other session", "after the binary row"])
     assert [(e.data["session_id"], e.data["seq"]) for e in malformed] == [("a", 1), ("a", 4)]
@@ -142,7 +144,8 @@ async def test_a_row_the_log_cannot_store_is_recorded_once_and_the_rows_around_i
         again = TranscriptIngest(TranscriptSettings(identity="ana"), store)  # a new engine
         assert await again.ingest(engine.events) == 1
         errors = await engine.events.read(key="service:openclaw-transcripts")
-        memory = (await engine.snapshot()).projection("memory")["ana"]
+        memory = reveal_memory((await engine.snapshot()).projection("memory")["ana"],
+                               engine.events.keys)
     assert [x.text for x in memory.exchanges] == ["before", "after", "other session", "later"]
     assert [(e.data["session_id"], e.data["seq"]) for e in errors] == [("a", 1)]
     assert "surrogate" in errors[0].data["message"]
