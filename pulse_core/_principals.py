@@ -140,10 +140,21 @@ class Principal(msgspec.Struct, frozen=True):
                             "is only ever narrowed — open the home through the channel of "
                             f"{other.kind} principals instead")
 
+    @property
+    def label(self) -> str:
+        """Who, in one word: `human`, `human:<who>`, `engine` or `agent:<name>`."""
+        if self.kind == "human":
+            return f"human:{self.name}" if self.name else "human"
+        return "engine" if self.kind == "engine" else f"agent:{self.name}"
+
+    @property
+    def origin(self) -> str:
+        """The origin this principal writes its own records under."""
+        return "human" if self.kind == "human" else self.label
+
     def __str__(self) -> str:
-        who = {"human": f"human:{self.name}" if self.name else "human",
-               "engine": "engine", "agent": f"agent:{self.name}"}[self.kind]
-        return f"{who} (via {self.channel})" if self.channel and self.kind != "engine" else who
+        shown = self.channel and self.kind != "engine"
+        return f"{self.label} (via {self.channel})" if shown else self.label
 
 
 WRITE_REFUSED = "write-refused"
@@ -170,9 +181,8 @@ def refusal_draft(principal: Principal, draft: EventDraft, minute: int) -> Event
     """The `write-refused` record of `principal` trying `draft`, written under an origin the
     principal may write; one per principal, kind and origin a minute (a flood of refused
     appends records one line a minute, not a line each)."""
-    who = str(principal).partition(" ")[0]
-    own = {"human": "human", "engine": "engine", "agent": f"agent:{principal.name}"}
+    who = principal.label
     body = WriteRefused(who, principal.channel, draft.origin[:200], draft.kind, draft.key[:200])
     return EventDraft(WRITE_REFUSED, f"principal:{who}", msgspec.to_builtins(body),
-                      origin=own[principal.kind],
+                      origin=principal.origin,
                       idem=f"{WRITE_REFUSED}:{who}:{draft.kind}:{draft.origin[:200]}:{minute}")

@@ -155,8 +155,7 @@ class EventStore:
         `kind` on `key`, like a refused append) and raise NotAuthorized naming `action`."""
         if self.principal.is_human:
             return
-        own = "engine" if self.principal.kind == "engine" else f"agent:{self.principal.name}"
-        await self._record_refusal(EventDraft(kind, key, None, origin=own))
+        await self._record_refusal(EventDraft(kind, key, None, origin=self.principal.origin))
         self.principal.require_person(kind, action)
 
     async def _record_refusal(self, draft: EventDraft) -> None:
