@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import importlib.metadata
 import os
 import shutil
 import sqlite3
@@ -44,7 +43,7 @@ from pulse_cli import config as config_file
 from pulse_cli.home import CliError, Home, UsageError
 from pulse_cli.output import print_json, printable
 from pulse_cli.stores import shown, store_url
-from pulse_core import private_folder, write_private
+from pulse_core import installed_version, private_folder, write_private
 from pulse_core.store import ElementKeys, LogLocation, copy_sqlite_file, parse_store_url
 
 FORMAT = 1
@@ -236,10 +235,7 @@ def _manifest(home: Home, partial: Path, location: LogLocation) -> BackupManifes
 
 def pulse_version() -> str:
     """The installed upulse distribution's version ("unknown" from a bare source tree)."""
-    try:
-        return importlib.metadata.version("upulse")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return installed_version() or "unknown"
 
 
 def _private(root: Path) -> None:

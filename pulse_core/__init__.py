@@ -82,6 +82,7 @@ from pulse_core._fleet import (
     HeldLease,
     LoopBeat,
     fleet_json,
+    installed_version,
     read_fleet,
 )
 from pulse_core._history import Causes, causes_of, event_at
@@ -353,6 +354,7 @@ __all__ = [
     "host_of",
     "human_origin",
     "identity_key",
+    "installed_version",
     "known_kinds",
     "last_recorded",
     "layer_settings",

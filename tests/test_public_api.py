@@ -65,7 +65,7 @@ EXPECTED_CORE = {
     "publish_face",
     # why an event is in the log, and the engines sharing a log (the UI's and CLI's views)
     "Causes", "causes_of", "event_at", "EngineHeartbeat", "EngineInstance", "FleetFold",
-    "HeldLease", "LoopBeat", "fleet_json", "read_fleet",
+    "HeldLease", "LoopBeat", "fleet_json", "installed_version", "read_fleet",
     # the vitals key model-route probes write and llm_watchdog reads
     "LLM_ROUTE_KEY",
     # tick records: finding one, running it again, comparing what it decided
