@@ -15,8 +15,18 @@ from pulse_adapters.awareness.contract import (
 )
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.evidence import Evidence, build_evidence
-from pulse_adapters.awareness.executor import AwarenessExecutor, Foreground
+from pulse_adapters.awareness.executor import AwarenessExecutor
 from pulse_adapters.awareness.fingerprint import fingerprint, shape
+from pulse_adapters.awareness.foreground import (
+    Foreground,
+    ForegroundBegan,
+    ForegroundEnded,
+    ForegroundFollower,
+    NoAwarenessLayer,
+    foreground_began,
+    foreground_ended,
+    foreground_of,
+)
 from pulse_adapters.awareness.gate import GateResult, Rejection, Verb, gate, show_proposal
 from pulse_adapters.awareness.ledger import AwarenessLedger, CycleRecord, LedgerData, ReviewState
 from pulse_adapters.awareness.page import ReviewerRecords, reviewer_page
@@ -58,9 +68,13 @@ __all__ = [
     "Evidence",
     "EvidenceCaps",
     "Foreground",
+    "ForegroundBegan",
+    "ForegroundEnded",
+    "ForegroundFollower",
     "GateResult",
     "InvalidEnvelope",
     "LedgerData",
+    "NoAwarenessLayer",
     "NothingToUndo",
     "QuietHold",
     "QuietHoldKeeper",
@@ -79,6 +93,9 @@ __all__ = [
     "decode_reply",
     "due_at",
     "fingerprint",
+    "foreground_began",
+    "foreground_ended",
+    "foreground_of",
     "gate",
     "layer",
     "load_settings",

@@ -31,7 +31,14 @@ class EvidenceCaps(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class AwarenessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Cadence, quiet time, evidence bounds, gate bounds, degradation and budgets."""
+    """Cadence, quiet time, evidence bounds, gate bounds, degradation and budgets.
+
+    Foreground: reviews on the fallback route always yield to the agent's foreground work;
+    `shared_route` says the reviewer's model route is the agent's own whatever its health,
+    so reviews on the healthy route yield too. A yielding review waits at most
+    `foreground_wait_s` for the foreground to be free (then it is recorded as preempted),
+    and a hold its holder never ends lapses after `foreground_lapse_s` by default.
+    """
 
     interval_s: float = 60.0
     fallback_interval_s: float = 300.0
@@ -56,10 +63,14 @@ class AwarenessConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     calls_per_identity_per_day: int = 48
     calls_per_day: int = 5_000
     max_tokens: int = 700
+    shared_route: bool = False
+    foreground_wait_s: float = 120.0
+    foreground_lapse_s: float = 600.0
 
     def __post_init__(self) -> None:
         for name in ("fallback_interval_s", "initial_delay_s", "quiet_ceiling_s",
-                     "backoff_base_s", "backoff_max_s", "route_stale_s"):
+                     "backoff_base_s", "backoff_max_s", "route_stale_s", "foreground_wait_s",
+                     "foreground_lapse_s"):
             if getattr(self, name) <= 0:
                 raise AwarenessConfigError(name, "must be > 0")
         if not 1 <= self.verb_budget <= 16:

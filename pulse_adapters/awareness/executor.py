@@ -29,6 +29,7 @@ from pulse_adapters.awareness.contract import (
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.evidence import Evidence, build_evidence
 from pulse_adapters.awareness.fingerprint import fingerprint
+from pulse_adapters.awareness.foreground import Foreground
 from pulse_adapters.awareness.gate import WRITER, GateResult, Verb, gate
 from pulse_adapters.awareness.ledger import REVIEWED, CycleRecord
 from pulse_adapters.llm import (
@@ -61,21 +62,6 @@ ERROR_CHARS = 500
 ALREADY_REVIEWED = "already-reviewed"
 """The outcome (in `effect-acked`, not a cycle) of a review whose world another review settled
 after this one was asked for: no model call, nothing written."""
-
-
-class Foreground:
-    """Foreground work on a shared model route: while active, fallback reviews are cancelled."""
-
-    def __init__(self) -> None:
-        self.active = asyncio.Event()
-
-    def begin(self) -> None:
-        """Foreground work started: preempt any background review on the shared route."""
-        self.active.set()
-
-    def end(self) -> None:
-        """Foreground work finished."""
-        self.active.clear()
 
 
 class _Failed(Exception):
@@ -131,7 +117,7 @@ class AwarenessExecutor(Executor):
         self.config = config or AwarenessConfig()
         self.route = route
         self.foreground = foreground
-        self.timeout = client.max_wall_s * 2 + 30
+        self.timeout = client.max_wall_s * 2 + 30 + self.config.foreground_wait_s
 
     async def _memory(self, events: EventStore, identity: str, after: IdentityMemory | None,
                       after_seq: int, head: int = 0, *, cycles: list[Event] | None = None
@@ -172,8 +158,14 @@ class AwarenessExecutor(Executor):
                    ) -> tuple[Envelope, int]:
         """The model's envelope and the inference time (calls counted in `cycle`); `_Failed`
         otherwise."""
-        cancel = (self.foreground.active if self.foreground and review.route == "fallback"
-                  else None)
+        foreground = self.foreground
+        shared = review.route == "fallback" or self.config.shared_route
+        cancel = foreground.active if foreground is not None and shared else None
+        if foreground is not None and cancel is not None:
+            wait_s = self.config.foreground_wait_s
+            if not await foreground.wait_free(wait_s):
+                raise _Failed("preempted", f"foreground work ({', '.join(foreground.holders)}) "
+                                           f"held the shared model route for {wait_s:g} s")
         fmt = json_schema_format("awareness_review", envelope_schema(self.config))
         messages: list[dict[str, str]] = [
             {"role": "system", "content": system_prompt(self.config)},

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulse_adapters.awareness.effects import AwarenessReview
-from pulse_adapters.awareness.executor import AwarenessExecutor, Foreground
+from pulse_adapters.awareness.executor import AwarenessExecutor
+from pulse_adapters.awareness.foreground import Foreground, ForegroundFollower
 from pulse_adapters.awareness.ledger import AwarenessLedger
 from pulse_adapters.awareness.page import reviewer_metrics, reviewer_page
 from pulse_adapters.awareness.quiet import QuietHold
@@ -51,8 +52,9 @@ class ReviewRouteWatcher(RouteProbeWatcher):
 class Reviewer:
     """The reviewer's parts, and `layer`, the Layer that runs them together.
 
-    `foreground.begin()` / `.end()` bracket foreground work on a shared model route, so that
-    reviews on the fallback route are preempted while it runs.
+    `foreground.begin(holder)` / `.end(holder)` bracket foreground work on a shared model
+    route, so that reviews sharing it wait while it runs and one in flight is preempted
+    (`foreground_of(engine)` reaches it from a running engine).
     """
 
     settings: AwarenessSettings
@@ -79,10 +81,11 @@ def build_reviewer(settings: Any, context: LayerContext) -> Reviewer:
     # a stored hold outlives every check and ceiling it can defer, then the store drops it
     quiet = QuietHold(ttl_ms=int(2 * (config.quiet_ceiling_s + config.quiet_hold_s) * 1000))
     rule = AwarenessRule(config, quiet, route_key=valid.route_key)
-    foreground = Foreground()
+    foreground = Foreground(lapse_s=config.foreground_lapse_s, clock=context.clock)
     executor = AwarenessExecutor(client, config, route=health, foreground=foreground)
     bundle = Layer(LAYER, watchers=(watcher,), rules=(rule,), executors=(executor,),
-                   projections=(ledger,), services=(QuietHoldKeeper(quiet),),
+                   projections=(ledger,),
+                   services=(QuietHoldKeeper(quiet), ForegroundFollower(foreground)),
                    emits=(AwarenessReview,), ui=(reviewer_page(ledger),),
                    metrics=reviewer_metrics())
     return Reviewer(valid, client, health, watcher, ledger, quiet, rule, executor, foreground,

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from pulse_adapters.awareness import foreground_began, foreground_ended
 from pulse_adapters.hermes._bridge import PulseBridge
 from pulse_adapters.hermes._kanban import HOOKS as KANBAN_HOOKS
 from pulse_adapters.hermes._kanban import KanbanTransition, kanban_title, mirror
@@ -54,7 +55,9 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     `notices` are the effect tags offered to the agent's next turn (none: never);
     `notice_wait_s` bounds the wait of a turn for them; `notice_max_age_s` is how old a
     notice may be and still be offered; `flush_wait_s` bounds the wait at the end of a turn
-    for what the plugin records (Hermes' one-shot mode exits right after).
+    for what the plugin records (Hermes' one-shot mode exits right after);
+    `foreground_lapse_s` is how long a turn holds the foreground (reviews sharing the model
+    route wait) if Hermes never ends it, 0 to never hold it.
     """
 
     home: str | None = None
@@ -64,6 +67,7 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     notice_wait_s: float = 0.5
     notice_max_age_s: float = 86_400.0
     flush_wait_s: float = 3.0
+    foreground_lapse_s: float = 600.0
 
 
 def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
@@ -173,6 +177,7 @@ class HermesPlugin:
             self._first = session if self._first is None else self._first
         if session:
             self._follow(session)
+        self._foreground(session, begins=True)
         if isinstance(user_message, str) and user_message.strip():
             self._record(session, identity, user_message, "human")
         return self._offer(session)
@@ -184,6 +189,7 @@ class HermesPlugin:
             identity = self._identities.get(session_id or "", self.settings.identity)
         if isinstance(assistant_response, str) and assistant_response.strip():
             self._record(session_id or "", identity, assistant_response, "agent")
+        self._foreground(session_id or "", begins=False)
 
     @_hook("on_session_end")
     def on_session_end(self, *, session_id: str | None = None, **_: Any) -> None:
@@ -230,6 +236,20 @@ class HermesPlugin:
                 if await session_recorder(events, session) == SESSION_INGESTED:
                     self._ingested.add(session)
         self.bridge.submit(job, "session")
+
+    def _foreground(self, session: str, *, begins: bool) -> None:
+        """The turn of `session` holds the foreground (it `begins`) or lets it go, as an
+        event the awareness layer of the engine on the home follows."""
+        lapse_s = self.settings.foreground_lapse_s
+        if lapse_s <= 0:
+            return
+        holder = f"hermes:{session or self.profile}"
+        draft = (foreground_began(holder, lapse_s, origin=ORIGIN) if begins
+                 else foreground_ended(holder, origin=ORIGIN))
+
+        async def job(events: EventStore) -> None:
+            await events.append([draft])
+        self.bridge.submit(job, "foreground")
 
     def _record(self, session: str, identity: str, text: str, role: str) -> None:
         async def job(events: EventStore) -> None:

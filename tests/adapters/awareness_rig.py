@@ -33,13 +33,12 @@ def settings(server: ChatServer, review: AwarenessConfig, **more: Any) -> dict[s
 
 async def open_engine(home: Path, clock: ManualClock, reviewer: Reviewer
                       ) -> tuple[Engine, asyncio.Future[None]]:
-    """An engine running the reviewer's layer, opened, with the layer's service running as
-    `engine.start()` would run it (ticks stay in the test's hands)."""
+    """An engine running the reviewer's layer, opened, with the layer's services running as
+    `engine.start()` would run them (ticks stay in the test's hands)."""
     engine = Engine(home, clock=clock, layers=[reviewer.layer])
     await engine.open()
-    (service,) = reviewer.layer.services
-    running = asyncio.ensure_future(service(engine))
-    await asyncio.sleep(0)  # the service binds the quiet hold to the engine's side store
+    running = asyncio.gather(*(service(engine) for service in reviewer.layer.services))
+    await asyncio.sleep(0)  # the services bind the quiet hold and the foreground to the engine
     return engine, running
 
 

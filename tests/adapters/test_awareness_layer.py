@@ -364,6 +364,8 @@ def test_public_surface_is_pinned_and_documented() -> None:
         "gate", "layer", "load_settings", "parse_envelope", "route_healthy", "shape",
         "CycleNotFound", "NothingToUndo", "UndoConflict", "UndoRefused", "undo_cycle",
         "decode_reply", "reviewer_page", "show_proposal",
+        "ForegroundBegan", "ForegroundEnded", "ForegroundFollower", "NoAwarenessLayer",
+        "foreground_began", "foreground_ended", "foreground_of",
     }
     assert set(pulse_adapters.awareness.__all__) == expected
     for name in expected:
