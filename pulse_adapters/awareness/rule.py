@@ -60,6 +60,9 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
     return due
 
 
+_NO_REVIEW = ReviewState()
+
+
 class AwarenessRule:
     """The inner awareness rule. Decorates: runs the rules inside it, then adds reviews.
 
@@ -78,7 +81,9 @@ class AwarenessRule:
         self.route_key = route_key
         self.quiet = quiet or QuietHold()
         self._heap: list[tuple[int, int, str]] = []
-        self._salt = os.urandom(8)  # engines sharing a log take equally due ones in other orders
+        # engines sharing a log take equally due ones in other orders
+        self._salt_crc = zlib.crc32(os.urandom(8))
+        self._ranks: dict[str, int] = {}
         self._due: dict[str, int] = {}
         self._in_flight: set[str] = set()
         self._memory: PersistentMap[str, IdentityMemory] | None = None
@@ -92,12 +97,18 @@ class AwarenessRule:
         mem = memory.get(identity)
         due = None if mem is None else due_at(mem, ledger.identities.get(identity),
                                               self.quiet.get(identity), self.config, interval_s)
+        self._push(identity, due)
+
+    def _push(self, identity: str, due: int | None) -> None:
+        """Put the identity in the heap at `due` (None: out of it)."""
         if due is None:
             self._due.pop(identity, None)
-        else:
-            self._due[identity] = due
-            rank = zlib.crc32(identity.encode(), zlib.crc32(self._salt))
-            heapq.heappush(self._heap, (due, rank, identity))
+            return
+        self._due[identity] = due
+        rank = self._ranks.get(identity)
+        if rank is None:
+            rank = self._ranks[identity] = zlib.crc32(identity.encode(), self._salt_crc)
+        heapq.heappush(self._heap, (due, rank, identity))
 
     def _refresh(self, curr: Snapshot, memory: PersistentMap[str, IdentityMemory],
                  ledger: LedgerData, interval_s: float) -> None:
@@ -137,17 +148,23 @@ class AwarenessRule:
         self._refresh(curr, memory, ledger, interval_s)
         reviews: list[Effect] = []
         now = curr.at
-        while self._heap and self._heap[0][0] <= now and len(reviews) < cfg.max_reviews_per_tick:
-            due, _, identity = heapq.heappop(self._heap)
-            if self._due.get(identity) != due:
+        heap, due_of, pending = self._heap, self._due, curr.pending_effects
+        calls_today = ledger.calls_today(now)
+        while heap and heap[0][0] <= now and len(reviews) < cfg.max_reviews_per_tick:
+            due, _, identity = heapq.heappop(heap)
+            if due_of.get(identity) != due:
                 continue  # a stale heap entry: the identity was rescheduled
-            del self._due[identity]
-            if f"awareness-review:{identity}" in curr.pending_effects:
+            del due_of[identity]
+            if f"awareness-review:{identity}" in pending:
                 self._in_flight.add(identity)  # another engine's review of it is under way
                 continue
-            review = self._check(identity, memory[identity], ledger, now, healthy)
+            mem = memory[identity]
+            state = ledger.identities.get(identity)
+            review = self._check(identity, mem, state, ledger, now=now, healthy=healthy,
+                                 calls_today=calls_today)
             if review is None:
-                self._schedule(identity, memory, ledger, interval_s)
+                self._push(identity, due_at(mem, state, self.quiet.get(identity), cfg,
+                                            interval_s))
             else:
                 reviews.append(review)
                 self._in_flight.add(identity)
@@ -156,14 +173,16 @@ class AwarenessRule:
             tick_ms = min(tick_ms, max(1_000, self._heap[0][0] - now))
         return Decision([*effects, *reviews], tick_ms)
 
-    def _check(self, identity: str, memory: IdentityMemory, ledger: LedgerData, now: int,
-               healthy: bool) -> AwarenessReview | None:
-        """A review to run now, or None after counting a quiet (or budget) skip."""
+    def _check(self, identity: str, memory: IdentityMemory, state: ReviewState | None,
+               ledger: LedgerData, *, now: int, healthy: bool, calls_today: int
+               ) -> AwarenessReview | None:
+        """A review to run now, or None after counting a quiet (or budget) skip; `state` is
+        the identity's review state, `calls_today` the model calls made today over all."""
         cfg = self.config
         human = memory.last_human
         if human is None:
             return None
-        review = ledger.identities.get(identity) or ReviewState()
+        review = state or _NO_REVIEW
         quiet = self.quiet.get(identity)
         cached = self._fingerprints.get(identity)
         if cached is not None and cached[0] is memory:
@@ -173,9 +192,9 @@ class AwarenessRule:
             self._fingerprints[identity] = (memory, world)
         unchanged = review.fingerprint == world
         below_ceiling = now - review.last_success_at < cfg.quiet_ceiling_s * 1000
-        calls_today = review.calls if review.day == now // DAY_MS else 0
-        over_budget = (calls_today >= cfg.calls_per_identity_per_day
-                       or ledger.calls_today(now) >= cfg.calls_per_day)
+        mine_today = review.calls if review.day == now // DAY_MS else 0
+        over_budget = (mine_today >= cfg.calls_per_identity_per_day
+                       or calls_today >= cfg.calls_per_day)
         if (unchanged and below_ceiling) or over_budget:
             self.quiet.skip(identity, now, int(cfg.quiet_hold_s * 1000))
             self.skips_counted += 1
