@@ -154,3 +154,11 @@ def test_sealing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench("sealing").main(["--elements", "200", "--batch", "50", "--tmp", str(tmp_path)])
     check(capsys.readouterr().out, ["sealed write", "sealed read+open"],
           ["plain write", "plain read"], floors=0)
+
+
+def test_reviewer_tick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("reviewer_tick").main(["--identities", "200", "--hours", "0.25", "--tmp",
+                                 str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["awareness rule per tick p99", "awareness rule per tick p50"],
+          ["goal", "bare dict scan of 200 identities"], floors=1)
