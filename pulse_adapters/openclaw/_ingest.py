@@ -12,6 +12,11 @@ past it (so once), and the rows around it are stored; a session no cursor key ca
 NUL in its id) is recorded so and passed over while the service runs. A store that cannot be
 read (locked, corrupt, replaced) is recorded as an `error` at that key too, once until the
 problem changes, and read again next time.
+
+A session's turn is foreground work on the agent's model route: a user message read after the
+session's first read begins a hold (`foreground-began`, holder `openclaw:<agent>:<session
+id>`, lapsing after `foreground_lapse_s`), and the next assistant message read ends it
+(`foreground-ended`), each in the append that stores the message.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from pulse_adapters.agents import StoreTrouble
+from pulse_adapters.awareness import foreground_began, foreground_ended
 from pulse_adapters.openclaw._kinds import (
     TRANSCRIPT_MALFORMED,
     TRANSCRIPT_READ,
@@ -99,6 +105,8 @@ class TranscriptIngest:
         self.store = store
         self.cursors: dict[str, tuple[int, int]] = {}  # session id -> (seq, cursor version)
         self.keyless: set[str] = set()  # sessions whose cursor's key the log cannot store
+        self.holding: set[str] = set()  # sessions whose turn holds the foreground
+        self.backlog: set[str] = set()  # sessions being read for the first time
 
     async def __call__(self, engine: Engine) -> None:
         trouble = StoreTrouble(self.name, self.store.path, log, self.settings.interval_s)
@@ -118,6 +126,8 @@ class TranscriptIngest:
             if session_id in self.keyless:
                 continue
             seq, version = await self._cursor(events, session_id)
+            if seq < 0:
+                self.backlog.add(session_id)
             while seq < head:
                 rows = await asyncio.to_thread(self.store.rows_after, session_id, seq,
                                                self.settings.batch)
@@ -136,6 +146,7 @@ class TranscriptIngest:
                 written += messages
                 seq = rows[-1].seq
                 self.cursors[session_id] = (seq, version)
+            self.backlog.discard(session_id)
         return written
 
     async def _store(self, events: EventStore, session_id: str, rows: list[TranscriptRow],
@@ -145,8 +156,10 @@ class TranscriptIngest:
         row it refuses, which is recorded as an `error` instead."""
         drafts, messages = self._drafts(session_id, rows)
         key = transcript_key(self.store.agent, session_id)
+        turn = self._turn(session_id, drafts)
         try:
-            await events.append([*drafts, self._read(session_id, rows[-1].seq, messages)],
+            await events.append([*drafts, *turn,
+                                 self._read(session_id, rows[-1].seq, messages)],
                                 expect={key: version})
         except InvalidEvent as exc:
             if len(rows) > 1:
@@ -165,6 +178,24 @@ class TranscriptIngest:
                                 expect={key: version})
             messages = 0
         return version + 1, messages
+
+    def _turn(self, session_id: str, drafts: list[EventDraft]) -> list[EventDraft]:
+        """The foreground hold's begin or end the messages in `drafts` call for: a turn is
+        under way when the last message is the user's (not in a session's first read, the
+        backlog), over once the agent answered."""
+        lapse_s = self.settings.foreground_lapse_s
+        roles = [d.data["role"] for d in drafts
+                 if d.kind == "human-exchange" and isinstance(d.data, dict)]
+        if lapse_s <= 0 or not roles:
+            return []
+        holder = f"openclaw:{self.store.agent}:{session_id}"
+        if roles[-1] == "human" and session_id not in self.backlog:
+            self.holding.add(session_id)
+            return [foreground_began(holder, lapse_s, origin=ORIGIN)]
+        if roles[-1] == "agent" and session_id in self.holding:
+            self.holding.discard(session_id)
+            return [foreground_ended(holder, origin=ORIGIN)]
+        return []
 
     async def _pass_over(self, events: EventStore, session_id: str, exc: InvalidEvent,
                          host: str) -> None:

@@ -101,12 +101,15 @@ class TranscriptSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
                          kw_only=True):
     """Transcript ingest: every user and assistant message of the agent's sessions becomes a
     human exchange of memory identity `identity`, read every `interval_s`, `batch` rows a
-    read."""
+    read. A new user message seen in a session holds the foreground (reviews sharing the
+    model route wait) until the agent's answer is seen, at most `foreground_lapse_s` (0:
+    never held)."""
 
     enabled: bool = True
     identity: str = "owner"
     interval_s: float = 2.0
     batch: int = 500
+    foreground_lapse_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.identity.strip():
