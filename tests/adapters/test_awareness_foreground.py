@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pulse_adapters.awareness import (
     AwarenessConfig,
+    Foreground,
     NoAwarenessLayer,
     build_reviewer,
     foreground_began,
@@ -148,3 +151,19 @@ async def test_an_engine_without_the_awareness_layer_has_no_foreground(tmp_path:
             foreground_of(engine)
     finally:
         await engine.close()
+
+
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["a", "b", "c"])), max_size=30))
+def test_the_foreground_is_held_exactly_while_some_holder_holds(
+        steps: list[tuple[bool, str]]) -> None:
+    foreground = Foreground()
+    holding: set[str] = set()
+    for begins, holder in steps:
+        if begins:
+            foreground.begin(holder)
+            holding.add(holder)
+        else:
+            foreground.end(holder)
+            holding.discard(holder)
+        assert foreground.holders == tuple(sorted(holding))
+        assert foreground.active.is_set() == bool(holding)
