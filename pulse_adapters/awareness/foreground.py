@@ -98,7 +98,8 @@ class Foreground:
     `begin(holder)` / `end(holder)` bracket one holder's foreground work (any number at a
     time); bound to an engine's log, each is recorded as an event. A hold not ended lapses
     after its lapse (`lapse_s`, default the Foreground's), recorded as `foreground-ended`
-    with `lapsed` true.
+    with `lapsed` true. Call it on the engine's event loop; another thread or process
+    appends `foreground_began` / `foreground_ended` drafts to the log instead.
     """
 
     ORIGIN = "rule:awareness"
