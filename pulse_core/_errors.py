@@ -208,6 +208,26 @@ class ElementTextUnreadable(PulseError):
         super().__init__(message)
 
 
+class RecallRefused(PulseError):
+    """A recall query is malformed: `field` names the query field that was wrong (a limit
+    below 1, an empty text or topic, no identity/topic/text at all) and the message what to
+    give instead. Nothing is read or changed."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class UnknownIdentity(RecallRefused):
+    """A recall named an identity the memory does not hold (never written about, or merged
+    away). `identity` names it."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+        super().__init__("identity", f"no memory of identity {identity!r}: check the id "
+                         "(upulse memory list shows the known identities)")
+
+
 class RuleChainError(PulseError):
     """The rule chain is malformed or was driven wrongly (inner called twice in one tick)."""
 

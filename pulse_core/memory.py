@@ -19,9 +19,11 @@ from typing import Any
 
 import msgspec
 
+from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind, uuid7
 from pulse_core._memory_text import reveal_memory
 from pulse_core._pmap import PersistentMap
+from pulse_core._recall import Recalled, RecallQuery, recall
 from pulse_core._snapshot import Projection
 from pulse_core.store import EventStore
 
@@ -41,16 +43,21 @@ __all__ = [
     "Note",
     "Observation",
     "ObservationRecorded",
+    "RecallQuery",
+    "RecallRefused",
+    "Recalled",
     "ReflectionRecorded",
     "Retraction",
     "StateItem",
     "StateRevised",
     "StateSet",
     "TemporalFactRecorded",
+    "UnknownIdentity",
     "Unresolved",
     "UnresolvedOpened",
     "exchange_draft",
     "identity_key",
+    "recall",
     "remember",
     "reveal_memory",
 ]

@@ -1,0 +1,176 @@
+"""One recall: the memory elements the agent may use now, by identity, topic or text, ranked
+(docs/memory.md, "Recall"). Maintenance decides what recall sees: an archived element leaves
+ordinary recall, a tombstoned, purged, forgotten or quarantined one never returns."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from pulse_core._errors import RecallRefused, UnknownIdentity
+from pulse_core._pmap import PersistentMap
+from pulse_core._projector import Projector
+from pulse_core.store import ElementKeys, EventStore
+
+if TYPE_CHECKING:
+    from pulse_core.maintenance import ElementsState
+    from pulse_core.memory import IdentityMemory
+
+MAX_LIMIT = 1_000
+
+
+class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """What to recall. At least one of `identity`, `topic` or `text` must be given.
+
+    - `identity`: only this identity's elements (UnknownIdentity when it has none);
+    - `topic`: elements about a topic: a state item named so, an observation with that key
+      or source (case-insensitive, exact);
+    - `text`: every word must occur in the element's text (case-insensitive);
+    - `limit`: at most this many, 1..1000 (default 10);
+    - `include_archived`: archived elements too (ordinary recall leaves them out).
+    """
+
+    identity: str | None = None
+    topic: str | None = None
+    text: str | None = None
+    limit: int = 10
+    include_archived: bool = False
+
+
+class Recalled(msgspec.Struct, frozen=True, kw_only=True):
+    """One recalled element: its identity and record, its type (exchange, state, unresolved,
+    observation, fact, reflection), its text as the agent reads it (a state item's or an
+    observation's value rendered as text), and what ranked it: the writer's authority
+    (pulse_core.maintenance.rank: HUMAN 3, AGENT 2, BACKGROUND 1), the state item's
+    confidence (1.0 for other types), its memory strength, `score` (confidence x strength),
+    its retention stage and when it was last written (ms)."""
+
+    identity: str
+    record: str
+    type: str
+    text: str
+    authority: int
+    confidence: float
+    strength: float
+    stage: str
+    at: int
+    score: float
+
+
+def _check(query: RecallQuery) -> tuple[str, ...]:
+    if not isinstance(query.limit, int) or not 1 <= query.limit <= MAX_LIMIT:
+        raise RecallRefused("limit", f"limit {query.limit!r} is outside 1..{MAX_LIMIT}")
+    for field in ("identity", "topic", "text"):
+        value = getattr(query, field)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise RecallRefused(field, f"{field} must be a non-empty string or None")
+    if query.identity is None and query.topic is None and query.text is None:
+        raise RecallRefused("query", "give an identity, a topic or a text to recall by")
+    return tuple(query.text.lower().split()) if query.text else ()
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value).decode()
+
+
+def _candidates(mem: IdentityMemory) -> list[tuple[str, str, str, str, float, str, int]]:
+    """(record, type, text, topic words, confidence, writer, at) of one identity's memory."""
+    found: list[tuple[str, str, str, str, float, str, int]] = []
+    for x in mem.exchanges:
+        found.append((x.record, "exchange", x.text, "", 1.0, "", x.ts))
+    for name, item in mem.state.items():
+        found.append((item.record, "state", f"{name}: {_as_text(item.value)}", name,
+                      item.confidence, item.by, item.updated_at))
+    for u in mem.unresolved.values():
+        found.append((u.record, "unresolved", u.text, "", 1.0, "", u.opened_at))
+    for o in mem.observations.values():
+        found.append((o.record, "observation", f"{o.source}.{o.key}: {_as_text(o.value)}",
+                      f"{o.source}\n{o.key}", 1.0, o.origin, o.at))
+    for f in mem.facts.values():
+        found.append((f.record, "fact", f.text, "", 1.0, "", f.ts))
+    if mem.reflection is not None:
+        r = mem.reflection
+        found.append((r.record, "reflection", r.text, "", 1.0, "", r.ts))
+    return found
+
+
+def rank_recalled(items: list[Recalled]) -> list[Recalled]:
+    """`items` best first: authority, then confidence x strength, then the newest."""
+    return sorted(items, key=lambda r: (-r.authority, -r.score, -r.at, r.identity, r.record))
+
+
+def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
+           query: RecallQuery, keys: ElementKeys | None = None) -> list[Recalled]:
+    """The recall of `query` over a folded `memory` map and elements state (blocking: it
+    opens sealed text with `keys`)."""
+    from pulse_core._memory_text import reveal_memory
+    from pulse_core.maintenance import element_id, rank
+
+    words = _check(query)
+    if query.identity is not None:
+        if query.identity not in memory:
+            raise UnknownIdentity(query.identity)
+        identities = [query.identity]
+    else:
+        identities = list(memory.keys())
+    topic = query.topic.strip().lower() if query.topic else None
+    stages = ("active", "archived") if query.include_archived else ("active",)
+    out: list[Recalled] = []
+    for identity in identities:
+        mem = memory[identity]
+        opened = None
+        for record, kind, text, topics, conf, writer, at in _candidates(mem):
+            if topic is not None and topic not in topics.lower().split("\n"):
+                continue
+            eid = element_id(identity, record)
+            if eid in elements.purged or eid in elements.forgotten:
+                continue
+            element = elements.elements.get(eid)
+            stage = element.stage if element is not None else "active"
+            if stage not in stages or (element is not None and element.retracted):
+                continue
+            if words:
+                if opened is None:
+                    opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
+                plain = opened[record].lower()
+                if not all(w in plain for w in words):
+                    continue
+            strength = element.strength if element is not None else 1.0
+            by = writer or (element.writer if element is not None else "")
+            out.append(Recalled(identity=identity, record=record, type=kind, text=text,
+                                authority=rank(by), confidence=conf, strength=strength,
+                                stage=stage, at=at, score=round(conf * strength, 6)))
+    best = rank_recalled(out)[:query.limit]
+    if not best or keys is None:
+        return best
+    shown = {r.identity: reveal_memory(memory[r.identity], keys) for r in best}
+    texts = {(i, c[0]): c[2] for i, m in shown.items() for c in _candidates(m)}
+    return [msgspec.structs.replace(r, text=texts.get((r.identity, r.record), r.text))
+            for r in best]
+
+
+async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
+    """The elements the agent recalls for `query`, best first, at most `query.limit`.
+
+    Ranked by the writer's authority (a person's word first), then confidence x memory
+    strength (a reinforced element outranks a decayed one), then the newest. Archived
+    elements are left out unless `query.include_archived`; tombstoned, purged, forgotten,
+    quarantined, retracted and resolved ones never appear. A legal hold changes nothing here:
+    it keeps an element from being purged, and the element is recalled as its stage says.
+    Text is opened with the store's element keys (a purged element's text is gone).
+
+    RecallRefused names a malformed field; UnknownIdentity an identity with no memory.
+    Reads the whole log each call (one fold of the memory and the elements).
+    """
+    from pulse_core.maintenance import MemoryElements
+    from pulse_core.memory import Memory
+
+    _check(query)
+    memory = Memory()
+    folded = await Projector(store, [memory, MemoryElements()]).catch_up()
+    return await asyncio.to_thread(select, folded[memory.name], folded[MemoryElements.name],
+                                   query, store.keys)

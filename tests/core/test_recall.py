@@ -1,0 +1,153 @@
+"""One recall: what maintenance decides (archive, tombstone, purge, strength) is what recall
+returns, on a home whose element text is sealed, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pulse_core import EventStore, open_home
+from pulse_core.maintenance import (
+    HUMAN,
+    Authority,
+    DecayPolicy,
+    ElementsReader,
+    RetentionLadder,
+    reinforce,
+    sweep,
+)
+from pulse_core.memory import (
+    MemoryBoard,
+    Recalled,
+    RecallQuery,
+    RecallRefused,
+    UnknownIdentity,
+    recall,
+)
+
+GRANTS = ("archive", "retention", "purge", "maintain")
+
+
+@pytest.fixture
+async def store(store_url: str, tmp_path: Path) -> AsyncIterator[EventStore]:
+    """A home's event log with its element keys: the home's events.db, or a PostgreSQL
+    database (store_url, tests/conftest.py)."""
+    stores = await open_home(tmp_path / "home", store=store_url)
+    assert stores.events.keys is not None
+    yield stores.events
+    await stores.close()
+
+
+def ladder(store: EventStore, origin: str = "executor:maintenance") -> RetentionLadder:
+    authority = Authority(store, standing={"maintenance": GRANTS})
+    return RetentionLadder(store, ElementsReader(store), authority, "maintenance",
+                           origin=origin)
+
+
+def records(found: list[Recalled]) -> list[str]:
+    return [r.record for r in found]
+
+
+async def test_text_search_opens_sealed_text_and_ranks_by_authority(store: EventStore) -> None:
+    board = MemoryBoard(store)
+    await board.set_state("ana", "city", "Lisbon by the river", confidence=0.9)
+    said = await board.exchange("ana", "I love the river walks in Lisbon")
+    await board.fact("ana", "works in Porto")
+    await board.set_state("bob", "city", "Porto")
+    found = await recall(store, RecallQuery(text="LISBON river"))
+    assert records(found) == ["city", said.data["record"]] or records(found) == [
+        said.data["record"], "city"]
+    assert {r.identity for r in found} == {"ana"}
+    assert any(r.text == "city: Lisbon by the river" for r in found)  # opened, not sealed
+    porto = await recall(store, RecallQuery(text="porto"))
+    assert {(r.identity, r.type) for r in porto} == {("ana", "fact"), ("bob", "state")}
+    human = await MemoryBoard(store, origin="human").set_state("bob", "job", "porto docks")
+    ranked = await recall(store, RecallQuery(text="porto"))
+    assert ranked[0].record == human.data["record"] and ranked[0].authority == HUMAN
+    assert len(await recall(store, RecallQuery(text="porto", limit=1))) == 1
+
+
+async def test_an_archived_element_leaves_recall_unless_asked_and_tombstoned_never_returns(
+    store: EventStore,
+) -> None:
+    board = MemoryBoard(store)
+    await board.set_state("ana", "city", "Lisbon")
+    await board.set_state("ana", "pet", "a cat named Lisbon")
+    lad = ladder(store)
+    await lad.archive("ana/city", "old")
+    assert records(await recall(store, RecallQuery(identity="ana"))) == ["pet"]
+    with_archived = await recall(store, RecallQuery(identity="ana", include_archived=True))
+    assert sorted(records(with_archived)) == ["city", "pet"]
+    assert {r.stage for r in with_archived} == {"active", "archived"}
+    await lad.set_hold("ana/city", "legal")  # a hold keeps it as its stage says
+    assert records(await recall(store, RecallQuery(text="lisbon"))) == ["pet"]
+    await ladder(store, origin="human:ops").release_hold("ana/city")
+    await lad.tombstone("ana/city")
+    assert records(await recall(store, RecallQuery(identity="ana", include_archived=True))
+                   ) == ["pet"]
+
+
+async def test_purged_and_forgotten_never_return(store: EventStore) -> None:
+    board = MemoryBoard(store)
+    await board.set_state("ana", "city", "Lisbon")
+    fact = await board.fact("ana", "lives in Lisbon")
+    said = await board.exchange("ana", "Lisbon is home")
+    lad = ladder(store)
+    await lad.archive("ana/city")
+    await lad.purge("ana/city", confirm="ana/city")
+    await lad.finish_purges()
+    await board.forget("ana", fact.data["record"])
+    for archived in (False, True):
+        found = await recall(store, RecallQuery(text="lisbon", include_archived=archived))
+        assert records(found) == [said.data["record"]]
+        found = await recall(store, RecallQuery(identity="ana", include_archived=archived))
+        assert records(found) == [said.data["record"]]
+
+
+async def test_a_reinforced_element_outranks_a_decayed_one(store: EventStore) -> None:
+    board = MemoryBoard(store)
+    await board.set_state("ana", "tea", "green tea")          # older
+    await board.set_state("ana", "coffee", "black coffee")    # newer: ranks first at equal
+    assert records(await recall(store, RecallQuery(identity="ana"))) == ["coffee", "tea"]
+    reader = ElementsReader(store)
+    policy = DecayPolicy(factor=0.5, floor=0.05, protection=0.9)
+    await sweep(store, reader, cycle_start=1, policy=policy)
+    await reinforce(store, reader, "ana", "tea", strength=1.0, reason="used today")
+    found = await recall(store, RecallQuery(identity="ana"))
+    assert records(found) == ["tea", "coffee"]
+    assert found[0].strength == 1.0 and found[1].strength == 0.5
+
+
+async def test_bad_queries_are_refused_by_field(store: EventStore) -> None:
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    with pytest.raises(RecallRefused, match="identity, a topic or a text") as nothing:
+        await recall(store, RecallQuery())
+    assert nothing.value.field == "query"
+    for query, field in ((RecallQuery(text="a", limit=0), "limit"),
+                         (RecallQuery(text="  "), "text"),
+                         (RecallQuery(topic=""), "topic")):
+        with pytest.raises(RecallRefused) as refused:
+            await recall(store, query)
+        assert refused.value.field == field
+    with pytest.raises(UnknownIdentity, match="'zoe'") as unknown:
+        await recall(store, RecallQuery(identity="zoe"))
+    assert unknown.value.identity == "zoe" and unknown.value.field == "identity"
+    assert records(await recall(store, RecallQuery(topic="CITY"))) == ["city"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0, 1), st.integers(0, 10**6)),
+                max_size=30))
+def test_ranking_puts_authority_first_then_score(rows: list[tuple[int, float, int]]) -> None:
+    from pulse_core._recall import rank_recalled
+
+    items = [Recalled(identity="a", record=str(i), type="state", text="", authority=a,
+                      confidence=1.0, strength=s, stage="active", at=t, score=s)
+             for i, (a, s, t) in enumerate(rows)]
+    ranked = rank_recalled(items)
+    for better, worse in itertools.pairwise(ranked):
+        assert (better.authority, better.score) >= (worse.authority, worse.score)
