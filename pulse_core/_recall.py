@@ -127,12 +127,10 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             if topic is not None and topic not in topics.lower().split("\n"):
                 continue
             eid = element_id(identity, record)
-            if eid in elements.purged or eid in elements.forgotten:
+            stage = _visible(eid, elements, stages)
+            if stage is None:
                 continue
             element = elements.elements.get(eid)
-            stage = element.stage if element is not None else "active"
-            if stage not in stages or (element is not None and element.retracted):
-                continue
             if words:
                 if opened is None:
                     opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
@@ -151,6 +149,54 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     texts = {(i, c[0]): c[2] for i, m in shown.items() for c in _candidates(m)}
     return [msgspec.structs.replace(r, text=texts.get((r.identity, r.record), r.text))
             for r in best]
+
+
+def _visible(eid: str, elements: ElementsState, stages: tuple[str, ...]) -> str | None:
+    """The stage `eid` is recalled at, None when recall leaves it out."""
+    if eid in elements.purged or eid in elements.forgotten:
+        return None
+    element = elements.elements.get(eid)
+    if element is None:
+        return "active"  # not (yet) an element: nothing maintenance decided about it
+    return element.stage if element.stage in stages and not element.retracted else None
+
+
+def recallable_form(memory: IdentityMemory, elements: ElementsState, *,
+                    include_archived: bool = False) -> IdentityMemory:
+    """`memory` without what ordinary recall leaves out: archived records (unless
+    `include_archived`), tombstoned and purged ones (forgotten and quarantined ones are
+    already gone from `memory`)."""
+    from pulse_core.maintenance import element_id
+
+    stages = ("active", "archived") if include_archived else ("active",)
+    keep = {c[0] for c in _candidates(memory)
+            if _visible(element_id(memory.identity, c[0]), elements, stages) is not None}
+    replace = msgspec.structs.replace
+    return replace(
+        memory,
+        exchanges=tuple(x for x in memory.exchanges if x.record in keep),
+        state={k: v for k, v in memory.state.items() if v.record in keep},
+        unresolved={k: v for k, v in memory.unresolved.items() if k in keep},
+        observations={k: v for k, v in memory.observations.items() if k in keep},
+        facts={k: v for k, v in memory.facts.items() if k in keep},
+        reflection=memory.reflection if memory.reflection is None
+        or memory.reflection.record in keep else None)
+
+
+async def recallable(store: EventStore, memory: IdentityMemory, *,
+                     include_archived: bool = False) -> IdentityMemory:
+    """`memory` (an identity's current form) as recall sees it: the records maintenance
+    archived (unless `include_archived`), tombstoned or purged are left out. Reads the
+    identity's key once to fold its elements' stages; what reads memory to show it to a
+    model (the awareness reviewer's evidence and allowlist) reads it through this."""
+    from pulse_core.maintenance import MemoryElements
+    from pulse_core.memory import identity_key
+
+    fold = MemoryElements()
+    elements = fold.initial()
+    for event in await store.read(key=identity_key(memory.identity)):
+        elements = fold.apply(elements, event)
+    return recallable_form(memory, elements, include_archived=include_archived)
 
 
 async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:

@@ -52,7 +52,13 @@ from pulse_core import (
     VersionConflict,
     error_draft,
 )
-from pulse_core.memory import IdentityMemory, identity_key, remember, reveal_memory
+from pulse_core.memory import (
+    IdentityMemory,
+    identity_key,
+    recallable,
+    remember,
+    reveal_memory,
+)
 
 log = logging.getLogger("pulse.awareness")
 
@@ -262,7 +268,8 @@ class AwarenessExecutor(Executor):
             base = msgspec.structs.replace(base, source=human.record,
                                            fingerprint=fingerprint(memory))
         keys = ctx.events.keys  # sealed element text is opened only to be shown and gated
-        evidence = build_evidence(await asyncio.to_thread(reveal_memory, memory, keys),
+        shown = await recallable(ctx.events, memory)  # archived, tombstoned: not evidence
+        evidence = build_evidence(await asyncio.to_thread(reveal_memory, shown, keys),
                                   self.config)
         base = cycle.record = msgspec.structs.replace(
             base, counts=evidence.counts, available=evidence.available,

@@ -467,3 +467,30 @@ async def test_a_missing_element_key_fails_the_review_by_name_and_the_engine_goe
         keys_db.executemany("INSERT INTO element_keys VALUES (?, ?, ?)", saved)
         keys_db.close()
     assert (await rig.identity()).state["name"].value == "Ana"
+
+
+async def test_an_archived_state_item_leaves_the_evidence_and_the_allowlist(
+    make_rig: Any,
+) -> None:
+    from pulse_core.maintenance import Authority, ElementsReader, RetentionLadder
+
+    rig: Rig = await make_rig()
+    await seed(rig)
+    await rig.board.set_state("ana", "job", "baker at the Alfama bakery")
+    events = rig.engine.events
+    ladder = RetentionLadder(events, ElementsReader(events),
+                             Authority(events, standing={"maintenance": ("archive",)}),
+                             "maintenance", origin="executor:maintenance")
+    await ladder.archive("ana/job", "not mentioned for months")
+    rig.server.script(reply(change=True, narration="I see Ana bakes", verbs=[
+        {"verb": "adjust_confidence", "target": "state:job", "delta": -0.1, "reason": "old"},
+        {"verb": "adjust_confidence", "target": "state:city", "delta": 0.1, "reason": "said"},
+    ]))
+    (cycle,) = await rig.run(minutes=1)
+    evidence = rig.server.chat_bodies()[0]["messages"][1]["content"]
+    assert "state:city" in evidence
+    assert "state:job" not in evidence and "Alfama" not in evidence
+    assert cycle.data["counts"]["state"] == 2  # city and name; job is archived
+    assert [a["target"] for a in cycle.data["accepted"]] == ["state:city"]
+    assert "not among" in cycle.data["rejected"][0]["reason"]
+    assert (await rig.identity()).state["job"].confidence == 1.0  # kept, unchanged
