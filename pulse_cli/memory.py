@@ -1,7 +1,8 @@
-"""`upulse memory list|show|exchange`: read the agent's memory, and feed it an exchange for
-the awareness reviewer, without Python (docs/memory.md, "From the shell").
+"""`upulse memory list|show|exchange|recall`: read the agent's memory, recall from it, and
+feed it an exchange for the awareness reviewer, without Python (docs/memory.md, "From the
+shell", "Recall").
 
-`list` and `show` open the home read-only (they never write and never wait for a running
+`list`, `show` and `recall` open the home read-only (they never write and never wait for a running
 daemon) and read through pulse_core's memory read model, as the web UI does. `exchange`
 appends through pulse_core.MemoryBoard; SQLite's WAL lets it write while the daemon runs.
 """
@@ -36,7 +37,15 @@ from pulse_core import (
     read_identities,
     read_identity,
 )
-from pulse_core.memory import Exchange
+from pulse_core.memory import (
+    Exchange,
+    RecallQuery,
+    RecallRefused,
+    UnknownIdentity,
+)
+from pulse_core.memory import (
+    recall as recall_memory,
+)
 
 _LIST_HEADERS = ("IDENTITY", "NAME", "EXCH", "STATE", "UNRES", "OBS", "FACTS", "REFL",
                    "REMOVED", "LAST EXCHANGE")
@@ -195,4 +204,33 @@ async def exchange(home: Home, *, identity: str, text: str, role: str, as_json: 
     else:
         print(printable(f"{role} exchange {event.data['record']} with {identity} recorded "
                         f"(event #{event.seq}{'; a new identity' if new else ''})"))
+    return 0
+
+
+_RECALL_HEADERS = ("IDENTITY", "RECORD", "TYPE", "STAGE", "AUTH", "CONF", "STRENGTH", "WHEN",
+                   "TEXT")
+
+
+async def recall(home: Home, *, identity: str | None, topic: str | None, text: str | None,
+                 limit: int, archived: bool, as_json: bool) -> int:
+    """Print what the agent recalls (pulse_core.memory.recall), best first. UsageError for a
+    malformed query (naming the field); CliError naming the nearest known identity for an
+    identity the log holds no memory of."""
+    query = RecallQuery(identity=identity, topic=topic, text=text, limit=limit,
+                        include_archived=archived)
+    async with opened(home, read_only=True) as stores:
+        try:
+            found = await recall_memory(stores.events, query)
+        except UnknownIdentity as exc:
+            known = [s.identity for s in await read_identities(stores.events)]
+            raise CliError(_unknown(exc.identity, known)) from None
+        except RecallRefused as exc:
+            raise UsageError(f"{exc} ({exc.field})") from None
+    if as_json:
+        print_json(found)
+        return 0
+    now = now_ms()
+    rows = [[r.identity, r.record, r.type, r.stage, r.authority, f"{r.confidence:.2f}",
+             f"{r.strength:.2f}", ago(r.at, now), clip(r.text, 60)] for r in found]
+    print_table(_RECALL_HEADERS, rows, "nothing recalled")
     return 0

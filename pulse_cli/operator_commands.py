@@ -1,4 +1,4 @@
-"""The operator's commands: `effects cancel|retry`, `memory list|show|exchange`, `metrics`
+"""The operator's commands: `effects cancel|retry`, `memory list|show|exchange|recall`, `metrics`
 and `ui` (docs/operations.md)."""
 
 from __future__ import annotations
@@ -48,6 +48,20 @@ def _memory(sub: Any) -> None:
     exchange.add_argument("--role", choices=("human", "agent"), default="human",
                           help="who said it (default: human)")
     json_flag(exchange, "print the stored event")
+    found = command(actions, "recall", "memory.recall",
+                    "what the agent recalls by identity, topic or text, best first",
+                    lambda a, h: {"identity": a.identity, "topic": a.topic, "text": a.text,
+                                  "limit": a.limit, "archived": a.archived,
+                                  "as_json": a.json})
+    found.add_argument("text", metavar="TEXT", nargs="?", default=None,
+                       help="words that must all occur in the element's text")
+    found.add_argument("--identity", default=None, help="only this identity's elements")
+    found.add_argument("--topic", default=None,
+                       help="a state item's name, or an observation's key or source")
+    found.add_argument("--limit", type=int, default=10, help="at most N (default 10)")
+    found.add_argument("--archived", action="store_true",
+                       help="archived elements too (ordinary recall leaves them out)")
+    json_flag(found)
 
 
 def add_operator_commands(sub: Any, effects: argparse.ArgumentParser) -> None:
