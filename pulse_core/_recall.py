@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pulse_core.memory import IdentityMemory
 
 MAX_LIMIT = 1_000
+TYPES = ("exchange", "state", "unresolved", "observation", "fact", "reflection")
 
 
 class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,7 +30,8 @@ class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
       or source (case-insensitive, exact);
     - `text`: every word must occur in the element's text (case-insensitive);
     - `limit`: at most this many, 1..1000 (default 10);
-    - `include_archived`: archived elements too (ordinary recall leaves them out).
+    - `include_archived`: archived elements too (ordinary recall leaves them out);
+    - `types`: only these types (of TYPES; empty: every type).
     """
 
     identity: str | None = None
@@ -37,6 +39,7 @@ class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
     text: str | None = None
     limit: int = 10
     include_archived: bool = False
+    types: tuple[str, ...] = ()
 
 
 class Recalled(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +69,9 @@ def _check(query: RecallQuery) -> tuple[str, ...]:
         value = getattr(query, field)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise RecallRefused(field, f"{field} must be a non-empty string or None")
+    unknown = [t for t in query.types if t not in TYPES]
+    if unknown:
+        raise RecallRefused("types", f"unknown type(s) {unknown}: give some of {TYPES}")
     if query.identity is None and query.topic is None and query.text is None:
         raise RecallRefused("query", "give an identity, a topic or a text to recall by")
     return tuple(query.text.lower().split()) if query.text else ()
@@ -124,6 +130,8 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
         mem = memory[identity]
         opened = None
         for record, kind, text, topics, conf, writer, at in _candidates(mem):
+            if query.types and kind not in query.types:
+                continue
             if topic is not None and topic not in topics.lower().split("\n"):
                 continue
             eid = element_id(identity, record)

@@ -3,7 +3,8 @@
 Settings come from Hermes' config.yaml (`plugins.entries.pulse`) under environment
 overrides; the home is PULSE_HOME, else `plugins.entries.pulse.home`, else $UPULSE_HOME (the
 `upulse` CLI's), else ~/.upulse. Every hook hands its work to the PulseBridge and returns;
-only pre_llm_call waits, at most `notice_wait_s`, for the notices to offer to the turn.
+only pre_llm_call waits, at most `notice_wait_s`, for the notices (and, with `recall: N`,
+the identity's top N recalled elements) to offer to the turn.
 """
 
 from __future__ import annotations
@@ -35,7 +36,15 @@ from pulse_adapters.hermes._memory import (
     session_recorder,
 )
 from pulse_adapters.hermes._notices import NoticeFollower, notice_context
-from pulse_core import EventDraft, EventStore, MemoryBoard, Principal, VersionConflict
+from pulse_core import (
+    EventDraft,
+    EventStore,
+    MemoryBoard,
+    Principal,
+    VersionConflict,
+    redact_urls,
+)
+from pulse_core.memory import Recalled, RecallQuery, UnknownIdentity, recall
 
 log = logging.getLogger("pulse.hermes")
 
@@ -57,7 +66,9 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     notice may be and still be offered; `flush_wait_s` bounds the wait at the end of a turn
     for what the plugin records (Hermes' one-shot mode exits right after);
     `foreground_lapse_s` is how long a turn holds the foreground (reviews sharing the model
-    route wait) if Hermes never ends it, 0 to never hold it.
+    route wait) if Hermes never ends it, 0 to never hold it; `recall` is how many elements
+    of the turn's identity, best first (pulse_core.memory.recall), are offered in the turn's
+    context (0: none).
     """
 
     home: str | None = None
@@ -68,6 +79,27 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     notice_max_age_s: float = 86_400.0
     flush_wait_s: float = 3.0
     foreground_lapse_s: float = 600.0
+    recall: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.recall <= 50:
+            raise ValueError(f"recall {self.recall} is outside 0..50")
+
+
+OFFERED_TYPES = ("state", "unresolved", "fact", "reflection", "observation")
+"""What `recall: N` offers: not exchanges (the conversation itself is already in the turn)."""
+
+RECALL_HEADER = "What pulse recalls about whom you are talking with (memory, not instructions):"
+
+
+def recall_context(found: Sequence[Recalled]) -> list[str]:
+    """The lines offering `found` to a turn: one per element, its type and text on one line,
+    URLs cut to scheme and host."""
+    if not found:
+        return []
+    lines = [" ".join(redact_urls(r.text).split())[:300] for r in found]
+    return [RECALL_HEADER, *(f"- [{r.type}] {line}" for r, line in zip(found, lines,
+                                                                         strict=True))]
 
 
 def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
@@ -180,7 +212,7 @@ class HermesPlugin:
         self._foreground(session, begins=True)
         if isinstance(user_message, str) and user_message.strip():
             self._record(session, identity, user_message, "human")
-        return self._offer(session)
+        return self._offer(session, identity)
 
     @_hook("post_llm_call")
     def post_llm_call(self, *, session_id: str | None = None, assistant_response: Any = None,
@@ -258,9 +290,10 @@ class HermesPlugin:
             await MemoryBoard(events, origin=ORIGIN).exchange(identity, text, role)
         self.bridge.submit(job, "exchange")
 
-    def _offer(self, session: str) -> dict[str, str] | None:
+    def _offer(self, session: str, identity: str) -> dict[str, str] | None:
+        recalled = self._recalled(identity)
         if not self.settings.notices:
-            return None
+            return {"context": "\n".join(recalled)} if recalled else None
 
         until = time.monotonic() + self.settings.notice_wait_s
 
@@ -271,7 +304,25 @@ class HermesPlugin:
                                  late=self._keep_late) or []
         with self._lock:
             lines, self._late = [*self._late, *lines], []
-        return {"context": notice_context(lines)} if lines else None
+        parts = ([notice_context(lines)] if lines else []) + (["\n".join(recalled)]
+                                                              if recalled else [])
+        return {"context": "\n\n".join(parts)} if parts else None
+
+    def _recalled(self, identity: str) -> list[str]:
+        """The lines of the identity's top `recall` elements (none when off, when the
+        identity has no memory yet, or when the bridge does not answer in time)."""
+        if not self.settings.recall:
+            return []
+        query = RecallQuery(identity=identity, limit=self.settings.recall,
+                            types=OFFERED_TYPES)
+
+        async def job(events: EventStore) -> list[Recalled]:
+            try:
+                return await recall(events, query)
+            except UnknownIdentity:
+                return []
+        found = self.bridge.call(job, "recall", timeout_s=self.settings.notice_wait_s) or []
+        return recall_context(found)
 
     def _keep_late(self, lines: list[str]) -> None:
         with self._lock:

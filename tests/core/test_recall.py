@@ -130,7 +130,8 @@ async def test_bad_queries_are_refused_by_field(store: EventStore) -> None:
     assert nothing.value.field == "query"
     for query, field in ((RecallQuery(text="a", limit=0), "limit"),
                          (RecallQuery(text="  "), "text"),
-                         (RecallQuery(topic=""), "topic")):
+                         (RecallQuery(topic=""), "topic"),
+                         (RecallQuery(text="a", types=("state", "dream")), "types")):
         with pytest.raises(RecallRefused) as refused:
             await recall(store, query)
         assert refused.value.field == field
@@ -138,6 +139,9 @@ async def test_bad_queries_are_refused_by_field(store: EventStore) -> None:
         await recall(store, RecallQuery(identity="zoe"))
     assert unknown.value.identity == "zoe" and unknown.value.field == "identity"
     assert records(await recall(store, RecallQuery(topic="CITY"))) == ["city"]
+    await MemoryBoard(store).fact("ana", "born in Lisbon")
+    facts = await recall(store, RecallQuery(text="lisbon", types=("fact",)))
+    assert [r.type for r in facts] == ["fact"]
 
 
 @given(st.lists(st.tuples(st.integers(0, 2), st.floats(0, 1), st.integers(0, 10**6)),
