@@ -12,7 +12,7 @@ import msgspec
 from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
-from pulse_core.store import ElementKeys, EventStore
+from pulse_core.store import ElementKeys, EventStore, is_sealed, text_words
 
 if TYPE_CHECKING:
     from pulse_core.maintenance import ElementsState
@@ -74,7 +74,12 @@ def _check(query: RecallQuery) -> tuple[str, ...]:
         raise RecallRefused("types", f"unknown type(s) {unknown}: give some of {TYPES}")
     if query.identity is None and query.topic is None and query.text is None:
         raise RecallRefused("query", "give an identity, a topic or a text to recall by")
-    return tuple(query.text.lower().split()) if query.text else ()
+    if query.text is None:
+        return ()
+    words = tuple(text_words(query.text))
+    if not words:
+        raise RecallRefused("text", f"text {query.text!r} holds no word to search for")
+    return words
 
 
 def _as_text(value: Any) -> str:
@@ -83,25 +88,33 @@ def _as_text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def _candidates(mem: IdentityMemory) -> list[tuple[str, str, str, str, float, str, int]]:
-    """(record, type, text, topic words, confidence, writer, at) of one identity's memory."""
-    found: list[tuple[str, str, str, str, float, str, int]] = []
+def _candidates(mem: IdentityMemory
+                ) -> list[tuple[str, str, str, str, float, str, int, Any]]:
+    """(record, type, text, topic words, confidence, writer, at, the stored text value) of
+    one identity's memory; the stored value is a sealed token when the keys sealed it."""
+    found: list[tuple[str, str, str, str, float, str, int, Any]] = []
     for x in mem.exchanges:
-        found.append((x.record, "exchange", x.text, "", 1.0, "", x.ts))
+        found.append((x.record, "exchange", x.text, "", 1.0, "", x.ts, x.text))
     for name, item in mem.state.items():
         found.append((item.record, "state", f"{name}: {_as_text(item.value)}", name,
-                      item.confidence, item.by, item.updated_at))
+                      item.confidence, item.by, item.updated_at, item.value))
     for u in mem.unresolved.values():
-        found.append((u.record, "unresolved", u.text, "", 1.0, "", u.opened_at))
+        found.append((u.record, "unresolved", u.text, "", 1.0, "", u.opened_at, u.text))
     for o in mem.observations.values():
         found.append((o.record, "observation", f"{o.source}.{o.key}: {_as_text(o.value)}",
-                      f"{o.source}\n{o.key}", 1.0, o.origin, o.at))
+                      f"{o.source}\n{o.key}", 1.0, o.origin, o.at, o.value))
     for f in mem.facts.values():
-        found.append((f.record, "fact", f.text, "", 1.0, "", f.ts))
+        found.append((f.record, "fact", f.text, "", 1.0, "", f.ts, f.text))
     if mem.reflection is not None:
         r = mem.reflection
-        found.append((r.record, "reflection", r.text, "", 1.0, "", r.ts))
+        found.append((r.record, "reflection", r.text, "", 1.0, "", r.ts, r.text))
     return found
+
+
+def _holds(text: str, words: tuple[str, ...]) -> bool:
+    """Whether every one of `words` starts a word of `text` (the index's prefix match)."""
+    found = text_words(text)
+    return all(any(t.startswith(w) for t in found) for w in words)
 
 
 def rank_recalled(items: list[Recalled]) -> list[Recalled]:
@@ -125,11 +138,14 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
         identities = list(memory.keys())
     topic = query.topic.strip().lower() if query.topic else None
     stages = ("active", "archived") if query.include_archived else ("active",)
+    # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
+    # observations, a store without keys) is matched word by word here, the same way
+    indexed = keys.search(words) if words and keys is not None else None
     out: list[Recalled] = []
     for identity in identities:
         mem = memory[identity]
         opened = None
-        for record, kind, text, topics, conf, writer, at in _candidates(mem):
+        for record, kind, text, topics, conf, writer, at, sealed in _candidates(mem):
             if query.types and kind not in query.types:
                 continue
             if topic is not None and topic not in topics.lower().split("\n"):
@@ -140,11 +156,14 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                 continue
             element = elements.elements.get(eid)
             if words:
-                if opened is None:
-                    opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
-                plain = opened[record].lower()
-                if not all(w in plain for w in words):
-                    continue
+                if indexed is not None and is_sealed(sealed):
+                    if eid not in indexed:
+                        continue
+                else:
+                    if opened is None:
+                        opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
+                    if not _holds(opened[record], words):
+                        continue
             strength = element.strength if element is not None else 1.0
             by = writer or (element.writer if element is not None else "")
             out.append(Recalled(identity=identity, record=record, type=kind, text=text,

@@ -24,6 +24,7 @@ from pulse_core.store._keys import (
     is_sealed,
     reveal,
     seal_fields,
+    text_words,
 )
 from pulse_core.store._objects import ObjectStore, digest_of
 from pulse_core.store._recorder import (
@@ -86,6 +87,7 @@ __all__ = [
     "seal_fields",
     "side_store_schemes",
     "store_schemes",
+    "text_words",
 ]
 
 publish_face(__name__)

@@ -21,6 +21,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -61,7 +62,30 @@ CREATE TABLE IF NOT EXISTS destroyed_keys (
     element      TEXT PRIMARY KEY,
     destroyed_at INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS element_text USING fts5(
+    element UNINDEXED, text, tokenize = 'unicode61 remove_diacritics 2'
+);
 """
+_WORD = re.compile(r"\w+")
+
+
+def text_words(text: str) -> list[str]:
+    """The lower-case words of `text`, as recall's text search splits it."""
+    return _WORD.findall(text.lower())
+
+
+def _indexed_text(kind: str, data: Mapping[str, Any]) -> str | None:
+    """The plain text of a draft that the element's text index holds (None: leave the
+    element's row as it is): its sealed fields, a state item's name before its value."""
+    if kind == "state-revised" and not data.get("value_changed"):
+        return None
+    parts = [str(data.get("record", ""))] if kind in ("state-set", "state-revised") else []
+    for name in sealed_fields(kind):
+        if name == "reason":
+            continue
+        value = data.get(name)
+        parts.append(value if isinstance(value, str) else msgspec.json.encode(value).decode())
+    return " ".join(parts)
 
 _sealed: dict[str, tuple[str, ...]] = {}
 
@@ -277,6 +301,10 @@ class ElementKeys:
                                   (element,)).rowcount
                 db.execute("INSERT OR IGNORE INTO destroyed_keys VALUES (?, ?)",
                            (element, int(time.time() * 1000)))
+                indexed = db.execute("DELETE FROM element_text WHERE element = ?",
+                                     (element,)).rowcount
+                if indexed:  # merge the index's segments: no deleted word stays in them
+                    db.execute("INSERT INTO element_text (element_text) VALUES ('optimize')")
             busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             if busy:
                 raise StoreUnavailable(
@@ -285,6 +313,38 @@ class ElementKeys:
             return bool(gone)
         result: bool = self._run(destroy)
         return result
+
+    def index(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Put each (element, plain text) into the text index, replacing the element's row
+        (one transaction; beside the keys, never in the log)."""
+        if not rows:
+            return
+
+        def put(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany("DELETE FROM element_text WHERE element = ?",
+                               [(e,) for e, _ in rows])
+                db.executemany("INSERT INTO element_text (element, text) VALUES (?, ?) ",
+                               list(rows))
+        self._run(put)
+
+    def search(self, words: Sequence[str]) -> set[str] | None:
+        """The elements whose indexed text holds a word starting with each of `words`
+        (FTS5, all words); None when this file has no text index (an older keys.db opened
+        read-only, or no keys.db)."""
+        query = " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+
+        def find(db: sqlite3.Connection) -> set[str] | None:
+            try:
+                return {row[0] for row in db.execute(
+                    "SELECT element FROM element_text WHERE element_text MATCH ?", (query,))}
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
+        found: set[str] | None = self._run(find)
+        return found
 
     def export(self) -> dict[str, str]:
         """Every live key, base64, by element (what `upulse backup --keys` writes)."""
@@ -326,6 +386,7 @@ def seal_drafts(keys: ElementKeys, drafts: Sequence[EventDraft]) -> list[EventDr
     elements = [draft_element(d.kind, d.key, d.data) for d in drafts]
     found = keys.keys_for(e for e in elements if e is not None)
     out: list[EventDraft] = []
+    indexed: dict[str, str] = {}
     for draft, element in zip(drafts, elements, strict=True):
         if element is None:
             out.append(draft)
@@ -338,6 +399,10 @@ def seal_drafts(keys: ElementKeys, drafts: Sequence[EventDraft]) -> list[EventDr
         attachment = None if draft.attachment is None \
             else keys.seal_bytes(element, draft.attachment, key)
         out.append(msgspec.structs.replace(draft, data=data, attachment=attachment))
+        text = _indexed_text(draft.kind, draft.data)
+        if text is not None:
+            indexed[element] = text
+    keys.index(list(indexed.items()))
     return out
 
 

@@ -155,3 +155,32 @@ def test_ranking_puts_authority_first_then_score(rows: list[tuple[int, float, in
     ranked = rank_recalled(items)
     for better, worse in itertools.pairwise(ranked):
         assert (better.authority, better.score) >= (worse.authority, worse.score)
+
+
+def keys_bytes(store: EventStore) -> bytes:
+    assert store.keys is not None
+    path = store.keys.path
+    return b"".join(p.read_bytes() for p in (path, path.with_name(path.name + "-wal"))
+                    if p.exists())
+
+
+async def test_the_text_index_lives_beside_the_keys_and_a_purge_erases_its_words(
+    store: EventStore,
+) -> None:
+    board = MemoryBoard(store)
+    await board.set_state("ana", "secret", "the zanzibarword vault")
+    await board.set_state("ana", "city", "Lisbon")
+    assert store.keys is not None and store.keys.search(["zanzibar"]) == {"ana/secret"}
+    found = await recall(store, RecallQuery(text="zanzib"))  # a word's start matches
+    assert [(r.record, r.text) for r in found] == [("secret", "secret: the zanzibarword vault")]
+    assert b"zanzibarword" in keys_bytes(store)
+    log = await store.read()
+    assert not any(b"zanzibarword" in repr(e.data).encode() for e in log)  # sealed in the log
+    lad = ladder(store)
+    await lad.archive("ana/secret")
+    await lad.purge("ana/secret", confirm="ana/secret")
+    await lad.finish_purges()
+    assert await recall(store, RecallQuery(text="zanzibar", include_archived=True)) == []
+    assert store.keys.search(["zanzibar"]) == set()
+    assert b"zanzibarword" not in keys_bytes(store)
+    assert records(await recall(store, RecallQuery(text="lisbon"))) == ["city"]
