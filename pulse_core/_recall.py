@@ -142,8 +142,11 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     # observations, a store without keys) is matched word by word here, the same way
     indexed = keys.search(words) if words and keys is not None else None
     out: list[Recalled] = []
+    hits = None if indexed is None else {eid.partition("/")[0] for eid in indexed}
     for identity in identities:
         mem = memory[identity]
+        if hits is not None and identity not in hits and not mem.observations:
+            continue  # nothing of it matches in the index, and nothing unsealed to scan
         opened = None
         for record, kind, text, topics, conf, writer, at, sealed in _candidates(mem):
             if query.types and kind not in query.types:
@@ -226,6 +229,26 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
     return recallable_form(memory, elements, include_archived=include_archived)
 
 
+class Recaller:
+    """Recall that keeps its fold: each call folds only the events appended since the last
+    one (the first folds the whole log). Keep one per store for repeated recalls (a turn's
+    offer, a server's recall tool); `recall(store, query)` is a one-shot Recaller."""
+
+    def __init__(self, store: EventStore) -> None:
+        from pulse_core.maintenance import MemoryElements
+        from pulse_core.memory import Memory
+
+        self.store = store
+        self._projector = Projector(store, [Memory(), MemoryElements()])
+
+    async def recall(self, query: RecallQuery) -> list[Recalled]:
+        """As `recall(self.store, query)`."""
+        _check(query)
+        folded = await self._projector.catch_up()
+        return await asyncio.to_thread(select, folded["memory"], folded["elements"], query,
+                                       self.store.keys)
+
+
 async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
     """The elements the agent recalls for `query`, best first, at most `query.limit`.
 
@@ -234,16 +257,11 @@ async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
     elements are left out unless `query.include_archived`; tombstoned, purged, forgotten,
     quarantined, retracted and resolved ones never appear. A legal hold changes nothing here:
     it keeps an element from being purged, and the element is recalled as its stage says.
-    Text is opened with the store's element keys (a purged element's text is gone).
+    Text is searched in the keys' FTS5 index and opened with the store's element keys (a
+    purged element's text is gone).
 
     RecallRefused names a malformed field; UnknownIdentity an identity with no memory.
-    Reads the whole log each call (one fold of the memory and the elements).
+    Folds the memory and the elements from the whole log each call (a Recaller keeps its
+    fold between calls).
     """
-    from pulse_core.maintenance import MemoryElements
-    from pulse_core.memory import Memory
-
-    _check(query)
-    memory = Memory()
-    folded = await Projector(store, [memory, MemoryElements()]).catch_up()
-    return await asyncio.to_thread(select, folded[memory.name], folded[MemoryElements.name],
-                                   query, store.keys)
+    return await Recaller(store).recall(query)

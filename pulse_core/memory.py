@@ -25,6 +25,7 @@ from pulse_core._memory_text import reveal_memory
 from pulse_core._pmap import PersistentMap
 from pulse_core._recall import (
     Recalled,
+    Recaller,
     RecallQuery,
     recall,
     recallable,
@@ -52,6 +53,7 @@ __all__ = [
     "RecallQuery",
     "RecallRefused",
     "Recalled",
+    "Recaller",
     "ReflectionRecorded",
     "Retraction",
     "StateItem",

@@ -162,3 +162,10 @@ def test_reviewer_tick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     check(capsys.readouterr().out,
           ["awareness rule per tick p99", "awareness rule per tick p50"],
           ["goal", "bare dict scan of 200 identities"], floors=1)
+
+
+def test_recall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("recall").main(["--elements", "300", "--identities", "20", "--repeat", "1",
+                          "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out, ["warm Recaller rare word", "one-shot recall() common word"],
+          ["raw FTS5 MATCH"], floors=1)
