@@ -184,3 +184,20 @@ async def test_the_text_index_lives_beside_the_keys_and_a_purge_erases_its_words
     assert store.keys.search(["zanzibar"]) == set()
     assert b"zanzibarword" not in keys_bytes(store)
     assert records(await recall(store, RecallQuery(text="lisbon"))) == ["city"]
+
+
+async def test_a_kept_recaller_sees_what_was_appended_and_archived_since(
+    store: EventStore,
+) -> None:
+    from pulse_core.memory import Recaller
+
+    board = MemoryBoard(store)
+    await board.set_state("ana", "city", "Lisbon")
+    recaller = Recaller(store)
+    assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+    await board.fact("ana", "born in Lisbon")
+    await ladder(store).archive("ana/city")
+    found = await recaller.recall(RecallQuery(text="lisbon"))
+    assert [r.type for r in found] == ["fact"]
+    with pytest.raises(RecallRefused):
+        await recaller.recall(RecallQuery(limit=5))
