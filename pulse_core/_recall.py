@@ -12,7 +12,7 @@ import msgspec
 from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
-from pulse_core.store import ElementKeys, EventStore, is_sealed, text_words
+from pulse_core.store import ElementKeys, EventStore, is_sealed, reveal, text_words
 
 if TYPE_CHECKING:
     from pulse_core.maintenance import ElementsState
@@ -142,6 +142,7 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     # observations, a store without keys) is matched word by word here, the same way
     indexed = keys.search(words) if words and keys is not None else None
     out: list[Recalled] = []
+    raw: dict[tuple[str, str], tuple[str, Any]] = {}  # (identity, record): (prefix, stored)
     hits = None if indexed is None else {eid.partition("/")[0] for eid in indexed}
     for identity in identities:
         mem = memory[identity]
@@ -159,7 +160,10 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                 continue
             element = elements.elements.get(eid)
             if words:
-                if indexed is not None and is_sealed(sealed):
+                if not is_sealed(sealed):
+                    if not _holds(text, words):
+                        continue
+                elif indexed is not None:
                     if eid not in indexed:
                         continue
                 else:
@@ -167,6 +171,7 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                         opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
                     if not _holds(opened[record], words):
                         continue
+            raw[(identity, record)] = (text[: len(text) - len(_as_text(sealed))], sealed)
             strength = element.strength if element is not None else 1.0
             by = writer or (element.writer if element is not None else "")
             out.append(Recalled(identity=identity, record=record, type=kind, text=text,
@@ -175,10 +180,12 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     best = rank_recalled(out)[:query.limit]
     if not best or keys is None:
         return best
-    shown = {r.identity: reveal_memory(memory[r.identity], keys) for r in best}
-    texts = {(i, c[0]): c[2] for i, m in shown.items() for c in _candidates(m)}
-    return [msgspec.structs.replace(r, text=texts.get((r.identity, r.record), r.text))
-            for r in best]
+    opened_text = []
+    for r in best:  # only what is returned is opened: one key read and decryption each
+        prefix, stored = raw[(r.identity, r.record)]
+        opened_text.append(msgspec.structs.replace(
+            r, text=prefix + _as_text(reveal(stored, keys))))
+    return opened_text
 
 
 def _visible(eid: str, elements: ElementsState, stages: tuple[str, ...]) -> str | None:
