@@ -238,8 +238,9 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
 
 class Recaller:
     """Recall that keeps its fold: each call folds only the events appended since the last
-    one (the first folds the whole log). Keep one per store for repeated recalls (a turn's
-    offer, a server's recall tool); `recall(store, query)` is a one-shot Recaller."""
+    one (the first folds the whole log). Keep one per store, used from one event loop, for
+    repeated recalls (a turn's offer, a server's recall tool); `recall(store, query)` is a
+    one-shot Recaller."""
 
     def __init__(self, store: EventStore) -> None:
         from pulse_core.maintenance import MemoryElements
@@ -247,11 +248,13 @@ class Recaller:
 
         self.store = store
         self._projector = Projector(store, [Memory(), MemoryElements()])
+        self._folding = asyncio.Lock()
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
-        """As `recall(self.store, query)`."""
+        """As `recall(self.store, query)`; concurrent calls fold one at a time."""
         _check(query)
-        folded = await self._projector.catch_up()
+        async with self._folding:
+            folded = await self._projector.catch_up()
         return await asyncio.to_thread(select, folded["memory"], folded["elements"], query,
                                        self.store.keys)
 

@@ -44,7 +44,7 @@ from pulse_core import (
     VersionConflict,
     redact_urls,
 )
-from pulse_core.memory import Recalled, RecallQuery, UnknownIdentity, recall
+from pulse_core.memory import Recalled, Recaller, RecallQuery, UnknownIdentity
 
 log = logging.getLogger("pulse.hermes")
 
@@ -172,6 +172,7 @@ class HermesPlugin:
         self.notices = NoticeFollower(settings.notices,
                                       max_age_ms=int(settings.notice_max_age_s * 1000))
         self._late: list[str] = []
+        self._recaller: Recaller | None = None  # used on the bridge's loop only
         self._identities: dict[str, str] = {}
         self._followed: set[str] = set()
         self._ingested: set[str] = set()  # sessions transcript ingest took first (bridge thread)
@@ -317,8 +318,10 @@ class HermesPlugin:
                             types=OFFERED_TYPES)
 
         async def job(events: EventStore) -> list[Recalled]:
+            if self._recaller is None or self._recaller.store is not events:
+                self._recaller = Recaller(events)  # kept: later turns fold only what is new
             try:
-                return await recall(events, query)
+                return await self._recaller.recall(query)
             except UnknownIdentity:
                 return []
         found = self.bridge.call(job, "recall", timeout_s=self.settings.notice_wait_s) or []
