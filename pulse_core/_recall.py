@@ -143,7 +143,8 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     indexed = keys.search(words) if words and keys is not None else None
     out: list[Recalled] = []
     raw: dict[tuple[str, str], tuple[str, Any]] = {}  # (identity, record): (prefix, stored)
-    hits = None if indexed is None else {eid.partition("/")[0] for eid in indexed}
+    hits = None if indexed is None else {  # every identity an indexed element may be of
+        eid[:at] for eid in indexed for at, c in enumerate(eid) if c == "/"}
     for identity in identities:
         mem = memory[identity]
         if hits is not None and identity not in hits and not mem.observations:
