@@ -1,6 +1,6 @@
 """One recall over many elements, beside the raw FTS5 query of the same rows.
 
-    python -m bench.recall [--elements 100000] [--identities 1000] [--repeat 3]
+    python -m bench.recall [--elements 100000] [--identities 2000] [--repeat 3]
 
 `--elements` human exchanges over `--identities` identities are appended through a home-like
 store (SQLite, synchronous=FULL, WAL, element keys in keys.db: every text sealed and put into
@@ -83,7 +83,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.recall", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--elements", type=int, default=100_000, help="exchanges written")
-    parser.add_argument("--identities", type=int, default=1_000, help="identities")
+    parser.add_argument("--identities", type=int, default=2_000,
+                        help="identities (memory keeps 50 exchanges each: 2,000 x 50 keeps "
+                             "all 100,000 recallable)")
     parser.add_argument("--repeat", type=int, default=3, help="timed calls of each query")
     parser.add_argument("--tmp", default=None, help="base directory for the databases")
     return parser.parse_args(argv)

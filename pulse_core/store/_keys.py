@@ -65,6 +65,10 @@ CREATE TABLE IF NOT EXISTS destroyed_keys (
 CREATE VIRTUAL TABLE IF NOT EXISTS element_text USING fts5(
     element UNINDEXED, text, tokenize = 'unicode61 remove_diacritics 2'
 );
+CREATE TABLE IF NOT EXISTS element_text_rows (
+    element TEXT PRIMARY KEY,
+    row     INTEGER NOT NULL
+) WITHOUT ROWID;
 """
 _WORD = re.compile(r"\w+")
 
@@ -151,6 +155,17 @@ def open_with(key: bytes, element: str, sealed: bytes) -> bytes:
             f"the text of element {element!r} does not open with its key: the key or the "
             "sealed bytes were changed — restore keys.db from the keys file written with "
             "`upulse backup --keys`")) from None
+
+
+def _unindex(db: sqlite3.Connection, element: str) -> bool:
+    """Delete `element`'s row of the text index (found by its rowid); whether it had one."""
+    found = db.execute("SELECT row FROM element_text_rows WHERE element = ?",
+                       (element,)).fetchone()
+    if found is None:
+        return False
+    db.execute("DELETE FROM element_text WHERE rowid = ?", (found[0],))
+    db.execute("DELETE FROM element_text_rows WHERE element = ?", (element,))
+    return True
 
 
 class ElementKeys:
@@ -301,9 +316,7 @@ class ElementKeys:
                                   (element,)).rowcount
                 db.execute("INSERT OR IGNORE INTO destroyed_keys VALUES (?, ?)",
                            (element, int(time.time() * 1000)))
-                indexed = db.execute("DELETE FROM element_text WHERE element = ?",
-                                     (element,)).rowcount
-                if indexed:  # merge the index's segments: no deleted word stays in them
+                if _unindex(db, element):  # merge the segments: no deleted word stays
                     db.execute("INSERT INTO element_text (element_text) VALUES ('optimize')")
             busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             if busy:
@@ -323,10 +336,11 @@ class ElementKeys:
         def put(db: sqlite3.Connection) -> None:
             with db:
                 db.execute("BEGIN IMMEDIATE")
-                db.executemany("DELETE FROM element_text WHERE element = ?",
-                               [(e,) for e, _ in rows])
-                db.executemany("INSERT INTO element_text (element, text) VALUES (?, ?) ",
-                               list(rows))
+                for element, text in rows:
+                    _unindex(db, element)
+                    row = db.execute("INSERT INTO element_text (element, text) VALUES (?, ?)",
+                                     (element, text)).lastrowid
+                    db.execute("INSERT INTO element_text_rows VALUES (?, ?)", (element, row))
         self._run(put)
 
     def search(self, words: Sequence[str]) -> set[str] | None:
