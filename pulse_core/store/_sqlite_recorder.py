@@ -8,6 +8,7 @@ import contextlib
 import functools
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from pulse_core.store._recorder import (
 from pulse_core.store._sqlite import (
     ReadOnlyConnection,
     WriterThread,
+    classify,
     open_database,
     sqlite_errors,
 )
@@ -66,6 +68,7 @@ CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
 BEGIN SELECT RAISE(ABORT, 'pulse events are append-only: DELETE refused'); END
 """
 
+INLINE_COMMIT = 0.005  # seconds: a commit slower than this sends appends to the thread
 COPY_CHUNK = 2_000  # rows per transaction of copy_rows
 _KNOWN_HEADS = 16_384  # key versions the writer remembers between transactions
 _Outcome = AppendResult | Exception
@@ -81,9 +84,15 @@ class SqliteRecorder(Recorder):
     """events.db: append-only, gap-free seq, per-key versions kept in a `heads` table.
 
     Inserts from any number of coroutines go to one writer thread that commits them in
-    groups: many appends, one fsync. Selects use their own connections in worker threads.
-    `busy_timeout` (seconds) is how long a write waits for another process's lock before
-    StoreUnavailable. Read-only, the file is opened for reading only and never created.
+    groups: many appends, one fsync. A lone append (no other append waiting once the loop
+    has run the coroutines ready beside it) is committed on the loop's own thread instead,
+    when that cannot wait: the write lock is taken without waiting (another process holding
+    it sends the append to the thread) and the previous commit took under `inline_commit`
+    seconds (a slow disk sends appends to the thread until a commit is quick again);
+    `inline_commit=0` sends every append to the thread. Selects use their own connections
+    in worker threads. `busy_timeout` (seconds) is how long a write waits for another
+    process's lock before StoreUnavailable. Read-only, the file is opened for reading only
+    and never created.
     """
 
     def __init__(
@@ -95,7 +104,11 @@ class SqliteRecorder(Recorder):
         clock: Clock | None = None,
         max_batch: int = 4096,
         busy_timeout: float = 10.0,
+        inline_commit: float = INLINE_COMMIT,
     ) -> None:
+        if not inline_commit >= 0:
+            raise ValueError(f"inline_commit must be a number of seconds >= 0, not "
+                             f"{inline_commit!r}")
         self.path = Path(path)
         self.location = str(self.path)
         self.read_only = read_only
@@ -103,13 +116,17 @@ class SqliteRecorder(Recorder):
         self.clock: Clock = clock or SystemClock()
         self._synchronous = synchronous
         self._max_batch = max_batch
+        self._inline_commit = inline_commit
+        self._slow = False  # the last commit took longer than inline_commit
+        self._copying = 0  # copy_rows chunks under way in the writer thread
         self._writer: WriterThread | None = None
         self._reader_pool = ThreadPoolExecutor(2, thread_name_prefix="pulse-events-reader")
         self._local = threading.local()
         self._readers: list[sqlite3.Connection | ReadOnlyConnection] = []
         self._readers_lock = threading.Lock()
         self._closed = False
-        # The writer connection and what it remembers; touched only in the writer thread.
+        # The writer connection and what it remembers: touched by one commit at a time, in
+        # the writer thread or (inline) on the loop, never both at once.
         self._wconn: sqlite3.Connection | None = None
         self._data_version = -1
         self._next_seq = 0
@@ -141,6 +158,8 @@ class SqliteRecorder(Recorder):
             self._wconn = await writer.call(lambda: open_database(
                 self.path, schema=SCHEMA, schema_version=SCHEMA_VERSION,
                 synchronous=self._synchronous, purpose="event log", timeout=self.busy_timeout))
+            # The connection never waits for a lock unless a thread commit asks it to.
+            await writer.call(lambda: self._set_wait(False))
         except BaseException:
             await writer.stop()
             raise
@@ -158,10 +177,59 @@ class SqliteRecorder(Recorder):
         if self._closed or self._loop is None:
             raise StoreClosed(f"{self.path}: append after close (or before open)")
         future: asyncio.Future[AppendResult] = self._loop.create_future()
-        self._pending.append(_Request(append, future))
-        if not self._committing:
+        request = _Request(append, future)
+        self._pending.append(request)
+        if self._committing:
+            return await future  # it goes in the next group
+        if not self._inline_commit or self._slow or self._copying:
             self._submit()
+            return await future
+        # Let the coroutines ready beside this one run first: if they append too, all go
+        # to the thread as one group; if none does, this append is alone.
+        assert self._idle is not None
+        self._committing = True
+        self._idle.clear()
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            future.cancel()
+            self._submit()
+            raise
+        if len(self._pending) == 1 and self._pending[0] is request:
+            try:
+                outcomes = self._commit_inline(append)
+            except BaseException:
+                self._pending.popleft()
+                self._submit()
+                raise
+            if outcomes is not None:
+                self._pending.popleft()
+                self._submit()  # nothing waits: marks the recorder idle
+                outcome = outcomes[0]
+                if isinstance(outcome, Exception):
+                    raise outcome
+                return outcome
+        self._submit()
         return await future
+
+    def _commit_inline(self, append: PreparedAppend) -> list[_Outcome] | None:
+        """On the loop: commit `append` now if the write lock is free (its outcomes), or None
+        (nothing done) when taking the lock would wait. Errors other than a busy lock are
+        raised as a thread commit would."""
+        conn = self._wconn
+        if conn is None:
+            raise StoreClosed(f"{self.path}: the writer is closed")
+        started = time.perf_counter()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return None  # another connection holds the lock: the thread waits for it
+            raise classify(exc, self.path) from exc
+        try:
+            return self._commit([append], begun=True)
+        finally:
+            self._slow = time.perf_counter() - started > self._inline_commit
 
     def _submit(self) -> None:
         """Hand the next group of waiting appends to the writer thread (on the loop)."""
@@ -183,10 +251,14 @@ class SqliteRecorder(Recorder):
     def _commit_and_deliver(self, batch: list[_Request]) -> None:
         """In the writer thread: commit `batch`, then hand the outcomes back to the loop."""
         outcomes: list[_Outcome] | Exception
+        started = time.perf_counter()
         try:
             outcomes = self._commit([req.append for req in batch])
         except Exception as exc:
             outcomes = exc
+        # Read on the loop, one commit at a time: whether the next lone append may commit
+        # there (a wait for another process's lock counts as slow: the next one waits here).
+        self._slow = time.perf_counter() - started > self._inline_commit
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             self._loop.call_soon_threadsafe(self._deliver, batch, outcomes)
@@ -201,12 +273,25 @@ class SqliteRecorder(Recorder):
                 resolve(req.future, outcome)
         self._submit()
 
-    def _commit(self, appends: list[PreparedAppend]) -> list[_Outcome]:
+    def _set_wait(self, wait: bool) -> None:
+        """Let the writer connection wait busy_timeout for a lock, or not wait at all."""
+        assert self._wconn is not None
+        ms = int(self.busy_timeout * 1000) if wait else 0
+        self._wconn.execute(f"PRAGMA busy_timeout={ms}")
+
+    def _commit(self, appends: list[PreparedAppend], *, begun: bool = False) -> list[_Outcome]:
+        """Commit `appends` in one transaction (already begun, when `begun`), waiting up to
+        busy_timeout for the write lock."""
         conn = self._wconn
         if conn is None:
             raise StoreClosed(f"{self.path}: the writer is closed")
         with sqlite_errors(self.path):
-            conn.execute("BEGIN IMMEDIATE")
+            if not begun:
+                self._set_wait(True)
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    self._set_wait(False)
             try:
                 # Another connection's commit changes data_version: then seq and heads are
                 # read again; otherwise what this writer knows is still the truth.
@@ -346,13 +431,17 @@ class SqliteRecorder(Recorder):
             raise StoreClosed(f"{self.path}: copy after close (or before open)")
         writer, copied = self._writer, 0
         chunk: list[StoredRow] = []
-        for row in rows:
-            chunk.append(row)
-            if len(chunk) == COPY_CHUNK:
+        self._copying += 1  # no inline commit while the thread holds the connection
+        try:
+            for row in rows:
+                chunk.append(row)
+                if len(chunk) == COPY_CHUNK:
+                    copied += await writer.call(functools.partial(self._copy_chunk, chunk))
+                    chunk = []
+            if chunk:
                 copied += await writer.call(functools.partial(self._copy_chunk, chunk))
-                chunk = []
-        if chunk:
-            copied += await writer.call(functools.partial(self._copy_chunk, chunk))
+        finally:
+            self._copying -= 1
         return copied
 
     def _copy_chunk(self, chunk: Sequence[StoredRow]) -> int:
@@ -361,7 +450,11 @@ class SqliteRecorder(Recorder):
             raise StoreClosed(f"{self.path}: the writer is closed")
         self._data_version = -1  # seq and heads move outside _commit: read them again
         with sqlite_errors(self.path):
-            copy_chunk(self._wconn, chunk, str(self.path))
+            self._set_wait(True)
+            try:
+                copy_chunk(self._wconn, chunk, str(self.path))
+            finally:
+                self._set_wait(False)
         return len(chunk)
 
     # -- lifecycle ---------------------------------------------------------------------------

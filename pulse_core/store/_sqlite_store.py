@@ -7,7 +7,7 @@ from pathlib import Path
 from pulse_core._clock import Clock
 from pulse_core.store._base import EventStore
 from pulse_core.store._objects import ObjectStore
-from pulse_core.store._sqlite_recorder import SqliteRecorder
+from pulse_core.store._sqlite_recorder import INLINE_COMMIT, SqliteRecorder
 
 
 class SqliteEventStore(EventStore):
@@ -26,10 +26,12 @@ class SqliteEventStore(EventStore):
         objects: ObjectStore | None = None,
         max_batch: int = 4096,
         busy_timeout: float = 10.0,
+        inline_commit: float = INLINE_COMMIT,
     ) -> None:
         super().__init__(
             SqliteRecorder(path, read_only=read_only, synchronous=synchronous, clock=clock,
-                           max_batch=max_batch, busy_timeout=busy_timeout),
+                           max_batch=max_batch, busy_timeout=busy_timeout,
+                           inline_commit=inline_commit),
             objects=objects)
 
     @classmethod
@@ -43,11 +45,14 @@ class SqliteEventStore(EventStore):
         objects: ObjectStore | None = None,
         max_batch: int = 4096,
         busy_timeout: float = 10.0,
+        inline_commit: float = INLINE_COMMIT,
     ) -> SqliteEventStore:
         """Open events.db at `path` (created unless `read_only`); raises a StoreError if it
-        is not usable."""
+        is not usable. `inline_commit` bounds committing a lone append on the loop's thread
+        (see SqliteRecorder; 0 commits every append in the writer thread)."""
         store = cls(path, read_only=read_only, synchronous=synchronous, clock=clock,
-                    objects=objects, max_batch=max_batch, busy_timeout=busy_timeout)
+                    objects=objects, max_batch=max_batch, busy_timeout=busy_timeout,
+                    inline_commit=inline_commit)
         await store.recorder.start()
         return store
 
