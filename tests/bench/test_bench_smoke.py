@@ -98,6 +98,14 @@ def test_append_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
            "raw sqlite3 executemany 1 row/commit"], floors=1)
 
 
+def test_stall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("stall").main(["--hold", "0.4", "--appends", "5", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out,
+          ["longest loop stall during the hold", "quiet engine.tick() p99 during the hold",
+           "survival decision"],
+          ["the hold", "quiet engine.tick() p99 before it"], floors=2)
+
+
 def test_pg_append(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     bench("pg_append").main(["--events", "400", "--processes", "2", "--producers", "4",
                              "--batch", "10", "--url", pg_url])
