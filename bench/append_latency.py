@@ -7,8 +7,8 @@ throughput): `--appends` calls over `--keys` interleaved keys, synchronous=FULL,
 in the same run, on the same disk, with the same number of commits:
 
 - raw sqlite3: one row per transaction (BEGIN IMMEDIATE, INSERT, COMMIT) into a table with the
-  same columns and indexes, one thread; its rate (executemany, 1 row per commit) is measured
-  before and after the other runs and the best of the two is the limit;
+  same columns and indexes, on the same thread, in blocks (`--block`, 50) alternating with
+  pulse's, so both meet the disk at the same moments; its rows/s is the limit;
 - the `eventsourcing` library's SQLite aggregate recorder, when the package is installed:
   `insert_events([stored_event])` once per event, a file database, WAL, synchronous=FULL, its
   own table (skipped, with a line saying so, when it is not installed).
@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    INSERT,
     Figure,
     Floor,
     Report,
     event_rows,
-    fmt,
     percentile,
-    raw_commit_latencies,
-    raw_insert_rate,
+    raw_connection,
     temp_dir,
     tick_drafts,
     tick_payload,
@@ -59,28 +58,41 @@ class Run:
         return percentile(self.latencies, q) * 1e6
 
 
-async def store_run(path: Path, *, appends: int, keys: int, synchronous: str) -> Run:
-    """`appends` calls of `store.append([draft])`, awaited one at a time.
+async def interleaved(tmp: Path, *, appends: int, keys: int, synchronous: str,
+                      block: int) -> tuple[Run, Run]:
+    """pulse's `store.append([draft])` and raw sqlite3 single-row commits, in alternating
+    blocks of `block`, `appends` of each, on two files in the same folder: both meet the
+    same disk at the same moments (an fsync's cost drifts by several times within a minute
+    on a shared machine). Returns (pulse, raw).
 
-    Drafts are built before the clock starts; checking, encoding, versioning and the commit
-    are inside each sample.
+    Drafts and rows are built before the clock starts; checking, encoding, versioning and
+    the commit are inside each pulse sample.
     """
     drafts = tick_drafts(0, appends, keys)
-    store = await SqliteEventStore.open(path, synchronous=synchronous)
-    latencies: list[float] = []
+    rows = event_rows(appends, keys)
+    store = await SqliteEventStore.open(tmp / "events.db", synchronous=synchronous)
+    conn = raw_connection(tmp / "raw.db", synchronous)
+    pulse: list[float] = []
+    raw: list[float] = []
     try:
-        started = time.perf_counter()
-        for draft in drafts:
-            t0 = time.perf_counter()
-            await store.append([draft])
-            latencies.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - started
+        for at in range(0, appends, block):
+            for row in rows[at:at + block]:
+                t0 = time.perf_counter()
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(INSERT, row)
+                conn.execute("COMMIT")
+                raw.append(time.perf_counter() - t0)
+            for draft in drafts[at:at + block]:
+                t0 = time.perf_counter()
+                await store.append([draft])
+                pulse.append(time.perf_counter() - t0)
         stored = await store.last_seq()
     finally:
+        conn.close()
         await store.close()
     if stored != appends:
         raise RuntimeError(f"stored {stored} events, expected {appends}")
-    return Run(latencies, appends / elapsed)
+    return Run(pulse, appends / sum(pulse)), Run(raw, appends / sum(raw))
 
 
 def eventsourcing_run(path: Path, *, appends: int, keys: int,
@@ -148,6 +160,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--appends", type=int, default=2_000,
                         help="single-draft appends per contender (default 2,000; fsync-bound)")
     parser.add_argument("--keys", type=int, default=1_000, help="distinct interleaved keys")
+    parser.add_argument("--block", type=int, default=50,
+                        help="pulse appends and raw commits per alternating block (default 50)")
     parser.add_argument("--synchronous", default="FULL", help="setting for all three (FULL)")
     parser.add_argument("--tmp", default=None, help="base directory for the databases")
     return parser.parse_args(argv)
@@ -157,24 +171,12 @@ async def run(args: argparse.Namespace) -> Report:
     report = Report(f"append latency: one draft per call, one call at a time, {args.appends:,} "
                     f"appends (synchronous={args.synchronous}, WAL, {args.keys} interleaved "
                     "keys)")
-    rows = event_rows(args.appends, args.keys)
-
-    def raw_rate() -> float:
-        with temp_dir(args.tmp) as tmp:
-            return raw_insert_rate(tmp / "raw.db", rows, 1, args.synchronous)
-
-    # The limit is the best the machine did: measured before and after the other runs.
-    raws = [raw_rate()]
     with temp_dir(args.tmp) as tmp:
-        raw_latencies = raw_commit_latencies(tmp / "raw.db", args.appends, args.synchronous)
-    with temp_dir(args.tmp) as tmp:
-        pulse = await store_run(tmp / "events.db", appends=args.appends, keys=args.keys,
-                                synchronous=args.synchronous)
+        pulse, raw = await interleaved(tmp, appends=args.appends, keys=args.keys,
+                                       synchronous=args.synchronous, block=args.block)
     with temp_dir(args.tmp) as tmp:
         es = eventsourcing_run(tmp / "es.db", appends=args.appends, keys=args.keys,
                                synchronous=args.synchronous)
-    raws.append(raw_rate())
-    raw = Run(raw_latencies, max(raws))
 
     contenders = [("pulse append", pulse)]
     if es is not None:
@@ -186,15 +188,16 @@ async def run(args: argparse.Namespace) -> Report:
         floor = Floor.ratio_at_least(measured.rate / raw.rate, FLOOR) \
             if measured is pulse else None
         report.compare(Figure(f"{name} 1 draft/call", measured.rate, "appends/s"),
-                       Figure("raw sqlite3 executemany 1 row/commit", raw.rate, "rows/s"),
+                       Figure("raw sqlite3 1-row commits", raw.rate, "rows/s"),
                        floor=floor)
     if es is None:
         report.note("eventsourcing is not installed: its comparison is skipped "
                     "(pip install eventsourcing to include it)")
     else:
         report.note(es[1] + "; called directly (it has no asyncio layer)")
-    report.note("raw 1/commit before and after the other runs: "
-                + " and ".join(f"{fmt(r)} rows/s" for r in raws) + "; the best is the limit")
+    report.note(f"pulse and raw ran in alternating blocks of {args.block}; eventsourcing ran "
+                "after them, beside the same raw figure (not interleaved: read its ratio "
+                "loosely)")
     report.note("latency lines: ratio = latency / raw latency (lower is better); appends/s "
                 f"lines: ratio = rate / raw rate; floor judged on pulse appends/s, "
                 f">= {FLOOR:.2f} of raw")

@@ -95,7 +95,7 @@ def test_append_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
           ["pulse append p50", "pulse append p99", "pulse append 1 draft/call",
            "eventsourcing insert_events p50"],
           ["raw sqlite3 1-row commit p50", "raw sqlite3 1-row commit p99",
-           "raw sqlite3 executemany 1 row/commit"], floors=1)
+           "raw sqlite3 1-row commits"], floors=1)
 
 
 def test_stall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
