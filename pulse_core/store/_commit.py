@@ -102,7 +102,11 @@ class Batch:
 
     def write(self) -> None:
         """Insert the staged rows and move the heads of the keys they touch."""
-        if self.rows:
+        if len(self.rows) == 1:  # a lone append's one row: execute costs less than executemany
+            row = self.rows[0]
+            self.conn.execute(INSERT, row)
+            self.conn.execute(UPSERT_HEAD, (row[3], self.heads[row[3]]))
+        elif self.rows:
             self.conn.executemany(INSERT, self.rows)
             written = {r[3] for r in self.rows}
             self.conn.executemany(UPSERT_HEAD, [(k, self.heads[k]) for k in written])
