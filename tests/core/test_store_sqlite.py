@@ -17,7 +17,7 @@ from pulse_core import (
     SchemaTooNew,
     SqliteEventStore,
 )
-from pulse_core.store import Recorder, SqliteRecorder
+from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
 
 
@@ -176,3 +176,62 @@ async def test_a_sqlite_store_holds_each_exclusive_name_once_and_does_not_listen
         assert store.wakes_across_processes is False  # so executor loops read at every wake
     finally:
         await store.close()
+
+
+class CommitClock:
+    """A clock read once per commit (the stamp of its rows) that moves on at every reading:
+    the distinct stamps in a log are its commits."""
+
+    def __init__(self) -> None:
+        self.ms = 1_700_000_000_000
+
+    def now_ms(self) -> int:
+        self.ms += 1
+        return self.ms
+
+
+@pytest.mark.parametrize("inline_commit", [0.005, 0.0])
+async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_turning(
+    tmp_path: Path, inline_commit: float
+) -> None:
+    """32 coroutines appending at once go to the writer thread in groups (fewer commits than
+    appends); a coroutine appending alone, over and over, commits each (on the loop, unless
+    inline_commit is 0) and still lets the other coroutines run between its appends."""
+    clock = CommitClock()
+    recorder = await SqliteRecorder.open(tmp_path / "events.db", clock=clock,
+                                         inline_commit=inline_commit)
+    store = EventStore(recorder)
+    try:
+        await asyncio.gather(*(store.append([draft(f"k{i}")]) for i in range(32)))
+        grouped = {e.ts for e in await store.read()}
+        assert len(grouped) < 32, "32 concurrent appends made 32 commits"
+
+        turns = 0
+
+        async def other() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        beside = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        for i in range(20):
+            seen = turns
+            await store.append([draft("lone", i)])
+            assert turns > seen, f"append {i} ran without letting another coroutine run"
+        beside.cancel()
+        lone = [e for e in await store.read() if e.key == "lone"]
+        assert [e.version for e in lone] == list(range(1, 21))
+        assert len({e.ts for e in lone}) == 20  # one commit each
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+async def test_a_negative_inline_bound_is_refused_naming_the_option(
+    tmp_path: Path, bad: float
+) -> None:
+    with pytest.raises(ValueError, match="inline_commit"):
+        SqliteRecorder(tmp_path / "events.db", inline_commit=bad)
+    assert not (tmp_path / "events.db").exists()
