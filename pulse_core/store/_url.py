@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 from pulse_core._clock import Clock
 from pulse_core._errors import StoreBackendMissing, StoreError
 from pulse_core.store._recorder import Recorder
-from pulse_core.store._sqlite_recorder import SqliteRecorder
+from pulse_core.store._sqlite_recorder import INLINE_COMMIT, SqliteRecorder
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -28,18 +28,24 @@ class SqliteURL(NamedTuple):
 
     `synchronous` is SQLite's durability setting (FULL: every commit is on disk when append
     returns; NORMAL: a power cut may lose the last commits, never corrupt the file);
-    `busy_timeout` (seconds) is how long a write waits for another process's lock.
+    `busy_timeout` (seconds) is how long a write waits for another process's lock;
+    `inline_commit` (seconds) bounds committing a lone append on the event loop's thread
+    (after a commit slower than this, appends go to the writer thread; 0: always there).
     """
 
     scheme: str
     path: Path
     synchronous: str = "FULL"
     busy_timeout: float = 10.0
+    inline_commit: float = INLINE_COMMIT
 
     def url(self) -> str:
-        """The URL again, with every option spelled out."""
+        """The URL again, with every option spelled out (inline_commit when not the
+        default)."""
+        inline = ("" if self.inline_commit == INLINE_COMMIT
+                  else f"&inline_commit={self.inline_commit:g}")
         return (f"sqlite://{quote(str(self.path))}?synchronous={self.synchronous}"
-                f"&busy_timeout={self.busy_timeout:g}")
+                f"&busy_timeout={self.busy_timeout:g}{inline}")
 
     @property
     def backend(self) -> str:
@@ -69,7 +75,8 @@ class SqliteURL(NamedTuple):
         """The SqliteRecorder of the file, opened (created unless `read_only`)."""
         return await SqliteRecorder.open(self.path, read_only=read_only,
                                          synchronous=self.synchronous,
-                                         busy_timeout=self.busy_timeout, clock=clock)
+                                         busy_timeout=self.busy_timeout, clock=clock,
+                                         inline_commit=self.inline_commit)
 
 
 class PostgresURL(NamedTuple):
@@ -195,17 +202,19 @@ def parse_sqlite_url(url: str) -> SqliteURL:
     except ValueError:
         raise StoreError(f"store URL {url!r}: cannot read the options {parts.query!r} — "
                          "write ?synchronous=NORMAL&busy_timeout=5") from None
-    unknown = sorted(set(query) - {"synchronous", "busy_timeout"})
+    unknown = sorted(set(query) - {"synchronous", "busy_timeout", "inline_commit"})
     if unknown:
         raise StoreError(f"store URL {url!r}: unknown option(s) {', '.join(unknown)} — a sqlite "
-                         "store takes synchronous and busy_timeout")
+                         "store takes synchronous, busy_timeout and inline_commit")
     synchronous = query.get("synchronous", ["FULL"])[-1].upper()
     if synchronous not in _SYNCHRONOUS:
         raise StoreError(f"store URL {url!r}: synchronous={synchronous!r} — use one of "
                          f"{', '.join(_SYNCHRONOUS)}")
     busy_timeout = seconds_option(query.get("busy_timeout", ["10"])[-1],
                                   f"store URL {url!r}: busy_timeout", zero_ok=True)
-    return SqliteURL("sqlite", path, synchronous, busy_timeout)
+    inline_commit = seconds_option(query.get("inline_commit", [str(INLINE_COMMIT)])[-1],
+                                   f"store URL {url!r}: inline_commit", zero_ok=True)
+    return SqliteURL("sqlite", path, synchronous, busy_timeout, inline_commit)
 
 
 def shown_url(url: str) -> str:

@@ -126,6 +126,14 @@ def test_store_urls_round_trip_through_the_home_layout(tmp_path: Path) -> None:
     assert parse_store_url(parsed.url()) == parsed
 
 
+@pytest.mark.parametrize("given", [0.0, 0.02])
+def test_a_sqlite_url_bounds_the_inline_commit_and_keeps_it_round_trip(given: float) -> None:
+    parsed = parse_store_url(f"sqlite:///srv/pulse/events.db?inline_commit={given:g}")
+    assert isinstance(parsed, SqliteURL) and parsed.inline_commit == given
+    assert f"inline_commit={given:g}" in parsed.url()
+    assert parse_store_url(parsed.url()) == parsed
+
+
 @pytest.mark.parametrize(("url", "says"), [
     ("mysql://db/pulse", "unknown scheme 'mysql'"),
     ("postgresql://db/pulse?fsync=off", "unknown option(s) fsync"),
@@ -137,6 +145,7 @@ def test_store_urls_round_trip_through_the_home_layout(tmp_path: Path) -> None:
     ("sqlite:///e.db?busy_timeout=soon", "busy_timeout='soon'"),
     ("sqlite:///e.db?busy_timeout=-1", "busy_timeout='-1'"),
     ("sqlite:///e.db?journal=off", "unknown option(s) journal"),
+    ("sqlite:///e.db?inline_commit=-0.1", "inline_commit='-0.1'"),
 ])
 def test_a_store_url_that_cannot_be_used_says_why(url: str, says: str) -> None:
     with pytest.raises(StoreError) as info:
