@@ -12,7 +12,10 @@ the hold (the limit: the same engine, the same loop, the same run) and during it
 - a survival decision: the process is seen dead and a tick runs; the time until the rule
   chain has decided its restart (the decision is made at once; the tick's append of it waits
   for the lock in the writer thread, off the loop, and is stored when the lock is let go);
-- after the hold: single-draft appends, p50, beside the same appends before it.
+- after the hold: single-draft appends, p50, beside the same appends before it;
+- loop lag while one coroutine appends alone (5 x `--appends` single drafts) with the
+  store's default inline commits, beside the same with `inline_commit=0` (every commit in
+  the writer thread): what committing on the loop costs the loop.
 
 Floor: the longest loop stall during the hold < 5% of the hold (a loop waiting on the lock
 would stop for all of it), and tick p99 during the hold <= 3 x tick p99 before it.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import sys
 import time
 import uuid
@@ -30,9 +34,13 @@ from pathlib import Path
 
 from bench.common import Figure, Floor, Report, percentile, temp_dir, tick_drafts
 from pulse_core import Decision, Engine
+from pulse_core.store import SqliteEventStore
 from pulse_survival import Essential, ProcessPolicy, SurvivalConfig
 
 NAMES = ("w", "v")
+# The store's default bound on inline commits, as its signature gives it.
+INLINE_COMMIT: float = inspect.signature(SqliteEventStore.open).parameters[
+    "inline_commit"].default
 HOLDER = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
@@ -103,6 +111,46 @@ async def decide(engine: Engine, dead: str) -> tuple[float, asyncio.Task[Decisio
     return time.perf_counter() - t0, tick
 
 
+async def lag_while_appending(path: Path, count: int, inline_commit: float) -> list[float]:
+    """Heartbeat lags (s) while one coroutine makes `count` single-draft appends alone."""
+    store = await SqliteEventStore.open(path, inline_commit=inline_commit)
+    lags: list[float] = []
+    done = False
+
+    async def heartbeat() -> None:
+        while not done:
+            asked = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lags.append(max(0.0, time.perf_counter() - asked - 0.001))
+
+    beating = asyncio.create_task(heartbeat())
+    try:
+        for draft in tick_drafts(0, count, 100):
+            await store.append([draft])
+    finally:
+        done = True
+        await beating
+        await store.close()
+    return lags
+
+
+def compare_lags(report: Report, inline_lags: list[float], thread_lags: list[float]) -> None:
+    """The loop's lag while one coroutine appends alone, inline commits beside thread ones."""
+    report.compare(_ms("loop lag p99 while one coroutine appends alone (inline commits)",
+                      percentile(inline_lags, 99)),
+                   _ms("the same, every commit in the writer thread", percentile(thread_lags, 99)))
+    report.compare(_ms("longest loop stall while one coroutine appends alone (inline commits)",
+                      max(inline_lags)),
+                   _ms("the same, every commit in the writer thread", max(thread_lags)))
+    report.note("the price of inline commits: each lone commit's fsync runs on the loop "
+                f"(inline_commit={INLINE_COMMIT:g} s sends appends to the thread after a "
+                "slower commit, not before)")
+
+
+def _ms(label: str, seconds: float) -> Figure:
+    return Figure(label, seconds * 1000, "ms")
+
+
 def restarts(decision: Decision) -> int:
     return sum(type(e).tag() == "restart-process" for e in decision.effects)
 
@@ -153,6 +201,9 @@ async def run(args: argparse.Namespace) -> Report:
                       if e.data["effect"]["type"] == "restart-process"]
         finally:
             await engine.close()
+        inline_lags = await lag_while_appending(tmp / "inline.db", args.appends * 5,
+                                                INLINE_COMMIT)
+        thread_lags = await lag_while_appending(tmp / "thread.db", args.appends * 5, 0.0)
 
     def ms(label: str, values: float) -> Figure:
         return Figure(label, values * 1000, "ms")
@@ -182,6 +233,7 @@ async def run(args: argparse.Namespace) -> Report:
                 f"{restarts(decision)} during it (stored {stored_after:.2f} s after the hold "
                 f"began, once the lock was let go); restart-process effects stored: "
                 f"{len(stored)} (expected 2)")
+    compare_lags(report, inline_lags, thread_lags)
     report.note("a tick that has something to record awaits its append: the ticks after it "
                 "wait for the lock with it (the loop itself does not)")
     return report
