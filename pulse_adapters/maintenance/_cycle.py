@@ -12,6 +12,7 @@ _work), every attempt's writes, and a resumed attempt's budgets start from there
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,8 @@ from pulse_core.maintenance import (
     read_activity,
 )
 from pulse_core.store import EventStore
+
+log = logging.getLogger("pulse")
 
 
 class CycleFailed(StoreError):
@@ -154,7 +157,8 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
     return its report; the same `cycle` again resumes it if it is running, or returns its
     stored report if it ended. `proposer` proposes consolidated insights (None: the
     consolidation step does nothing). `reader` is an ElementsReader of `store` kept from an
-    earlier cycle, so only what is new is folded (default: a new one, folding the whole log).
+    earlier cycle, so only what is new is folded (default: a new one, folding the whole log);
+    a reader with a checkpoints folder is saved there when the cycle completes.
     `steps` replaces the steps after assessment (tests).
     `authority` defaults to the settings' standing grants for the
     principal "maintenance" plus the grants humans issued in the log.
@@ -194,6 +198,12 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
         return stored_report(ended)
     except StoreError as exc:
         return await _fail(run, exc)
+    try:  # a checkpoint is only a cache: a disk that refuses costs a longer fold later
+        await run.reader.checkpoint()
+    except OSError as exc:
+        log.warning("pulse: maintenance cycle %s could not checkpoint the elements' fold in "
+                    "%s (%s): the next engine start folds more of the log", cycle,
+                    run.reader.checkpoints, exc)
     return report
 
 

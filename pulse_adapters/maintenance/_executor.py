@@ -8,6 +8,7 @@ the schedule moves on exactly once however many engines share the log.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pulse_adapters.maintenance._consolidation import Proposer
@@ -25,17 +26,20 @@ def cycle_id(effect_id: str) -> str:
 
 class MaintenanceExecutor(Executor):
     """Runs maintenance cycles; `timeout` is the settings' `timeout_s`. A retry resumes the
-    cycle its earlier attempt began."""
+    cycle its earlier attempt began. One elements reader is kept from cycle to cycle; with
+    `checkpoints` (a folder: the layer gives the home's checkpoints/maintenance) it is saved
+    there after each cycle, so the first cycle after a restart folds only the log's tail."""
 
     handles = (MaintenanceCycle,)
     max_attempts = 3
     backoff = Backoff(initial_ms=30_000, factor=2.0, max_ms=600_000)
 
     def __init__(self, settings: MaintenanceSettings | None = None,
-                 proposer: Proposer | None = None) -> None:
+                 proposer: Proposer | None = None, checkpoints: Path | None = None) -> None:
         self.settings = settings or MaintenanceSettings()
         self.proposer = proposer
         self.timeout = self.settings.timeout_s
+        self.checkpoints = checkpoints
         self._reader: ElementsReader | None = None  # kept: later cycles fold only what is new
 
     @property
@@ -50,7 +54,7 @@ class MaintenanceExecutor(Executor):
             await fire_schedule(ctx.events, schedule, effect.due_at, ctx.clock.now_ms(),
                                 origin=ORIGIN)
         if self._reader is None or self._reader.store is not ctx.events:
-            self._reader = ElementsReader(ctx.events)
+            self._reader = ElementsReader(ctx.events, checkpoints=self.checkpoints)
         report = await run_cycle(
             ctx.events, self.settings, cycle=cycle, trigger=effect.trigger, clock=ctx.clock,
             authority=Authority(ctx.events, {PRINCIPAL: self.settings.grants}),

@@ -20,7 +20,7 @@ from pulse_adapters.maintenance._settings import (
     MaintenanceSettingsError,
     load_settings,
 )
-from pulse_core import Engine, Layer, LayerContext, Lifespan
+from pulse_core import Engine, HomeLayout, Layer, LayerContext, Lifespan
 from pulse_core.maintenance import Beliefs, MemoryElements, Schedules, SleepTasks, Watches
 
 
@@ -60,7 +60,9 @@ def layer(settings: Any, context: LayerContext) -> Layer:
         proposer = LlmProposer(client)
         lifespan = closing(client)
     return Layer(LAYER, rules=(MaintenanceRule(valid),),
-                 executors=(MaintenanceExecutor(valid, proposer),),
+                 executors=(MaintenanceExecutor(
+                     valid, proposer, checkpoints=HomeLayout(context.home).checkpoints
+                     / "maintenance"),),
                  projections=(MaintenanceLedger(), Schedules(), SleepTasks(), Watches(),
                               MemoryElements(), Beliefs()),
                  lifespan=lifespan, emits=(MaintenanceCycle,), ui=(maintenance_page(),))

@@ -15,6 +15,8 @@ version guards all of an identity's elements; `ElementsState.versions` holds tha
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pulse_core._events import Event
 from pulse_core._projector import Projector
 from pulse_core._snapshot import Projection
@@ -43,21 +45,34 @@ class ElementsReader:
     """The elements' current form, folded incrementally from where the last read left off.
 
     Every maintenance step reads through one of these before it writes, so the versions it
-    expects are as fresh as the log it has seen (no checkpoints: a new reader folds afresh;
-    keep one reader to fold only what is new). It is a Projector of MemoryElements alone, so
-    a long page is folded in a worker thread and the event loop never stalls.
+    expects are as fresh as the log it has seen (keep one reader to fold only what is new).
+    It is a Projector of MemoryElements alone, so a long page is folded in a worker thread and
+    the event loop never stalls. With `checkpoints` (a folder), the fold starts from the
+    checkpoint saved there and folds only the log's tail, and `checkpoint()` saves it again: a
+    restarted engine never folds the whole log. A checkpoint of another log (a home restored
+    from a backup) or of an older fold is discarded and the fold starts from seq 0.
     """
 
-    def __init__(self, store: EventStore, *, page: int = 5_000) -> None:
+    def __init__(self, store: EventStore, *, page: int = 5_000,
+                 checkpoints: Path | None = None) -> None:
         self.store = store
-        self._projector = Projector(store, [MemoryElements()], page=page)
+        self.checkpoints = checkpoints
+        self._projector = Projector(store, [MemoryElements()], page=page,
+                                    checkpoints=checkpoints)
 
     @property
     def cursor(self) -> int:
-        """The seq the fold has reached (the log's newest, as the last read saw it)."""
+        """The seq the fold has reached (the log's newest, as the last read saw it; before
+        the first read, the seq of the checkpoint it starts from)."""
         return self._projector.seq
 
     async def current(self) -> ElementsState:
         """The state folded through the log's newest event."""
         state: ElementsState = (await self._projector.catch_up())[MemoryElements.name]
         return state
+
+    async def checkpoint(self) -> None:
+        """Save the fold to `checkpoints` when it moved since the last save (nothing without
+        a folder). OSError when the folder cannot be written."""
+        if self.checkpoints is not None:
+            await self._projector.checkpoint()

@@ -346,3 +346,60 @@ async def test_the_fold_drops_self_references_and_two_cycles(store: EventStore) 
     assert "ana/i-a" not in state.elements["ana/i-a"].references
     assert not ("ana/i-a" in state.elements["ana/i-b"].referenced_by
                 and "ana/i-b" in state.elements["ana/i-a"].referenced_by)
+
+
+# -- the checkpointed reader: a restart folds only the tail ---------------------------------
+
+
+async def _history(store: EventStore) -> None:
+    board = MemoryBoard(store)
+    await board.register("ana", "Ana")
+    for n in range(5):
+        await board.exchange("ana", f"hello {n}")
+    await board.set_state("ana", "city", "Lisbon", protected=True)
+    await board.open_unresolved("ana", "call back", priority=5)
+    await write(store, "ana", "insight-recorded", InsightRecorded(
+        record="i-1", text="by the sea", derived_from=("city",), activity="a"))
+    await sweep(store, ElementsReader(store), cycle_start=7,
+                policy=DecayPolicy(factor=0.5, limit=100))
+
+
+async def test_a_checkpointed_reader_resumes_from_its_checkpoint_and_folds_only_the_tail(
+        store: EventStore, tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    await _history(store)
+    first = ElementsReader(store, checkpoints=folder)
+    await first.current()
+    await first.checkpoint()
+    saved_at = await store.last_seq()
+    board = MemoryBoard(store)
+    await board.exchange("bob", "late")
+    await board.set_state("ana", "city", "Porto")
+    restarted = ElementsReader(store, checkpoints=folder)
+    assert restarted.cursor == saved_at  # starts from the checkpoint, not from seq 0
+    resumed = await restarted.current()
+    fresh = await ElementsReader(store).current()
+    assert resumed == fresh  # every field: elements, versions, digests, lineage, strengths
+    assert {e.strength for e in of_identity(resumed, "ana") if e.type == "exchange"} == {0.5}
+    assert restarted.cursor == await store.last_seq()
+
+
+async def test_a_checkpoint_of_another_log_is_discarded_and_the_fold_starts_over(
+        store: EventStore, tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    await _history(store)
+    first = ElementsReader(store, checkpoints=folder)
+    await first.current()
+    await first.checkpoint()
+    other = await SqliteEventStore.open(tmp_path / "other.db")
+    try:
+        for n in range(3):
+            await MemoryBoard(other).exchange("zed", f"hi {n}")
+        await MemoryBoard(other).exchange("zed", "padding to reach the checkpoint's seq" * 3)
+        for n in range(20):
+            await MemoryBoard(other).exchange("yan", f"more {n}")
+        got = await ElementsReader(other, checkpoints=folder).current()
+        assert got == await ElementsReader(other).current()
+        assert not of_identity(got, "ana") and len(of_identity(got, "yan")) == 20
+    finally:
+        await other.close()
