@@ -150,10 +150,11 @@ class MemoryRecorder(Recorder):
 
     async def select(self, after_seq: int = 0, *, kinds: Sequence[str] | None = None,
                      key: str | None = None, limit: int | None = None,
-                     newest_first: bool = False) -> Page:
+                     newest_first: bool = False, origin_prefix: str | None = None) -> Page:
         log = self._open_log()
         found = [row for row in log.rows[after_seq:]
-                 if (kinds is None or row.kind in kinds) and (key is None or row.key == key)]
+                 if (kinds is None or row.kind in kinds) and (key is None or row.key == key)
+                 and (origin_prefix is None or row.origin.startswith(origin_prefix))]
         if newest_first:
             found.reverse()
         return Page.of(found[:limit], len(log.rows))

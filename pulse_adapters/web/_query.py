@@ -1,6 +1,7 @@
 """The Events page's query: the newest events that match a filter, a page at a time, newest
-first. Without an origin, a time bound or an older page it is one indexed read; otherwise it
-walks back through the log in bounded windows and says where to go on."""
+first. Without a time bound or an older page it is one read of the store (kinds through their
+index, the origin prefix as the store filters it); otherwise it walks back through the log
+in bounded windows and says where to go on."""
 
 from __future__ import annotations
 
@@ -94,9 +95,9 @@ async def newest(store: EventStore, f: EventFilter) -> tuple[list[Event], int | 
     """The newest events matching `f`, newest first, and the seq to pass as `before` for the
     next older page (None when there is none)."""
     kinds = list(f.kinds) or None
-    if f.origin is None and f.since_ms is None and f.before is None:
+    if f.since_ms is None and f.before is None:
         found = await store.read(f.after_seq, kinds=kinds, key=f.key, limit=f.limit,
-                                 newest_first=True)
+                                 newest_first=True, origin_prefix=f.origin)
         older = found[-1].seq if len(found) == f.limit and found[-1].seq > f.after_seq + 1 \
             else None
         return found, older

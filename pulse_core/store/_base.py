@@ -184,9 +184,11 @@ class EventStore:
         key: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        origin_prefix: str | None = None,
     ) -> Page:
         """Stored events with seq > after_seq, oldest first (or newest first), optionally
-        filtered, and the log's newest seq in the same read (see Page).
+        filtered (by kinds, key, and `origin_prefix`: origins that start with it), and the
+        log's newest seq in the same read (see Page).
 
         Quarantined rows are left out and the page filled up past them, so a page shorter
         than `limit` still means the read reached the end.
@@ -197,7 +199,8 @@ class EventStore:
         want = limit
         while True:
             page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=want,
-                                              newest_first=newest_first)
+                                              newest_first=newest_first,
+                                              origin_prefix=origin_prefix)
             if not page.unreadable:
                 return page
             for row in page.unreadable:
@@ -228,13 +231,15 @@ class EventStore:
         key: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        origin_prefix: str | None = None,
     ) -> list[Event]:
         """Stored events with seq > after_seq, oldest first (or newest first: `limit=1`
-        gives the latest), optionally filtered."""
+        gives the latest), optionally filtered (`origin_prefix`: origins that start with
+        it, as "executor:" matches every executor)."""
         if kinds is not None and not (kinds := list(kinds)):
             return []
         page = await self.read_page(after_seq, kinds=kinds, key=key, limit=limit,
-                                    newest_first=newest_first)
+                                    newest_first=newest_first, origin_prefix=origin_prefix)
         return page.events
 
     async def read_rows(

@@ -248,6 +248,7 @@ class PostgresRecorder(Recorder):
         key: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        origin_prefix: str | None = None,
     ) -> Page:
         where = "seq > %s"
         args: list[Any] = [after_seq]
@@ -257,6 +258,9 @@ class PostgresRecorder(Recorder):
         if key is not None:
             where += " AND key = %s"
             args.append(key)
+        if origin_prefix is not None:
+            where += " AND starts_with(origin, %s)"
+            args.append(origin_prefix)
         order = "seq DESC" if newest_first else "seq"
         cut = ""
         if limit is not None:

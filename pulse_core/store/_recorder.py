@@ -192,10 +192,11 @@ class Recorder(abc.ABC):
         key: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        origin_prefix: str | None = None,
     ) -> Page:
         """Stored events with seq > after_seq, oldest first (newest first with
-        `newest_first`), optionally filtered, and the log's newest seq as that same read saw
-        it."""
+        `newest_first`), optionally filtered (`origin_prefix`: origins that start with it),
+        and the log's newest seq as that same read saw it."""
 
     @abc.abstractmethod
     async def head(self, key: str) -> int:

@@ -8,7 +8,8 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from pulse_core._errors import (
     NotAPulseDatabase,
     SchemaTooNew,
     StoreClosed,
+    StoreError,
     StoreReadOnly,
     StoreUnavailable,
 )
@@ -198,9 +200,13 @@ def open_database(
     synchronous: str,
     purpose: str,
     timeout: float = 10.0,
+    upgrades: Mapping[int, Sequence[str]] | None = None,
 ) -> sqlite3.Connection:
     """A connection to `path`, created (0600) with `schema` if new, checked to be pulse's if
-    not.
+    not, and upgraded when it has an older schema: `upgrades[v]` are the statements that
+    take a file from schema v to v + 1, run in one transaction with the new user_version (a
+    file that another process upgraded meanwhile is left as it is; an older schema without
+    its upgrades is refused with StoreError).
 
     Raises NotAPulseDatabase for a foreign or corrupted file and SchemaTooNew for a file
     written by a newer pulse. The connection is in autocommit mode; callers BEGIN themselves.
@@ -227,10 +233,41 @@ def open_database(
                     f"BEGIN IMMEDIATE; {schema}; PRAGMA application_id={APPLICATION_ID}; "
                     f"PRAGMA user_version={schema_version}; COMMIT;"
                 )
+            else:
+                _upgrade(conn, path, schema_version, upgrades or {}, purpose)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _upgrade(conn: sqlite3.Connection, path: Path, schema_version: int,
+             upgrades: Mapping[int, Sequence[str]], purpose: str) -> None:
+    """Take the file behind `conn` to `schema_version` with `upgrades` (see open_database);
+    nothing changes unless every step is there and every statement succeeds."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= schema_version:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        missing = [v for v in range(found, schema_version) if v not in upgrades]
+        if missing:
+            raise StoreError(
+                f"{path} has {purpose} schema {found} and this pulse has no upgrade from "
+                f"schema {missing[0]} to {schema_version} — open it with the pulse that wrote "
+                "it, or restore a newer copy")
+        started = time.monotonic()
+        for version in range(found, schema_version):
+            for statement in upgrades[version]:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={schema_version}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    if found < schema_version:
+        log.info("pulse: %s: %s schema %d upgraded to %d in %.1f s", path, purpose, found,
+                 schema_version, time.monotonic() - started)
 
 
 class WriterThread:

@@ -54,6 +54,22 @@ class RecorderContract(abc.ABC):
         yield store
         await store.close()
 
+    async def test_an_origin_prefix_filter_reads_only_origins_that_start_with_it(
+            self, store: EventStore) -> None:
+        origins = ["executor:mail", "engine", "executor:b", "agent", "human", "executor:x%_",
+                   "watcher:exé", "executor:mail"]
+        await store.append([draft("k", n, origin=o) for n, o in enumerate(origins)])
+        got = await store.read(origin_prefix="executor:", newest_first=True, limit=3)
+        assert [e.origin for e in got] == ["executor:mail", "executor:x%_", "executor:b"]
+        every = await store.read(origin_prefix="executor:")
+        assert [e.seq for e in every] == [1, 3, 6, 8]
+        assert [e.seq for e in await store.read(origin_prefix="executor:x%")] == [6]  # literal
+        assert [e.seq for e in await store.read(origin_prefix="watcher:exé")] == [7]
+        assert await store.read(origin_prefix="executor:mail:") == []
+        assert [e.seq for e in await store.read(origin_prefix="")] == list(range(1, 9))
+        both = await store.read(2, kinds=["tick"], key="k", origin_prefix="executor:")
+        assert [e.seq for e in both] == [3, 6, 8]
+
     async def test_seq_is_gap_free_and_versions_count_per_key(self, store: EventStore) -> None:
         await store.append([draft("a"), draft("b"), draft("a")])
         await store.append([draft("a")])

@@ -16,6 +16,7 @@ from pulse_core import (
     ObjectStore,
     SchemaTooNew,
     SqliteEventStore,
+    StoreError,
 )
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
@@ -235,3 +236,89 @@ async def test_a_negative_inline_bound_is_refused_naming_the_option(
     with pytest.raises(ValueError, match="inline_commit"):
         SqliteRecorder(tmp_path / "events.db", inline_commit=bad)
     assert not (tmp_path / "events.db").exists()
+
+
+# -- schema 2: the kind index, added to existing homes ---------------------------------------
+
+
+async def _schema_1_home(path: Path, events: int) -> list[tuple[object, ...]]:
+    """An events.db as pulse with schema 1 left it (no events_kind index), and its rows."""
+    store = await SqliteEventStore.open(path)
+    await store.append([draft(f"k{n % 7}", n, kind="tick" if n % 50 else "error")
+                        for n in range(events)])
+    await store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("DROP INDEX events_kind")
+        conn.execute("PRAGMA user_version=1")
+        return conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+
+
+def _schema(path: Path) -> tuple[int, set[str]]:
+    conn = sqlite3.connect(path)
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        return version, names
+    finally:
+        conn.close()
+
+
+async def test_a_schema_1_home_is_upgraded_when_the_writer_opens_it_and_keeps_every_event(
+        tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    rows = await _schema_1_home(path, 500)
+    assert _schema(path) == (1, {"events_idem", "events_key"})
+    reader = await SqliteEventStore.open(path, read_only=True)  # a reader changes nothing
+    try:
+        assert [e.seq for e in await reader.read(kinds=["error"], newest_first=True,
+                                                 limit=3)] == [451, 401, 351]
+    finally:
+        await reader.close()
+    assert _schema(path)[0] == 1
+    store = await SqliteEventStore.open(path)
+    try:
+        assert _schema(path) == (2, {"events_idem", "events_key", "events_kind"})
+        errors = await store.read(kinds=["error"], newest_first=True, limit=3)
+        assert [e.seq for e in errors] == [451, 401, 351]
+        await store.append([draft("k0", 500)])  # the upgraded log goes on where it was
+        assert await store.last_seq() == 501
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT * FROM events WHERE seq <= 500 ORDER BY seq").fetchall() \
+            == rows
+        plan = " ".join(str(r[3]) for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE seq > 0 AND kind IN ('error') "
+            "ORDER BY seq DESC LIMIT 100"))
+        assert "events_kind" in plan
+    finally:
+        conn.close()
+    again = await SqliteEventStore.open(path)  # opened again: nothing left to do
+    await again.close()
+    assert _schema(path)[0] == 2
+
+
+def test_an_upgrade_that_fails_changes_nothing_and_names_the_file(tmp_path: Path) -> None:
+    from pulse_core.store._sqlite import open_database
+    from pulse_core.store._sqlite_recorder import SCHEMA
+
+    path = tmp_path / "events.db"
+    rows = asyncio.run(_schema_1_home(path, 20))
+    with pytest.raises(StoreError, match=r"events\.db: no such table"):
+        open_database(path, schema=SCHEMA, schema_version=2, synchronous="FULL",
+                      purpose="event log", upgrades={1: (
+                          "CREATE INDEX events_kind ON events(kind, seq)",
+                          "CREATE INDEX broken ON no_such_table(x)")})
+    assert _schema(path) == (1, {"events_idem", "events_key"})
+    with pytest.raises(StoreError, match=r"no upgrade from schema 1 to 3"):
+        open_database(path, schema=SCHEMA, schema_version=3, synchronous="FULL",
+                      purpose="event log", upgrades={2: ()})
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT * FROM events ORDER BY seq").fetchall() == rows
+    finally:
+        conn.close()
