@@ -125,6 +125,7 @@ async def run(args: argparse.Namespace) -> Report:
         # The engine restarts: a new reader resumes from the checkpoint, folds only the tail.
         restarted = ElementsReader(store, checkpoints=ckpt)
         resumed_from = restarted.cursor
+        ckpt_bytes = (ckpt / "elements.ckpt").stat().st_size
         start_s, start, appended = await timed_cycle(store, settings, clock, "bench-restart",
                                                      restarted)
         # The steady state: the executor's kept reader, next cycle.
@@ -157,7 +158,9 @@ async def run(args: argparse.Namespace) -> Report:
     report.compare(Figure("appends made by a cycle", start.transactions, "appends"),
                    Figure(f"sweep batches of {settings.decay.limit}", batches, "batches"))
     report.note(f"the restarted reader resumed from its checkpoint at seq {resumed_from:,}; "
-                f"a whole-log fold without it takes about {fold_s:.2f} s (measured after)")
+                f"a whole-log fold without it takes about {fold_s:.2f} s (measured after); "
+                f"the checkpoint is {ckpt_bytes / 1e6:.1f} MB "
+                f"({ckpt_bytes / max(args.elements, 1):.0f} bytes an element)")
     report.note(f"cycle after a restart {start.status}: {start.outcome}; changes "
                 f"{start.changes}")
     return report

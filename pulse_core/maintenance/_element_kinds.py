@@ -63,8 +63,9 @@ class Metabolized(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         if not (math.isfinite(self.factor) and 0.0 < self.factor < 1.0):
             raise ValueError(f"factor {self.factor!r} must be strictly between 0 and 1")
-        for record, strength in self.strengths.items():
-            _check_unit(strength, f"strength of {record!r}")
+        for record, strength in self.strengths.items():  # the message only when it fails
+            if not (type(strength) is float and 0.0 <= strength <= 1.0):
+                _check_unit(strength, f"strength of {record!r}")
 
 
 class Reinforced(msgspec.Struct, frozen=True, kw_only=True):

@@ -198,9 +198,9 @@ class EventStore:
             return Page([], await self.recorder.last_seq())
         want = limit
         while True:
+            extra = {} if origin_prefix is None else {"origin_prefix": origin_prefix}
             page = await self.recorder.select(after_seq, kinds=kind_list, key=key, limit=want,
-                                              newest_first=newest_first,
-                                              origin_prefix=origin_prefix)
+                                              newest_first=newest_first, **extra)
             if not page.unreadable:
                 return page
             for row in page.unreadable:

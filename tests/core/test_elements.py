@@ -403,3 +403,12 @@ async def test_a_checkpoint_of_another_log_is_discarded_and_the_fold_starts_over
         assert not of_identity(got, "ana") and len(of_identity(got, "yan")) == 20
     finally:
         await other.close()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1.5, -0.1, "0.5"])
+def test_a_sweep_payload_with_a_strength_outside_0_1_is_refused_by_name(bad: Any) -> None:
+    from pulse_core.maintenance._element_kinds import Metabolized
+
+    assert Metabolized(1, 0.5, {"x-1": 0.25, "x-2": 1, "x-3": 0.0}).strengths["x-2"] == 1
+    with pytest.raises(ValueError, match=r"strength of 'x-9'"):
+        Metabolized(1, 0.5, {"x-1": 0.25, "x-9": bad})
