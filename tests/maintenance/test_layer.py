@@ -33,10 +33,13 @@ from pulse_core import (
     LayerContext,
     LayerError,
     ManualClock,
+    MemoryBoard,
     available_layers,
     load_layer,
     load_layers,
 )
+from pulse_core._projector import checkpoint_seqs
+from pulse_core.maintenance import ElementsReader
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._sleep import SleepBoard
 from pulse_core.maintenance._watches import (
@@ -358,3 +361,25 @@ async def test_a_daily_schedule_waits_for_its_local_time(tmp_path: Path, store_u
         await tick_and_run(engine)
         (cycle,) = await cycles(engine)
         assert (cycle["trigger"], cycle["due_at"]) == ("scheduled", three_am)
+
+
+async def test_the_executor_checkpoints_the_elements_so_a_restarted_engine_folds_only_the_tail(
+        tmp_path: Path, store_url: str) -> None:
+    clock = ManualClock()
+    folder = tmp_path / "checkpoints" / "maintenance"
+    async with opened(tmp_path, clock, QUIET, store=store_url) as engine:
+        for n in range(30):
+            await MemoryBoard(engine.events).exchange("ana", f"hello {n}")
+        await tick_and_run(engine)  # the first cycle: the whole log, then saved
+        first = checkpoint_seqs(folder)["elements"]
+        assert 30 < first <= await engine.events.last_seq()
+    async with opened(tmp_path, clock, QUIET, store=store_url) as engine:
+        reader = ElementsReader(engine.events, checkpoints=folder)
+        assert reader.cursor == first  # where a restarted executor's reader starts
+        assert await reader.current() == await ElementsReader(engine.events).current()
+        await MemoryBoard(engine.events).exchange("bob", "late")
+        await request_cycle(engine.events, "after the restart")
+        await tick_and_run(engine)
+        await tick_and_run(engine)
+        assert len(await cycles(engine)) == 2
+        assert checkpoint_seqs(folder)["elements"] > first
