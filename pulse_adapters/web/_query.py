@@ -96,10 +96,15 @@ async def newest(store: EventStore, f: EventFilter) -> tuple[list[Event], int | 
     next older page (None when there is none)."""
     kinds = list(f.kinds) or None
     if f.since_ms is None and f.before is None:
-        found = await store.read(f.after_seq, kinds=kinds, key=f.key, limit=f.limit,
+        low = f.after_seq
+        if f.origin is not None:  # no index: one read looks at most as far back as windows do
+            low = max(low, await store.last_seq() - MAX_WINDOWS * WINDOW)
+        found = await store.read(low, kinds=kinds, key=f.key, limit=f.limit,
                                  newest_first=True, origin_prefix=f.origin)
-        older = found[-1].seq if len(found) == f.limit and found[-1].seq > f.after_seq + 1 \
-            else None
+        if len(found) == f.limit:
+            older = found[-1].seq if found[-1].seq > f.after_seq + 1 else None
+        else:
+            older = low + 1 if low > f.after_seq else None
         return found, older
     head = await store.last_seq()
     high = head + 1 if f.before is None else min(f.before, head + 1)

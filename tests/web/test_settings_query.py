@@ -135,9 +135,10 @@ FILTERS = st.builds(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(history=HISTORY, f=FILTERS, window=st.sampled_from([3, 8, 1000]))
+@given(history=HISTORY, f=FILTERS, window=st.sampled_from([3, 8, 1000]),
+       windows=st.sampled_from([1, 2, 200]))
 def test_paging_back_yields_every_match_once_newest_first(
-        history: list[tuple[str, str, str]], f: EventFilter, window: int) -> None:
+        history: list[tuple[str, str, str]], f: EventFilter, window: int, windows: int) -> None:
     async def run() -> None:
         folder = Path(tempfile.mkdtemp())
         store = await SqliteEventStore.open(folder / "events.db")
@@ -164,8 +165,10 @@ def test_paging_back_yields_every_match_once_newest_first(
             await store.close()
 
     saved, _query.WINDOW = _query.WINDOW, window
+    saved_windows, _query.MAX_WINDOWS = _query.MAX_WINDOWS, windows
     try:
         asyncio.run(run())
     finally:
         _query.WINDOW = saved
+        _query.MAX_WINDOWS = saved_windows
 
