@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pulse_core._events import EventDraft
 from pulse_core._projector import Projector
@@ -412,3 +417,43 @@ def test_a_sweep_payload_with_a_strength_outside_0_1_is_refused_by_name(bad: Any
     assert Metabolized(1, 0.5, {"x-1": 0.25, "x-2": 1, "x-3": 0.0}).strengths["x-2"] == 1
     with pytest.raises(ValueError, match=r"strength of 'x-9'"):
         Metabolized(1, 0.5, {"x-1": 0.25, "x-9": bad})
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["exchange", "state", "sweep"]),
+                         st.sampled_from(["ana", "bo"]), st.integers(0, 3)),
+               min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS, cut=st.integers(0, 25))
+def test_a_fold_resumed_from_a_checkpoint_at_any_point_equals_a_fresh_fold(
+        ops: list[tuple[str, str, int]], cut: int) -> None:
+    async def apply(store: EventStore, op: tuple[str, str, int], n: int) -> None:
+        what, who, value = op
+        if what == "exchange":
+            await MemoryBoard(store).exchange(who, f"m{n}")
+        elif what == "state":
+            await MemoryBoard(store).set_state(who, f"s{value}", value)
+        else:
+            await sweep(store, ElementsReader(store), cycle_start=n + 1,
+                        policy=DecayPolicy(factor=0.5, limit=3))
+
+    async def run() -> None:
+        folder = Path(tempfile.mkdtemp())
+        store = await SqliteEventStore.open(folder / "events.db")
+        try:
+            for n, op in enumerate(ops[:cut]):
+                await apply(store, op, n)
+            saving = ElementsReader(store, checkpoints=folder / "ckpt")
+            await saving.current()
+            await saving.checkpoint()
+            for n, op in enumerate(ops[cut:], start=cut):
+                await apply(store, op, n)
+            resumed = ElementsReader(store, checkpoints=folder / "ckpt")
+            assert resumed.cursor == saving.cursor
+            assert await resumed.current() == await ElementsReader(store).current()
+        finally:
+            await store.close()
+            shutil.rmtree(folder)
+
+    asyncio.run(run())
