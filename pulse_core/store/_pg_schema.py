@@ -29,7 +29,7 @@ from pulse_core._redact import redact_urls
 
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "pulse event log"
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 
@@ -121,6 +121,15 @@ BEGIN
 END $$;
 CREATE TRIGGER events_check_principal BEFORE INSERT ON {s}.events
     FOR EACH ROW EXECUTE FUNCTION {s}.check_principal();
+"""
+
+
+# Version 3: indexes for the events page's filters, so that reading the newest events of a
+# rare kind, or of an origin (a prefix: text_pattern_ops matches `LIKE 'agent:%'` whatever
+# the database's collation), reads only those rows instead of walking the log backwards.
+INDEXES = """
+CREATE INDEX IF NOT EXISTS events_kind ON {s}.events (kind, seq);
+CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops, seq);
 """
 
 
@@ -286,6 +295,7 @@ async def prepare(conn: Connection, schema: str, *, read_only: bool, location: s
                     await _refuse_foreign(conn, schema, location)
                     await conn.execute(SCHEMA.format(s=s))
                     await conn.execute(principals_sql(s))
+                    await conn.execute(INDEXES.format(s=s))
                     await conn.execute(
                         f"INSERT INTO {s}.meta VALUES ('application', %s), "
                         "('schema_version', %s)", (APPLICATION, str(SCHEMA_VERSION)))
@@ -293,6 +303,10 @@ async def prepare(conn: Connection, schema: str, *, read_only: bool, location: s
         if meta.get("application") == APPLICATION and meta.get("schema_version") == "1" \
                 and not read_only:
             await _upgrade_to_2(conn, schema, location)
+            meta = await _meta(conn, s)
+        if meta.get("application") == APPLICATION and meta.get("schema_version") == "2" \
+                and not read_only:
+            await _upgrade_to_3(conn, schema, location)
             meta = await _meta(conn, s)
     if meta.get("application") != APPLICATION:
         raise NotAPulseDatabase(
@@ -328,6 +342,26 @@ async def _upgrade_to_2(conn: Connection, schema: str, location: str) -> None:
             f"{location}: the event log (schema {schema!r}) is at version 1 and this role may "
             "not add version 2's principals table — open it once as the schema's owner "
             "(any pulse command that writes, such as `upulse daemon start`)") from None
+
+
+async def _upgrade_to_3(conn: Connection, schema: str, location: str) -> None:
+    """Add the kind and origin indexes to a version-2 log (as the schema's owner). Building
+    them reads the whole table and holds back appends meanwhile (seconds per million
+    events); nothing stored changes."""
+    s = quoted(schema)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
+                               (lock_key("pulse-schema", schema),))
+            if (await _meta(conn, s)).get("schema_version") == "2":
+                await conn.execute(INDEXES.format(s=s))
+                await conn.execute(f"UPDATE {s}.meta SET value = '3' "
+                                   "WHERE name = 'schema_version'")
+    except psycopg.errors.InsufficientPrivilege:
+        raise StoreError(
+            f"{location}: the event log (schema {schema!r}) is at version 2 and this role may "
+            "not add version 3's indexes — open it once as the schema's owner (any pulse "
+            "command that writes, such as `upulse daemon start`)") from None
 
 
 async def _has_meta(conn: Connection, schema: str) -> bool:

@@ -125,7 +125,7 @@ async def test_a_version_1_log_gains_the_principals_check_when_its_owner_opens_i
     await store.close()
     database = pg_url.rsplit("/", 1)[1]
     assert postgres_server.sql("SELECT value FROM pulse.meta WHERE name = 'schema_version'",
-                               database) == "2"
+                               database) == "3"
     await run(pg_url, f"INSERT INTO pulse.principals VALUES ('{role}', 'agent', 'x')")
     agent = await open_event_store(as_role(pg_url, role))
     try:
