@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,6 +62,10 @@ class LogSQL:
             f"INSERT INTO {s}.events ({COLUMNS}) SELECT * FROM unnest(%b::bigint[], "
             "%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
             "%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::text[])")
+        # Aborts the transaction (division by zero) unless the log still ends at the given
+        # seq: no other writer committed since this process's last commit.
+        self.guard = (f"SELECT 1 / (SELECT (coalesce(max(seq), 0) = %s)::int "
+                      f"FROM {s}.events)")
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
@@ -88,6 +94,51 @@ class _Staged(Batch):
         return self.idem.get(idem)
 
 
+class Known:
+    """What this recorder knows of the log as of its last transaction: the seq it ended at
+    and the heads of the keys it read or wrote then. Valid only while no other writer has
+    committed since, which the one-round-trip commit checks on the server under the writer
+    lock; any doubt (a failure, another writer seen) forgets it all."""
+
+    LIMIT = 100_000  # keys remembered at most; past it the cache starts over
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+        self.heads: dict[str, int] = {}
+
+    def forget(self) -> None:
+        """Know nothing: the next transaction reads the log."""
+        self.last = None
+        self.heads.clear()
+
+    def covers(self, keys: Sequence[str]) -> bool:
+        """Whether every one of `keys` has a remembered head."""
+        return self.last is not None and all(k in self.heads for k in keys)
+
+    def learn(self, since: int, last: int, heads: Mapping[str, int]) -> None:
+        """A transaction found the log ending at `since` and left it ending at `last`, with
+        `heads` (read or written by it); what was known of an older log is forgotten."""
+        if self.last != since or len(self.heads) > self.LIMIT:
+            self.heads.clear()
+        self.last = last
+        self.heads.update(heads)
+
+
+def quiet(conn: Connection) -> bool:
+    """Whether `conn`'s socket has nothing to read: an idle session whose server closed it
+    (a terminated backend, a restart) has sent its goodbye or end of stream by now, and
+    the group then takes the path whose first round trip finds that out before any row is
+    sent (so it can be sent again on a new connection)."""
+    try:
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True
+    except (psycopg.Error, OSError):
+        return False
+    return False
+
+
 async def roll_back(conn: Connection) -> None:
     """End the transaction a failure left open on `conn`, if the connection still works (a
     connection left inside one is closed by the pool instead of reused)."""
@@ -97,16 +148,75 @@ async def roll_back(conn: Connection) -> None:
 
 
 async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
-                       clock: Clock) -> list[Outcome]:
+                       clock: Clock, known: Known) -> list[Outcome]:
     """Store `appends` in one transaction on `conn`: each one's outcome, in order (a
     VersionConflict, IdempotencyConflict or InvalidEvent fails that append alone).
 
-    Raises CommitUnknown when the connection fails once rows were sent, and the driver's
-    error for any other failure (then nothing was stored).
+    When `known` covers every key and no draft has an idempotency key, the group is staged
+    against it and sent with a server-side check in one round trip; if another writer
+    committed meanwhile, that transaction is rolled back and the group staged again from
+    what the log holds (two round trips). Raises CommitUnknown when the connection fails
+    once rows were sent, and the driver's error for any other failure (then nothing was
+    stored).
     """
     keys = sorted({d.key for a in appends for d in a.drafts}
                   | {k for a in appends for k in a.expect})
     idems = [d.idem for a in appends for d in a.drafts if d.idem is not None]
+    try:
+        if not idems and known.covers(keys) and quiet(conn):
+            done = await _commit_known(conn, sql, appends, clock, known)
+            if done is not None:
+                return done
+        return await _commit_read(conn, sql, appends, clock, known, keys=keys, idems=idems)
+    except BaseException:
+        known.forget()
+        raise
+
+
+async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
+                        clock: Clock, known: Known) -> list[Outcome] | None:
+    """The group staged against `known` and committed in one round trip; None (nothing
+    stored) when an append fails against it or another writer committed since."""
+    assert known.last is not None
+    last = known.last
+    staged = _Staged(last + 1, known.heads, {})
+    now = clock.now_ms()
+    outcomes: list[Outcome] = []
+    for append in appends:
+        try:
+            outcomes.append(staged.apply(append, now))
+        except (VersionConflict, IdempotencyConflict, InvalidEvent):
+            return None  # said only against what the log holds: read it
+    rows = staged.rows
+    if not rows:
+        return None
+    try:
+        async with pipeline(conn):
+            await conn.execute(BEGIN)
+            await conn.execute(sql.lock)
+            await conn.execute(sql.guard, (last,))
+            await _write(conn, sql, rows, staged.heads)
+            await conn.execute("COMMIT")
+    except psycopg.errors.DivisionByZero:
+        await roll_back(conn)  # another writer committed: nothing of this was stored
+        known.forget()
+        return None
+    except (psycopg.Error, OSError) as exc:
+        await roll_back(conn)
+        if is_disconnect(exc):
+            raise CommitUnknown(outcomes, rows[0][0], rows[0][1]) from exc
+        raise
+    except BaseException:
+        await roll_back(conn)
+        raise
+    known.learn(last, rows[-1][0], staged.heads)
+    return outcomes
+
+
+async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
+                       clock: Clock, known: Known, *, keys: Sequence[str],
+                       idems: Sequence[str]) -> list[Outcome]:
+    """The group staged against what the log holds, read under the writer lock."""
     outcomes: list[Outcome] = []
     rows: list[Any] = []
     try:
@@ -116,13 +226,14 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
             await conn.execute(BEGIN)
             await conn.execute(sql.lock)
             last = await conn.execute(sql.last)
-            heads = await conn.execute(sql.heads, (keys,))
-            stored = await conn.execute(sql.idems, (idems,)) if idems else None
+            heads = await conn.execute(sql.heads, (list(keys),))
+            stored = await conn.execute(sql.idems, (list(idems),)) if idems else None
             row = await last.fetchone()
+            read = {str(k): int(v) for k, v in await heads.fetchall()}
             staged = _Staged(
-                int(row[0]) + 1 if row else 1,
-                {str(k): int(v) for k, v in await heads.fetchall()},
+                int(row[0]) + 1 if row else 1, read,
                 {str(r[9]): r for r in await stored.fetchall()} if stored else {})
+        first = staged.next_seq
         now = clock.now_ms()  # read under the writer lock: ts follows seq on one clock
         for append in appends:
             try:
@@ -139,6 +250,8 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     except BaseException:
         await roll_back(conn)
         raise
+    known.learn(first - 1, rows[-1][0] if rows else first - 1,
+                {k: read.get(k, 0) for k in keys} | staged.heads)
     return outcomes
 
 
@@ -157,15 +270,24 @@ async def write_and_commit(conn: Connection, sql: LogSQL, rows: Sequence[Sequenc
             for row in rows:
                 await copy.write_row(row)
     async with pipeline(conn):
-        if rows and not copied:
-            columns = [list(column) for column in zip(*rows, strict=True)]
-            columns[10] = [None if d is None else bytes(d) for d in columns[10]]
-            await conn.execute(sql.insert, columns)
-        if rows:
-            written = sorted({r[3] for r in rows})
-            await conn.execute(sql.upsert_heads, (written, [heads[k] for k in written]))
-            await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(rows[-1][0])))
+        await _write(conn, sql, [] if copied else rows, heads, rows)
         await conn.execute("COMMIT")
+
+
+async def _write(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
+                 heads: Mapping[str, int], written: Sequence[Sequence[Any]] | None = None
+                 ) -> None:
+    """Inside a pipeline: insert `rows` as arrays, then move the heads of the keys of
+    `written` (default `rows`) and NOTIFY its last seq."""
+    written = rows if written is None else written
+    if rows:
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        columns[10] = [None if d is None else bytes(d) for d in columns[10]]
+        await conn.execute(sql.insert, columns)
+    if written:
+        moved = sorted({r[3] for r in written})
+        await conn.execute(sql.upsert_heads, (moved, [heads[k] for k in moved]))
+        await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(written[-1][0])))
 
 
 async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any]],

@@ -24,7 +24,14 @@ from pulse_core._errors import (
     StoreUnavailable,
 )
 from pulse_core._waits import reject, resolve
-from pulse_core.store._pg_commit import CommitUnknown, LogSQL, Outcome, commit_group, copy_chunk
+from pulse_core.store._pg_commit import (
+    CommitUnknown,
+    Known,
+    LogSQL,
+    Outcome,
+    commit_group,
+    copy_chunk,
+)
 from pulse_core.store._pg_listen import Listener, advisory_lock, check_held
 from pulse_core.store._pg_schema import (
     COLUMNS,
@@ -78,6 +85,7 @@ class PostgresRecorder(Recorder):
         self.clock: Clock = clock or SystemClock()
         self._max_batch = max_batch
         self._sql = LogSQL(url.schema)
+        self._known = Known()
         self._s = self._sql.s
         self._pool = ConnectionPool(self._connect, url.pool_size, self.location,
                                     bound=url.operation_timeout)
@@ -182,7 +190,8 @@ class PostgresRecorder(Recorder):
         for attempt in (1, 2):
             try:
                 async with self._pool.connection() as conn:
-                    return await commit_group(conn, self._sql, appends, self.clock)
+                    return await commit_group(conn, self._sql, appends, self.clock,
+                                              self._known)
             except CommitUnknown as exc:
                 await self._pool.discard_idle()
                 if await self._committed(exc.seq, exc.event_id):
@@ -319,6 +328,7 @@ class PostgresRecorder(Recorder):
         return copied
 
     async def _copy_chunk(self, chunk: list[tuple[Any, ...]]) -> int:
+        self._known.forget()
         async with self._pool.connection() as conn:
             with pg_errors(self.location, "copying rows"):
                 await copy_chunk(conn, self._sql, chunk, self.location)
