@@ -1,0 +1,76 @@
+"""A lone PostgreSQL writer commits in one round trip against the heads it knows; when
+another writer (another process) committed meanwhile, the server refuses that transaction
+and the group is checked again against what the log holds: versions, conflicts and
+gap-free seqs are as if every append had read the log."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pulse_core import VersionConflict
+from pulse_core.store import open_event_store
+from tests.core.store_contract import draft
+from tests.servers import PostgresServer
+
+
+def database(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+async def test_a_writer_that_knows_a_head_still_sees_another_writers_commit(
+        pg_url: str, postgres_server: PostgresServer) -> None:
+    a = await open_event_store(pg_url)
+    b = await open_event_store(pg_url)
+    try:
+        await a.append([draft("k", 0)])
+        await a.append([draft("k", 1)], expect={"k": 1})  # k known at 2 now
+        await b.append([draft("k", 2)], expect={"k": 2})
+        with pytest.raises(VersionConflict) as refused:
+            await a.append([draft("k", 3)], expect={"k": 2})  # stale: the log holds 3
+        assert refused.value.actual == 3
+        await a.append([draft("k", 3)], expect={"k": 3})
+        await a.append([draft("k", 4)])  # and it knows k again
+        events = await b.read()
+    finally:
+        await a.close()
+        await b.close()
+    assert [(e.seq, e.version, e.data["n"]) for e in events] == \
+        [(1, 1, 0), (2, 2, 1), (3, 3, 2), (4, 4, 3), (5, 5, 4)]
+    assert postgres_server.sql("SELECT version FROM pulse.heads WHERE key = 'k'",
+                               database(pg_url)) == "5"
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.tuples(st.integers(0, 2), st.sampled_from("abc")),
+                     min_size=1, max_size=30),
+       seed=st.integers(0, 2**16))
+def test_interleaved_writers_leave_consecutive_seqs_and_versions(
+        postgres_server: PostgresServer, plan: list[tuple[int, str]], seed: int) -> None:
+    """Three writers (stores, as three processes), each append by a random one, some at
+    once: every key's versions run 1, 2, 3... in seq order and seqs have no gap."""
+    url = postgres_server.create_database()
+
+    async def run() -> list[tuple[int, str, int]]:
+        stores = [await open_event_store(url) for _ in range(3)]
+        rng = random.Random(seed)
+        try:
+            for start in range(0, len(plan), 4):
+                await asyncio.gather(*(stores[w].append([draft(k, i)]) for i, (w, k)
+                                       in enumerate(plan[start:start + 4], start)
+                                       if rng.random() < 0.9))
+            return [(e.seq, e.key, e.version) for e in await stores[0].read()]
+        finally:
+            for store in stores:
+                await store.close()
+
+    rows = asyncio.run(run())
+    assert [seq for seq, _, _ in rows] == list(range(1, len(rows) + 1))
+    for key in "abc":
+        assert [v for _, k, v in rows if k == key] == \
+            list(range(1, sum(1 for _, k, _ in rows if k == key) + 1))
