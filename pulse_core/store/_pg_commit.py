@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 from pulse_core._clock import Clock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
@@ -62,10 +61,12 @@ class LogSQL:
             f"INSERT INTO {s}.events ({COLUMNS}) SELECT * FROM unnest(%b::bigint[], "
             "%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
             "%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::text[])")
-        # Aborts the transaction (division by zero) unless the log still ends at the given
-        # seq: no other writer committed since this process's last commit.
-        self.guard = (f"SELECT 1 / (SELECT (coalesce(max(seq), 0) = %s)::int "
-                      f"FROM {s}.events)")
+        # The one-round-trip commit: the rows go in only if the log still ends at the
+        # given seq (no other writer committed since this process's last commit); the heads
+        # and the NOTIFY follow only if its first row went in.
+        self.insert_if_last = self.insert + (
+            f" WHERE (SELECT coalesce(max(seq), 0) FROM {s}.events) = %s")
+        self.inserted = f"EXISTS (SELECT FROM {s}.events WHERE seq = %s AND id = %s)"
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
@@ -140,11 +141,13 @@ def quiet(conn: Connection) -> bool:
 
 
 async def roll_back(conn: Connection) -> None:
-    """End the transaction a failure left open on `conn`, if the connection still works (a
-    connection left inside one is closed by the pool instead of reused)."""
-    if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+    """After a failed write: close `conn`, so the pool connects afresh rather than reuse it.
+    A statement refused inside a pipeline leaves the ones after it unparsed, which the
+    driver may still count as prepared on that session; and the open transaction ends
+    with the session."""
+    if not conn.closed:
         with contextlib.suppress(psycopg.Error, OSError):
-            await conn.execute("ROLLBACK")
+            await conn.close()
 
 
 async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
@@ -194,13 +197,14 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
         async with pipeline(conn):
             await conn.execute(BEGIN)
             await conn.execute(sql.lock)
-            await conn.execute(sql.guard, (last,))
-            await _write(conn, sql, rows, staged.heads)
+            inserted = await conn.execute(sql.insert_if_last, [*columns_of(rows), last])
+            moved = sorted({r[3] for r in rows})
+            mine = (rows[0][0], rows[0][1])
+            await conn.execute(sql.upsert_heads + f" WHERE {sql.inserted}",
+                               (moved, [staged.heads[k] for k in moved], *mine))
+            await conn.execute(f"SELECT pg_notify(%s, %s) WHERE {sql.inserted}",
+                               (sql.channel, str(rows[-1][0]), *mine))
             await conn.execute("COMMIT")
-    except psycopg.errors.DivisionByZero:
-        await roll_back(conn)  # another writer committed: nothing of this was stored
-        known.forget()
-        return None
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if is_disconnect(exc):
@@ -209,6 +213,9 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
     except BaseException:
         await roll_back(conn)
         raise
+    if inserted.rowcount != len(rows):  # another writer committed first: nothing stored
+        known.forget()
+        return None
     known.learn(last, rows[-1][0], staged.heads)
     return outcomes
 
@@ -281,13 +288,18 @@ async def _write(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
     `written` (default `rows`) and NOTIFY its last seq."""
     written = rows if written is None else written
     if rows:
-        columns = [list(column) for column in zip(*rows, strict=True)]
-        columns[10] = [None if d is None else bytes(d) for d in columns[10]]
-        await conn.execute(sql.insert, columns)
+        await conn.execute(sql.insert, columns_of(rows))
     if written:
         moved = sorted({r[3] for r in written})
         await conn.execute(sql.upsert_heads, (moved, [heads[k] for k in moved]))
         await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(written[-1][0])))
+
+
+def columns_of(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """`rows` as one list per column, data as bytes."""
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    columns[10] = [None if d is None else bytes(d) for d in columns[10]]
+    return columns
 
 
 async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any]],
