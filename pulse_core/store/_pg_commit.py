@@ -70,6 +70,12 @@ class LogSQL:
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
+        # The one-round-trip commit (see insert_if_last) as one message, the values bound in it: one send, one answer.
+        self.one_trip = "; ".join([
+            BEGIN, self.lock, self.insert_if_last.replace("%b", "%s"),
+            self.upsert_heads.replace("%b", "%s") + f" WHERE {self.inserted}",
+            f"SELECT pg_notify(%s, %s) WHERE {self.inserted}",
+            f"SELECT {self.inserted}", "COMMIT"])
 
 
 class _Staged(Batch):
@@ -193,18 +199,18 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
     rows = staged.rows
     if not rows:
         return None
+    moved = sorted({r[3] for r in rows})
+    mine = (rows[0][0], rows[0][1])
     try:
-        async with pipeline(conn):
-            await conn.execute(BEGIN)
-            await conn.execute(sql.lock)
-            inserted = await conn.execute(sql.insert_if_last, [*columns_of(rows), last])
-            moved = sorted({r[3] for r in rows})
-            mine = (rows[0][0], rows[0][1])
-            await conn.execute(sql.upsert_heads + f" WHERE {sql.inserted}",
-                               (moved, [staged.heads[k] for k in moved], *mine))
-            await conn.execute(f"SELECT pg_notify(%s, %s) WHERE {sql.inserted}",
-                               (sql.channel, str(rows[-1][0]), *mine))
-            await conn.execute("COMMIT")
+        async with psycopg.AsyncClientCursor(conn) as cur:
+            await cur.execute(sql.one_trip, [
+                *columns_of(rows), last, moved, [staged.heads[k] for k in moved], *mine,
+                sql.channel, str(rows[-1][0]), *mine, *mine])
+            stored = False
+            while cur.nextset():
+                if cur.description and len(cur.description) == 1 and cur.rowcount == 1:
+                    found = await cur.fetchone()
+                    stored = bool(found and found[0] is True)
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if is_disconnect(exc):
@@ -213,7 +219,7 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
     except BaseException:
         await roll_back(conn)
         raise
-    if inserted.rowcount != len(rows):  # another writer committed first: nothing stored
+    if not stored:  # another writer committed first: nothing stored
         known.forget()
         return None
     known.learn(last, rows[-1][0], staged.heads)
