@@ -70,10 +70,16 @@ class LogSQL:
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
-        # The one-round-trip commit (see insert_if_last) as one message, the values bound in it: one send, one answer.
+        # Heads moved only if the conditional insert went in (the condition on the rows to
+        # insert: after ON CONFLICT ... DO UPDATE a WHERE would bind the update alone).
+        self.upsert_heads_if = (
+            f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
+            f"%b::bigint[]) WHERE {self.inserted} ON CONFLICT (key) DO UPDATE "
+            "SET version = excluded.version")
+        # The one-round-trip commit as one message, the values bound in it: one send.
         self.one_trip = "; ".join([
             BEGIN, self.lock, self.insert_if_last.replace("%b", "%s"),
-            self.upsert_heads.replace("%b", "%s") + f" WHERE {self.inserted}",
+            self.upsert_heads_if.replace("%b", "%s"),
             f"SELECT pg_notify(%s, %s) WHERE {self.inserted}",
             f"SELECT {self.inserted}", "COMMIT"])
 
@@ -202,15 +208,27 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
     moved = sorted({r[3] for r in rows})
     mine = (rows[0][0], rows[0][1])
     try:
-        async with psycopg.AsyncClientCursor(conn) as cur:
-            await cur.execute(sql.one_trip, [
-                *columns_of(rows), last, moved, [staged.heads[k] for k in moved], *mine,
-                sql.channel, str(rows[-1][0]), *mine, *mine])
-            stored = False
-            while cur.nextset():
-                if cur.description and len(cur.description) == 1 and cur.rowcount == 1:
-                    found = await cur.fetchone()
-                    stored = bool(found and found[0] is True)
+        if len(rows) <= ONE_MESSAGE:
+            async with psycopg.AsyncClientCursor(conn) as cur:
+                await cur.execute(sql.one_trip, [
+                    *columns_of(rows), last, moved, [staged.heads[k] for k in moved], *mine,
+                    sql.channel, str(rows[-1][0]), *mine, *mine])
+                stored = False
+                while cur.nextset():
+                    if cur.description and len(cur.description) == 1 and cur.rowcount == 1:
+                        found = await cur.fetchone()
+                        stored = bool(found and found[0] is True)
+        else:
+            async with pipeline(conn):
+                await conn.execute(BEGIN)
+                await conn.execute(sql.lock)
+                inserted = await conn.execute(sql.insert_if_last, [*columns_of(rows), last])
+                await conn.execute(sql.upsert_heads_if,
+                                   (moved, [staged.heads[k] for k in moved], *mine))
+                await conn.execute(f"SELECT pg_notify(%s, %s) WHERE {sql.inserted}",
+                                   (sql.channel, str(rows[-1][0]), *mine))
+                await conn.execute("COMMIT")
+            stored = inserted.rowcount == len(rows)
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if is_disconnect(exc):
@@ -267,6 +285,11 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
                 {k: read.get(k, 0) for k in keys} | staged.heads)
     return outcomes
 
+
+ONE_MESSAGE = 16
+"""Groups of up to this many rows go in one message with their values bound in it (one
+send, parsed anew each time); larger ones as prepared statements in a pipeline (one round
+trip too, a send per statement), where quoting the values would cost more."""
 
 COPY_FROM = 512
 """Groups of at least this many rows are sent by COPY (two round trips of their own, the

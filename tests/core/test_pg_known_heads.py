@@ -74,3 +74,18 @@ def test_interleaved_writers_leave_consecutive_seqs_and_versions(
     for key in "abc":
         assert [v for _, k, v in rows if k == key] == \
             list(range(1, sum(1 for _, k, _ in rows if k == key) + 1))
+
+
+async def test_a_refused_one_trip_commit_moves_no_head(pg_url: str) -> None:
+    a = await open_event_store(pg_url)
+    b = await open_event_store(pg_url)
+    try:
+        await a.append([draft("k", 0)], expect={"n": 0})  # a knows k at 1, n at 0
+        await b.append([draft("k", 1)])  # k at 2: a's knowledge is stale
+        with pytest.raises(VersionConflict):
+            await a.append([draft("n", 2), draft("k", 2)], expect={"k": 1})
+        assert await b.head("n") == 0  # no head without its event
+        assert [e.key for e in await b.read()] == ["k", "k"]
+    finally:
+        await a.close()
+        await b.close()
