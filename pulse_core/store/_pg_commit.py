@@ -115,9 +115,20 @@ class Known:
 
     LIMIT = 100_000  # keys remembered at most; past it the cache starts over
 
+    BACK_OFF = 64  # at most this many groups read the log between two tries after refusals
+
     def __init__(self) -> None:
         self.last: int | None = None
         self.heads: dict[str, int] = {}
+        self.skip = 0  # groups still to send the two-trip way after a refused try
+        self.wait = 0  # how many that was last time: doubled by each refusal in a row
+
+    def refused(self) -> None:
+        """Another writer committed before this one's one-trip try: forget, and try less
+        often while other writers are busy (a refused try costs a round trip)."""
+        self.forget()
+        self.wait = min(self.BACK_OFF, self.wait * 2 or 1)
+        self.skip = self.wait
 
     def forget(self) -> None:
         """Know nothing: the next transaction reads the log."""
@@ -125,7 +136,11 @@ class Known:
         self.heads.clear()
 
     def covers(self, keys: Sequence[str]) -> bool:
-        """Whether every one of `keys` has a remembered head."""
+        """Whether to try the group in one trip: every one of `keys` has a remembered head
+        and no recent refusal says to wait."""
+        if self.skip:
+            self.skip -= 1
+            return False
         return self.last is not None and all(k in self.heads for k in keys)
 
     def learn(self, since: int, last: int, heads: Mapping[str, int]) -> None:
@@ -238,8 +253,9 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
         await roll_back(conn)
         raise
     if not stored:  # another writer committed first: nothing stored
-        known.forget()
+        known.refused()
         return None
+    known.wait = 0
     known.learn(last, rows[-1][0], staged.heads)
     return outcomes
 
