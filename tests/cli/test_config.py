@@ -75,7 +75,8 @@ def test_an_unknown_layer_setting_names_the_layer_and_the_fields_allowed_there(
     assert "layers: layer 'awareness'" in message
     assert ("setting `review`: unknown field `intervl_s` (did you mean `interval_s`?) — "
             "allowed: interval_s, fallback_interval_s, initial_delay_s,") in message
-    assert message.endswith(", calls_per_day, max_tokens")
+    assert message.endswith(", calls_per_day, max_tokens, shared_route, foreground_wait_s,"
+                            " foreground_lapse_s")
 
 
 def test_survival_settings_are_checked_against_the_survival_layers_hard_bounds() -> None:

@@ -524,7 +524,7 @@ async def test_reviews_go_on_without_the_hold_while_redis_is_down_and_the_outage
                               LayerContext(home, clock))
     engine = Engine(home, clock=clock, layers=[reviewer.layer], side_store=redis_db)
     await engine.open()
-    (keeper,) = reviewer.layer.services
+    keeper = reviewer.layer.services[0]  # the QuietHoldKeeper (then the ForegroundFollower)
     service = asyncio.ensure_future(keeper(engine))
     await asyncio.sleep(0)  # the service binds the quiet hold to the engine's side store
 
