@@ -35,7 +35,7 @@ async def test_the_plugin_records_the_turn_and_offers_a_pending_notice_once(
     assert done.stdout.strip() == "hi there"
     turn = [m for m in chat_requests(chat_server)[0]["messages"] if m["role"] == "user"][-1]
     assert turn["content"].startswith("say hi")
-    assert f"- [warning disk] {NOTICE}" in turn["content"]
+    assert f"- warning (disk): {NOTICE}" in turn["content"]
 
     events = await read_events(pulse)
     said = [(e.data["role"], e.data["text"]) for e in events if e.kind == "human-exchange"]
