@@ -126,6 +126,7 @@ from pulse_core._pages import LayerMetric, PageAction, PageRequest, PageView, Ui
 from pulse_core._pmap import PersistentMap
 from pulse_core._principals import Principal, PrincipalRefused, human_origin
 from pulse_core._projector import Projector
+from pulse_core._quote import Quote
 from pulse_core._recent_errors import RecentErrors
 from pulse_core._redact import redact_urls
 from pulse_core._rules import (
@@ -280,6 +281,7 @@ __all__ = [
     "Projector",
     "PulseError",
     "PurgeRefused",
+    "Quote",
     "RecentErrors",
     "RecordedEffect",
     "RecordedTick",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pulse_core import Effect, Rollback
+from pulse_core import Effect, Quote, Rollback
 
 __all__ = ["SURVIVAL_TAGS", "ArchiveSessions", "Cleanup", "Notify", "RestartProcess", "Rollback",
            "StopProcess"]
@@ -78,13 +78,22 @@ class Cleanup(Effect, tag="cleanup"):
 
 
 class Notify(Effect, tag="notify"):
-    """Tell the agent and its humans something: `topic` groups notices of one condition."""
+    """Tell the agent and its humans something: `topic` groups notices of one condition.
+
+    `text` is pulse's own words. Text pulse only passes on (log lines, a transcript, a model's
+    output) goes in `quoted`: agent hosts show each quote fenced as data, labelled with its
+    source, never as pulse's words (`pulse_adapters.agents.fence_untrusted`).
+    """
 
     topic: str
     level: str
     text: str
+    quoted: tuple[Quote, ...] = ()
 
     def dedup_key(self) -> str:
-        return f"notify:{self.topic}:{self.level}:{self.text}"
+        key = f"notify:{self.topic}:{self.level}:{self.text}"
+        if self.quoted:
+            key += ":" + "\x00".join(f"{q.source}\x01{q.text}" for q in self.quoted)
+        return key
 
 

@@ -27,7 +27,7 @@ EXPECTED_CORE = {
     "PayloadNotEncodable", "PendingTasks",
     "PendingTasksData",
     "PersistentMap", "Principal", "PrincipalRefused", "Projection", "Projector", "PulseError",
-    "RecentErrors", "Recorder",
+    "Quote", "RecentErrors", "Recorder",
     "Retention", "Rollback", "Rule", "RuleChain", "RuleChainError", "RuleTrace", "Sample",
     "SchemaTooNew",
     "Service", "SideStore", "SignalsUnavailable", "Snapshot", "SqliteEventStore",

@@ -2,12 +2,18 @@
 that hands tasks out (TaskDispatcher), the effect that runs one (AgentRun), the one subprocess
 executor every host's runs go through (AgentRunExecutor), the check of a host's program
 (Program, check_program, ProgramCheck), and the page of a host's runs in the web UI
-(agent_runs_page) with what it and `upulse runs` say of one run (run_view)."""
+(agent_runs_page) with what it and `upulse runs` say of one run (run_view), and the one
+notice text every host shows (notice_body), quoted text fenced as data (fence_untrusted)."""
 
 from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
 from pulse_adapters.agents._executor import AgentRunExecutor
-from pulse_adapters.agents._notices import notice_fields
+from pulse_adapters.agents._notices import (
+    NOTICE_MAX_CHARS,
+    fence_untrusted,
+    notice_body,
+    notice_fields,
+)
 from pulse_adapters.agents._page import AgentRunView, agent_runs_page, is_agent_run, run_view
 from pulse_adapters.agents._process import StreamLimits
 from pulse_adapters.agents._program import (
@@ -23,6 +29,7 @@ from pulse_adapters.agents._trouble import StoreTrouble
 from pulse_core import publish_face
 
 __all__ = [
+    "NOTICE_MAX_CHARS",
     "AgentOutputError",
     "AgentResult",
     "AgentRun",
@@ -41,7 +48,9 @@ __all__ = [
     "TaskTimedOut",
     "agent_runs_page",
     "check_program",
+    "fence_untrusted",
     "is_agent_run",
+    "notice_body",
     "notice_fields",
     "plan_dispatch",
     "run_view",

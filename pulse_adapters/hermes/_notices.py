@@ -15,14 +15,13 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.agents import notice_fields
+from pulse_adapters.agents import notice_body
 from pulse_core import (
     Event,
     EventDraft,
     EventStore,
     StoreError,
     VersionConflict,
-    redact_urls,
     register_kind,
 )
 
@@ -50,16 +49,10 @@ def notice_key(effect_id: str) -> str:
 
 
 def notice_line(body: dict[str, Any]) -> str:
-    """One line for the agent: a Notify's level, topic and text; another effect's fields
-    (never its `env`); every URL cut to scheme and host, in a notify's text too."""
-    tag = str(body.get("type", "effect"))
-    text = body.get("text")
-    if isinstance(text, str) and text.strip():
-        level, topic = body.get("level"), body.get("topic")
-        label = " ".join(str(p) for p in (level, topic) if p)
-        return f"- [{label or tag}] {redact_urls(text.strip())}"
-    fields = msgspec.json.encode(notice_fields(body)).decode()
-    return f"- [{tag}] {redact_urls(fields)}"
+    """One item for the agent: the notice text every host shows
+    (`pulse_adapters.agents.notice_body`: a Notify's level, topic and text with its quoted
+    texts fenced as data; another effect's fields, never its `env`; URLs cut)."""
+    return f"- {notice_body(body)}"
 
 
 def notice_context(lines: Sequence[str]) -> str:

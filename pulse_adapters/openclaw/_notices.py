@@ -21,7 +21,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pulse_adapters.agents import ProgramCheck, notice_fields
+from pulse_adapters.agents import ProgramCheck, notice_body
 from pulse_adapters.openclaw._cli import OpenClawCli
 from pulse_adapters.openclaw._kinds import (
     NOTICE_DELIVERED,
@@ -52,7 +52,6 @@ log = logging.getLogger("pulse.openclaw")
 STARTED = "openclaw-notices-started"
 STARTED_KEY = "openclaw-notices"
 ORIGIN = "executor:openclaw-notices"
-MAX_TEXT = 4_000
 
 CLAIMED = "openclaw-notice-claimed"
 CLAIM_POLL_S = 0.5
@@ -70,18 +69,10 @@ def attempt_key(effect_id: str) -> str:
 
 
 def notice_text(effect: dict[str, Any]) -> str:
-    """What the agent reads: a notify effect's level, topic and text; another effect's
-    tag and fields, never its `env` (a restart's environment may hold credentials); every URL
-    cut to scheme and host, in a notify's text too."""
-    tag = effect.get("type", "effect")
-    if isinstance(effect.get("text"), str):
-        level = effect.get("level") or "notice"
-        topic = f" ({effect['topic']})" if effect.get("topic") else ""
-        text = f"[pulse] {level}{topic}: {effect['text']}"
-    else:
-        fields = ", ".join(f"{k}={v!r}" for k, v in notice_fields(effect).items())
-        text = f"[pulse] {tag}: {fields}"
-    return redact_urls(text)[:MAX_TEXT]
+    """What the agent reads: `[pulse] ` and the notice text every host shows
+    (`pulse_adapters.agents.notice_body`: a notify's level, topic and text with its quoted
+    texts fenced as data; another effect's tag and fields, never its `env`; URLs cut)."""
+    return f"[pulse] {notice_body(effect)}"
 
 
 class NoticeDelivery:

@@ -48,8 +48,10 @@ class NotifyExecutor(Executor):
         self.timeout = max(type(self).timeout, sinks.webhook_timeout_s + 10.0)
 
     async def execute(self, effect: Notify, ctx: ExecutionContext) -> dict[str, Any]:
-        body = {"topic": effect.topic, "level": effect.level, "text": effect.text,
+        body: dict[str, Any] = {"topic": effect.topic, "level": effect.level, "text": effect.text,
                 "effect": ctx.effect_id, "at": ctx.clock.now_ms()}
+        if effect.quoted:  # passed on as data, each with its source
+            body["quoted"] = [{"source": q.source, "text": q.text} for q in effect.quoted]
         delivered = ["event"]
         await ctx.events.append([EventDraft(
             "notification", effect.topic, {k: v for k, v in body.items() if k != "at"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pulse_core import Decision, Effect, Inner, Snapshot
+from pulse_core import Decision, Effect, Inner, Quote, Snapshot
 from pulse_survival.config import ErrorLogPolicy, NetworkTargets, ResourceThresholds
 from pulse_survival.effects import ArchiveSessions, Cleanup, Notify
 from pulse_survival.ledger import ErrorNotice
@@ -132,7 +132,7 @@ class ErrorEscalate(SurvivalRule):
             return Decision(effects, min(tick_ms, max(due, 100)))  # held for the next digest
         newest = totals.latest[-min(matches, LATEST):]  # only lines after the last digest
         digest = Notify(topic="error-log", level="warning",
-                        text=digest_text(matches, by_pattern, newest))
+                        text=digest_text(matches, by_pattern), quoted=digest_quotes(newest))
         mark = ErrorsEscalated(at=curr.at, matches=matches, run=totals.run,
                                total=totals.matches, by_pattern=dict(totals.by_pattern))
         return Decision([*effects, digest, mark], min(tick_ms, p.patrol_tick_ms))
@@ -164,16 +164,21 @@ DIGEST_PATTERNS = 8
 DIGEST_LINE_CHARS = 200
 
 
-def digest_text(matches: int, by_pattern: dict[str, int], latest: Sequence[str]) -> str:
-    """One notice's text, bounded whatever the flood: the count, the busiest patterns
-    (`DIGEST_PATTERNS`, each cut to 40 characters) and the newest lines (each cut to
-    `DIGEST_LINE_CHARS`)."""
+def digest_text(matches: int, by_pattern: dict[str, int]) -> str:
+    """One notice's text, bounded whatever the flood: the count and the busiest patterns
+    (`DIGEST_PATTERNS`, each cut to 40 characters). The lines go in `digest_quotes`."""
     busiest = sorted(by_pattern.items(), key=lambda kv: (-kv[1], kv[0]))
     counts = ", ".join(f"{_cut(k, 40)} {n}" for k, n in busiest[:DIGEST_PATTERNS])
     if len(busiest) > DIGEST_PATTERNS:
         counts += f", {len(busiest) - DIGEST_PATTERNS} more patterns"
-    lines = "; ".join(_cut(line, DIGEST_LINE_CHARS) for line in latest[-LATEST:])
-    return f"{matches} error lines in the logs ({counts}): {lines}"
+    return f"{matches} error lines in the logs ({counts})"
+
+
+def digest_quotes(latest: Sequence[str]) -> tuple[Quote, ...]:
+    """The newest lines (`LATEST`, each cut to `DIGEST_LINE_CHARS`) as quotes: a log line is
+    text pulse passes on, never its own words."""
+    return tuple(Quote(source="error-log", text=_cut(line, DIGEST_LINE_CHARS))
+                 for line in latest[-LATEST:])
 
 
 def _cut(text: str, limit: int) -> str:

@@ -17,7 +17,8 @@ SURFACES = {
         "AgentSpec",
         "AgentStream", "DispatchPolicy", "Program", "ProgramCheck", "ProgramStatus",
         "ProgramUnavailable", "StoreTrouble", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
-        "agent_runs_page", "check_program", "is_agent_run", "notice_fields", "plan_dispatch",
+        "NOTICE_MAX_CHARS", "agent_runs_page", "check_program", "fence_untrusted", "is_agent_run",
+        "notice_body", "notice_fields", "plan_dispatch",
         "run_view", "timed_out_type",
     },
     "pulse_adapters.cursor": {

@@ -385,8 +385,9 @@ async def test_200_error_lines_are_one_notification_and_a_flood_stays_bounded(
         await until(lambda: counted(engine, 2_200))
         events = await engine.events.read()
     (notice,) = [e for e in events if e.kind == "notification" and e.key == "error-log"]
-    assert notice.data["text"].startswith("200 error lines in the logs (ERROR 200): ")
-    assert notice.data["text"].endswith("ERROR number 197; ERROR number 198; ERROR number 199")
+    assert notice.data["text"] == "200 error lines in the logs (ERROR 200)"
+    assert [q["text"] for q in notice.data["quoted"]][-3:] == \
+        ["ERROR number 197", "ERROR number 198", "ERROR number 199"]
     assert len(events) < 30, [e.kind for e in events]
 
 
@@ -411,13 +412,15 @@ async def test_a_sustained_flood_sends_one_bounded_digest_per_interval(
                 out.writelines(f"{p} {'x' * 10_000} at {second}\n" for p in patterns)
             clock.advance(5_000)
             await engine.step()
-        texts = [e.data["text"] for e in await engine.events.read(kinds=["notification"])]
+        sent = await engine.events.read(kinds=["notification"])
+        texts = [e.data["text"] for e in sent]
     finally:
         await engine.close()
     assert len(texts) == 4  # at once, then after 60, 120 and 180 s
+    assert all(sum(len(q["text"]) for q in e.data["quoted"]) < 2_000 for e in sent)
     assert texts[0].startswith("20 error lines in the logs (E00 1, E01 1, ")
     assert texts[1].startswith("240 error lines in the logs (E00 12, E01 12, ")
-    assert all(", 12 more patterns): " in text for text in texts)
+    assert all(text.endswith(", 12 more patterns)") for text in texts)
     assert all(len(text) < 1_000 for text in texts)
 
 

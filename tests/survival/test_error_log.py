@@ -325,7 +325,8 @@ async def test_a_running_engine_notifies_an_error_line_long_before_its_next_tick
                      if e.key == "error-log"]
         assert notice.data["level"] == "warning"
         assert notice.data["text"].startswith("1 error lines in the logs")
-        assert "Traceback (most recent call last):" in notice.data["text"]
+        assert [q["text"] for q in notice.data["quoted"]] == \
+            ["Traceback (most recent call last):"]  # quoted, never in pulse's own text
 
 
 # -- error_escalate through an engine --------------------------------------------------------
@@ -359,8 +360,9 @@ async def test_matches_are_notified_at_once_then_in_one_digest_an_interval_with_
     assert (await engine.step()).tick_ms == 500
     (notice,) = await error_notices(engine)
     assert notice["level"] == "warning"
-    assert notice["text"] == "2 error lines in the logs (CRITICAL 1, ERROR 1): ERROR one; " \
-                             "CRITICAL two"
+    assert notice["text"] == "2 error lines in the logs (CRITICAL 1, ERROR 1)"
+    assert notice["quoted"] == [{"source": "error-log", "text": "ERROR one"},
+                                {"source": "error-log", "text": "CRITICAL two"}]
 
     clock.advance(1_000)  # no new lines: no new notice, still patrolling
     assert (await engine.step()).tick_ms == 500
@@ -371,8 +373,9 @@ async def test_matches_are_notified_at_once_then_in_one_digest_an_interval_with_
 
     clock.advance(8_000)  # 10 s after the notice: the digest of what was held back
     assert (await engine.step()).tick_ms == 500
-    assert [n["text"] for n in await error_notices(engine)][1] == \
-        "1 error lines in the logs (Traceback 1): Traceback three"
+    digest = (await error_notices(engine))[1]
+    assert digest["text"] == "1 error lines in the logs (Traceback 1)"
+    assert [q["text"] for q in digest["quoted"]] == ["Traceback three"]
 
     clock.advance(9_999)  # patrol_for_s after the digest...
     assert (await engine.step()).tick_ms == 500
@@ -416,9 +419,10 @@ async def test_a_sample_already_escalated_is_not_escalated_again_after_a_restart
     assert len(await error_notices(second)) == 1
     clock.advance(10_000)
     await second.step()
-    assert [n["text"] for n in await error_notices(second)] == [
-        "1 error lines in the logs (ERROR 1): ERROR before the restart",
-        "1 error lines in the logs (ERROR 1): ERROR and another"]
+    assert [(n["text"], [q["text"] for q in n["quoted"]])
+            for n in await error_notices(second)] == [
+        ("1 error lines in the logs (ERROR 1)", ["ERROR before the restart"]),
+        ("1 error lines in the logs (ERROR 1)", ["ERROR and another"])]
 
 
 def test_the_error_log_interval_and_patterns_come_from_the_config(tmp_path: Path) -> None:

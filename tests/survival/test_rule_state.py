@@ -119,7 +119,7 @@ async def test_an_error_line_replaced_by_a_quiet_sample_before_the_tick_is_still
     (notice,) = await effects_of(engine, "notify")
     assert notice["topic"] == "error-log"
     assert notice["text"].startswith("1 error lines in the logs")
-    assert notice["text"].endswith("ERROR written while the tick was busy")
+    assert notice["quoted"][-1]["text"] == "ERROR written while the tick was busy"
     assert [e.key for e in await engine.events.read(kinds=["notification"])] == ["error-log"]
 
 

@@ -541,7 +541,7 @@ def test_a_notice_of_another_effect_never_shows_its_env_or_a_url_s_secrets() -> 
                         "reason": "down; hook https://u:hunter2@hooks.example.com/t?k=s3"})
     assert "sk-live-123" not in line and "OPENAI_API_KEY" not in line
     assert "hunter2" not in line and "k=s3" not in line
-    assert line.startswith("- [restart-process] ") and "gateway" in line
+    assert line.startswith("- restart-process: ") and "gateway" in line
 
 
 class CountedIngest(TranscriptIngest):

@@ -100,7 +100,7 @@ def test_notice_text_names_level_topic_and_text() -> None:
                         "text": "disk / is 91% full"}) == \
         "[pulse] warning (disk): disk / is 91% full"
     assert notice_text({"type": "restart-process", "name": "bot"}) == \
-        "[pulse] restart-process: name='bot'"
+        '[pulse] restart-process: {"name":"bot"}'
 
 
 async def test_a_missing_program_is_recorded_once_and_the_engine_runs_on(
