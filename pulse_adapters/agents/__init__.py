@@ -7,6 +7,14 @@ executor every host's runs go through (AgentRunExecutor), the check of a host's 
 from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
 from pulse_adapters.agents._executor import AgentRunExecutor
+from pulse_adapters.agents._feed import (
+    AgentNoticesError,
+    AgentNoticesRule,
+    AgentNoticesSettings,
+    NoticeSources,
+    agent_notice,
+    notices_layer,
+)
 from pulse_adapters.agents._notices import notice_fields
 from pulse_adapters.agents._page import AgentRunView, agent_runs_page, is_agent_run, run_view
 from pulse_adapters.agents._process import StreamLimits
@@ -23,6 +31,9 @@ from pulse_adapters.agents._trouble import StoreTrouble
 from pulse_core import publish_face
 
 __all__ = [
+    "AgentNoticesError",
+    "AgentNoticesRule",
+    "AgentNoticesSettings",
     "AgentOutputError",
     "AgentResult",
     "AgentRun",
@@ -31,6 +42,7 @@ __all__ = [
     "AgentSpec",
     "AgentStream",
     "DispatchPolicy",
+    "NoticeSources",
     "Program",
     "ProgramCheck",
     "ProgramStatus",
@@ -39,10 +51,12 @@ __all__ = [
     "StreamLimits",
     "TaskDispatcher",
     "TaskTimedOut",
+    "agent_notice",
     "agent_runs_page",
     "check_program",
     "is_agent_run",
     "notice_fields",
+    "notices_layer",
     "plan_dispatch",
     "run_view",
     "timed_out_type",

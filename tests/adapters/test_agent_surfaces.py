@@ -19,6 +19,8 @@ SURFACES = {
         "ProgramUnavailable", "StoreTrouble", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
         "agent_runs_page", "check_program", "is_agent_run", "notice_fields", "plan_dispatch",
         "run_view", "timed_out_type",
+        "AgentNoticesError", "AgentNoticesRule", "AgentNoticesSettings", "NoticeSources",
+        "agent_notice", "notices_layer",
     },
     "pulse_adapters.cursor": {
         "CursorAgent", "CursorExecutor", "CursorLayer", "CursorOutcome", "CursorRun",
