@@ -1,8 +1,8 @@
 """The agent-notices layer: what happened in the background, back in the agent's session.
 
-A fired watch, a watch whose decision is "ask" (it needs the agent), and a finished or failed
-sleep task each become one pulse_survival Notify, which the hosts (Hermes, OpenClaw) deliver to
-the agent's session."""
+A fired watch, an overdue commitment (as the maintenance cycle surfaces it), a watch whose
+decision is "ask" (it needs the agent), and a finished or failed sleep task each become one
+pulse_survival Notify, which the hosts (Hermes, OpenClaw) deliver to the agent's session."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from pulse_core.maintenance import (
 from pulse_survival import Notify
 
 LAYER = "agent-notices"
-SOURCES = ("watch", "decision", "task")
+SOURCES = ("watch", "commitment", "decision", "task")
 LEVELS = ("info", "warning", "critical")
 KEPT = 64  # source events a projection holds between two ticks
 REASONS_KEPT = 256  # armed watches whose reason is remembered for their fire
@@ -44,8 +44,8 @@ class AgentNoticesError(LayerError, ValueError):
 
 class AgentNoticesSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """config.json's `"layers": {"agent-notices": {...}}`: which sources become notices
-    (`sources`, any of "watch", "decision", "task"; default all three) and the level each
-    notice carries (`level`: "info", "warning" or "critical"; default "info")."""
+    (`sources`, any of "watch", "commitment", "decision", "task"; default all four) and the
+    level each notice carries (`level`: "info", "warning" or "critical"; default "info")."""
 
     sources: tuple[str, ...] = SOURCES
     level: str = "info"
@@ -108,6 +108,14 @@ def _source_event(state: FeedState, event: Event) -> SourceEvent | None:
             return None
         return SourceEvent(event.seq, "decision", f"watch {name} needs your decision"
                            + (f": {decided.reason}" if decided.reason else ""))
+    if event.kind == "observation-recorded":
+        body = _data(event)
+        value = body.get("value")
+        if body.get("key") != "commitment-overdue" or not isinstance(value, dict):
+            return None
+        return SourceEvent(event.seq, "commitment",
+                           f"commitment {value.get('commitment', '?')} is overdue"
+                           + (f": {value['text']}" if value.get("text") else ""))
     if event.kind == "sleep-task-completed":
         outcome = _data(event).get("outcome")
         return SourceEvent(event.seq, "task", f"sleep task {name} completed",
@@ -122,8 +130,8 @@ class NoticeSources(Projection[FeedState]):
     """The latest events the agent is to be told of (at most KEPT), oldest first."""
 
     name = "agent-notices"
-    kinds = frozenset({"watch-armed", "watch-fired", "watch-decided", "sleep-task-completed",
-                       "sleep-task-failed"})
+    kinds = frozenset({"watch-armed", "watch-fired", "watch-decided", "observation-recorded",
+                       "sleep-task-completed", "sleep-task-failed"})
 
     def initial(self) -> FeedState:
         return FeedState()

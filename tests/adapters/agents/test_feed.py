@@ -16,6 +16,7 @@ from pulse_adapters.agents import AgentNoticesError, agent_notice, notices_layer
 from pulse_adapters.llm.stand_in import ChatServer, Stream
 from pulse_core import Clock, Engine, EventDraft, LayerContext, ManualClock, SystemClock, load_layer
 from pulse_core.maintenance import WatchArmed, WatchCondition, arm_watch
+from pulse_core.memory import identity_key
 from tests.adapters.hermes.rig import chat_requests, hermes_rig
 
 TEST_TIME_LIMIT_S = 300  # bounds a hang only: one hermes run, bounded by HermesRig.run
@@ -43,6 +44,16 @@ async def fire_watch(engine: Engine, watch_id: str = "disk") -> None:
         {"trigger_seq": 1, "due_at": None, "produced": "sleep-1"}, origin="cli")])
 
 
+def overdue(commitment: str, text: str) -> EventDraft:
+    """The observation the maintenance cycle's commitment review records for an overdue
+    commitment (pulse_adapters.maintenance, step 9)."""
+    return EventDraft("observation-recorded", identity_key("owner"), {
+        "record": f"o-overdue-{commitment}", "source": "maintenance",
+        "key": "commitment-overdue", "severity": "warning", "routine": False,
+        "value": {"commitment": commitment, "text": text, "due_at": 1, "status": "pending"}},
+        origin="cli")
+
+
 async def test_each_source_event_becomes_one_notice_once(tmp_path: Path) -> None:
     e = engine(tmp_path / "home")
     await e.open()
@@ -52,6 +63,10 @@ async def test_each_source_event_becomes_one_notice_once(tmp_path: Path) -> None
             EventDraft("watch-decided", "watch:disk",
                        {"decision": "ask", "reason": "restart the deploy?"}, origin="cli"),
             EventDraft("watch-decided", "watch:disk", {"decision": "silence"}, origin="cli"),
+            overdue("c1", "send the weekly report"),
+            EventDraft("observation-recorded", identity_key("owner"), {
+                "record": "o-2", "source": "disk", "key": "usage", "value": 97},
+                origin="cli"),
             EventDraft("sleep-task-completed", "sleep:t1",
                        {"by": "w", "outcome": "found 3 stale notes"}, origin="cli"),
             EventDraft("sleep-task-failed", "sleep:t2", {"by": "w", "reason": "no model"},
@@ -65,6 +80,7 @@ async def test_each_source_event_becomes_one_notice_once(tmp_path: Path) -> None
         ("agent-notices.watch",
          "watch disk fired on a change (event #1) (the deploy log shows an error)"),
         ("agent-notices.decision", "watch disk needs your decision: restart the deploy?"),
+        ("agent-notices.commitment", "commitment c1 is overdue: send the weekly report"),
         ("agent-notices.task", "sleep task t1 completed: found 3 stale notes"),
         ("agent-notices.task", "sleep task t2 failed: no model"),
     ]
