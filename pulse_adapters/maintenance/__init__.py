@@ -50,10 +50,16 @@ from pulse_adapters.maintenance._skills import (
     VerdictPolicy,
     verdict,
 )
+from pulse_adapters.maintenance._working_state import (
+    WORKING_STATE,
+    WorkingState,
+    session_primer,
+)
 from pulse_core import publish_face
 
 __all__ = [
     "NOTHING_TO_DO",
+    "WORKING_STATE",
     "Assessment",
     "Budgets",
     "ConsolidationBatch",
@@ -85,6 +91,7 @@ __all__ = [
     "SkillVerdict",
     "Triggers",
     "VerdictPolicy",
+    "WorkingState",
     "assess",
     "consolidate",
     "cycle_history",
@@ -94,6 +101,7 @@ __all__ = [
     "maintenance_page",
     "request_cycle",
     "run_cycle",
+    "session_primer",
     "verdict",
 ]
 
