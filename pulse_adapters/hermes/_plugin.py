@@ -34,6 +34,7 @@ from pulse_adapters.hermes._memory import (
     session_recorder,
 )
 from pulse_adapters.hermes._notices import NoticeFollower, notice_context
+from pulse_adapters.maintenance import session_primer
 from pulse_core import EventDraft, EventStore, MemoryBoard, Principal, VersionConflict
 
 log = logging.getLogger("pulse.hermes")
@@ -54,7 +55,9 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     `notices` are the effect tags offered to the agent's next turn (none: never);
     `notice_wait_s` bounds the wait of a turn for them; `notice_max_age_s` is how old a
     notice may be and still be offered; `flush_wait_s` bounds the wait at the end of a turn
-    for what the plugin records (Hermes' one-shot mode exits right after).
+    for what the plugin records (Hermes' one-shot mode exits right after); `primer_chars`
+    bounds the session primer (the maintenance cycle's working-state digest) offered to a
+    session's first turn (0: never).
     """
 
     home: str | None = None
@@ -64,12 +67,18 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     notice_wait_s: float = 0.5
     notice_max_age_s: float = 86_400.0
     flush_wait_s: float = 3.0
+    primer_chars: int = 1_200
+
+    def __post_init__(self) -> None:
+        if self.primer_chars != 0 and not 80 <= self.primer_chars <= 8_000:
+            raise ValueError(f"primer_chars {self.primer_chars} is not 0 (off) or 80..8000")
 
 
 def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
     """The settings from Hermes' `plugins.entries.pulse` mapping under the environment's
     overrides: PULSE_HOME, PULSE_HERMES_IDENTITY, PULSE_HERMES_EMBED=0 and
-    PULSE_HERMES_NOTICES=0 (the layer sets the last two in the runs it starts)."""
+    PULSE_HERMES_NOTICES=0 (the layer sets the last two in the runs it starts; the last
+    turns the session primer off too)."""
     fields = {k: v for k, v in (entry if isinstance(entry, dict) else {}).items()
               if k not in _HERMES_OWNED}
     valid = {}
@@ -93,6 +102,7 @@ def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
         changes["embed"] = False
     if environ.get("PULSE_HERMES_NOTICES") == "0":
         changes["notices"] = ()
+        changes["primer_chars"] = 0
     return msgspec.structs.replace(settings, **changes)
 
 
@@ -138,6 +148,7 @@ class HermesPlugin:
         self._late: list[str] = []
         self._identities: dict[str, str] = {}
         self._followed: set[str] = set()
+        self._primed: set[str] = set()  # sessions offered their primer
         self._ingested: set[str] = set()  # sessions transcript ingest took first (bridge thread)
         self._first: str | None = None  # the process's first session: a one-shot's own
         self._lock = threading.Lock()
@@ -239,6 +250,28 @@ class HermesPlugin:
         self.bridge.submit(job, "exchange")
 
     def _offer(self, session: str) -> dict[str, str] | None:
+        primer = self._primer(session)
+        offered = self._notices(session)
+        parts = [p for p in (primer, offered) if p]
+        return {"context": "\n\n".join(parts)} if parts else None
+
+    def _primer(self, session: str) -> str | None:
+        """The session primer, for a session's first turn only (once per session)."""
+        if not self.settings.primer_chars:
+            return None
+        with self._lock:
+            if session in self._primed:
+                return None
+            self._primed.add(session)
+        chars = self.settings.primer_chars
+
+        async def job(events: EventStore) -> str | None:
+            return await session_primer(events, max_chars=chars)
+        found: str | None = self.bridge.call(job, "primer",
+                                             timeout_s=self.settings.notice_wait_s)
+        return found
+
+    def _notices(self, session: str) -> str | None:
         if not self.settings.notices:
             return None
 
@@ -251,7 +284,7 @@ class HermesPlugin:
                                  late=self._keep_late) or []
         with self._lock:
             lines, self._late = [*self._late, *lines], []
-        return {"context": notice_context(lines)} if lines else None
+        return notice_context(lines) if lines else None
 
     def _keep_late(self, lines: list[str]) -> None:
         with self._lock:

@@ -52,9 +52,11 @@ from pulse_adapters.maintenance._skills import (
 )
 from pulse_adapters.maintenance._working_state import (
     WORKING_STATE,
+    OpenCommitment,
     WorkingState,
     session_primer,
 )
+from pulse_adapters.maintenance._working_state import render as render_working_state
 from pulse_core import publish_face
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "MaintenanceRule",
     "MaintenanceSettings",
     "MaintenanceSettingsError",
+    "OpenCommitment",
     "OutcomeObserved",
     "Proposer",
     "RetentionSettings",
@@ -99,6 +102,7 @@ __all__ = [
     "layer",
     "load_settings",
     "maintenance_page",
+    "render_working_state",
     "request_cycle",
     "run_cycle",
     "session_primer",

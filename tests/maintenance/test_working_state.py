@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from pulse_adapters.maintenance import WORKING_STATE, WorkingState, run_cycle, session_primer
+from pulse_adapters.maintenance import (
+    WORKING_STATE,
+    WorkingState,
+    render_working_state,
+    run_cycle,
+    session_primer,
+)
 from pulse_core import EventDraft, ManualClock
 from pulse_core.maintenance import WatchArmed, WatchCondition, arm_watch
 from pulse_core.memory import identity_key
@@ -41,11 +47,13 @@ async def test_the_digest_names_open_commitments_and_armed_watches_with_its_basi
         assert len(events) == 1
         body = events[0].payload(WorkingState)
         assert body.cycle == "c1" and body.basis_seq < events[0].seq
-        assert body.commitments == ("ana/c-late", "ana/c-soon")  # soonest due first
-        assert body.watches == ("w-deploy",)
-        assert "- call Ana back (due " in body.summary and "pending, overdue)" in body.summary
-        assert "- send the report (due " in body.summary
-        assert "- w-deploy: the deploy log shows an error" in body.summary
+        assert [c.id for c in body.commitments] == ["ana/c-late", "ana/c-soon"]  # soonest
+        assert [c.overdue for c in body.commitments] == [True, False]
+        assert body.watches == ("w-deploy: the deploy log shows an error",)
+        summary = render_working_state(body, store.keys)
+        assert "- call Ana back (due " in summary and "pending, overdue)" in summary
+        assert "- send the report (due " in summary and "pending)" in summary
+        assert "Armed watches (1):\n- w-deploy: the deploy log shows an error" in summary
 
         again = await run_cycle(store, clock=clock, cycle="c2")
         assert "working_state_refreshed" not in again.changes  # unchanged: not rewritten
@@ -74,7 +82,9 @@ async def test_the_digest_lists_at_most_ten_of_each_and_says_how_many_more(
                                          clock.now_ms() + i * HOUR) for i in range(25))])
         await run_cycle(store, clock=clock, cycle="c1")
         body = (await store.read(kinds=[WORKING_STATE]))[0].payload(WorkingState)
-        assert len(body.commitments) == 10 and len(body.summary) <= 2_000
-        assert body.summary.startswith("Open commitments (25):\n- task 00")
+        assert len(body.commitments) == 10 and body.open_commitments == 25
+        summary = render_working_state(body, store.keys)
+        assert len(summary) <= 2_000
+        assert summary.startswith("Open commitments (25):\n- task 00")
     finally:
         await store.close()
