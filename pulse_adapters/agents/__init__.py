@@ -8,6 +8,14 @@ notice text every host shows (notice_body), quoted text fenced as data (fence_un
 from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
 from pulse_adapters.agents._executor import AgentRunExecutor
+from pulse_adapters.agents._feed import (
+    AgentNoticesError,
+    AgentNoticesRule,
+    AgentNoticesSettings,
+    NoticeSources,
+    agent_notice,
+    notices_layer,
+)
 from pulse_adapters.agents._notices import (
     NOTICE_MAX_CHARS,
     fence_untrusted,
@@ -30,6 +38,9 @@ from pulse_core import publish_face
 
 __all__ = [
     "NOTICE_MAX_CHARS",
+    "AgentNoticesError",
+    "AgentNoticesRule",
+    "AgentNoticesSettings",
     "AgentOutputError",
     "AgentResult",
     "AgentRun",
@@ -38,6 +49,7 @@ __all__ = [
     "AgentSpec",
     "AgentStream",
     "DispatchPolicy",
+    "NoticeSources",
     "Program",
     "ProgramCheck",
     "ProgramStatus",
@@ -46,12 +58,14 @@ __all__ = [
     "StreamLimits",
     "TaskDispatcher",
     "TaskTimedOut",
+    "agent_notice",
     "agent_runs_page",
     "check_program",
     "fence_untrusted",
     "is_agent_run",
     "notice_body",
     "notice_fields",
+    "notices_layer",
     "plan_dispatch",
     "run_view",
     "timed_out_type",

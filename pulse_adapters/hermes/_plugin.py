@@ -36,6 +36,7 @@ from pulse_adapters.hermes._memory import (
     session_recorder,
 )
 from pulse_adapters.hermes._notices import NoticeFollower, notice_context
+from pulse_adapters.maintenance import session_primer
 from pulse_core import (
     EventDraft,
     EventStore,
@@ -68,7 +69,8 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     `foreground_lapse_s` is how long a turn holds the foreground (reviews sharing the model
     route wait) if Hermes never ends it, 0 to never hold it; `recall` is how many elements
     of the turn's identity, best first (pulse_core.memory.recall), are offered in the turn's
-    context (0: none).
+    context (0: none); `primer_chars` bounds the session primer (the maintenance cycle's
+    working-state digest) offered to a session's first turn (0: never).
     """
 
     home: str | None = None
@@ -80,10 +82,13 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     flush_wait_s: float = 3.0
     foreground_lapse_s: float = 600.0
     recall: int = 0
+    primer_chars: int = 1_200
 
     def __post_init__(self) -> None:
         if not 0 <= self.recall <= 50:
             raise ValueError(f"recall {self.recall} is outside 0..50")
+        if self.primer_chars != 0 and not 80 <= self.primer_chars <= 8_000:
+            raise ValueError(f"primer_chars {self.primer_chars} is not 0 (off) or 80..8000")
 
 
 OFFERED_TYPES = ("state", "unresolved", "fact", "reflection", "observation")
@@ -105,7 +110,8 @@ def recall_context(found: Sequence[Recalled]) -> list[str]:
 def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
     """The settings from Hermes' `plugins.entries.pulse` mapping under the environment's
     overrides: PULSE_HOME, PULSE_HERMES_IDENTITY, PULSE_HERMES_EMBED=0 and
-    PULSE_HERMES_NOTICES=0 (the layer sets the last two in the runs it starts)."""
+    PULSE_HERMES_NOTICES=0 (the layer sets the last two in the runs it starts; the last
+    turns the session primer off too)."""
     fields = {k: v for k, v in (entry if isinstance(entry, dict) else {}).items()
               if k not in _HERMES_OWNED}
     valid = {}
@@ -129,6 +135,7 @@ def plugin_settings(entry: Any, environ: Mapping[str, str]) -> PluginSettings:
         changes["embed"] = False
     if environ.get("PULSE_HERMES_NOTICES") == "0":
         changes["notices"] = ()
+        changes["primer_chars"] = 0
     return msgspec.structs.replace(settings, **changes)
 
 
@@ -175,6 +182,7 @@ class HermesPlugin:
         self._recaller: Recaller | None = None  # used on the bridge's loop only
         self._identities: dict[str, str] = {}
         self._followed: set[str] = set()
+        self._primed: set[str] = set()  # sessions offered their primer
         self._ingested: set[str] = set()  # sessions transcript ingest took first (bridge thread)
         self._first: str | None = None  # the process's first session: a one-shot's own
         self._lock = threading.Lock()
@@ -293,8 +301,29 @@ class HermesPlugin:
 
     def _offer(self, session: str, identity: str) -> dict[str, str] | None:
         recalled = self._recalled(identity)
+        parts = [p for p in (self._primer(session), self._notices(session),
+                             "\n".join(recalled)) if p]
+        return {"context": "\n\n".join(parts)} if parts else None
+
+    def _primer(self, session: str) -> str | None:
+        """The session primer, for a session's first turn only (once per session)."""
+        if not self.settings.primer_chars:
+            return None
+        with self._lock:
+            if session in self._primed:
+                return None
+            self._primed.add(session)
+        chars = self.settings.primer_chars
+
+        async def job(events: EventStore) -> str | None:
+            return await session_primer(events, max_chars=chars)
+        found: str | None = self.bridge.call(job, "primer",
+                                             timeout_s=self.settings.notice_wait_s)
+        return found
+
+    def _notices(self, session: str) -> str | None:
         if not self.settings.notices:
-            return {"context": "\n".join(recalled)} if recalled else None
+            return None
 
         until = time.monotonic() + self.settings.notice_wait_s
 
@@ -305,9 +334,7 @@ class HermesPlugin:
                                  late=self._keep_late) or []
         with self._lock:
             lines, self._late = [*self._late, *lines], []
-        parts = ([notice_context(lines)] if lines else []) + (["\n".join(recalled)]
-                                                              if recalled else [])
-        return {"context": "\n\n".join(parts)} if parts else None
+        return notice_context(lines) if lines else None
 
     def _recalled(self, identity: str) -> list[str]:
         """The lines of the identity's top `recall` elements (none when off, when the

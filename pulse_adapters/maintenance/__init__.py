@@ -50,10 +50,18 @@ from pulse_adapters.maintenance._skills import (
     VerdictPolicy,
     verdict,
 )
+from pulse_adapters.maintenance._working_state import (
+    WORKING_STATE,
+    OpenCommitment,
+    WorkingState,
+    session_primer,
+)
+from pulse_adapters.maintenance._working_state import render as render_working_state
 from pulse_core import publish_face
 
 __all__ = [
     "NOTHING_TO_DO",
+    "WORKING_STATE",
     "Assessment",
     "Budgets",
     "ConsolidationBatch",
@@ -75,6 +83,7 @@ __all__ = [
     "MaintenanceRule",
     "MaintenanceSettings",
     "MaintenanceSettingsError",
+    "OpenCommitment",
     "OutcomeObserved",
     "Proposer",
     "RetentionSettings",
@@ -85,6 +94,7 @@ __all__ = [
     "SkillVerdict",
     "Triggers",
     "VerdictPolicy",
+    "WorkingState",
     "assess",
     "consolidate",
     "cycle_history",
@@ -92,8 +102,10 @@ __all__ = [
     "layer",
     "load_settings",
     "maintenance_page",
+    "render_working_state",
     "request_cycle",
     "run_cycle",
+    "session_primer",
     "verdict",
 ]
 

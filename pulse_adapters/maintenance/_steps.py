@@ -34,6 +34,7 @@ from pulse_adapters.maintenance._reviews import (
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_adapters.maintenance._skill_health import skill_health
 from pulse_adapters.maintenance._skills import SkillBoard
+from pulse_adapters.maintenance._working_state import working_state
 from pulse_core import NotAuthorized, StoreError
 from pulse_core.maintenance import (
     Beliefs,
@@ -306,6 +307,7 @@ STEPS: Sequence[tuple[str, Step]] = (
     ("derivations", derivations),
     ("commitments", commitments),
     ("watches", watches),
+    ("working_state", working_state),
     ("retention", retention),
 )
 """The cycle's steps after assessment, in the seed's order (those pulse has)."""

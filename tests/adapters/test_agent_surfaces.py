@@ -20,6 +20,8 @@ SURFACES = {
         "NOTICE_MAX_CHARS", "agent_runs_page", "check_program", "fence_untrusted", "is_agent_run",
         "notice_body", "notice_fields", "plan_dispatch",
         "run_view", "timed_out_type",
+        "AgentNoticesError", "AgentNoticesRule", "AgentNoticesSettings", "NoticeSources",
+        "agent_notice", "notices_layer",
     },
     "pulse_adapters.cursor": {
         "CursorAgent", "CursorExecutor", "CursorLayer", "CursorOutcome", "CursorRun",

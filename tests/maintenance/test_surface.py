@@ -19,6 +19,7 @@ EXPECTED = {
     "SkillVerdict", "Triggers", "VerdictPolicy", "assess", "consolidate", "cycle_history",
     "gate_insights", "layer",
     "load_settings", "maintenance_page", "request_cycle", "run_cycle", "verdict",
+    "WORKING_STATE", "WorkingState", "session_primer", "OpenCommitment", "render_working_state",
 }
 
 

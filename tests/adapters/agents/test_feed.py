@@ -1,0 +1,146 @@
+"""The agent-notices layer in a real Engine on a real SQLite home: a fired watch, a watch
+that asks for a decision and a finished sleep task each become one Notify, once; sources
+switched off stay quiet; wrong settings are refused naming the field; and a fired watch
+reaches the model's next request through the real Hermes with the pulse plugin."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pulse_adapters.agents import AgentNoticesError, agent_notice, notices_layer
+from pulse_adapters.llm.stand_in import ChatServer, Stream
+from pulse_core import Clock, Engine, EventDraft, LayerContext, ManualClock, SystemClock, load_layer
+from pulse_core.maintenance import WatchArmed, WatchCondition, arm_watch
+from pulse_core.memory import identity_key
+from tests.adapters.hermes.rig import chat_requests, hermes_rig
+
+TEST_TIME_LIMIT_S = 300  # bounds a hang only: one hermes run, bounded by HermesRig.run
+
+
+def engine(home: Path, settings: Any = None, clock: Clock | None = None) -> Engine:
+    """An engine running the agent-notices layer; its loops are the test's (step)."""
+    clock = clock or ManualClock()
+    built = notices_layer(settings, LayerContext(home, clock))
+    return Engine(home, layers=[built], clock=clock, drain_timeout=0.0)
+
+
+async def notices(engine: Engine) -> list[dict[str, Any]]:
+    events = await engine.events.read(kinds=["effect"])
+    return [e.data["effect"] for e in events if e.data["effect"].get("type") == "notify"
+            and e.data["effect"]["topic"].startswith("agent-notices.")]
+
+
+async def fire_watch(engine: Engine, watch_id: str = "disk") -> None:
+    await arm_watch(engine.events, watch_id, WatchArmed(
+        watch_class="delta", condition=WatchCondition(kinds=("log-line",)),
+        reason="the deploy log shows an error"), origin="cli")
+    await engine.events.append([EventDraft(
+        "watch-fired", f"watch:{watch_id}",
+        {"trigger_seq": 1, "due_at": None, "produced": "sleep-1"}, origin="cli")])
+
+
+def overdue(commitment: str, text: str) -> EventDraft:
+    """The observation the maintenance cycle's commitment review records for an overdue
+    commitment (pulse_adapters.maintenance, step 9)."""
+    return EventDraft("observation-recorded", identity_key("owner"), {
+        "record": f"o-overdue-{commitment}", "source": "maintenance",
+        "key": "commitment-overdue", "severity": "warning", "routine": False,
+        "value": {"commitment": commitment, "text": text, "due_at": 1, "status": "pending"}},
+        origin="cli")
+
+
+async def test_each_source_event_becomes_one_notice_once(tmp_path: Path) -> None:
+    e = engine(tmp_path / "home")
+    await e.open()
+    try:
+        await fire_watch(e)
+        await e.events.append([
+            EventDraft("watch-decided", "watch:disk",
+                       {"decision": "ask", "reason": "restart the deploy?"}, origin="cli"),
+            EventDraft("watch-decided", "watch:disk", {"decision": "silence"}, origin="cli"),
+            overdue("c1", "send the weekly report"),
+            EventDraft("observation-recorded", identity_key("owner"), {
+                "record": "o-2", "source": "disk", "key": "usage", "value": 97},
+                origin="cli"),
+            EventDraft("sleep-task-completed", "sleep:t1",
+                       {"by": "w", "outcome": "found 3 stale notes"}, origin="cli"),
+            EventDraft("sleep-task-failed", "sleep:t2", {"by": "w", "reason": "no model"},
+                       origin="cli")])
+        await e.step()
+        await e.step()  # a second tick tells nothing again
+        got = await notices(e)
+    finally:
+        await e.close()
+    assert [(n["topic"], n["text"]) for n in got] == [
+        ("agent-notices.watch",
+         "watch disk fired on a change (event #1) (the deploy log shows an error)"),
+        ("agent-notices.decision", "watch disk needs your decision: restart the deploy?"),
+        ("agent-notices.commitment", "commitment c1 is overdue: send the weekly report"),
+        ("agent-notices.task", "sleep task t1 completed: found 3 stale notes"),
+        ("agent-notices.task", "sleep task t2 failed: no model"),
+    ]
+    assert all(n["level"] == "info" for n in got)
+
+
+async def test_sources_switched_off_stay_quiet_and_the_level_is_set(tmp_path: Path) -> None:
+    e = engine(tmp_path / "home", {"sources": ["task"], "level": "warning"})
+    await e.open()
+    try:
+        await fire_watch(e)
+        await e.events.append([EventDraft("sleep-task-completed", "sleep:t1",
+                                          {"by": "w", "outcome": {"n": 2}}, origin="cli")])
+        await e.step()
+        got = await notices(e)
+    finally:
+        await e.close()
+    assert [(n["topic"], n["level"], n["text"]) for n in got] == [
+        ("agent-notices.task", "warning", 'sleep task t1 completed: {"n": 2}')]
+
+
+@pytest.mark.parametrize(("settings", "named"), [
+    ({"sources": ["watch", "mail"]}, "mail"),
+    ({"level": "loud"}, "loud"),
+    ({"sourcez": []}, "sourcez"),
+    ([1], "JSON object"),
+])
+def test_wrong_settings_are_refused_naming_what_is_wrong(
+        tmp_path: Path, settings: Any, named: str) -> None:
+    with pytest.raises(AgentNoticesError, match=named):
+        notices_layer(settings, LayerContext(tmp_path, ManualClock()))
+
+
+def test_the_layer_is_found_through_its_entry_point(tmp_path: Path) -> None:
+    built = load_layer("agent-notices", None, LayerContext(tmp_path, ManualClock()))
+    assert built.name == "agent-notices"
+
+
+def test_a_quoted_part_is_cut_and_urls_in_it_are_redacted() -> None:
+    notice = agent_notice("task", "info", "sleep task t1 completed",
+                          "see https://hooks.example/secret-token " + "x" * 1000)
+    assert "secret-token" not in notice.text
+    assert len(notice.text) < 500
+
+
+async def test_a_fired_watch_reaches_the_models_next_request_through_hermes(
+        tmp_path: Path, chat_server: ChatServer) -> None:
+    pulse = tmp_path / "pulse"
+    e = engine(pulse, clock=SystemClock())  # the plugin offers notices of the last hours
+    await e.open()
+    try:
+        await fire_watch(e, "deploy")
+        await e.step()
+    finally:
+        await e.close()
+    rig = hermes_rig(tmp_path, chat_server, plugin=True)
+    chat_server.script(Stream(("ok",)))
+    done, _ = await asyncio.to_thread(rig.run, "-z", "anything new?", "-t", "todo",
+                                      PULSE_HOME=str(pulse))
+    assert done.returncode == 0, done.stderr
+    turn = [m for m in chat_requests(chat_server)[0]["messages"] if m["role"] == "user"][-1]
+    assert "watch deploy fired on a change" in json.dumps(turn["content"])
+    assert "agent-notices.watch" in json.dumps(turn["content"])
