@@ -19,6 +19,7 @@ from pulse_core import (
     LayerContext,
     LayerError,
     Projection,
+    Quote,
     Snapshot,
     layer_settings,
     redact_urls,
@@ -75,10 +76,12 @@ class FeedState(msgspec.Struct, frozen=True):
 
 
 def agent_notice(source: str, level: str, text: str, quoted: str = "") -> Notify:
-    """The one Notify a source event becomes: topic `agent-notices.<source>`, `text` with
-    `quoted` (untrusted text such as a task's output, cut to QUOTE_CHARS) after it."""
-    body = text if not quoted else f"{text}: {quoted[:QUOTE_CHARS]}"
-    return Notify(topic=f"{LAYER}.{source}", level=level, text=redact_urls(body))
+    """The one Notify a source event becomes: topic `agent-notices.<source>`, pulse's own
+    `text`, and `quoted` (untrusted text such as a task's output, cut to QUOTE_CHARS) as a
+    Quote labelled with the source, which hosts fence as data."""
+    quotes = (Quote(source=f"{LAYER}.{source}", text=redact_urls(quoted[:QUOTE_CHARS])),)
+    return Notify(topic=f"{LAYER}.{source}", level=level, text=redact_urls(text),
+                  quoted=quotes if quoted else ())
 
 
 def _id(event: Event) -> str:

@@ -183,6 +183,7 @@ class HermesPlugin:
         self._identities: dict[str, str] = {}
         self._followed: set[str] = set()
         self._primed: set[str] = set()  # sessions offered their primer
+        self._late_primers: dict[str, str] = {}  # primers that came after their turn
         self._ingested: set[str] = set()  # sessions transcript ingest took first (bridge thread)
         self._first: str | None = None  # the process's first session: a one-shot's own
         self._lock = threading.Lock()
@@ -300,24 +301,33 @@ class HermesPlugin:
         self.bridge.submit(job, "exchange")
 
     def _offer(self, session: str, identity: str) -> dict[str, str] | None:
-        recalled = self._recalled(identity)
-        parts = [p for p in (self._primer(session), self._notices(session),
-                             "\n".join(recalled)) if p]
+        # Notices first: each later call may wait on the bridge, and a notice that misses
+        # its turn only comes with the next one.
+        notices = self._notices(session)
+        primer = self._primer(session)
+        recalled = "\n".join(self._recalled(identity))
+        parts = [p for p in (primer, notices, recalled) if p]
         return {"context": "\n\n".join(parts)} if parts else None
 
     def _primer(self, session: str) -> str | None:
-        """The session primer, for a session's first turn only (once per session)."""
+        """The session primer, once per session: on its first turn, or on the next one when
+        the home answered too late for the first."""
         if not self.settings.primer_chars:
             return None
         with self._lock:
             if session in self._primed:
-                return None
+                return self._late_primers.pop(session, None)
             self._primed.add(session)
         chars = self.settings.primer_chars
 
         async def job(events: EventStore) -> str | None:
             return await session_primer(events, max_chars=chars)
-        found: str | None = self.bridge.call(job, "primer",
+
+        def late(primer: str | None) -> None:
+            if primer:
+                with self._lock:
+                    self._late_primers[session] = primer
+        found: str | None = self.bridge.call(job, "primer", late=late,
                                              timeout_s=self.settings.notice_wait_s)
         return found
 

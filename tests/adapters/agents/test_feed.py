@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from pulse_adapters.agents import AgentNoticesError, agent_notice, notices_layer
+from pulse_adapters.agents import (
+    AgentNoticesError,
+    agent_notice,
+    fence_untrusted,
+    notices_layer,
+)
 from pulse_adapters.llm.stand_in import ChatServer, Stream
 from pulse_core import Clock, Engine, EventDraft, LayerContext, ManualClock, SystemClock, load_layer
 from pulse_core.maintenance import WatchArmed, WatchCondition, arm_watch
@@ -76,7 +81,8 @@ async def test_each_source_event_becomes_one_notice_once(tmp_path: Path) -> None
         got = await notices(e)
     finally:
         await e.close()
-    assert [(n["topic"], n["text"]) for n in got] == [
+    assert [(n["topic"], n["text"] + "".join(f": {q['text']}" for q in n.get("quoted", ())))
+            for n in got] == [
         ("agent-notices.watch",
          "watch disk fired on a change (event #1) (the deploy log shows an error)"),
         ("agent-notices.decision", "watch disk needs your decision: restart the deploy?"),
@@ -98,8 +104,9 @@ async def test_sources_switched_off_stay_quiet_and_the_level_is_set(tmp_path: Pa
         got = await notices(e)
     finally:
         await e.close()
-    assert [(n["topic"], n["level"], n["text"]) for n in got] == [
-        ("agent-notices.task", "warning", 'sleep task t1 completed: {"n": 2}')]
+    assert [(n["topic"], n["level"], n["text"], [q["text"] for q in n["quoted"]])
+            for n in got] == [
+        ("agent-notices.task", "warning", "sleep task t1 completed", ['{"n": 2}'])]
 
 
 @pytest.mark.parametrize(("settings", "named"), [
@@ -119,11 +126,15 @@ def test_the_layer_is_found_through_its_entry_point(tmp_path: Path) -> None:
     assert built.name == "agent-notices"
 
 
-def test_a_quoted_part_is_cut_and_urls_in_it_are_redacted() -> None:
+def test_a_quoted_part_is_a_fenced_quote_cut_and_with_urls_redacted() -> None:
     notice = agent_notice("task", "info", "sleep task t1 completed",
                           "see https://hooks.example/secret-token " + "x" * 1000)
-    assert "secret-token" not in notice.text
-    assert len(notice.text) < 500
+    assert notice.text == "sleep task t1 completed"
+    (quote,) = notice.quoted
+    assert quote.source == "agent-notices.task"
+    assert "secret-token" not in quote.text
+    assert len(quote.text) < 500
+    assert fence_untrusted(quote).startswith("<<<quoted ")
 
 
 async def test_a_fired_watch_reaches_the_models_next_request_through_hermes(

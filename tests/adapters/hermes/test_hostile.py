@@ -198,7 +198,7 @@ async def test_a_store_failure_while_claiming_loses_no_notice(tmp_path: Path) ->
             first = []
         again = await follower.claim(flaky, engine.clock.now_ms())
     assert first == []
-    assert again == ["- [warning t] one", "- [warning t] two"]
+    assert again == ["- warning (t): one", "- warning (t): two"]
 
 
 class Interleaved:
