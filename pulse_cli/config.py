@@ -76,6 +76,7 @@ class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     side_store: str | None = None
     host: str | None = None
     layers: dict[str, dict[str, Any] | None] = {}
+    mcp: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Config:
     side_store: str | None = None
     host: str | None = None
     layers: Mapping[str, dict[str, Any] | None] = field(default_factory=dict)
+    mcp: Mapping[str, Any] | None = None
 
 
 # What each field allows, in the words of an error message.
@@ -114,6 +116,7 @@ ALLOWED: dict[str, str] = {
              "spaces, one per home (null: a name made once for this home, kept in host.id)"),
     "layers": "an object mapping each layer's name to its settings, in order",
     "layers.*": "an object of that layer's settings, or null",
+    "mcp": "the MCP server's settings, {\"agent\": NAME, ...} (docs/mcp.md), or null",
 }
 _FIELDS: dict[str, tuple[str, ...]] = {
     "": tuple(ConfigFile.__struct_fields__),
@@ -221,7 +224,8 @@ def parse_config(data: bytes, name: str = "config.json") -> Config:
     _check_host(stored.host, name)
     _check_layers(stored.layers, name)
     return Config(stored.instance, stored.default_tick_ms, stored.daemon, survival,
-                  stored.store, stored.side_store, stored.host, dict(stored.layers))
+                  stored.store, stored.side_store, stored.host, dict(stored.layers),
+                  stored.mcp)
 
 
 def _check_store(url: str | None, name: str) -> None:

@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     _task_commands(sub)
     _release_commands(sub)
     add_backup_commands(sub)
+    _command(sub, "mcp", "mcp_server.serve",
+             "serve the agent's tools (remember, recall) over MCP on stdio, as the agent "
+             "config.json's `mcp` section names (docs/mcp.md)")
     doctor = _command(sub, "doctor", "doctor.doctor",
                       "check that this machine has what promote and the daemon need",
                       lambda a, h: {"as_json": a.json})

@@ -50,7 +50,7 @@ def test_an_unknown_field_is_refused_with_the_fields_allowed_there() -> None:
         "log_format")
     assert refused({"tick": 3}) == (
         "config.json: unknown field 'tick' — allowed: instance, default_tick_ms, daemon, "
-        "survival, store, side_store, host, layers")
+        "survival, store, side_store, host, layers, mcp")
     assert refused({"daemon": {"log_max_byte": 3}}).startswith(
         "config.json: daemon: unknown field 'log_max_byte' (did you mean 'log_max_bytes'?)")
 
