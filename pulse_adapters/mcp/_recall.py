@@ -1,17 +1,26 @@
-"""The recall tool's one lookup, over today's memory fold (kept alone so a richer recall
-can take its place)."""
+"""The recall tool's one lookup: pulse_core.memory's recall, its fold kept between calls."""
 
 from __future__ import annotations
 
-from pulse_core import EventStore, read_identity
+from mcp.server.fastmcp.exceptions import ToolError
+
+from pulse_core import EventStore
+from pulse_core.memory import Recaller, RecallQuery, RecallRefused
 
 
-async def lookup(store: EventStore, identity: str, query: str, limit: int) -> list[str]:
-    """The texts of `identity`'s facts and exchanges that contain every word of `query`
-    (case-insensitive), newest first, at most `limit`."""
-    records = await read_identity(store, identity)
-    if records is None:
-        return []
-    words = query.casefold().split()
-    texts = [f.text for f in records.facts] + [x.text for x in records.exchanges]
-    return [t for t in texts if all(w in t.casefold() for w in words)][:limit]
+class Lookup:
+    """Recall for one store, used from the server's event loop."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.recaller = Recaller(store)
+
+    async def __call__(self, identity: str, query: str, limit: int) -> list[str]:
+        """`identity`'s elements whose text holds every word of `query`, best first (ranked
+        by authority, confidence, memory strength and recency; archived, forgotten and
+        purged elements left out), at most `limit`, each as `[type] text`."""
+        try:
+            found = await self.recaller.recall(RecallQuery(identity=identity, text=query,
+                                                           limit=limit))
+        except RecallRefused as exc:
+            raise ToolError(f"{exc.field}: {exc}") from None
+        return [f"[{r.type}] {r.text}" for r in found]

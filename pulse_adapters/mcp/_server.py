@@ -9,7 +9,7 @@ import msgspec
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 
-from pulse_adapters.mcp._recall import lookup
+from pulse_adapters.mcp._recall import Lookup
 from pulse_adapters.mcp._settings import McpSettings
 from pulse_core import (
     MAX_KEY_LENGTH,
@@ -65,12 +65,14 @@ class PulseMcp:
         self.settings = settings
         self.origin = f"agent:{settings.agent}"
         self.limiter = _Limiter(settings.calls_per_minute)
+        self.lookup = Lookup(store)
         self.server = FastMCP("pulse", log_level="WARNING")
         self.server.add_tool(self.remember, name="remember", description=(
             "Remember a fact about a known identity (a person pulse has memory of)."))
         self.server.add_tool(self.recall, name="recall", description=(
-            "The facts and exchanges remembered about an identity that contain every word "
-            "of the query, newest first."))
+            "What pulse recalls about an identity whose text holds every word of the query, "
+            "best first (authority, confidence, memory strength, recency); archived and "
+            "forgotten elements left out."))
 
     async def _admit(self, tool: str) -> None:
         if self.limiter.allow():
@@ -116,4 +118,4 @@ class PulseMcp:
         self._text(query, "query")
         if not 1 <= limit <= MAX_RECALLED:
             raise ToolError(f"limit: {limit} is outside 1 to {MAX_RECALLED}")
-        return await lookup(self.store, await self._known(identity), query, limit)
+        return await self.lookup(await self._known(identity), query, limit)
