@@ -9,6 +9,7 @@ import msgspec
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 
+from pulse_adapters.maintenance import MaintenanceCycles, cycle_history
 from pulse_adapters.mcp._recall import Lookup
 from pulse_adapters.mcp._settings import McpSettings
 from pulse_core import (
@@ -18,6 +19,9 @@ from pulse_core import (
     InvalidEvent,
     Memory,
     MemoryBoard,
+    Projector,
+    TaskBoard,
+    VersionConflict,
     check_text,
     identity_key,
     register_kind,
@@ -25,6 +29,7 @@ from pulse_core import (
 
 CALL_REFUSED = "mcp-call-refused"
 MAX_RECALLED = 50
+MAX_PRIORITY = 1_000
 
 
 class CallRefused(msgspec.Struct, frozen=True):
@@ -73,6 +78,12 @@ class PulseMcp:
             "What pulse recalls about an identity whose text holds every word of the query, "
             "best first (authority, confidence, memory strength, recency); archived and "
             "forgotten elements left out."))
+        self.server.add_tool(self.create_task, name="create_task", description=(
+            "Create a task on pulse's task board (a new id, a title, an optional prompt)."))
+        self.server.add_tool(self.task_state, name="task_state", description=(
+            "A task's current state: status, agent, result, reason."))
+        self.server.add_tool(self.maintenance_report, name="maintenance_report", description=(
+            "The report of the newest maintenance cycle that ended (empty when none has)."))
 
     async def _admit(self, tool: str) -> None:
         if self.limiter.allow():
@@ -119,3 +130,44 @@ class PulseMcp:
         if not 1 <= limit <= MAX_RECALLED:
             raise ToolError(f"limit: {limit} is outside 1 to {MAX_RECALLED}")
         return await self.lookup(await self._known(identity), query, limit)
+
+    async def create_task(self, task_id: str, title: str, prompt: str = "",
+                          priority: int = 0) -> str:
+        """Create task `task_id`; refused when the id is taken."""
+        await self._admit("create_task")
+        self._text(task_id, "task_id")
+        if len(task_id) > MAX_KEY_LENGTH or task_id.startswith(("identity:", "mcp:")):
+            raise ToolError(f"task_id: {task_id!r} is not a task id — at most "
+                            f"{MAX_KEY_LENGTH} characters, not a pulse-reserved key")
+        self._text(title, "title")
+        if prompt:
+            self._text(prompt, "prompt")
+        if not 0 <= priority <= MAX_PRIORITY:
+            raise ToolError(f"priority: {priority} is outside 0 to {MAX_PRIORITY}")
+        try:
+            event = await TaskBoard(self.store, origin=self.origin).create(
+                task_id, title, prompt=prompt, priority=priority)
+        except VersionConflict:
+            raise ToolError(f"task_id: task {task_id!r} exists already — pick a new id"
+                            ) from None
+        return f"task {task_id} created (event #{event.seq})"
+
+    async def task_state(self, task_id: str) -> dict[str, object]:
+        """Task `task_id` as its events say now."""
+        await self._admit("task_state")
+        self._text(task_id, "task_id")
+        state = await TaskBoard(self.store).state(task_id)
+        if state is None:
+            raise ToolError(f"task_id: no task {task_id!r} in pulse's log")
+        shown: dict[str, object] = msgspec.to_builtins(state)
+        return shown
+
+    async def maintenance_report(self) -> dict[str, object]:
+        """The newest ended maintenance cycle's report, with its cycle id."""
+        await self._admit("maintenance_report")
+        projection = MaintenanceCycles()
+        states = await Projector(self.store, [projection]).catch_up()
+        for row in cycle_history(states[projection.name]):
+            if row["report"] is not None:
+                return {"cycle": row["cycle"], "report": row["report"]}
+        return {}

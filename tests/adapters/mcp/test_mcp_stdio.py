@@ -110,3 +110,24 @@ async def test_without_an_mcp_section_the_server_says_what_to_set(upulse: Upulse
     done = upulse("mcp", "--home", home, ok=False)
     assert done.returncode != 0
     assert "`mcp`" in done.stderr and "agent" in done.stderr
+
+
+async def test_a_task_created_over_mcp_is_on_the_board(upulse: Upulse, tmp_path: Path) -> None:
+    home = _home(upulse, tmp_path)
+    async with _session(upulse, home) as session:
+        done = await session.call_tool("create_task", {"task_id": "t-1", "title": "tidy notes",
+                                                       "priority": 2})
+        assert not done.isError, _text(done)
+        again = await session.call_tool("create_task", {"task_id": "t-1", "title": "other"})
+        assert again.isError and "task_id" in _text(again)
+        state = await session.call_tool("task_state", {"task_id": "t-1"})
+        assert json.loads(_text(state))["status"] == "pending"
+        unknown = await session.call_tool("task_state", {"task_id": "t-2"})
+        assert unknown.isError and "task_id" in _text(unknown)
+        report = await session.call_tool("maintenance_report", {})
+        assert not report.isError and json.loads(_text(report)) == {}
+    created = await _events(home, "task-created")
+    assert [(e.key, e.origin, e.data["title"]) for e in created] == [
+        ("t-1", "agent:ada", "tidy notes")]
+    shown = json.loads(upulse("tasks", "--home", home, "--json").stdout)
+    assert "t-1" in json.dumps(shown)
