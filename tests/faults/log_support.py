@@ -80,17 +80,17 @@ def truncate(path: Path) -> None:
 
 
 def corrupt_data_of(db: Path, marker: str) -> None:
-    """Overwrite the closing brace of the one event whose data holds `marker`, in the file
-    itself (as a bad disk or a stray write would), and check SQLite still finds the file
-    intact."""
+    """Overwrite the first closing brace after `marker` (a string value, once in the log) in
+    the data of its event, in the file itself (as a bad disk or a stray write would), and check
+    SQLite still finds the file intact."""
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
     without_sidecars(db)
     raw = bytearray(db.read_bytes())
-    needle = f'"{marker}"}}'.encode()
+    needle = f'"{marker}"'.encode()
     assert raw.count(needle) == 1
-    raw[raw.index(needle) + len(needle) - 1] = ord("#")
+    raw[raw.index(b"}", raw.index(needle) + len(needle))] = ord("#")
     db.write_bytes(bytes(raw))
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
