@@ -58,6 +58,7 @@ from pulse_core.store._url import PostgresURL
 
 COPY_CHUNK = 2_000  # rows per transaction of copy_rows
 IDLE_IN_TRANSACTION_MS = 30_000
+ENDING_S = 2.0  # how long a failed commit waits for its server session to end
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
               "keepalives_count": 3}
 
@@ -186,17 +187,29 @@ class PostgresRecorder(Recorder):
 
     async def _commit(self, appends: list[PreparedAppend]) -> list[Outcome]:
         """One transaction for `appends`; once more on a new connection when the first was
-        found dead before anything was sent for commit."""
+        found dead before anything was sent for commit, or when its server session is known
+        to have ended and the log shows the group was not stored."""
         for attempt in (1, 2):
+            backend = 0
             try:
                 async with self._pool.connection() as conn:
+                    backend = conn.info.backend_pid
                     return await commit_group(conn, self._sql, appends, self.clock,
                                               self._known)
             except CommitUnknown as exc:
                 await self._pool.discard_idle()
-                if await self._committed(exc.seq, exc.event_id):
+                ended = await self._ended(backend)
+                committed = await self._committed(exc.seq, exc.event_id)
+                if committed:
                     return exc.outcomes
                 cause = exc.__cause__ or exc
+                if ended and committed is False:  # rolled back with its session
+                    if attempt == 1:
+                        continue
+                    raise StoreUnavailable(
+                        f"{self.location}: not stored: the connection failed twice while "
+                        f"the append was being committed ({first_line(cause)}) — append it "
+                        "again once the server answers") from cause
                 raise StoreUnavailable(
                     f"{self.location}: the connection failed while the append was being "
                     f"committed ({first_line(cause)}), so it may or may not be stored — "
@@ -211,14 +224,30 @@ class PostgresRecorder(Recorder):
                 raise store_error(exc, self.location, "appending") from exc
         raise AssertionError("unreachable")
 
-    async def _committed(self, seq: int, event_id: str) -> bool:
-        """Whether the event `event_id` is stored at `seq` (False when that cannot be read
+    async def _ended(self, backend: int) -> bool:
+        """Whether the server session `backend` has ended, ending it (and waiting up to
+        ENDING_S for that) if it still runs: once it has, whatever it committed is in the log
+        and whatever it had not is rolled back. False when that cannot be known now."""
+        if not backend:
+            return False
+        try:
+            found = await self._fetch(
+                "ending a session whose connection failed",
+                "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity WHERE pid = %s "
+                "AND datname = current_database() AND usename = current_user",
+                [int(ENDING_S * 1000), backend])
+        except StoreError:
+            return False
+        return not found or found[0][0] is True
+
+    async def _committed(self, seq: int, event_id: str) -> bool | None:
+        """Whether the event `event_id` is stored at `seq` (None when that cannot be read
         now)."""
         try:
             found = await self._fetch("checking a commit",
                                       f"SELECT id FROM {self._s}.events WHERE seq = %s", [seq])
         except StoreError:
-            return False
+            return None
         return bool(found) and found[0][0] == event_id
 
     async def _one_by_one(self, appends: list[PreparedAppend]) -> list[Outcome]:
