@@ -21,12 +21,23 @@ from pulse_survival import (
     SurvivalConfig,
     SurvivalLedger,
 )
+from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
 
 
 def pid_in(pidfile: Path) -> int:
     return int(pidfile.read_text().split()[0])
+
+
+def exited(pidfile: Path) -> bool:
+    """Whether the process the pidfile names (if any) has exited: gone, or a zombie."""
+    if not pidfile.exists():
+        return True
+    try:
+        return psutil.Process(pid_in(pidfile)).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 async def notices(engine: Engine, topic: str) -> list[str]:
@@ -137,7 +148,7 @@ async def test_a_process_that_keeps_dying_is_given_up_with_one_notice(
     await engine.open()
     for _ in range(12):
         await engine.step()
-        await asyncio.sleep(0.15)  # let the crasher exit
+        await eventually(lambda: exited(pidfile), what="the crasher's exit")
         clock.advance(70_000)
     restarts = [e for e in await engine.events.read(kinds=["effect"])
                 if e.data["effect"]["type"] == "restart-process"]
@@ -163,7 +174,7 @@ async def test_restarts_back_off_exponentially(tmp_path: Path) -> None:
     times: list[int] = []
     for _ in range(40):
         await engine.step()
-        await asyncio.sleep(0.05)
+        await eventually(lambda: exited(tmp_path / "c.pid"), what="the crasher's exit")
         clock.advance(500)
     for event in await engine.events.read(kinds=["effect"]):
         times.append(event.ts)
