@@ -2,8 +2,8 @@
 
 Watchers sense the gateway (HTTP /health and /readyz), its model route (into the `llm-route`
 vitals llm_watchdog reads) and its session store; the gateway is an essential process the
-survival layer restarts; chosen effects become notices in the agent's session, once each; the
-agent's transcripts become memory exchanges the awareness reviewer reviews.
+survival layer restarts; chosen effects become notices the agent's model reads on its next
+turn, once each; the agent's transcripts become memory exchanges the awareness reviewer reviews.
 """
 
 from pulse_adapters.openclaw._cli import OpenClawCli, OpenClawCommandFailed
@@ -11,10 +11,12 @@ from pulse_adapters.openclaw._ingest import TranscriptIngest, message_of
 from pulse_adapters.openclaw._kinds import (
     NOTICE_DELIVERED,
     NOTICE_FAILED,
+    NOTICE_QUEUED,
     TRANSCRIPT_MALFORMED,
     TRANSCRIPT_READ,
     NoticeDelivered,
     NoticeFailed,
+    NoticeQueued,
     TranscriptMalformed,
     TranscriptRead,
     notice_key,
@@ -55,6 +57,7 @@ __all__ = [
     "MIN_VERSION",
     "NOTICE_DELIVERED",
     "NOTICE_FAILED",
+    "NOTICE_QUEUED",
     "TRANSCRIPT_MALFORMED",
     "TRANSCRIPT_READ",
     "AgentStore",
@@ -65,6 +68,7 @@ __all__ = [
     "NoticeDelivered",
     "NoticeDelivery",
     "NoticeFailed",
+    "NoticeQueued",
     "NoticeSettings",
     "OpenClaw",
     "OpenClawCli",

@@ -8,6 +8,7 @@ from pulse_core import register_kind
 
 NOTICE_DELIVERED = "openclaw-notice-delivered"
 NOTICE_FAILED = "openclaw-notice-failed"
+NOTICE_QUEUED = "openclaw-notice-queued"
 TRANSCRIPT_READ = "openclaw-transcript-read"
 TRANSCRIPT_MALFORMED = "openclaw-transcript-malformed"
 
@@ -28,9 +29,9 @@ def transcript_key(agent: str, session_id: str) -> str:
 
 
 class NoticeDelivered(msgspec.Struct, frozen=True, kw_only=True):
-    """openclaw-notice-delivered: effect `effect_id` (event #`seq`) is in session
-    `session_key` as transcript message `message_id` (None when a delivery that crashed
-    before this record was found already there)."""
+    """openclaw-notice-delivered: effect `effect_id` (event #`seq`) reached the model of
+    session `session_key` (`recovered`: known from a turn in the transcript after the gateway
+    that held it restarted); every chosen effect up to seq `through` is settled."""
 
     effect_id: str
     seq: int
@@ -38,6 +39,18 @@ class NoticeDelivered(msgspec.Struct, frozen=True, kw_only=True):
     session_key: str
     message_id: str | None = None
     recovered: bool = False
+    through: int | None = None
+
+
+class NoticeQueued(msgspec.Struct, frozen=True, kw_only=True):
+    """openclaw-notice-queued: effect `effect_id` was queued as a system event of session
+    `session_key` in the gateway process `gateway_pid` (in its memory: a restart loses it, and
+    it is queued again) while the session's transcript held `turns` entries."""
+
+    effect_id: str
+    session_key: str
+    gateway_pid: int | None = None
+    turns: int | None = None
 
 
 class NoticeFailed(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,8 +84,12 @@ class TranscriptMalformed(msgspec.Struct, frozen=True, kw_only=True):
 
 
 for _kind, _doc, _type in (
-    (NOTICE_DELIVERED, "a pulse notice is in the OpenClaw agent's session; key: "
+    (NOTICE_DELIVERED, "a pulse notice reached the OpenClaw agent's model (its queued system "
+                       "event was consumed by a turn); key: "
                        "openclaw-notice:<effect id>, written once", NoticeDelivered),
+    (NOTICE_QUEUED, "a pulse notice was queued as a system event in the OpenClaw gateway's "
+                    "memory, for the agent's next model request; key: "
+                    "openclaw-notice-attempt:<effect id>", NoticeQueued),
     (NOTICE_FAILED, "a notice delivery to OpenClaw failed and will be retried; key: "
                     "openclaw-notice-attempt:<effect id>", NoticeFailed),
     (TRANSCRIPT_READ, "OpenClaw transcript ingest cursor; key: "

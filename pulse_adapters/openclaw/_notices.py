@@ -1,13 +1,25 @@
-"""Notices into the agent's session: chosen effects, each delivered once through OpenClaw.
+"""Notices for the agent's model: chosen effects, each read by the model once.
 
-The service follows the log's `effect` events from a durable cursor (the seq of the last
-settled notice, or where the service first started). Each effect whose tag is chosen is
-appended to the session's transcript with the Gateway RPC `chat.inject` (through
-`openclaw gateway call`), labelled `pulse:<effect id>`, and recorded as
-`openclaw-notice-delivered` at key `openclaw-notice:<effect id>` with expected version 0.
-`chat.inject` takes no idempotency key, so before each delivery the transcript is searched for
-the label: a delivery that landed before a crash is recorded, never repeated. Each attempt is
-claimed in the log first, so two engines on one log never deliver the same notice at once.
+The service follows the log's `effect` events from a durable cursor (the newest settled
+notice's `through`, the seq below which every chosen effect is settled, or where the service
+first started). Each effect whose tag is chosen is queued as a system event of the session
+with the Gateway RPC `system-event` (through `openclaw gateway call`), its text starting
+`[pulse:<effect id>]`, and recorded as `openclaw-notice-queued` with the gateway's pid.
+OpenClaw prepends the queued system events to the session's next model request and drops
+them from the queue. The queue lives in the gateway's memory and holds at most 20 events per
+session (the oldest is dropped past that): the service keeps at most `max_queued` notices
+there at once, and queues none while the gateway's queue is full.
+
+Every `poll_s` the service asks the gateway (`status`: its `queuedSystemEvents` and `pid`)
+whether each queued notice is still there. One that left the queue of the same gateway
+process was consumed by a turn: `openclaw-notice-delivered` is recorded at key
+`openclaw-notice:<effect id>` with expected version 0. One whose gateway restarted meanwhile
+was lost with its queue, unless the session's transcript gained a turn since it was queued
+(that turn read it): it is queued again. A notice still in the queue is never queued twice,
+and each attempt is claimed in the log first (a lease renewed while the notice waits for a
+turn), so two engines on one log never deliver the same notice twice. With `show_in_ui` the
+notice is also appended to the transcript with `chat.inject` (once, found by its label), for
+a human in the UI only.
 """
 
 from __future__ import annotations
@@ -19,15 +31,20 @@ import os
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from pulse_adapters.agents import ProgramCheck, notice_body
 from pulse_adapters.openclaw._cli import OpenClawCli
 from pulse_adapters.openclaw._kinds import (
     NOTICE_DELIVERED,
     NOTICE_FAILED,
+    NOTICE_QUEUED,
     NoticeDelivered,
     NoticeFailed,
+    NoticeQueued,
     notice_key,
     notice_label,
 )
@@ -55,12 +72,30 @@ ORIGIN = "executor:openclaw-notices"
 
 CLAIMED = "openclaw-notice-claimed"
 CLAIM_POLL_S = 0.5
+RELEASE_S = 2.0  # how long a stopping service may take to release its claims
+TURN_POLL_S = 0.5  # how often the session's transcript is read for a new turn
+GATEWAY_QUEUE_MAX = 20  # OpenClaw keeps this many system events per session, dropping the oldest
 
 register_kind(STARTED, "the openclaw notice service's first start; data: seq (notices of "
                        "effects after it are delivered); key: openclaw-notices, written once")
 register_kind(CLAIMED, "an engine attempts a notice's delivery; key: "
                        "openclaw-notice-attempt:<effect id>; data: owner, host, pid, started, "
                        "until_ms (the claim's lease)")
+
+
+class NoticeNotListed(RuntimeError):
+    """The gateway took a notice's system event, but its status does not list it: the
+    session is not one whose queue the gateway reports (its agents' main sessions)."""
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What the gateway's status says of one notice: its process, whether the notice is
+    queued, and whether the queue is full (one more would push the oldest out)."""
+
+    pid: int | None
+    held: bool
+    full: bool
 
 
 def attempt_key(effect_id: str) -> str:
@@ -76,8 +111,9 @@ def notice_text(effect: dict[str, Any]) -> str:
 
 
 class NoticeDelivery:
-    """The layer's service `openclaw-notices` (see the module docstring). A failed delivery is
-    recorded as `openclaw-notice-failed` and retried with backoff, in order, forever."""
+    """The layer's service `openclaw-notices` (see the module docstring). A failed attempt (the
+    gateway down, a call refused) is recorded as `openclaw-notice-failed` and retried with
+    backoff, in order, forever: the notice stays pending, never lost, never queued twice."""
 
     name = "openclaw-notices"
 
@@ -94,6 +130,9 @@ class NoticeDelivery:
         self.host = socket.gethostname()
         self.backoff = Backoff(initial_ms=int(notices.retry_initial_s * 1000), factor=2.0,
                                max_ms=int(notices.retry_max_s * 1000))
+        self.open: set[int] = set()  # seqs of chosen effects being settled
+        self.seen = 0  # the newest effect seq followed
+        self.pushed_out: set[str] = set()  # effect ids the gateway's full queue dropped
 
     async def cursor(self, events: EventStore) -> int:
         """The seq after which effects are still to be settled (first start: the engine's
@@ -110,15 +149,49 @@ class NoticeDelivery:
                 started = list(result.events)
             except VersionConflict:
                 started = await events.read(key=STARTED_KEY, limit=1)
-        seqs = [int(e.data["seq"]) for e in (*delivered, *started)]
+        seqs = [int(e.data.get("through") or e.data["seq"]) for e in delivered]
+        seqs += [int(e.data["seq"]) for e in started]
         return max(seqs, default=0)
 
     async def __call__(self, engine: Engine) -> None:
         events = engine.events
-        async for event in events.changes(await self.cursor(events), kinds=["effect"]):
-            body = event.data.get("effect") if isinstance(event.data, dict) else None
-            if isinstance(body, dict) and body.get("type") in self.effects:
-                await self.settle(events, event, body)
+        cursor = await self.cursor(events)
+        self.seen = cursor
+        slots = asyncio.Semaphore(self.settings.notices.max_queued)
+        async with asyncio.TaskGroup() as settling:
+            async for event in events.changes(cursor, kinds=["effect"]):
+                body = event.data.get("effect") if isinstance(event.data, dict) else None
+                if isinstance(body, dict) and body.get("type") in self.effects:
+                    self.open.add(event.seq)  # before the wait: `through` stays below it
+                    await slots.acquire()
+                    settling.create_task(self._settle_in(slots, events, event, body))
+                self.seen = event.seq
+
+    async def _settle_in(self, slots: asyncio.Semaphore, events: EventStore, event: Event,
+                         body: dict[str, Any]) -> None:
+        try:
+            await self.settle(events, event, body)
+        except asyncio.CancelledError:  # the engine stops: the next one need not wait
+            with contextlib.suppress(Exception):  # out this one's lease
+                await asyncio.wait_for(self.release(events, event.key), RELEASE_S)
+            raise
+        finally:
+            self.open.discard(event.seq)
+            slots.release()
+
+    async def release(self, events: EventStore, effect_id: str) -> None:
+        """End this service's claim on `effect_id`'s delivery, if it holds the newest."""
+        where = attempt_key(effect_id)
+        version = await events.head(where)
+        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
+        if claims and claims[0].data.get("owner") == self.owner:
+            await events.append([EventDraft(CLAIMED, where, {**claims[0].data, "until_ms": 0},
+                                            origin=ORIGIN)], expect={where: version})
+
+    def through(self, seq: int) -> int:
+        """The seq up to which every chosen effect is settled once effect #`seq` is."""
+        others = self.open - {seq}
+        return min(others) - 1 if others else max(self.seen, seq)
 
     async def settle(self, events: EventStore, event: Event, effect: dict[str, Any]) -> None:
         """Deliver the effect of `event` unless it already was; retry until it is. Each
@@ -131,7 +204,7 @@ class NoticeDelivery:
                 await asyncio.sleep(CLAIM_POLL_S)  # another engine delivers it now
                 continue
             try:
-                message_id, recovered = await self.deliver(effect_id, effect)
+                outcome = await self.deliver(events, event, effect_id, effect)
             except Exception as exc:
                 attempt += 1
                 delay = self.backoff.delay_ms(attempt)
@@ -144,32 +217,55 @@ class NoticeDelivery:
                                  retry_in_ms=delay), origin=ORIGIN, cause=event.seq)])
                 await asyncio.sleep(delay / 1000)
                 continue
+            if outcome is None:
+                continue  # lost with a restarted gateway, or its claim taken: again
+            attempt = 0
             record = NoticeDelivered(effect_id=effect_id, seq=event.seq,
                                      tag=str(effect.get("type")), session_key=self.session_key,
-                                     message_id=message_id, recovered=recovered)
+                                     recovered=outcome, through=self.through(event.seq))
             with contextlib.suppress(VersionConflict):  # another engine recorded it first
                 await events.append([EventDraft(NOTICE_DELIVERED, key, record, origin=ORIGIN,
                                                 cause=event.seq)], expect={key: 0})
             return
+
+    def lease_s(self) -> float:
+        """How long a claim stands unless renewed: twice a gateway call's own limit."""
+        return 2 * (self.settings.notices.timeout_s + 15)
 
     async def claim(self, events: EventStore, effect_id: str, cause: int) -> bool:
         """Whether this service may attempt the delivery now: no live claim of another
         engine stands (one ends with its lease, or at once when its process on this host is
         gone), and this one's claim was appended first."""
         where = attempt_key(effect_id)
-        last = await events.read(key=where, newest_first=True, limit=1)
-        if last and last[0].kind == CLAIMED and self._held_elsewhere(last[0].data):
+        version = await events.head(where)
+        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
+        if claims and self._held_elsewhere(claims[0].data):
             return False
-        lease_s = 2 * (self.settings.notices.timeout_s + 15)  # the CLI call's own limit, twice
-        claim = {"effect_id": effect_id, "owner": self.owner, "host": self.host,
-                 "pid": os.getpid(), "started": process_started(os.getpid()),
-                 "until_ms": int((time.time() + lease_s) * 1000)}
+        return await self._claim_at(events, where, cause, version)
+
+    async def _claim_at(self, events: EventStore, where: str, cause: int,
+                        version: int) -> bool:
+        """Append this service's claim (its lease from now) unless anything was appended
+        at `where` since its version `version` was read."""
+        claim = {"effect_id": where.removeprefix("openclaw-notice-attempt:"),
+                 "owner": self.owner, "host": self.host, "pid": os.getpid(),
+                 "started": process_started(os.getpid()),
+                 "until_ms": int((time.time() + self.lease_s()) * 1000)}
         try:
             await events.append([EventDraft(CLAIMED, where, claim, origin=ORIGIN, cause=cause)],
-                                expect={where: last[0].version if last else 0})
+                                expect={where: version})
         except VersionConflict:
             return False
         return True
+
+    async def _renew(self, events: EventStore, where: str, cause: int) -> bool:
+        """Extend this service's claim at `where`; False when another engine's claim is the
+        newest (this one ran out and was taken over)."""
+        version = await events.head(where)
+        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
+        if not claims or claims[0].data.get("owner") != self.owner:
+            return False
+        return await self._claim_at(events, where, cause, version)
 
     def _held_elsewhere(self, claim: Any) -> bool:
         if not isinstance(claim, dict) or claim.get("owner") == self.owner:
@@ -179,15 +275,103 @@ class NoticeDelivery:
             return False  # its process on this host is gone (or the pid is another's now)
         return bool(int(claim.get("until_ms", 0)) > time.time() * 1000)
 
-    async def deliver(self, effect_id: str, effect: dict[str, Any]) -> tuple[str | None, bool]:
-        """(message id, recovered): the notice appended to the session now, or found there
-        from a delivery the record of which was lost."""
+    async def deliver(self, events: EventStore, event: Event, effect_id: str,
+                      effect: dict[str, Any]) -> bool | None:
+        """Queue the notice unless the gateway holds it already, then wait until a turn
+        consumed it: False, or True when that is known from a turn in the transcript after
+        its gateway restarted. None when it is to be queued again (the gateway that held it
+        restarted before a turn, or the gateway's full queue dropped it) or another engine
+        took the claim over."""
+        label = notice_label(effect_id)
+        where = attempt_key(effect_id)
+        notices = self.settings.notices
+        await self.program.require()
+        state = await self.queue_state(label)
+        turns = await asyncio.to_thread(self.store.turns, self.session_key)
+        pushed_out = effect_id in self.pushed_out
+        self.pushed_out.discard(effect_id)
+        if not state.held and not pushed_out and (
+                before := await self._queued_before(events, where)):
+            if before.gateway_pid == state.pid:  # an engine queued it; a turn has read it
+                return False
+            if before.turns is not None and turns > before.turns:
+                return True  # its gateway restarted, after a turn that read it
+        while not state.held and state.full:  # queued now, it could push one out
+            await asyncio.sleep(notices.poll_s)
+            if not await self._renew(events, where, event.seq):
+                return None
+            state = await self.queue_state(label)
+            turns = await asyncio.to_thread(self.store.turns, self.session_key)
+        if not state.held:
+            text = f"[{label}] {notice_text(effect)}"
+            await self.cli.call("system-event", {"sessionKey": self.session_key, "text": text},
+                                timeout_s=notices.timeout_s)
+            state = await self.queue_state(label)
+            if not state.held:
+                if await asyncio.to_thread(self.store.turns, self.session_key) > turns:
+                    return False  # a turn began meanwhile and read it
+                if state.pid is not None and not state.full:
+                    raise NoticeNotListed(
+                        f"the gateway took the system event for {self.session_key!r} but its "
+                        "status does not list it: notices need an agent's main session as "
+                        "notices.session_key")
+                return None  # restarted between the two calls, or pushed out: again
+            await events.append([EventDraft(
+                NOTICE_QUEUED, where,
+                NoticeQueued(effect_id=effect_id, session_key=self.session_key,
+                             gateway_pid=state.pid, turns=turns), origin=ORIGIN,
+                cause=event.seq)])
+            if notices.show_in_ui:
+                await self.show(effect_id, effect)
+                turns = await asyncio.to_thread(self.store.turns, self.session_key)
+        renewed = asked = time.monotonic()
+        seen = turns
+        while True:
+            await asyncio.sleep(min(TURN_POLL_S, notices.poll_s))
+            if time.monotonic() - renewed > self.lease_s() / 3:
+                if not await self._renew(events, where, event.seq):
+                    return None
+                renewed = time.monotonic()
+            now_turns = await asyncio.to_thread(self.store.turns, self.session_key)
+            if now_turns == seen and time.monotonic() - asked < notices.poll_s:
+                continue  # no turn yet: the gateway is asked only every poll_s
+            seen, asked = now_turns, time.monotonic()
+            now = await self.queue_state(label)
+            if now.pid != state.pid:  # another gateway process: its queue began empty
+                return True if now_turns > turns else None
+            if not now.held:
+                if now.full:  # pushed out by newer events, unread: queued again
+                    self.pushed_out.add(effect_id)
+                    return None
+                return False
+
+    async def _queued_before(self, events: EventStore, where: str) -> NoticeQueued | None:
+        """The newest record of this notice being queued (by any engine), if any."""
+        found = await events.read(key=where, kinds=[NOTICE_QUEUED], newest_first=True, limit=1)
+        if not found:
+            return None
+        try:
+            return msgspec.convert(found[0].data, NoticeQueued)
+        except msgspec.ValidationError:
+            return None
+
+    async def queue_state(self, label: str) -> QueueState:
+        """The gateway's pid, whether a system event labelled `label` is queued, and whether
+        its queue is full."""
+        status = await self.cli.call("status", {}, timeout_s=self.settings.notices.timeout_s)
+        if not isinstance(status, dict):
+            raise TypeError(f"gateway status is not an object: {str(status)[:200]}")
+        pid = status.get("pid")
+        texts = [t for t in status.get("queuedSystemEvents") or [] if isinstance(t, str)]
+        return QueueState(pid=pid if isinstance(pid, int) else None,
+                          held=any(f"[{label}]" in t for t in texts),
+                          full=len(texts) >= GATEWAY_QUEUE_MAX)
+
+    async def show(self, effect_id: str, effect: dict[str, Any]) -> None:
+        """Append the notice to the transcript for the UI (`chat.inject`), unless there."""
         label = notice_label(effect_id)
         if await asyncio.to_thread(self.store.find_text, self.session_key, f"[{label}]"):
-            return None, True
-        await self.program.require()
-        result = await self.cli.call(
+            return
+        await self.cli.call(
             "chat.inject", {"sessionKey": self.session_key, "message": notice_text(effect),
                             "label": label}, timeout_s=self.settings.notices.timeout_s)
-        message_id = result.get("messageId") if isinstance(result, dict) else None
-        return (message_id if isinstance(message_id, str) else None), False

@@ -81,7 +81,10 @@ class ModelSettings(ModelEndpoint, frozen=True, forbid_unknown_fields=True, kw_o
 
 class NoticeSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Which effects become notices in the agent's session (`session_key`, default
-    `agent:<agent>:main`), how long one delivery may take, and the retry backoff."""
+    `agent:<agent>:main`), how long one gateway call may take, the retry backoff, how often
+    the gateway is asked whether a queued notice was consumed (`poll_s`), how many notices
+    may wait in the gateway's queue at once (`max_queued`), and whether a notice is also
+    written into the transcript for a human to see in the UI (`show_in_ui`)."""
 
     enabled: bool = True
     effects: tuple[str, ...] = ("notify",)
@@ -89,9 +92,15 @@ class NoticeSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     timeout_s: float = 30.0
     retry_initial_s: float = 2.0
     retry_max_s: float = 120.0
+    poll_s: float = 30.0
+    show_in_ui: bool = False
+    max_queued: int = 10
 
     def __post_init__(self) -> None:
-        _positive(self, "notices.", "timeout_s", "retry_initial_s", "retry_max_s")
+        _positive(self, "notices.", "timeout_s", "retry_initial_s", "retry_max_s", "poll_s")
+        if not 1 <= self.max_queued <= 19:
+            raise _bad("notices.max_queued", f"({self.max_queued}) must be 1 to 19: the "
+                                             "gateway keeps 20 system events per session")
         if self.retry_max_s < self.retry_initial_s:
             raise _bad("notices.retry_max_s", f"({self.retry_max_s:g}) must be >= "
                                               f"retry_initial_s ({self.retry_initial_s:g})")

@@ -84,6 +84,17 @@ class AgentStore:
                 "AND event_json LIKE ? ESCAPE '\\' LIMIT 1", (session_key, pattern)).fetchone()
         return found is not None
 
+    def turns(self, session_key: str) -> int:
+        """A count that grows with each entry stored in the sessions under `session_key`
+        (each turn adds some): the sum of their next seqs."""
+        if not self.exists():
+            return 0
+        with self._reading() as db:
+            return int(db.execute(
+                "SELECT COALESCE(SUM(head + 1), 0) FROM (SELECT MAX(seq) AS head FROM "
+                "transcript_events WHERE session_id IN (SELECT session_id FROM session_windows "
+                "WHERE session_key = ?) GROUP BY session_id)", (session_key,)).fetchone()[0])
+
     def sizes(self) -> dict[str, Any]:
         """Bytes of the database, its WAL and the sessions folder, and the session count."""
         def size(path: Path) -> int:

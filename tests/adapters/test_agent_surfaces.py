@@ -38,7 +38,8 @@ SURFACES = {
     "pulse_adapters.openclaw": {
         "AgentStore", "GATEWAY", "GatewayHealthWatcher", "GatewaySettings", "LAYER",
         "MIN_VERSION", "ModelRouteWatcher", "ModelSettings", "NOTICE_DELIVERED",
-        "NOTICE_FAILED", "NoticeDelivered", "NoticeDelivery", "NoticeFailed", "NoticeSettings",
+        "NOTICE_FAILED", "NOTICE_QUEUED", "NoticeDelivered", "NoticeDelivery", "NoticeFailed",
+        "NoticeQueued", "NoticeSettings",
         "OpenClaw", "OpenClawCli", "OpenClawCommandFailed", "OpenClawSettings",
         "OpenClawSettingsError", "RouteUnknown", "SessionStoreWatcher", "TRANSCRIPT_MALFORMED",
         "TRANSCRIPT_READ", "TranscriptIngest", "TranscriptMalformed", "TranscriptRead",

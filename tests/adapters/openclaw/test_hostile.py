@@ -1,51 +1,38 @@
 """The openclaw layer against what breaks it: transcript rows that crash a JSON reader or
-are not UTF-8, a store that is corrupt or replaced, two engines delivering one notice,
-credentials in `env`, settings that cannot work. Fast: SQLite files built in OpenClaw's
-schema (agent schema 23, minus the CHECKs that need octet_length()), no gateway."""
+are not UTF-8, a store that is corrupt or replaced, credentials in `env`, settings that cannot
+work (notices against a failing gateway: test_notice_queue.py). Fast: SQLite files built in
+OpenClaw's schema (agent schema 23, minus the CHECKs that need octet_length()), no gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import socket
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pulse_adapters.openclaw import (
-    NOTICE_DELIVERED,
-    NOTICE_FAILED,
     TRANSCRIPT_MALFORMED,
     AgentStore,
-    NoticeDelivery,
-    OpenClawCli,
-    OpenClawCommandFailed,
     TranscriptIngest,
     TranscriptRow,
     TranscriptSettings,
     build_openclaw,
-    load_settings,
     message_of,
-    notice_label,
     notice_text,
 )
 from pulse_adapters.openclaw._ingest import Malformed
 from pulse_core import (
     Engine,
-    EventDraft,
     EventStore,
-    Layer,
     LayerContext,
     LayerError,
     ManualClock,
-    effect_draft,
 )
 from pulse_core.memory import reveal_memory
-from pulse_survival.effects import Notify
 from tests.adapters.openclaw.rig import eventually
 
 SCHEMA = """
@@ -231,159 +218,6 @@ async def test_concurrent_followers_ingest_each_message_once(tmp_path: Path) -> 
     assert sum(counts) == len(records) == len(set(records)) == 180 and again == 0
 
 
-class InjectingCli(OpenClawCli):
-    """chat.inject as the gateway does it: the labelled message lands in the store's session,
-    `delay_s` after the call, which returns then."""
-
-    def __init__(self, store: AgentStore, delay_s: float = 0.3) -> None:
-        super().__init__("openclaw", {}, port=1)
-        self.store = store
-        self.delay_s = delay_s
-        self.calls: list[dict[str, Any]] = []
-
-    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
-        self.calls.append(dict(params))
-        await asyncio.sleep(self.delay_s)
-        text = f"[{params['label']}]\n\n{params['message']}"
-        add(self.store, "main", said(f"n-{len(self.calls)}", text, role="assistant"))
-        return {"ok": True, "messageId": f"n-{len(self.calls)}"}
-
-
-class Present:
-    async def require(self) -> None:
-        return None
-
-
-def delivery(tmp_path: Path, store: AgentStore, cli: OpenClawCli) -> NoticeDelivery:
-    settings = load_settings({"state_dir": str(tmp_path / "state"),
-                              "notices": {"session_key": "agent:main:main"}})
-    return NoticeDelivery(settings, cli, store, Present())  # type: ignore[arg-type]
-
-
-async def effect_of(events: EventStore, text: str) -> Any:
-    (event,) = (await events.append([effect_draft(
-        Notify(topic="disk", level="warning", text=text), "rule:test")])).events
-    return event
-
-
-async def test_two_engines_on_one_log_deliver_a_notice_once(tmp_path: Path) -> None:
-    store = agent_store(tmp_path / "state")
-    add(store, "main", said("m-0", "hello"))
-    cli = InjectingCli(store)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        first, second = delivery(tmp_path, store, cli), delivery(tmp_path, store, cli)
-        async with asyncio.timeout(30):
-            await asyncio.gather(first.settle(engine.events, event, event.data["effect"]),
-                                 second.settle(engine.events, event, event.data["effect"]))
-        records = await engine.events.read(kinds=[NOTICE_DELIVERED])
-    assert len(cli.calls) == 1, cli.calls
-    assert [r.key for r in records] == [f"openclaw-notice:{event.key}"]
-    assert store.find_text("agent:main:main", f"[{notice_label(event.key)}]")
-
-
-class RefusingCli(InjectingCli):
-    """chat.inject refused with the gateway URL, credentials and all, in the error."""
-
-    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
-        self.calls.append(dict(params))
-        raise OpenClawCommandFailed("`openclaw gateway call` exited with 1: cannot reach "
-                                    "wss://operator:s3cret-token@gw.example:18789/rpc?key=k3y")
-
-
-async def test_a_failed_delivery_is_recorded_without_the_urls_secrets(tmp_path: Path) -> None:
-    store = agent_store(tmp_path / "state")
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        settling = asyncio.create_task(delivery(tmp_path, store, RefusingCli(store)).settle(
-            engine.events, event, event.data["effect"]))
-        try:
-            async def recorded() -> bool:
-                return bool(await engine.events.read(kinds=[NOTICE_FAILED]))
-
-            await eventually(recorded)
-            failed = await engine.events.read(kinds=[NOTICE_FAILED])
-        finally:
-            settling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await settling
-    error = failed[0].data["error"]
-    assert "wss://gw.example:18789" in error
-    for secret in ("s3cret-token", "operator", "k3y", "/rpc"):
-        assert secret not in error, error
-
-
-def claim_by(effect_id: str, *, host: str, pid: int, started: float) -> EventDraft:
-    """A delivery claim another engine left: its lease runs a minute more."""
-    return EventDraft("openclaw-notice-claimed", f"openclaw-notice-attempt:{effect_id}",
-                      {"effect_id": effect_id, "owner": f"{host}:{pid}:0", "host": host,
-                       "pid": pid, "started": started, "until_ms": int(time.time() * 1000)
-                       + 60_000}, origin="executor:openclaw-notices")
-
-
-async def test_a_live_claim_is_waited_out_and_a_dead_engines_claim_taken_over(
-    tmp_path: Path,
-) -> None:
-    store = agent_store(tmp_path / "state")
-    cli = InjectingCli(store, delay_s=0)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "a process gave up")
-        body = event.data["effect"]
-        await engine.events.append([claim_by(event.key, host="elsewhere", pid=1, started=1.0)])
-        with pytest.raises(TimeoutError):  # another host's engine is delivering it
-            async with asyncio.timeout(1.2):
-                await delivery(tmp_path, store, cli).settle(engine.events, event, body)
-        # it delivered, then its process died on this host before the record
-        await cli.call("chat.inject", {"label": notice_label(event.key), "message": "x"})
-        await engine.events.append([claim_by(event.key, host=socket.gethostname(),
-                                             pid=2 ** 22 + 7, started=1.0)])
-        async with asyncio.timeout(30):
-            await delivery(tmp_path, store, cli).settle(engine.events, event, body)
-        (delivered,) = await engine.events.read(kinds=[NOTICE_DELIVERED])
-    assert len(cli.calls) == 1
-    assert delivered.data["recovered"] is True
-
-
-class HeldCli(InjectingCli):
-    """chat.inject that lands at once but answers only when `answer` is set: an engine stuck
-    in its delivery while its claim runs out."""
-
-    def __init__(self, store: AgentStore) -> None:
-        super().__init__(store, delay_s=0)
-        self.landed = asyncio.Event()
-        self.answer = asyncio.Event()
-
-    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
-        result = await super().call(method, params, timeout_s=timeout_s)
-        self.landed.set()
-        await self.answer.wait()
-        return result
-
-
-async def test_a_delivery_taken_over_mid_call_is_recorded_once(tmp_path: Path) -> None:
-    store = agent_store(tmp_path / "state")
-    held = HeldCli(store)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        body = event.data["effect"]
-        slow = asyncio.create_task(delivery(tmp_path, store, held).settle(engine.events, event,
-                                                                           body))
-        async with asyncio.timeout(30):  # bounds a hang only
-            await held.landed.wait()
-        # its lease ran out; an engine that claimed after it died before delivering
-        await engine.events.append([claim_by(event.key, host=socket.gethostname(),
-                                             pid=2 ** 22 + 7, started=1.0)])
-        takeover = InjectingCli(store, delay_s=0)
-        async with asyncio.timeout(30):
-            await delivery(tmp_path, store, takeover).settle(engine.events, event, body)
-            held.answer.set()  # the first engine's call returns after the takeover recorded
-            await slow
-        records = await engine.events.read(kinds=[NOTICE_DELIVERED])
-    assert takeover.calls == []  # found in the transcript: not delivered again
-    assert [(r.key, r.data["recovered"]) for r in records] == [
-        (f"openclaw-notice:{event.key}", True)]
-
-
 def test_a_restart_effect_becomes_a_notice_without_its_environment() -> None:
     text = notice_text({"type": "restart-process", "name": "openclaw-gateway",
                         "argv": ["openclaw", "--url", "https://u:hunter2@example.org/x?t=s3"],
@@ -399,6 +233,8 @@ def test_a_restart_effect_becomes_a_notice_without_its_environment() -> None:
     ({"cli_timeout_s": float("nan")}, "layers.openclaw.cli_timeout_s", "finite"),
     ({"gateway": {"interval_s": float("inf")}}, "layers.openclaw.gateway.interval_s", "finite"),
     ({"transcripts": {"batch": 0}}, "layers.openclaw.transcripts.batch", "> 0 rows"),
+    ({"notices": {"max_queued": 20}}, "layers.openclaw.notices.max_queued", "1 to 19"),
+    ({"notices": {"poll_s": 0}}, "layers.openclaw.notices.poll_s", "> 0"),
 ])
 def test_settings_that_cannot_work_or_would_leak_are_refused(
     tmp_path: Path, settings: Any, field: str, problem: str,
@@ -407,17 +243,3 @@ def test_settings_that_cannot_work_or_would_leak_are_refused(
         build_openclaw(settings, LayerContext(tmp_path, ManualClock()))
     assert field in str(refused.value) and problem in str(refused.value), refused.value
     assert "sk-live-123" not in str(refused.value)
-
-
-async def test_an_effect_appended_as_the_engine_starts_gets_its_notice(tmp_path: Path) -> None:
-    store = agent_store(tmp_path / "state")
-    cli = InjectingCli(store, delay_s=0)
-    notices = delivery(tmp_path, store, cli)
-    async with Engine(tmp_path / "pulse", layers=[Layer("openclaw", services=[notices])]) as engine:
-        event = await effect_of(engine.events, "pulse is watching")  # before the service runs
-
-        async def delivered() -> bool:
-            return bool(await engine.events.read(kinds=[NOTICE_DELIVERED]))
-
-        await eventually(delivered, limit_s=30)
-    assert [c["label"] for c in cli.calls] == [notice_label(event.key)]
