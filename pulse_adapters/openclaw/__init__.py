@@ -3,7 +3,8 @@
 Watchers sense the gateway (HTTP /health and /readyz), its model route (into the `llm-route`
 vitals llm_watchdog reads) and its session store; the gateway is an essential process the
 survival layer restarts; chosen effects become notices the agent's model reads on its next
-turn, once each; the agent's transcripts become memory exchanges the awareness reviewer reviews.
+turn, once each; the agent's transcripts become memory exchanges the awareness reviewer reviews;
+pulse's session primer is kept in a workspace bootstrap file.
 """
 
 from pulse_adapters.openclaw._cli import OpenClawCli, OpenClawCommandFailed
@@ -31,6 +32,7 @@ from pulse_adapters.openclaw._layer import (
     layer,
 )
 from pulse_adapters.openclaw._notices import NoticeDelivery, notice_text
+from pulse_adapters.openclaw._primer import PRIMER_WRITTEN, PrimerFile, PrimerWritten
 from pulse_adapters.openclaw._settings import (
     LAYER,
     MIN_VERSION,
@@ -39,6 +41,7 @@ from pulse_adapters.openclaw._settings import (
     NoticeSettings,
     OpenClawSettings,
     OpenClawSettingsError,
+    PrimerSettings,
     TranscriptSettings,
     load_settings,
 )
@@ -58,6 +61,7 @@ __all__ = [
     "NOTICE_DELIVERED",
     "NOTICE_FAILED",
     "NOTICE_QUEUED",
+    "PRIMER_WRITTEN",
     "TRANSCRIPT_MALFORMED",
     "TRANSCRIPT_READ",
     "AgentStore",
@@ -75,6 +79,9 @@ __all__ = [
     "OpenClawCommandFailed",
     "OpenClawSettings",
     "OpenClawSettingsError",
+    "PrimerFile",
+    "PrimerSettings",
+    "PrimerWritten",
     "RouteUnknown",
     "SessionStoreWatcher",
     "TranscriptIngest",

@@ -9,6 +9,7 @@ from pulse_adapters.agents import Program, ProgramCheck
 from pulse_adapters.openclaw._cli import OpenClawCli
 from pulse_adapters.openclaw._ingest import TranscriptIngest
 from pulse_adapters.openclaw._notices import NoticeDelivery
+from pulse_adapters.openclaw._primer import PrimerFile
 from pulse_adapters.openclaw._settings import LAYER, MIN_VERSION, OpenClawSettings, load_settings
 from pulse_adapters.openclaw._store import AgentStore
 from pulse_adapters.openclaw._watchers import (
@@ -72,6 +73,8 @@ def build_openclaw(settings: Any, context: LayerContext) -> OpenClaw:
         services.append(notices)
     if valid.transcripts.enabled:
         services.append(transcripts)
+    if valid.primer.enabled:
+        services.append(PrimerFile(valid))
     essentials = (gateway_essential(valid, context),) if gateway.keep_alive else ()
     bundle = Layer(LAYER, watchers=watchers, services=services, essentials=essentials)
     return OpenClaw(valid, cli, store, program, notices, transcripts, bundle)
@@ -79,6 +82,7 @@ def build_openclaw(settings: Any, context: LayerContext) -> OpenClaw:
 
 def layer(settings: Any, context: LayerContext) -> Layer:
     """The openclaw layer (entry point `openclaw` in group `pulse.layers`): gateway health,
-    model route and session-store watchers, the gateway as an essential process, notices into
-    the agent's session, and transcript ingest into memory."""
+    model route and session-store watchers, the gateway as an essential process, notices for
+    the agent's model, transcript ingest into memory, and the session primer in the
+    workspace."""
     return build_openclaw(settings, context).layer

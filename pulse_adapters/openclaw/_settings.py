@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 import msgspec
@@ -20,6 +20,9 @@ MIN_VERSION = "2026.9.6"
 """The oldest OpenClaw this layer was tested with."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BOOTSTRAP_NAMES = frozenset({"AGENTS.md", "SOUL.md", "IDENTITY.md", "USER.md", "BOOTSTRAP.md",
+                             "MEMORY.md"})
+"""The file names OpenClaw's bootstrap-extra-files hook loads (2026.9.6)."""
 
 
 class OpenClawSettingsError(LayerError):
@@ -128,6 +131,32 @@ class TranscriptSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
         _positive(self, "transcripts.", "batch", unit=" rows")
 
 
+class PrimerSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The session primer as a workspace bootstrap file: when `enabled`, pulse keeps the
+    primer (at most `max_chars`) in `<workspace>/<path>`, which OpenClaw's
+    `bootstrap-extra-files` hook puts into each session's context. `workspace` defaults to
+    the agent's default workspace, `<state_dir>/workspace`; `path` must end in one of the
+    basenames the hook loads and stay inside the workspace."""
+
+    enabled: bool = False
+    workspace: str | None = None
+    path: str = "pulse/MEMORY.md"
+    max_chars: int = 1200
+
+    def __post_init__(self) -> None:
+        parts = PurePosixPath(self.path).parts
+        if PurePosixPath(self.path).is_absolute() or ".." in parts or not parts:
+            raise _bad("primer.path", f"must be a path inside the workspace (got {self.path!r})")
+        if parts[-1] not in BOOTSTRAP_NAMES:
+            raise _bad("primer.path", f"must end in a name OpenClaw's bootstrap-extra-files "
+                                      f"hook loads: {', '.join(sorted(BOOTSTRAP_NAMES))} "
+                                      f"(got {parts[-1]!r})")
+        if not 80 <= self.max_chars <= 20_000:
+            raise _bad("primer.max_chars", f"must be 80 to 20000 characters (got "
+                                           f"{self.max_chars}); OpenClaw injects at most "
+                                           "20000 of a bootstrap file")
+
+
 class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """`layers.openclaw`: the program, the environment every OpenClaw command runs with, its
     state folder (default `$OPENCLAW_STATE_DIR`, else `$HOME/.openclaw`, both read from `env`
@@ -143,6 +172,7 @@ class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     model: ModelSettings = msgspec.field(default_factory=ModelSettings)
     notices: NoticeSettings = msgspec.field(default_factory=NoticeSettings)
     transcripts: TranscriptSettings = msgspec.field(default_factory=TranscriptSettings)
+    primer: PrimerSettings = msgspec.field(default_factory=PrimerSettings)
 
     def __post_init__(self) -> None:
         if not self.program.strip():
@@ -164,6 +194,13 @@ class OpenClawSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
             return Path(given).expanduser()
         home = self.env.get("HOME") or os.environ.get("HOME") or str(Path.home())
         return Path(home) / ".openclaw"
+
+    def primer_file(self) -> Path:
+        """Where the session primer is kept."""
+        primer = self.primer
+        workspace = (Path(primer.workspace).expanduser() if primer.workspace
+                     else self.resolved_state_dir() / "workspace")
+        return workspace / primer.path
 
     def notice_session(self) -> str:
         """The session key notices go into."""

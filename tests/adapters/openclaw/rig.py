@@ -37,7 +37,8 @@ def free_port() -> int:
 
 def openclaw_config(port: int, model: ChatServer, root: Path) -> dict[str, Any]:
     """OpenClaw's config: a local gateway without auth on `port`, one agent `main` whose only
-    model is the stand-in, no heartbeats, no plugins, logs inside `root`."""
+    model is the stand-in, no heartbeats, no plugins, logs inside `root`, the workspace's
+    pulse/MEMORY.md (pulse's session primer) loaded into each session's context."""
     return {
         "gateway": {"mode": "local", "bind": "loopback", "port": port,
                     "auth": {"mode": "none"}},
@@ -50,6 +51,8 @@ def openclaw_config(port: int, model: ChatServer, root: Path) -> dict[str, Any]:
                                 "heartbeat": {"every": "0m"}}},
         "logging": {"file": str(root / "state" / "logs" / "gateway.log")},
         "plugins": {"enabled": False},  # none is needed here, and the gateway starts sooner
+        "hooks": {"internal": {"entries": {"bootstrap-extra-files": {  # pulse's primer file
+            "enabled": True, "paths": ["pulse/MEMORY.md"]}}}},
     }
 
 

@@ -20,10 +20,12 @@ import pytest
 
 from pulse_adapters.awareness import build_reviewer
 from pulse_adapters.llm.stand_in import ChatServer, Stream
+from pulse_adapters.maintenance import run_cycle
 from pulse_adapters.openclaw import (
     NOTICE_DELIVERED,
     NOTICE_FAILED,
     NOTICE_QUEUED,
+    PRIMER_WRITTEN,
     TRANSCRIPT_MALFORMED,
     AgentStore,
     TranscriptIngest,
@@ -31,9 +33,9 @@ from pulse_adapters.openclaw import (
     build_openclaw,
     notice_label,
 )
-from pulse_core import Engine, LayerContext, Quote, SystemClock
+from pulse_core import Engine, EventDraft, LayerContext, Quote, SystemClock
 from pulse_core._effects import effect_draft
-from pulse_core.memory import reveal_memory
+from pulse_core.memory import identity_key, reveal_memory
 from pulse_survival.effects import Notify
 from tests.adapters.awareness_rig import reply
 from tests.adapters.openclaw.rig import Gateway, eventually, start_gateway, wait_healthy
@@ -240,3 +242,30 @@ async def test_a_notice_raised_while_the_gateway_is_down_reaches_the_model_once_
     kinds = [e.kind for e in attempts if e.kind != "openclaw-notice-claimed"]
     assert kinds[0] == NOTICE_FAILED and kinds[-1] == NOTICE_QUEUED, kinds
     assert kinds.count(NOTICE_QUEUED) >= 1
+
+
+async def test_the_session_primer_is_in_the_model_s_context_and_follows_the_working_state(
+    gateway: Gateway,
+) -> None:
+    primer = {"enabled": True, "workspace": str(gateway.root / "workspace")}
+    async with Engine(gateway.home, layers=layers(gateway, primer=primer)) as engine:
+        clock = SystemClock()
+        await engine.events.append([
+            EventDraft("identity-registered", identity_key("ana"), {"name": "Ana"},
+                       origin="agent"),
+            EventDraft("commitment-made", identity_key("ana"),
+                       {"record": "c-primer", "text": "send Ana the quarterly report",
+                        "due_at": clock.now_ms() + 3_600_000}, origin="agent")])
+        await run_cycle(engine.events, clock=clock)
+
+        async def written() -> bool:
+            return any("quarterly report" in (gateway.root / "workspace" / "pulse" /
+                                              "MEMORY.md").read_text()
+                       for _ in await engine.events.read(kinds=[PRIMER_WRITTEN]))
+
+        await eventually(written, limit_s=60)
+        asked = await turn(gateway, "what do I owe Ana?")
+    assert "send Ana the quarterly report" in asked
+    assert "Working state as of event #" in asked
+    path = gateway.root / "workspace" / "pulse" / "MEMORY.md"
+    assert path.stat().st_mode & 0o077 == 0  # owner-only: it holds the agent's memory
