@@ -8,6 +8,7 @@ wins, so a notice reaches one turn, once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.agents import notice_body
+from pulse_adapters.agents import notice_body, open_notice
 from pulse_core import (
     Event,
     EventDraft,
@@ -105,8 +106,9 @@ class NoticeFollower:
                 except StoreError as exc:
                     log.warning("pulse plugin: notice %s not claimed: %s", event.key, exc)
                     break
-                else:
-                    lines.append(notice_line(body))
+                else:  # sealed memory text it quotes is opened only to be shown
+                    lines.append(notice_line(
+                        await asyncio.to_thread(open_notice, body, events.keys)))
             self._after = event.seq
         return lines
 
