@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,10 @@ from typing import Any, TextIO
 
 import psutil
 
+from pulse_core._effects import Effect, ExecutionContext, Executor
 from pulse_core._events import EventDraft, encode_data, uuid7
+from pulse_core._executor_loop import ExecutorLoop
+from pulse_core.store import open_event_store
 from pulse_core.store._sqlite_recorder import SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
@@ -383,3 +386,75 @@ def postgres_database() -> Iterator[str]:
             yield server.create_database()
         finally:
             server.stop("immediate")
+
+
+def on_postgres(url: str | None, run: Callable[[str], Awaitable[Report]]) -> int:
+    """Run `run` on the database `url`, or on a server of this run's own when there is none
+    (`postgres_database`); the report's exit code."""
+    if url:
+        return asyncio.run(run(url)).exit_code()
+    with postgres_database() as fresh:
+        return asyncio.run(run(fresh)).exit_code()
+
+
+# -- limits: raw PostgreSQL -----------------------------------------------------------------
+
+RAW_COLUMNS = COLUMNS.removeprefix("seq, ")
+"""The columns a raw row gives: seq comes from the raw table's identity column."""
+RAW_TABLE = """
+DROP TABLE IF EXISTS raw_events;
+CREATE TABLE raw_events (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL, kind text NOT NULL,
+    key text NOT NULL, version bigint NOT NULL, ts bigint NOT NULL, origin text NOT NULL,
+    cause bigint, tx text NOT NULL, idem text, data bytea, hash text);
+CREATE UNIQUE INDEX raw_events_idem ON raw_events (idem) WHERE idem IS NOT NULL;
+CREATE INDEX raw_events_key ON raw_events (key, seq);
+CREATE INDEX raw_events_kind ON raw_events (kind, seq);
+CREATE INDEX raw_events_origin ON raw_events (origin text_pattern_ops, seq);
+"""
+"""The raw limit's table, made anew: the columns and indexes of pulse's PostgreSQL events
+table (pulse_core/store/_pg_schema.py, schema 3; tests/bench pins them), seq from an identity
+column (no ordering, versions or idempotency)."""
+RAW_INSERT = f"INSERT INTO raw_events ({RAW_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+"""One raw row (psycopg placeholders, `RAW_COLUMNS` order)."""
+RAW_INSERT_UNNEST = (
+    f"INSERT INTO raw_events ({RAW_COLUMNS}) "
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], "
+    "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::text[])")
+"""Many raw rows in one statement, given as one array a column (`RAW_COLUMNS` order)."""
+
+
+# -- PostgreSQL: an engine's executors in another process -----------------------------------
+
+
+class Ping(Effect, tag="bench-ping"):
+    """A no-op effect numbered so the process that enters it can say which one it was."""
+
+    any_host = True
+    timeout = 5.0
+    n: int
+
+
+class EntryPrinter(Executor):
+    """Prints `<n> <perf_counter>` the moment `execute` is entered, then returns at once."""
+
+    handles = (Ping,)
+
+    async def execute(self, effect: Any, ctx: ExecutionContext) -> Any:
+        sys.stdout.write(f"{effect.n} {time.perf_counter()!r}\n")
+        sys.stdout.flush()
+        return None
+
+
+async def executor_process(url: str, concurrency: int) -> None:
+    """A child process's engine executors: an ExecutorLoop on the log at `url` running
+    EntryPrinter (`concurrency` effects at once), woken by LISTEN/NOTIFY; prints `ready`
+    once started and runs until stdin closes (or the process is killed)."""
+    store = await open_event_store(url)
+    loop = ExecutorLoop(store, [EntryPrinter()], concurrency=concurrency)
+    runner = asyncio.create_task(loop.run())
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.read)
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    await store.close()

@@ -25,23 +25,18 @@ from typing import Any
 from bench.common import (
     Figure,
     Floor,
+    Ping,
     Report,
     asyncio_wake_latencies,
     percentile,
     raw_commit_latencies,
     temp_dir,
 )
-from pulse_core._effects import Effect, ExecutionContext, Executor, effect_draft
+from pulse_core._effects import ExecutionContext, Executor, effect_draft
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core.store import SqliteEventStore
 
 FLOOR_P99_MS = 10.0
-
-
-class Ping(Effect, tag="bench-ping"):
-    """A no-op effect numbered so the executor can say which one it entered."""
-
-    n: int
 
 
 class EntryRecorder(Executor):

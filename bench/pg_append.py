@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 
 from bench.common import (
+    RAW_INSERT,
+    RAW_TABLE,
     Figure,
     Floor,
     Report,
@@ -32,17 +34,6 @@ from bench.common import (
 from pulse_core._events import encode_data, uuid7
 
 FLOOR = 0.50
-RAW_TABLE = """
-DROP TABLE IF EXISTS raw_events;
-CREATE TABLE raw_events (
-    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL, kind text NOT NULL,
-    key text NOT NULL, version bigint NOT NULL, ts bigint NOT NULL, origin text NOT NULL,
-    cause bigint, tx text NOT NULL, idem text, data bytea, hash text);
-CREATE UNIQUE INDEX raw_events_idem ON raw_events (idem) WHERE idem IS NOT NULL;
-CREATE INDEX raw_events_key ON raw_events (key, seq);
-"""
-RAW_INSERT = ("INSERT INTO raw_events (id, kind, key, version, ts, origin, cause, tx, idem, "
-              "data, hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)")
 
 
 # -- one child process ----------------------------------------------------------------------

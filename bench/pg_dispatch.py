@@ -28,13 +28,22 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import psycopg
 
-from bench.common import REPO, Figure, Floor, Report, percentile, postgres_database
-from pulse_core._effects import Effect, ExecutionContext, Executor, effect_draft
-from pulse_core._executor_loop import ExecutorLoop
+from bench.common import (
+    RAW_INSERT,
+    RAW_TABLE,
+    REPO,
+    Figure,
+    Floor,
+    Ping,
+    Report,
+    executor_process,
+    on_postgres,
+    percentile,
+)
+from pulse_core._effects import effect_draft
 from pulse_core.store import EventStore, open_event_store
 
 FLOOR_P99_MS = 50.0
@@ -44,38 +53,7 @@ CHANNEL = "pulse_bench_ping"
 ECHO = "pulse_bench_pong"
 
 
-class Ping(Effect, tag="bench-pg-ping"):
-    """A no-op effect numbered so the consumer can say which one it entered."""
-
-    any_host = True
-    n: int
-
-
-class EntryPrinter(Executor):
-    """Prints `<n> <perf_counter>` the moment `execute` is entered, then returns at once."""
-
-    handles = (Ping,)
-
-    async def execute(self, effect: Any, ctx: ExecutionContext) -> Any:
-        now = time.perf_counter()
-        sys.stdout.write(f"{effect.n} {now!r}\n")
-        sys.stdout.flush()
-        return None
-
-
 # -- the other process -----------------------------------------------------------------------
-
-
-async def consumer(url: str) -> None:
-    """The claiming process: an ExecutorLoop on the store until stdin closes."""
-    store = await open_event_store(url)
-    loop = ExecutorLoop(store, [EntryPrinter()], concurrency=1)
-    runner = asyncio.create_task(loop.run())
-    print("ready", flush=True)
-    await asyncio.to_thread(sys.stdin.read)
-    runner.cancel()
-    await asyncio.gather(runner, return_exceptions=True)
-    await store.close()
 
 
 async def listener(url: str) -> None:
@@ -213,22 +191,19 @@ async def notify_latencies(url: str, count: int) -> tuple[list[float], list[floa
 
 
 async def raw_commit_latencies(url: str, count: int) -> list[float]:
-    """Seconds per 1-row INSERT + COMMIT, one at a time, into a table with the log's columns
-    and indexes (pulse's own DDL, in a schema of its own): what the claim's commit costs
-    without pulse."""
-    from pulse_core.store._pg_schema import COLUMNS, SCHEMA
-
+    """Seconds per 1-row INSERT + COMMIT, one at a time, into the raw table (the log's
+    columns and indexes, bench.common.RAW_TABLE): what the claim's commit costs without
+    pulse."""
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
     out: list[float] = []
     try:
-        await conn.execute(SCHEMA.format(s="bench_raw"))
-        insert = (f"INSERT INTO bench_raw.events ({COLUMNS}) VALUES "
-                  "(%s, %s, 'effect-executing', %s, 2, 0, 'bench', 1, %s, NULL, %s, NULL)")
+        await conn.execute(RAW_TABLE)
         for n in range(1, WARMUP + count + 1):
             started = time.perf_counter()
             async with conn.transaction():
-                await conn.execute(insert, (n, f"id-{n}", f"key-{n}", f"tx-{n}",
-                                            b'{"attempt":1,"lease_until":0}'))
+                await conn.execute(RAW_INSERT, (
+                    f"id-{n}", "effect-executing", f"key-{n}", 2, 0, "bench", 1, f"tx-{n}",
+                    None, b'{"attempt":1,"lease_until":0}', None))
             if n > WARMUP:
                 out.append(time.perf_counter() - started)
     finally:
@@ -273,16 +248,13 @@ async def run(url: str, args: argparse.Namespace) -> Report:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    if args.role == "consumer":
-        asyncio.run(consumer(args.url))
+    if args.role == "consumer":  # the claiming process, one effect at a time
+        asyncio.run(executor_process(args.url, concurrency=1))
         return 0
     if args.role == "listener":
         asyncio.run(listener(args.url))
         return 0
-    if args.url:
-        return asyncio.run(run(args.url, args)).exit_code()
-    with postgres_database() as url:
-        return asyncio.run(run(url, args)).exit_code()
+    return on_postgres(args.url, lambda url: run(url, args))
 
 
 if __name__ == "__main__":

@@ -28,44 +28,21 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import REPO, Figure, Floor, Report, percentile, postgres_database
+from bench.common import (
+    REPO,
+    Figure,
+    Floor,
+    Ping,
+    Report,
+    executor_process,
+    on_postgres,
+    percentile,
+)
 from bench.pg_dispatch import raw_commit_latencies
-from pulse_core._effects import Effect, ExecutionContext, Executor, effect_draft
-from pulse_core._executor_loop import ExecutorLoop
+from pulse_core._effects import effect_draft
 from pulse_core.store import open_event_store
 
 GOAL_P99_MS = 20.0
-
-
-class FleetPing(Effect, tag="bench-pg-fleet-ping"):
-    """A no-op effect numbered so each engine can say which one it entered."""
-
-    any_host = True
-    timeout = 5.0
-    n: int
-
-
-class Entry(Executor):
-    """Prints `<n> <perf_counter>` the moment `execute` is entered, then returns."""
-
-    handles = (FleetPing,)
-
-    async def execute(self, effect: Any, ctx: ExecutionContext) -> Any:
-        sys.stdout.write(f"{effect.n} {time.perf_counter()!r}\n")
-        sys.stdout.flush()
-        return None
-
-
-async def engine(url: str) -> None:
-    """One engine process: an ExecutorLoop on the log until stdin closes (or SIGKILL)."""
-    store = await open_event_store(url)
-    loop = ExecutorLoop(store, [Entry()], concurrency=4)
-    runner = asyncio.create_task(loop.run())
-    print("ready", flush=True)
-    await asyncio.to_thread(sys.stdin.read)
-    runner.cancel()
-    await asyncio.gather(runner, return_exceptions=True)
-    await store.close()
 
 
 class Engine:
@@ -125,7 +102,7 @@ async def run(url: str, args: argparse.Namespace) -> Report:
             due = started + n / args.rate
             if (wait := due - time.perf_counter()) > 0:
                 await asyncio.sleep(wait)
-            await store.append([effect_draft(FleetPing(n=n), origin="engine:tick")])
+            await store.append([effect_draft(Ping(n=n), origin="engine:tick")])
             sent[n] = time.perf_counter()
             if n == args.effects // 2:
                 engines[0].kill()
@@ -191,13 +168,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    if args.role == "engine":
-        asyncio.run(engine(args.url))
+    if args.role == "engine":  # one engine's executors, 4 effects at once
+        asyncio.run(executor_process(args.url, concurrency=4))
         return 0
-    if args.url:
-        return asyncio.run(run(args.url, args)).exit_code()
-    with postgres_database() as url:
-        return asyncio.run(run(url, args)).exit_code()
+    return on_postgres(args.url, lambda url: run(url, args))
 
 
 if __name__ == "__main__":

@@ -26,13 +26,12 @@ of each part. Without `--url` a server is started here (tests/servers.py, fsync 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from collections.abc import Sequence
 
 import psycopg
 
-from bench.common import Figure, Floor, Report, fmt, median, postgres_database
+from bench.common import Figure, Floor, Report, fmt, median, on_postgres
 from pulse_core._effects import EFFECT_KINDS
 from pulse_core._events import EventDraft
 from pulse_core.store import EventStore, open_event_store
@@ -232,10 +231,7 @@ async def run(url: str, args: argparse.Namespace) -> Report:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    if args.url:
-        return asyncio.run(run(args.url, args)).exit_code()
-    with postgres_database() as url:
-        return asyncio.run(run(url, args)).exit_code()
+    return on_postgres(args.url, lambda url: run(url, args))
 
 
 if __name__ == "__main__":

@@ -28,25 +28,18 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import psycopg
 
-from bench.common import Figure, Floor, Report, postgres_database, tick_drafts
+from bench.common import (
+    RAW_INSERT_UNNEST,
+    RAW_TABLE,
+    Figure,
+    Floor,
+    Report,
+    on_postgres,
+    tick_drafts,
+)
 from pulse_core._events import encode_data, uuid7
 from pulse_core.store import EventStore, open_event_store, parse_store_url
 
-RAW_TABLE = """
-DROP TABLE IF EXISTS raw_events;
-CREATE TABLE raw_events (
-    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL, kind text NOT NULL,
-    key text NOT NULL, version bigint NOT NULL, ts bigint NOT NULL, origin text NOT NULL,
-    cause bigint, tx text NOT NULL, idem text, data bytea, hash text);
-CREATE UNIQUE INDEX raw_events_idem ON raw_events (idem) WHERE idem IS NOT NULL;
-CREATE INDEX raw_events_key ON raw_events (key, seq);
-CREATE INDEX raw_events_kind ON raw_events (kind, seq);
-CREATE INDEX raw_events_origin ON raw_events (origin text_pattern_ops, seq);
-"""
-RAW_INSERT = (
-    "INSERT INTO raw_events (id, kind, key, version, ts, origin, cause, tx, idem, data, hash) "
-    "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], "
-    "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::text[])")
 KEYS = 1000
 ROUNDS = 3
 
@@ -69,7 +62,7 @@ async def raw_run(dsn: str, writers: int, appends: int, per: int) -> float:
         async def writer(conn: psycopg.AsyncConnection[tuple[object, ...]],
                          mine: Sequence[list[list[object]]]) -> None:
             for columns in mine:
-                await conn.execute(RAW_INSERT, columns)
+                await conn.execute(RAW_INSERT_UNNEST, columns)
 
         started = time.perf_counter()
         await asyncio.gather(*(writer(c, b) for c, b in zip(conns, batches, strict=True)))
@@ -94,7 +87,7 @@ async def store_run(store: EventStore, offset: int, writers: int, appends: int,
     return writers * appends * per / (time.perf_counter() - started)
 
 
-async def measure(url: str, appends: int) -> int:
+async def measure(url: str, appends: int) -> Report:
     dsn = parse_store_url(url).dsn  # type: ignore[attr-defined]
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(RAW_TABLE)
@@ -123,7 +116,7 @@ async def measure(url: str, appends: int) -> int:
                            floor=Floor.ratio_at_least(ratio, floor))
     finally:
         await store.close()
-    return report.exit_code()
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,10 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--appends", type=int, default=1000)
     parser.add_argument("--url", default=None)
     args = parser.parse_args(argv)
-    if args.url:
-        return asyncio.run(measure(args.url, args.appends))
-    with postgres_database() as url:
-        return asyncio.run(measure(url, args.appends))
+    return on_postgres(args.url, lambda url: measure(url, args.appends))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ that hands tasks out (TaskDispatcher), the effect that runs one (AgentRun), the 
 executor every host's runs go through (AgentRunExecutor), the check of a host's program
 (Program, check_program, ProgramCheck), and the page of a host's runs in the web UI
 (agent_runs_page) with what it and `upulse runs` say of one run (run_view), and the one
-notice text every host shows (notice_body), quoted text fenced as data (fence_untrusted)."""
+notice text every host shows (notice_body, its sealed quotes opened by open_notice), quoted
+text fenced as data (fence_untrusted)."""
 
 from pulse_adapters.agents._dispatch import TaskDispatcher, plan_dispatch
 from pulse_adapters.agents._effects import AgentRun, TaskTimedOut, timed_out_type
@@ -21,6 +22,7 @@ from pulse_adapters.agents._notices import (
     fence_untrusted,
     notice_body,
     notice_fields,
+    open_notice,
 )
 from pulse_adapters.agents._page import AgentRunView, agent_runs_page, is_agent_run, run_view
 from pulse_adapters.agents._process import StreamLimits
@@ -66,6 +68,7 @@ __all__ = [
     "notice_body",
     "notice_fields",
     "notices_layer",
+    "open_notice",
     "plan_dispatch",
     "run_view",
     "timed_out_type",

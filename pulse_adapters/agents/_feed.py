@@ -29,6 +29,7 @@ from pulse_core.maintenance import (
     WatchDecided,
     WatchFired,
 )
+from pulse_core.store import is_sealed
 from pulse_survival import Notify
 
 LAYER = "agent-notices"
@@ -78,8 +79,11 @@ class FeedState(msgspec.Struct, frozen=True):
 def agent_notice(source: str, level: str, text: str, quoted: str = "") -> Notify:
     """The one Notify a source event becomes: topic `agent-notices.<source>`, pulse's own
     `text`, and `quoted` (untrusted text such as a task's output, cut to QUOTE_CHARS) as a
-    Quote labelled with the source, which hosts fence as data."""
-    quotes = (Quote(source=f"{LAYER}.{source}", text=redact_urls(quoted[:QUOTE_CHARS])),)
+    Quote labelled with the source, which hosts fence as data. Sealed memory text is quoted
+    whole, still sealed: the log never holds its plain words, and a host opens it with the
+    home's keys to show it (`open_notice`)."""
+    kept = quoted if is_sealed(quoted) else redact_urls(quoted[:QUOTE_CHARS])
+    quotes = (Quote(source=f"{LAYER}.{source}", text=kept),)
     return Notify(topic=f"{LAYER}.{source}", level=level, text=redact_urls(text),
                   quoted=quotes if quoted else ())
 
@@ -116,9 +120,10 @@ def _source_event(state: FeedState, event: Event) -> SourceEvent | None:
         value = body.get("value")
         if body.get("key") != "commitment-overdue" or not isinstance(value, dict):
             return None
+        words = value.get("text")  # sealed in a home: quoted whole, opened where shown
         return SourceEvent(event.seq, "commitment",
-                           f"commitment {value.get('commitment', '?')} is overdue"
-                           + (f": {value['text']}" if value.get("text") else ""))
+                           f"commitment {value.get('commitment', '?')} is overdue",
+                           words if isinstance(words, str) else "")
     if event.kind == "sleep-task-completed":
         outcome = _data(event).get("outcome")
         return SourceEvent(event.seq, "task", f"sleep task {name} completed",

@@ -8,6 +8,7 @@ wins, so a notice reaches one turn, once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from pulse_adapters.agents import notice_body
+from pulse_adapters.agents import notice_body, open_notice
 from pulse_core import (
     Event,
     EventDraft,
@@ -98,15 +99,16 @@ class NoticeFollower:
                 draft = EventDraft(NOTICE_OFFERED, notice_key(event.key),
                                    msgspec.to_builtins(offer), origin="agent:hermes",
                                    cause=event.seq)
-                try:
+                try:  # sealed memory text it quotes is opened only to be shown
+                    shown = await asyncio.to_thread(open_notice, body, events.keys)
                     await events.append([draft], expect={draft.key: 0})
                 except VersionConflict:
                     pass  # offered already, by another turn or process
-                except StoreError as exc:
+                except StoreError as exc:  # the log's or keys.db's: the next turn tries again
                     log.warning("pulse plugin: notice %s not claimed: %s", event.key, exc)
                     break
                 else:
-                    lines.append(notice_line(body))
+                    lines.append(notice_line(shown))
             self._after = event.seq
         return lines
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pulse_adapters.agents import ProgramCheck, notice_body
+from pulse_adapters.agents import ProgramCheck, notice_body, open_notice
 from pulse_adapters.openclaw._cli import OpenClawCli
 from pulse_adapters.openclaw._kinds import (
     NOTICE_DELIVERED,
@@ -203,8 +203,9 @@ class NoticeDelivery:
             if not await self.claim(events, effect_id, event.seq):
                 await asyncio.sleep(CLAIM_POLL_S)  # another engine delivers it now
                 continue
-            try:
-                outcome = await self.deliver(events, event, effect_id, effect)
+            try:  # sealed memory text the notice quotes is opened only to be shown
+                shown = await asyncio.to_thread(open_notice, effect, events.keys)
+                outcome = await self.deliver(events, event, effect_id, shown)
             except Exception as exc:
                 attempt += 1
                 delay = self.backoff.delay_ms(attempt)

@@ -18,7 +18,7 @@ SURFACES = {
         "AgentStream", "DispatchPolicy", "Program", "ProgramCheck", "ProgramStatus",
         "ProgramUnavailable", "StoreTrouble", "StreamLimits", "TaskDispatcher", "TaskTimedOut",
         "NOTICE_MAX_CHARS", "agent_runs_page", "check_program", "fence_untrusted", "is_agent_run",
-        "notice_body", "notice_fields", "plan_dispatch",
+        "notice_body", "notice_fields", "open_notice", "plan_dispatch",
         "run_view", "timed_out_type",
         "AgentNoticesError", "AgentNoticesRule", "AgentNoticesSettings", "NoticeSources",
         "agent_notice", "notices_layer",

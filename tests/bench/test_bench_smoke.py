@@ -120,6 +120,21 @@ def test_pg_dispatch(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
           floors=1)
 
 
+def test_pg_single(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("pg_single").main(["--appends", "16", "--url", pg_url])
+    check(capsys.readouterr().out,
+          ["pulse 1 writer, 1 event per append", "pulse 1 writer, 100 events per append",
+           "pulse 8 writers, 1 event per append"],
+          ["raw psycopg INSERT per commit"], floors=3)
+
+
+def test_pg_fleet(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bench("pg_fleet").main(["--engines", "2", "--effects", "40", "--rate", "100",
+                            "--url", pg_url])
+    check(capsys.readouterr().out, ["dispatch p50", "dispatch p99", "effects acked exactly once"],
+          ["raw 1-row INSERT + COMMIT p99", "effects appended"], floors=2)
+
+
 def test_pg_scale(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     bench("pg_scale").main(["--small", "200", "--large", "2000", "--ticks", "5", "--warmup",
                             "1", "--url", pg_url])

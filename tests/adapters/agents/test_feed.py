@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from pulse_adapters.agents import (
@@ -17,13 +18,21 @@ from pulse_adapters.agents import (
     agent_notice,
     fence_untrusted,
     notices_layer,
+    open_notice,
 )
+from pulse_adapters.agents._notices import UNREADABLE_TEXT
+from pulse_adapters.hermes import NoticeFollower
 from pulse_adapters.llm.stand_in import ChatServer, Stream
+from pulse_adapters.maintenance import run_cycle
+from pulse_adapters.openclaw import notice_text as openclaw_notice_text
 from pulse_core import Clock, Engine, EventDraft, LayerContext, ManualClock, SystemClock, load_layer
 from pulse_core.maintenance import WatchArmed, WatchCondition, arm_watch
 from pulse_core.memory import identity_key
+from pulse_core.store import ElementKeys, is_sealed
 from tests.adapters.hermes.rig import chat_requests, hermes_rig
 
+HOUR = 3_600_000
+DAY = 24 * HOUR
 TEST_TIME_LIMIT_S = 300  # bounds a hang only: one hermes run, bounded by HermesRig.run
 
 
@@ -155,3 +164,48 @@ async def test_a_fired_watch_reaches_the_models_next_request_through_hermes(
     turn = [m for m in chat_requests(chat_server)[0]["messages"] if m["role"] == "user"][-1]
     assert "watch deploy fired on a change" in json.dumps(turn["content"])
     assert "agent-notices.watch" in json.dumps(turn["content"])
+
+
+async def test_an_overdue_commitment_of_a_sealed_home_reaches_the_agent_in_plain_words(
+        tmp_path: Path) -> None:
+    """The commitment's text is sealed in the home: the notice in the log quotes the sealed
+    token (a purge still erases it), and what a host shows the agent is the opened text."""
+    words = "call Ana back about the lease"
+    clock = ManualClock()
+    e = engine(tmp_path / "home", clock=clock)
+    await e.open()
+    try:
+        await e.events.append([EventDraft("commitment-made", identity_key("ana"), {
+            "record": "c-call", "text": words, "due_at": clock.now_ms() + HOUR},
+            origin="agent")])
+        (made,) = await e.events.read(kinds=["commitment-made"])
+        assert is_sealed(made.data["text"])  # the home seals element text
+        clock.advance(2 * HOUR)
+        report = await run_cycle(e.events, clock=clock, cycle="c1")
+        assert report.overdue == ("ana/c-call",)
+        await e.step()
+        (notice,) = await notices(e)
+        hermes = await NoticeFollower(["notify"], max_age_ms=DAY).claim(
+            e.events, clock.now_ms())
+        openclaw = openclaw_notice_text(open_notice(notice, e.events.keys))
+    finally:
+        await e.close()
+    assert notice["topic"] == "agent-notices.commitment"
+    assert notice["text"] == "commitment ana/c-call is overdue"
+    assert words not in json.dumps(notice)  # the log holds no plain copy
+    assert [q["text"] for q in notice["quoted"]] == [made.data["text"]]
+    for shown in (*hermes, openclaw):
+        assert "commitment ana/c-call is overdue" in shown and words in shown
+        assert "pulse-sealed" not in shown  # no part of the token
+
+
+def test_sealed_text_that_does_not_open_is_shown_as_such(tmp_path: Path) -> None:
+    keys = ElementKeys(tmp_path / "keys.db")
+    token = keys.seal("ana/c-call", "call Ana back")
+    notice = msgspec.to_builtins(agent_notice("commitment", "info", "commitment overdue",
+                                              token))
+    assert notice["quoted"][0]["text"] == token  # whole, not cut: it must still open
+    assert open_notice(notice, keys)["quoted"][0]["text"] == "call Ana back"
+    other = ElementKeys(tmp_path / "other-keys.db")
+    assert open_notice(notice, other)["quoted"][0]["text"] == UNREADABLE_TEXT
+    assert open_notice(notice, None)["quoted"][0]["text"] == UNREADABLE_TEXT
