@@ -2,11 +2,12 @@
 
 from pulse_core import publish_face
 from pulse_survival.executors.files import FileArchiveExecutor, FolderRefused, move_old_files
-from pulse_survival.executors.notify import NotifyExecutor, WebhookFailed
+from pulse_survival.executors.notify import SEALED_ELSEWHERE, NotifyExecutor, WebhookFailed
 from pulse_survival.executors.process import RestartProcessExecutor, write_pidfile
 from pulse_survival.executors.rollback import EngineDirectory, NoEngineDirectory, RollbackExecutor
 
 __all__ = [
+    "SEALED_ELSEWHERE",
     "EngineDirectory",
     "FileArchiveExecutor",
     "FolderRefused",

@@ -20,6 +20,7 @@ from pulse_core import (
     redact_urls,
     register_kind,
 )
+from pulse_core.store import is_sealed
 from pulse_survival.config import NotifySinks
 from pulse_survival.effects import Notify
 from pulse_survival.webhooks import sign_webhook
@@ -31,6 +32,22 @@ class WebhookFailed(PulseError):
     """The notify webhook did not take a notice: it answered an HTTP error or could not be
     reached. The message names the webhook by scheme and host only, never its path, query
     or credentials (they often carry a token, and failures are stored for good)."""
+
+
+SEALED_ELSEWHERE = "[memory text: sealed in pulse, shown to the agent only]"
+"""What a log file or webhook gets for a quoted memory text sealed in the log (an overdue
+commitment's words): the words would outlive a purge there."""
+
+
+def outside(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as sinks outside the log get it: each sealed quoted text replaced by
+    SEALED_ELSEWHERE (marked `sealed`), so a purge of the element erases its words
+    everywhere."""
+    quoted = body.get("quoted")
+    if not quoted or not any(is_sealed(q["text"]) for q in quoted):
+        return body
+    return {**body, "quoted": [{**q, "text": SEALED_ELSEWHERE, "sealed": True}
+                               if is_sealed(q["text"]) else q for q in quoted]}
 
 
 class NotifyExecutor(Executor):
@@ -56,6 +73,7 @@ class NotifyExecutor(Executor):
         await ctx.events.append([EventDraft(
             "notification", effect.topic, {k: v for k, v in body.items() if k != "at"},
             origin="survival", cause=ctx.seq, idem=f"notification:{ctx.effect_id}")])
+        body = outside(body)
         if self.sinks.log_file:
             line = msgspec.json.encode(body) + b"\n"
             await asyncio.to_thread(_append, Path(self.sinks.log_file), line)
