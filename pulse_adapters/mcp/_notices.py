@@ -40,6 +40,8 @@ class NoticeTools:
 
     def __init__(self, calls: Calls) -> None:
         self.calls = calls
+        self.watches = Watches()
+        self.projector = Projector(calls.store, [self.watches])  # its fold kept between calls
 
     def _ack_key(self, effect_id: str) -> str:
         return f"mcp-notice:{self.calls.settings.agent}:{effect_id}"
@@ -67,10 +69,9 @@ class NoticeTools:
                             "text": notice_body(body)})
             if len(notices) == limit:
                 break
-        projection = Watches()
-        states = await Projector(calls.store, [projection]).catch_up()
+        states = await self.projector.catch_up()
         waiting = [{"watch": w.id, "fired": w.produced, "reason": w.spec.reason}
-                   for w in states[projection.name].values()
+                   for w in states[self.watches.name].values()
                    if w.status == "fired" and w.decision is None][:limit]
         return {"notices": notices, "decisions": waiting}
 

@@ -61,6 +61,10 @@ async def test_a_request_without_the_token_is_401_and_recorded(upulse: Upulse,
         assert (bare.status_code, wrong.status_code) == (401, 401)
         assert "upulse ui" in bare.text and token(home) not in bare.text
         assert right.status_code == 200, right.text
+        async with httpx.AsyncClient(timeout=scaled(10)) as client:
+            rebound = await client.post(url, json=hello, headers={
+                **accept, "Authorization": f"Bearer {token(home)}", "Host": "evil.example"})
+        assert rebound.status_code in (400, 403, 421), rebound.text  # the SDK's Host check
         try:
             async with http_session(url, "not-the-token"):
                 pytest.fail("the SDK's client was let in with a wrong token")
@@ -73,6 +77,17 @@ async def test_a_request_without_the_token_is_401_and_recorded(upulse: Upulse,
         ("mcp:ada", "agent:ada", "a wrong bearer token")]
     assert len(refused) == 3
     assert all(token(home) not in str(e.data) for e in refused)
+
+
+async def test_a_flood_of_bad_requests_is_recorded_ten_a_minute(upulse: Upulse,
+                                                                tmp_path: Path) -> None:
+    home = make_home(upulse, tmp_path)
+    with http_server(upulse, home) as url:
+        async with httpx.AsyncClient(timeout=scaled(10)) as client:
+            answers = [(await client.post(url, json={})).status_code for _ in range(25)]
+    assert answers == [401] * 25
+    refused = await events(home, "mcp-request-refused")
+    assert len(refused) == 10  # the rest are counted in the next minute's first record
 
 
 def test_the_http_server_listens_on_127_0_0_1_only(upulse: Upulse, tmp_path: Path) -> None:
