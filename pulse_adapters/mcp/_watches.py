@@ -75,6 +75,9 @@ class WatchTools:
         if due_in_minutes is not None:
             calls.within(due_in_minutes, "due_in_minutes", 1, MAX_DUE_MINUTES)
             due_at = SystemClock().now_ms() + due_in_minutes * 60_000
+        if await self._armed_by(watch_id) not in (None, calls.origin):
+            raise ToolError(f"watch_id: watch {watch_id!r} is another writer's — pick "
+                            "another id")
         spec = WatchArmed(watch_class=watch_class, due_at=due_at, reason=reason,
                           produces=produces,
                           condition=WatchCondition(key_prefix=prefix, kinds=wanted))
@@ -96,9 +99,7 @@ class WatchTools:
         if watch is None or watch.status != "armed":
             raise ToolError(f"watch_id: no armed watch {watch_id!r}"
                             + ("" if watch is None else f" (it is {watch.status})"))
-        armed = await calls.store.read(kinds=["watch-armed"], key=watch_key(watch_id),
-                                       newest_first=True, limit=1)
-        if not armed or armed[0].origin != calls.origin:
+        if await self._armed_by(watch_id) != calls.origin:
             raise ToolError(f"watch_id: watch {watch_id!r} was armed by another writer — an "
                             "agent disarms only its own watches")
         try:
@@ -108,6 +109,12 @@ class WatchTools:
             raise ToolError(f"watch_id: watch {watch_id!r} moved meanwhile (fired or "
                             "disarmed) — list_notices shows what it did") from None
         return f"watch {watch_id} disarmed (event #{event.seq})"
+
+    async def _armed_by(self, watch_id: str) -> str | None:
+        """The origin that last armed `watch_id`, None when it never was."""
+        armed = await self.calls.store.read(kinds=["watch-armed"], key=watch_key(watch_id),
+                                            newest_first=True, limit=1)
+        return armed[0].origin if armed else None
 
     async def answer_decision(self, watch_id: str, decision: str, reason: str = "") -> str:
         """Record `decision` for `watch_id`'s latest fire; the same answer again changes

@@ -11,7 +11,13 @@ from typing import Any
 from mcp import ClientSession
 
 from pulse_core import Projector, SystemClock, effect_draft, open_home
-from pulse_core.maintenance import Watches, evaluate_watches
+from pulse_core.maintenance import (
+    WatchArmed,
+    WatchCondition,
+    Watches,
+    arm_watch,
+    evaluate_watches,
+)
 from pulse_survival import Notify
 from tests.adapters.mcp.rig import events, make_home, stdio_session, text
 from tests.cli.runner import Upulse
@@ -46,8 +52,16 @@ async def _fire_watches(home: Path) -> list[str]:
 async def test_a_watch_is_armed_and_disarmed_as_the_agent(upulse: Upulse,
                                                           tmp_path: Path) -> None:
     home = make_home(upulse, tmp_path)
+    stores = await open_home(home)
+    try:  # a person's watch, which the agent may not disarm or take over
+        await arm_watch(stores.events, "theirs", WatchArmed(
+            watch_class="delta", condition=WatchCondition(key_prefix="identity:ana")),
+            origin="human")
+    finally:
+        await stores.close()
     async with stdio_session(upulse, home) as session:
         for arguments, field in [
+            ({"watch_id": "theirs", "identity": "ana"}, "watch_id"),       # a person's id
             ({"watch_id": "w:1", "identity": "ana"}, "watch_id"),          # not an id
             ({"watch_id": "w1", "identity": "bob"}, "identity"),           # unknown identity
             ({"watch_id": "w1", "kinds": ["no-such-kind"]}, "kinds"),      # unknown kind
@@ -58,7 +72,7 @@ async def test_a_watch_is_armed_and_disarmed_as_the_agent(upulse: Upulse,
             ({"watch_id": "w1", "identity": "ana", "reason": "x" * 5000}, "reason"),
         ]:
             await _refused(session, "arm_watch", arguments, field)
-        assert await events(home, "watch-armed") == []
+        assert [e.origin for e in await events(home, "watch-armed")] == ["human"]
         await _ok(session, "arm_watch", {"watch_id": "ana-news", "identity": "ana",
                                          "kinds": ["temporal-fact-recorded"],
                                          "reason": "tell me what ana says"})
@@ -69,7 +83,10 @@ async def test_a_watch_is_armed_and_disarmed_as_the_agent(upulse: Upulse,
         await _ok(session, "disarm_watch", {"watch_id": "quiet", "reason": "not needed"})
         await _refused(session, "disarm_watch", {"watch_id": "quiet"}, "watch_id")
         await _refused(session, "disarm_watch", {"watch_id": "never"}, "watch_id")
-    armed = await events(home, "watch-armed", "watch-disarmed")
+        mine = await session.call_tool("disarm_watch", {"watch_id": "theirs"})
+        assert mine.isError and "another writer" in text(mine), text(mine)
+    armed = [e for e in await events(home, "watch-armed", "watch-disarmed")
+             if e.origin != "human"]
     assert [(e.kind, e.key, e.origin) for e in armed] == [
         ("watch-armed", "watch:ana-news", "agent:ada"),
         ("watch-armed", "watch:quiet", "agent:ada"),
