@@ -8,6 +8,7 @@ from pulse_adapters.mcp._http import (
     HTTP_PORT,
     REQUEST_REFUSED,
     BearerGate,
+    McpPortUnavailable,
     RequestRefused,
     serve_http,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "BearerGate",
     "CallRefused",
     "CommitmentTools",
+    "McpPortUnavailable",
     "McpSettings",
     "McpSettingsError",
     "NoticeAcked",

@@ -17,13 +17,17 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pulse_adapters.mcp._calls import Calls, Limiter
-from pulse_core import EventDraft, register_kind
+from pulse_core import EventDraft, LayerError, register_kind
 
 LOOPBACK = "127.0.0.1"
 HTTP_PORT = 8422
 PATH = "/mcp"
 REQUEST_REFUSED = "mcp-request-refused"
 REFUSALS_RECORDED = 10  # a minute: a flood of bad requests must not flood the log
+
+
+class McpPortUnavailable(LayerError):
+    """`upulse mcp --http` cannot listen on its port (taken, or not this user's to bind)."""
 
 
 class RequestRefused(msgspec.Struct, frozen=True):
@@ -89,7 +93,8 @@ class BearerGate:
 
 
 def listen(port: int) -> socket.socket:
-    """A listening socket on 127.0.0.1:`port` (0: a free port); OSError naming the port."""
+    """A listening socket on 127.0.0.1:`port` (0: a free port); McpPortUnavailable naming
+    the port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -98,9 +103,9 @@ def listen(port: int) -> socket.socket:
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
-        raise OSError(exc.errno, f"upulse mcp cannot listen on {LOOPBACK}:{port}: "
-                                 f"{exc.strerror} — give another --port (0 picks a free one)"
-                      ) from exc
+        raise McpPortUnavailable(f"upulse mcp cannot listen on {LOOPBACK}:{port}: "
+                                 f"{exc.strerror} — give another --port (0 picks a free "
+                                 "one)") from exc
     return sock
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,18 @@ def test_the_http_server_listens_on_127_0_0_1_only(upulse: Upulse, tmp_path: Pat
         listening = [c.laddr for c in server.net_connections(kind="inet")
                      if c.status == psutil.CONN_LISTEN]
         assert [(a.ip, a.port) for a in listening] == [("127.0.0.1", port)]
+
+
+def test_a_taken_port_is_refused_naming_it(upulse: Upulse, tmp_path: Path) -> None:
+    home = make_home(upulse, tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = upulse("mcp", "--http", "--port", str(port), "--home", home, ok=False)
+    assert done.returncode == 1, done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr and "--port" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 async def _stored_facts(home: Path) -> list[str]:
