@@ -81,6 +81,20 @@ async def http_session(url: str, bearer: str) -> AsyncIterator[ClientSession]:
         yield session
 
 
+@asynccontextmanager
+async def session_over(transport: str, upulse: Upulse, home: Path
+                       ) -> AsyncIterator[ClientSession]:
+    """An initialised client session with `upulse mcp` over `transport`, stdio or http (a
+    server of its own, with the home's token)."""
+    if transport == "stdio":
+        async with stdio_session(upulse, home) as session:
+            yield session
+        return
+    with http_server(upulse, home) as url:
+        async with http_session(url, token(home)) as session:
+            yield session
+
+
 def text(result: CallToolResult) -> str:
     """A tool result's text."""
     return "\n".join(c.text for c in result.content if isinstance(c, TextContent))

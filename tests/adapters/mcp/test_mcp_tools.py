@@ -1,6 +1,6 @@
 """The watch, commitment, notice and decision tools of `upulse mcp`, called through the SDK's
-own client on stdio: what they store is read back from the log, and a refused call stores
-nothing."""
+own client over stdio and over HTTP: what they store is read back from the log, and a refused
+call stores nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import ClientSession
 
 from pulse_core import Projector, SystemClock, effect_draft, open_home
@@ -19,8 +20,14 @@ from pulse_core.maintenance import (
     evaluate_watches,
 )
 from pulse_survival import Notify
-from tests.adapters.mcp.rig import events, make_home, stdio_session, text
+from tests.adapters.mcp.rig import events, make_home, session_over, text
 from tests.cli.runner import Upulse
+
+
+@pytest.fixture(params=["stdio", "http"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """The transport the SDK's client reaches `upulse mcp` over."""
+    return str(request.param)
 
 
 async def _refused(session: ClientSession, tool: str, arguments: dict[str, Any],
@@ -49,7 +56,7 @@ async def _fire_watches(home: Path) -> list[str]:
         await stores.close()
 
 
-async def test_a_watch_is_armed_and_disarmed_as_the_agent(upulse: Upulse,
+async def test_a_watch_is_armed_and_disarmed_as_the_agent(upulse: Upulse, transport: str,
                                                           tmp_path: Path) -> None:
     home = make_home(upulse, tmp_path)
     stores = await open_home(home)
@@ -59,7 +66,7 @@ async def test_a_watch_is_armed_and_disarmed_as_the_agent(upulse: Upulse,
             origin="human")
     finally:
         await stores.close()
-    async with stdio_session(upulse, home) as session:
+    async with session_over(transport, upulse, home) as session:
         for arguments, field in [
             ({"watch_id": "theirs", "identity": "ana"}, "watch_id"),       # a person's id
             ({"watch_id": "w:1", "identity": "ana"}, "watch_id"),          # not an id
@@ -97,9 +104,10 @@ async def test_a_watch_is_armed_and_disarmed_as_the_agent(upulse: Upulse,
     assert armed[1].data["due_at"] > armed[1].ts
 
 
-async def test_a_fired_watch_is_answered_once(upulse: Upulse, tmp_path: Path) -> None:
+async def test_a_fired_watch_is_answered_once(upulse: Upulse, transport: str,
+                                                 tmp_path: Path) -> None:
     home = make_home(upulse, tmp_path)
-    async with stdio_session(upulse, home) as session:
+    async with session_over(transport, upulse, home) as session:
         await _ok(session, "arm_watch", {"watch_id": "ana-news", "identity": "ana",
                                          "kinds": ["temporal-fact-recorded"],
                                          "reason": "tell me what ana says"})
@@ -128,9 +136,10 @@ async def test_a_fired_watch_is_answered_once(upulse: Upulse, tmp_path: Path) ->
         ("watch:ana-news", "agent:ada", "ask")]
 
 
-async def test_a_commitment_is_recorded_and_closed(upulse: Upulse, tmp_path: Path) -> None:
+async def test_a_commitment_is_recorded_and_closed(upulse: Upulse, transport: str,
+                                                   tmp_path: Path) -> None:
     home = make_home(upulse, tmp_path)
-    async with stdio_session(upulse, home) as session:
+    async with session_over(transport, upulse, home) as session:
         for arguments, field in [
             ({"identity": "bob", "text": "call bob"}, "identity"),
             ({"identity": "ana", "text": ""}, "text"),
@@ -164,7 +173,7 @@ async def test_a_commitment_is_recorded_and_closed(upulse: Upulse, tmp_path: Pat
     assert stored[1].data["status"] == "fulfilled"
 
 
-async def test_a_notice_acknowledged_is_not_listed_again(upulse: Upulse,
+async def test_a_notice_acknowledged_is_not_listed_again(upulse: Upulse, transport: str,
                                                          tmp_path: Path) -> None:
     home = make_home(upulse, tmp_path)
     stores = await open_home(home)
@@ -174,7 +183,7 @@ async def test_a_notice_acknowledged_is_not_listed_again(upulse: Upulse,
             origin="engine")])).events[0].key for n in (1, 2)]
     finally:
         await stores.close()
-    async with stdio_session(upulse, home) as session:
+    async with session_over(transport, upulse, home) as session:
         listed = json.loads(await _ok(session, "list_notices", {}))["notices"]
         assert [n["id"] for n in listed] == [second, first]
         assert listed[0]["topic"] == "agent-notices.task"
