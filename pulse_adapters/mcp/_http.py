@@ -24,6 +24,7 @@ HTTP_PORT = 8422
 PATH = "/mcp"
 REQUEST_REFUSED = "mcp-request-refused"
 REFUSALS_RECORDED = 10  # a minute: a flood of bad requests must not flood the log
+SHUTDOWN_S = 5  # on SIGTERM, how long calls in flight (and open streams) may take to end
 
 
 class McpPortUnavailable(LayerError):
@@ -112,10 +113,12 @@ def listen(port: int) -> socket.socket:
 async def serve_http(app: ASGIApp, token: str, calls: Calls, port: int,
                      announce: Callable[[str], None]) -> None:
     """Serve `app` (the SDK's streamable HTTP app) behind the token on 127.0.0.1:`port`
-    until SIGINT or SIGTERM; `announce` is given the endpoint's URL once it listens."""
+    until SIGINT or SIGTERM (then SHUTDOWN_S for what is in flight); `announce` is given the
+    endpoint's URL once it listens."""
     sock = listen(port)
     config = uvicorn.Config(BearerGate(app, token=token, calls=calls), log_level="warning",
-                            lifespan="on", access_log=False)
+                            lifespan="on", access_log=False,
+                            timeout_graceful_shutdown=SHUTDOWN_S)
     server = uvicorn.Server(config)
     announce(f"http://{LOOPBACK}:{sock.getsockname()[1]}{PATH}")
     await server.serve(sockets=[sock])
