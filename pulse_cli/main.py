@@ -33,6 +33,7 @@ from pulse_cli.queries import (
     parse_count,
     parse_duration,
     parse_page,
+    parse_port,
     parse_seconds,
     parse_since,
 )
@@ -342,9 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
     _task_commands(sub)
     _release_commands(sub)
     add_backup_commands(sub)
-    _command(sub, "mcp", "mcp_server.serve",
-             "serve the agent's tools (remember, recall) over MCP on stdio, as the agent "
-             "config.json's `mcp` section names (docs/mcp.md)")
+    mcp = _command(sub, "mcp", "mcp_server.serve",
+                   "serve the agent's tools (remember, recall, tasks, watches, commitments, "
+                   "notices) over MCP on stdio, or with --http on 127.0.0.1 behind the web "
+                   "UI's token, as the agent config.json's `mcp` section names (docs/mcp.md)",
+                   lambda a, h: {"http": a.http, "port": a.port})
+    mcp.add_argument("--http", action="store_true",
+                     help="serve streamable HTTP on http://127.0.0.1:PORT/mcp instead of "
+                          "stdio; every request needs `Authorization: Bearer <token>` "
+                          "(`upulse ui` prints the token)")
+    mcp.add_argument("--port", type=parse_port, metavar="N",
+                     help="the port --http listens on, on 127.0.0.1 only (default 8422; 0 "
+                          "picks a free one, printed on stderr)")
     doctor = _command(sub, "doctor", "doctor.doctor",
                       "check that this machine has what promote and the daemon need",
                       lambda a, h: {"as_json": a.json})

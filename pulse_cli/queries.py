@@ -95,6 +95,13 @@ def parse_page(text: str) -> int:
     return int(text)
 
 
+def parse_port(text: str) -> int:
+    """A TCP port from 0 (any free one) to 65535 (an argparse type)."""
+    if not text.isdigit() or not 0 <= int(text) <= 65_535:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a port from 0 to 65535")
+    return int(text)
+
+
 def parse_seconds(text: str) -> float:
     """A number of seconds above 0 (an argparse type)."""
     try:

@@ -30,9 +30,14 @@ EXTRAS_OF = {
     "pulse_core.store._pg_listen": "postgresql",
     "pulse_core.store._pg_schema": "postgresql",
     "pulse_adapters.mcp": "mcp",
+    "pulse_adapters.mcp._calls": "mcp",
+    "pulse_adapters.mcp._commitments": "mcp",
+    "pulse_adapters.mcp._http": "mcp",
+    "pulse_adapters.mcp._notices": "mcp",
     "pulse_adapters.mcp._recall": "mcp",
     "pulse_adapters.mcp._server": "mcp",
     "pulse_adapters.mcp._settings": "mcp",
+    "pulse_adapters.mcp._watches": "mcp",
     "pulse_cli.mcp_server": "mcp",
 }
 NEEDS = {"postgresql": "psycopg", "mcp": "mcp"}  # the module an extra's users import

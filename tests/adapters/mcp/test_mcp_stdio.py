@@ -4,66 +4,19 @@ agent remembers lands in pulse's log as that agent, and refused calls store noth
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.types import CallToolResult, TextContent
-
-from pulse_core import Event, SqliteEventStore
+from tests.adapters.mcp.rig import events as _events
+from tests.adapters.mcp.rig import make_home as _home
+from tests.adapters.mcp.rig import stdio_session
+from tests.adapters.mcp.rig import text as _text
 from tests.cli.runner import Upulse
-
-
-@pytest.fixture
-def upulse(tmp_path: Path) -> Iterator[Upulse]:
-    """`upulse` as a subprocess on throwaway homes."""
-    runner = Upulse(tmp_path)
-    try:
-        yield runner
-    finally:
-        runner.stop_all()
-
-
-def _home(upulse: Upulse, tmp_path: Path, **mcp: Any) -> Path:
-    home = upulse.init(tmp_path / "home")
-    config = json.loads((home / "config.json").read_text())
-    config["mcp"] = {"agent": "ada", **mcp}
-    (home / "config.json").write_text(json.dumps(config))
-    upulse("memory", "exchange", "ana", "hello there", "--home", home)
-    return home
-
-
-@asynccontextmanager
-async def _session(upulse: Upulse, home: Path) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "pulse_cli", "mcp", "--home", str(home)],
-                                   env=upulse.env)
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
-
-
-def _text(result: CallToolResult) -> str:
-    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
-
-
-async def _events(home: Path, kind: str) -> list[Event]:
-    store = await SqliteEventStore.open(home / "events.db", read_only=True)
-    try:
-        return await store.read(kinds=[kind])
-    finally:
-        await store.close()
 
 
 async def test_remember_then_recall_through_the_sdk_client(upulse: Upulse,
                                                            tmp_path: Path) -> None:
     home = _home(upulse, tmp_path)
-    async with _session(upulse, home) as session:
+    async with stdio_session(upulse, home) as session:
         names = {t.name for t in (await session.list_tools()).tools}
         assert {"remember", "recall"} <= names
         done = await session.call_tool("remember", {"identity": "ana",
@@ -80,7 +33,7 @@ async def test_remember_then_recall_through_the_sdk_client(upulse: Upulse,
 async def test_refusals_name_the_field_and_store_nothing(upulse: Upulse,
                                                          tmp_path: Path) -> None:
     home = _home(upulse, tmp_path, max_text=100, calls_per_minute=3)
-    async with _session(upulse, home) as session:
+    async with stdio_session(upulse, home) as session:
         refusals = [
             ({"identity": "ana", "text": 42}, "text"),                   # a bad field
             ({"identity": "bob", "text": "bob likes tea"}, "identity"),  # unknown identity
@@ -114,7 +67,7 @@ async def test_without_an_mcp_section_the_server_says_what_to_set(upulse: Upulse
 
 async def test_a_task_created_over_mcp_is_on_the_board(upulse: Upulse, tmp_path: Path) -> None:
     home = _home(upulse, tmp_path)
-    async with _session(upulse, home) as session:
+    async with stdio_session(upulse, home) as session:
         done = await session.call_tool("create_task", {"task_id": "t-1", "title": "tidy notes",
                                                        "priority": 2})
         assert not done.isError, _text(done)
