@@ -15,6 +15,7 @@ from pulse_core import (
     known_kinds,
 )
 from pulse_core.maintenance import (
+    DECISIONS,
     DecisionConflict,
     WatchArmed,
     WatchCondition,
@@ -28,7 +29,6 @@ from pulse_core.maintenance import (
 MAX_KINDS = 20
 MAX_DUE_MINUTES = 366 * 24 * 60  # a silence watch waits at most about a year
 PRODUCES = ("sleep-task", "wake")
-DECISIONS = ("act", "ask", "defer", "silence")  # what a fire may be answered with
 
 
 class WatchTools:

@@ -125,6 +125,7 @@ from pulse_core.maintenance._sleep import (
     sleep_task_counts,
 )
 from pulse_core.maintenance._watches import (
+    DECISIONS,
     DecisionConflict,
     Evaluation,
     Fire,
@@ -151,6 +152,7 @@ from pulse_core.maintenance._watches import (
 __all__ = [
     "AGENT",
     "BACKGROUND",
+    "DECISIONS",
     "HUMAN",
     "PERMISSIONS",
     "ActiveSchema",
