@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,49 @@ async def turn_once_queued(gateway: Gateway, count: int = 1) -> None:
     gateway.turn()
 
 
+@dataclass
+class OneNotice:
+    """An engine, the gateway, one notify effect, and one service settling it (a task)."""
+
+    engine: Engine
+    gateway: Gateway
+    event: Event
+    settling: asyncio.Task[None]
+
+    @property
+    def label(self) -> str:
+        return notice_label(self.event.key)
+
+    async def settled(self) -> None:
+        async with asyncio.timeout(30):  # bounds a hang only
+            await self.settling
+
+    async def recorded(self, kind: str) -> list[Event]:
+        return await read(self.engine.events, kind)
+
+    async def has(self, kind: str) -> bool:
+        return bool(await self.recorded(kind))
+
+
+@contextlib.asynccontextmanager
+async def one_notice(tmp_path: Path, gateway: type[Gateway] = Gateway,
+                     queue: Sequence[str] = (), **notices: Any) -> AsyncIterator[OneNotice]:
+    """A notice being settled against a `gateway` whose queue already holds `queue`."""
+    store = agent_store(tmp_path / "state")
+    standin = gateway(store)
+    standin.queue = list(queue)
+    async with Engine(tmp_path / "pulse") as engine:
+        event = await effect_of(engine.events, "disk / is 91% full")
+        settling = asyncio.create_task(delivery(tmp_path, store, standin, **notices).settle(
+            engine.events, event, event.data["effect"]))
+        try:
+            yield OneNotice(engine, standin, event, settling)
+        finally:
+            settling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await settling
+
+
 async def test_two_engines_on_one_log_queue_a_notice_once_and_the_model_reads_it_once(
     tmp_path: Path,
 ) -> None:
@@ -144,88 +189,58 @@ async def test_two_engines_on_one_log_queue_a_notice_once_and_the_model_reads_it
 async def test_a_notice_waits_for_a_turn_and_only_then_counts_as_delivered(
     tmp_path: Path,
 ) -> None:
-    store = agent_store(tmp_path / "state")
-    gateway = Gateway(store)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        settling = asyncio.create_task(delivery(tmp_path, store, gateway).settle(
-            engine.events, event, event.data["effect"]))
-
-        async def queued() -> bool:
-            return bool(await read(engine.events, NOTICE_QUEUED))
-
-        await eventually(queued, limit_s=30)
+    async with one_notice(tmp_path) as rig:
+        await eventually(lambda: rig.has(NOTICE_QUEUED), limit_s=30)
         for _ in range(5):  # polled while no turn comes: still pending
-            polled = len(gateway.calls)
             await asyncio.sleep(0.05)
-            assert not await read(engine.events, NOTICE_DELIVERED)
-        assert len(gateway.calls) == polled == 1
-        gateway.turn()
-        async with asyncio.timeout(30):
-            await settling
-        (record,) = await read(engine.events, NOTICE_DELIVERED)
+            assert not await rig.recorded(NOTICE_DELIVERED)
+        assert len(rig.gateway.calls) == 1
+        rig.gateway.turn()
+        await rig.settled()
+        (record,) = await rig.recorded(NOTICE_DELIVERED)
     assert record.data["recovered"] is False
 
 
 async def test_a_gateway_restarted_before_the_turn_gets_the_notice_again(
     tmp_path: Path,
 ) -> None:
-    store = agent_store(tmp_path / "state")
-    gateway = Gateway(store)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        settling = asyncio.create_task(delivery(tmp_path, store, gateway).settle(
-            engine.events, event, event.data["effect"]))
-        await until(lambda: bool(gateway.queue), within=30, what="a queued notice")
-        gateway.restart()  # its queue is lost with it
-        await turn_once_queued(gateway)
-        async with asyncio.timeout(30):
-            await settling
-        queued = await read(engine.events, NOTICE_QUEUED)
-    assert len(gateway.queued_calls()) == 2
+    async with one_notice(tmp_path) as rig:
+        await until(lambda: bool(rig.gateway.queue), within=30, what="a queued notice")
+        rig.gateway.restart()  # its queue is lost with it
+        await turn_once_queued(rig.gateway)
+        await rig.settled()
+        queued = await rig.recorded(NOTICE_QUEUED)
+    assert len(rig.gateway.queued_calls()) == 2
     assert [e.data["gateway_pid"] for e in queued] == [4242, 4243]
-    assert gateway.read_by_model(notice_label(event.key)) == 1
+    assert rig.gateway.read_by_model(rig.label) == 1
 
 
 async def test_a_gateway_restarted_after_the_turn_that_read_it_is_not_sent_it_again(
     tmp_path: Path,
 ) -> None:
-    store = agent_store(tmp_path / "state")
-    gateway = Gateway(store)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        settling = asyncio.create_task(delivery(tmp_path, store, gateway).settle(
-            engine.events, event, event.data["effect"]))
-        await until(lambda: bool(gateway.queue), within=30, what="a queued notice")
-        gateway.turn()
-        gateway.restart()  # before the service looked again: the transcript tells
-        async with asyncio.timeout(30):
-            await settling
-        (record,) = await read(engine.events, NOTICE_DELIVERED)
-    assert len(gateway.queued_calls()) == 1
+    async with one_notice(tmp_path) as rig:
+        await until(lambda: bool(rig.gateway.queue), within=30, what="a queued notice")
+        rig.gateway.turn()
+        rig.gateway.restart()  # before the service looked again: the transcript tells
+        await rig.settled()
+        (record,) = await rig.recorded(NOTICE_DELIVERED)
+    assert len(rig.gateway.queued_calls()) == 1
     assert record.data["recovered"] is True
-    assert gateway.read_by_model(notice_label(event.key)) == 1
+    assert rig.gateway.read_by_model(rig.label) == 1
 
 
 async def test_a_full_queue_is_not_pushed_over_and_the_notice_queued_after_a_turn(
     tmp_path: Path,
 ) -> None:
-    store = agent_store(tmp_path / "state")
-    gateway = Gateway(store)
     others = [f"cron job {n} finished" for n in range(Gateway.MAX)]
-    gateway.queue = list(others)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        settling = asyncio.create_task(delivery(tmp_path, store, gateway).settle(
-            engine.events, event, event.data["effect"]))
+    async with one_notice(tmp_path, queue=others) as rig:
         await asyncio.sleep(0.2)  # ten polls: none may queue into the full queue
-        assert gateway.queue == others and gateway.calls == []
-        gateway.turn()  # the agent reads the cron events
-        await turn_once_queued(gateway)
-        async with asyncio.timeout(30):
-            await settling
-    assert gateway.requests[0] == others
-    assert gateway.read_by_model(notice_label(event.key)) == 1
+        assert rig.gateway.queue == others and rig.gateway.calls == []
+        rig.gateway.turn()  # the agent reads the cron events
+        await turn_once_queued(rig.gateway)
+        await rig.settled()
+    assert rig.gateway.requests[0] == others
+    assert rig.gateway.read_by_model(rig.label) == 1
 
 
 async def test_no_more_notices_wait_in_the_gateway_than_max_queued(tmp_path: Path) -> None:
@@ -264,21 +279,9 @@ class Refusing(Gateway):
 
 
 async def test_a_failed_delivery_is_recorded_without_the_urls_secrets(tmp_path: Path) -> None:
-    store = agent_store(tmp_path / "state")
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        settling = asyncio.create_task(delivery(tmp_path, store, Refusing(store)).settle(
-            engine.events, event, event.data["effect"]))
-        try:
-            async def recorded() -> bool:
-                return bool(await read(engine.events, NOTICE_FAILED))
-
-            await eventually(recorded)
-            failed = await read(engine.events, NOTICE_FAILED)
-        finally:
-            settling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await settling
+    async with one_notice(tmp_path, Refusing) as rig:
+        await eventually(lambda: rig.has(NOTICE_FAILED), limit_s=30)
+        failed = await rig.recorded(NOTICE_FAILED)
     error = failed[0].data["error"]
     assert "wss://gw.example:18789" in error
     for secret in ("s3cret-token", "operator", "k3y", "/rpc"):
@@ -403,25 +406,15 @@ async def test_a_notice_shown_in_the_ui_is_in_the_transcript_once(tmp_path: Path
 async def test_a_waiting_notice_asks_the_gateway_when_a_turn_is_seen_not_on_a_timer(
     tmp_path: Path,
 ) -> None:
-    store = agent_store(tmp_path / "state")
-    gateway = Gateway(store)
-    async with Engine(tmp_path / "pulse") as engine:
-        event = await effect_of(engine.events, "disk / is 91% full")
-        settling = asyncio.create_task(delivery(tmp_path, store, gateway, poll_s=3600).settle(
-            engine.events, event, event.data["effect"]))
-
-        async def queued() -> bool:
-            return bool(await read(engine.events, NOTICE_QUEUED))
-
-        await eventually(queued, limit_s=30)
-        asked = gateway.statuses
+    async with one_notice(tmp_path, poll_s=3600) as rig:
+        await eventually(lambda: rig.has(NOTICE_QUEUED), limit_s=30)
+        asked = rig.gateway.statuses
         await asyncio.sleep(1.6)  # three reads of the transcript, no turn in it
-        assert gateway.statuses == asked  # each `openclaw gateway call` costs seconds of CPU
-        gateway.turn()
-        async with asyncio.timeout(30):
-            await settling
-    assert gateway.statuses == asked + 1
-    assert gateway.read_by_model(notice_label(event.key)) == 1
+        assert rig.gateway.statuses == asked  # each `openclaw gateway call` costs seconds of CPU
+        rig.gateway.turn()
+        await rig.settled()
+    assert rig.gateway.statuses == asked + 1
+    assert rig.gateway.read_by_model(rig.label) == 1
 
 
 class RefusingOne(Gateway):
