@@ -1,7 +1,8 @@
 """Seed 004's review of imported cognition (cycle step 13): memory that came from outside.
 
-An element is imported when its writer's origin is one of the settings' import origins
-(`agent:import`, `import:<source>`, `tool:<name>`, `web:<site>` by default). One still
+An element is imported when its writer's origin is one of the settings' import origins, or
+under one (`agent:import`, `agent:peer:<agent>`, `agent:tool:<name>`, `agent:web:<site>` by
+default). One still
 unverified `imports.review_after_days` after it was written is flagged once
 (`import-flagged`): kept out of the self-model, counted in the health table, and left for a
 person, who verifies it (`verify_import`: the gate) or quarantines the record. Nothing here

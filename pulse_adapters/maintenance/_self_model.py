@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import msgspec
@@ -25,7 +25,7 @@ from pulse_adapters.maintenance._context import CycleRun
 from pulse_adapters.maintenance._imports import ImportReviews, imported
 from pulse_adapters.maintenance._settings import ORIGIN
 from pulse_core import ElementTextUnreadable, EventDraft, EventStore, Memory, register_kind
-from pulse_core.maintenance import ElementsState, element_id, rank
+from pulse_core.maintenance import BACKGROUND, ElementsState, element_id, rank
 from pulse_core.memory import IdentityMemory
 from pulse_core.store import ElementKeys, reveal
 
@@ -39,7 +39,9 @@ NOTHING_KNOWN = "Nothing held about the self yet."
 class SelfModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One entry: the element it was kept from, its category and name, its text as stored
     (sealed in a home: purging the element makes it unreadable here too), its writer and
-    time, and `support`: how many records said the same (the others in `merged`)."""
+    time, its `authority` (the writer's rank; an import's is always BACKGROUND, verified or
+    not: imported authority does not transfer), and `support`: how many records said the
+    same (the others in `merged`)."""
 
     id: str
     category: str
@@ -47,13 +49,14 @@ class SelfModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     text: str
     by: str
     at: int
+    authority: int = BACKGROUND
     support: int = 1
     merged: tuple[str, ...] = ()
 
 
 class SelfModel(msgspec.Struct, frozen=True, kw_only=True):
     """Payload of self-model-refreshed: the seq and time it was built at, the cycle, the self
-    identity, at most `self_model.max_entries` entries (the strongest writer first, then
+    identity, at most `self_model.max_entries` entries (the highest authority first, then
     support, then the newest), how many there were in all after merging, and what the
     refresh merged, dropped, kept out (imports no person verified) and found contradictory
     ("<identity>/<slot>" of a contested belief, "<identity>/<category>:<name>" of a name
@@ -118,14 +121,16 @@ def _entries(memory: IdentityMemory, now: int) -> list[tuple[SelfModelEntry, boo
 
 
 def summarize(memory: IdentityMemory, elements: ElementsState, *, now: int,
-              opened: Callable[[str], str], trusted: Callable[[str, str], bool],
-              max_entries: int, contested: Sequence[str] = ()) -> Summary:
+              opened: Callable[[str], str], max_entries: int,
+              import_origins: Sequence[str] = (), verified: Collection[str] = (),
+              contested: Sequence[str] = ()) -> Summary:
     """The self-model of `memory` (the self identity's), deterministic: live entries only
     (dropped: archived, tombstoned, retracted, corrected, a fact past its valid_until),
-    those `trusted(element id, writer)` refuses kept out, duplicates merged (one category,
-    name and opened text, case and spacing aside: the strongest writer's, then the newest,
-    is kept), contradictions noted (`contested` slots of this identity, a name holding
-    different texts), and at most `max_entries` entries kept."""
+    imports (a writer of `import_origins`) kept out unless a person `verified` them, and
+    then at BACKGROUND authority; duplicates merged (one category, name and opened text,
+    case and spacing aside: the highest authority's, then the newest, is kept),
+    contradictions noted (`contested` slots of this identity, a name holding different
+    texts), and at most `max_entries` entries kept."""
     dropped = outside = 0
     live: list[tuple[SelfModelEntry, str]] = []
     for found, holds in _entries(memory, now):
@@ -134,10 +139,13 @@ def summarize(memory: IdentityMemory, elements: ElementsState, *, now: int,
                 or element.corrected_by is not None:
             dropped += 1
             continue
-        entry = msgspec.structs.replace(found, by=found.by or element.writer)
-        if not trusted(entry.id, entry.by):
+        by = found.by or element.writer
+        outside_in = imported(by, import_origins)
+        if outside_in and found.id not in verified:
             outside += 1
             continue
+        entry = msgspec.structs.replace(found, by=by,
+                                        authority=BACKGROUND if outside_in else rank(by))
         live.append((entry, _norm(opened(entry.text))))
     groups: dict[tuple[str, str, str], list[SelfModelEntry]] = defaultdict(list)
     texts: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -147,10 +155,10 @@ def summarize(memory: IdentityMemory, elements: ElementsState, *, now: int,
             texts[(entry.category, _norm(entry.name))].add(text)
     merged: list[SelfModelEntry] = []
     for same in groups.values():
-        same.sort(key=lambda e: (-rank(e.by), -e.at, e.id))
+        same.sort(key=lambda e: (-e.authority, -e.at, e.id))
         merged.append(msgspec.structs.replace(
             same[0], support=len(same), merged=tuple(sorted(e.id for e in same[1:]))))
-    merged.sort(key=lambda e: (-rank(e.by), -e.support, -e.at, e.id))
+    merged.sort(key=lambda e: (-e.authority, -e.support, -e.at, e.id))
     prefix = f"{memory.identity}/"
     contradictions = sorted({c for c in contested if c.startswith(prefix)} | {
         f"{prefix}{category}:{name}" for (category, name), said in texts.items()
@@ -185,15 +193,12 @@ async def self_model(run: CycleRun) -> None:
         return
     elements = await run.reader.current()
     reviews = await run.fold(ImportReviews())
-    origins = run.settings.imports.origins
-
-    def trusted(eid: str, writer: str) -> bool:
-        return not imported(writer, origins) or reviews.get(eid) == "verified"
-
     found = await asyncio.to_thread(
         summarize, memory or IdentityMemory(identity=settings.identity), elements,
-        now=run.cycle_start, opened=_opener(run.store.keys), trusted=trusted,
-        max_entries=settings.max_entries, contested=run.contested)
+        now=run.cycle_start, opened=_opener(run.store.keys), max_entries=settings.max_entries,
+        import_origins=run.settings.imports.origins,
+        verified={eid for eid, status in reviews.items() if status == "verified"},
+        contested=run.contested)
     if last is not None and _drew_on(last) == _drew_on(found) \
             and last.identity == settings.identity:
         return  # unchanged: the last summary still holds
@@ -201,7 +206,7 @@ async def self_model(run: CycleRun) -> None:
                      cycle=run.cycle, identity=settings.identity, **msgspec.structs.asdict(found))
     await run.append([EventDraft(SELF_MODEL, SELF_MODEL_KEY, msgspec.to_builtins(body),
                                  origin=ORIGIN, cause=run.cause,
-                                 idem=f"maintenance:self-model:{run.cycle}")])
+                                 idem=f"maintenance:self-model:{run.cycle}:{body.basis_seq}")])
 
 
 def _drew_on(body: SelfModel | Summary) -> tuple[object, ...]:

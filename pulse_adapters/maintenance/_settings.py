@@ -42,8 +42,9 @@ MAX_ARCHIVE_DAYS = 36_500
 
 MAX_SELF_MODEL_ENTRIES = 200
 """`self_model.max_entries` at most 200."""
-DEFAULT_IMPORT_ORIGINS = ("agent:import", "import", "tool", "web")
-"""Writers whose memory came from outside: an importer, a tool's output, the web."""
+DEFAULT_IMPORT_ORIGINS = ("agent:import", "agent:peer", "agent:tool", "agent:web")
+"""Writers whose memory came from outside: an importer, another agent, a tool's output, the
+web (an origin is `agent...` for all of them: the agent's channels write them)."""
 
 _DAILY = re.compile(r"^(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)$")
 
