@@ -107,10 +107,17 @@ def unverified(elements: ElementsState, reviews: PersistentMap[str, str],
                origins: Iterable[str]) -> list[Element]:
     """Live imported elements (active or archived) no person has verified, oldest first."""
     origins = tuple(origins)
-    return sorted((e for e in elements.elements.values()
-                   if e.stage in ("active", "archived") and imported(e.writer, origins)
-                   and reviews.get(e.id) != "verified"),
-                  key=lambda e: (e.created_at, e.id))
+    if not origins:
+        return []
+    writers: dict[str, bool] = {}  # few writers, many elements: each origin judged once
+    found = []
+    for e in elements.elements.values():
+        outside = writers.get(e.writer)
+        if outside is None:
+            outside = writers[e.writer] = imported(e.writer, origins)
+        if outside and e.stage in ("active", "archived") and reviews.get(e.id) != "verified":
+            found.append(e)
+    return sorted(found, key=lambda e: (e.created_at, e.id))
 
 
 def flagged_count(elements: ElementsState, reviews: PersistentMap[str, str],

@@ -26,7 +26,7 @@ from pulse_adapters.maintenance._imports import ImportReviews, imported
 from pulse_adapters.maintenance._settings import ORIGIN
 from pulse_core import ElementTextUnreadable, EventDraft, EventStore, Memory, register_kind
 from pulse_core.maintenance import BACKGROUND, ElementsState, element_id, rank
-from pulse_core.memory import IdentityMemory
+from pulse_core.memory import IdentityMemory, identity_key
 from pulse_core.store import ElementKeys, reveal
 
 SELF_MODEL = "self-model-refreshed"
@@ -187,7 +187,7 @@ async def self_model(run: CycleRun) -> None:
     if not run.budget.allows(writes=1, transactions=1):
         run.deferred.append("self-model: not refreshed (budget)")
         return
-    memory = (await run.fold(Memory())).get(settings.identity)
+    memory = await _memory_of(run.store, settings.identity)
     last = await latest_self_model(run.store)
     if memory is None and last is None:
         return
@@ -207,6 +207,16 @@ async def self_model(run: CycleRun) -> None:
     await run.append([EventDraft(SELF_MODEL, SELF_MODEL_KEY, msgspec.to_builtins(body),
                                  origin=ORIGIN, cause=run.cause,
                                  idem=f"maintenance:self-model:{run.cycle}:{body.basis_seq}")])
+
+
+async def _memory_of(store: EventStore, identity: str) -> IdentityMemory | None:
+    """The current memory of one identity, folded from its own events only (the whole
+    memory's fold would cost a cycle the whole log)."""
+    fold = Memory()
+    state = fold.initial()
+    for event in await store.read(key=identity_key(identity), kinds=fold.kinds):
+        state = fold.apply(state, event)
+    return state.get(identity)
 
 
 def _drew_on(body: SelfModel | Summary) -> tuple[object, ...]:
