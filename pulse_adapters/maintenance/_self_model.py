@@ -23,9 +23,16 @@ import msgspec
 
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_adapters.maintenance._imports import ImportReviews, imported
-from pulse_adapters.maintenance._settings import ORIGIN
+from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_core import ElementTextUnreadable, EventDraft, EventStore, Memory, register_kind
-from pulse_core.maintenance import BACKGROUND, ElementsState, element_id, rank
+from pulse_core.maintenance import (
+    BACKGROUND,
+    ActivityBody,
+    ElementsState,
+    activity_draft,
+    element_id,
+    rank,
+)
 from pulse_core.memory import IdentityMemory, identity_key
 from pulse_core.store import ElementKeys, reveal
 
@@ -34,6 +41,9 @@ SELF_MODEL_KEY = "self-model:self"
 MAX_RENDER = 4_000  # characters of a rendered summary
 ENTRY_CHARS = 200  # characters of one rendered entry's text
 NOTHING_KNOWN = "Nothing held about the self yet."
+AUTHORITY_CATEGORIES = frozenset({"authority", "grant", "grants", "permission", "permissions"})
+"""Categories a self-model never lists: a claim to authority is not authority (grants are)."""
+REFRESH_CLASS = "self_model_refresh"
 
 
 class SelfModelEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,7 +68,9 @@ class SelfModel(msgspec.Struct, frozen=True, kw_only=True):
     """Payload of self-model-refreshed: the seq and time it was built at, the cycle, the self
     identity, at most `self_model.max_entries` entries (the highest authority first, then
     support, then the newest), how many there were in all after merging, and what the
-    refresh merged, dropped, kept out (imports no person verified) and found contradictory
+    refresh merged, dropped, kept out (imports no person verified; authority claims: state
+    filed under AUTHORITY_CATEGORIES, since authority comes from grants) and found
+    contradictory
     ("<identity>/<slot>" of a contested belief, "<identity>/<category>:<name>" of a name
     holding different texts)."""
 
@@ -71,6 +83,7 @@ class SelfModel(msgspec.Struct, frozen=True, kw_only=True):
     merged: int = 0
     dropped: int = 0
     unverified_imports: int = 0
+    authority_claims: int = 0
     contradictions: tuple[str, ...] = ()
 
 
@@ -86,6 +99,7 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     merged: int = 0
     dropped: int = 0
     unverified_imports: int = 0
+    authority_claims: int = 0
     contradictions: tuple[str, ...] = ()
 
 
@@ -127,13 +141,16 @@ def summarize(memory: IdentityMemory, elements: ElementsState, *, now: int,
     """The self-model of `memory` (the self identity's), deterministic: live entries only
     (dropped: archived, tombstoned, retracted, corrected, a fact past its valid_until),
     imports (a writer of `import_origins`) kept out unless a person `verified` them, and
-    then at BACKGROUND authority; duplicates merged (one category, name and opened text,
-    case and spacing aside: the highest authority's, then the newest, is kept),
-    contradictions noted (`contested` slots of this identity, a name holding different
-    texts), and at most `max_entries` entries kept."""
-    dropped = outside = 0
+    then at BACKGROUND authority; claims to authority (AUTHORITY_CATEGORIES) left out;
+    duplicates merged (one category, name and opened text, case and spacing aside: the
+    highest authority's, then the newest, is kept); contradictions noted (`contested`
+    slots of this identity, a name holding different texts); at most `max_entries` kept."""
+    dropped = outside = claims = 0
     live: list[tuple[SelfModelEntry, str]] = []
     for found, holds in _entries(memory, now):
+        if found.category.casefold() in AUTHORITY_CATEGORIES:
+            claims += 1
+            continue
         element = elements.elements.get(found.id)
         if not holds or element is None or element.stage != "active" or element.retracted \
                 or element.corrected_by is not None:
@@ -165,7 +182,7 @@ def summarize(memory: IdentityMemory, elements: ElementsState, *, now: int,
         if len(said) > 1})
     return Summary(entries=tuple(merged[:max_entries]), total=len(merged),
                    merged=len(live) - len(merged), dropped=dropped, unverified_imports=outside,
-                   contradictions=tuple(contradictions))
+                   authority_claims=claims, contradictions=tuple(contradictions))
 
 
 def _opener(keys: ElementKeys | None) -> Callable[[str], str]:
@@ -184,7 +201,7 @@ async def self_model(run: CycleRun) -> None:
     settings = run.settings.self_model
     if not await run.allowed("maintain", "refresh the self-model"):
         return
-    if not run.budget.allows(writes=1, transactions=1):
+    if not run.budget.allows(writes=2, transactions=1):
         run.deferred.append("self-model: not refreshed (budget)")
         return
     memory = await _memory_of(run.store, settings.identity)
@@ -204,9 +221,16 @@ async def self_model(run: CycleRun) -> None:
         return  # unchanged: the last summary still holds
     body = SelfModel(basis_seq=await run.store.last_seq(), refreshed_at=run.cycle_start,
                      cycle=run.cycle, identity=settings.identity, **msgspec.structs.asdict(found))
-    await run.append([EventDraft(SELF_MODEL, SELF_MODEL_KEY, msgspec.to_builtins(body),
-                                 origin=ORIGIN, cause=run.cause,
-                                 idem=f"maintenance:self-model:{run.cycle}:{body.basis_seq}")])
+    refresh = f"self-model:{run.cycle}:{body.basis_seq}"
+    drew_on = tuple(sorted({i for e in body.entries for i in (e.id, *e.merged)}))
+    activity = activity_draft(refresh, ActivityBody(
+        activity_class=REFRESH_CLASS, actors=(PRINCIPAL,), inputs=drew_on,
+        outputs=(SELF_MODEL_KEY,), started_at=run.now, ended_at=run.now), origin=ORIGIN,
+        cause=run.cause)
+    await run.append([
+        EventDraft(SELF_MODEL, SELF_MODEL_KEY, msgspec.to_builtins(body), origin=ORIGIN,
+                   cause=run.cause, idem=f"maintenance:{refresh}"),
+        msgspec.structs.replace(activity, idem=f"maintenance:{refresh}:activity")])
 
 
 async def _memory_of(store: EventStore, identity: str) -> IdentityMemory | None:
@@ -221,7 +245,7 @@ async def _memory_of(store: EventStore, identity: str) -> IdentityMemory | None:
 
 def _drew_on(body: SelfModel | Summary) -> tuple[object, ...]:
     return (body.entries, body.total, body.merged, body.dropped, body.unverified_imports,
-            body.contradictions)
+            body.authority_claims, body.contradictions)
 
 
 async def latest_self_model(store: EventStore) -> SelfModel | None:

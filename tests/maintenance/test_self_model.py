@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from pulse_adapters.maintenance import (
     SELF_MODEL,
+    Budgets,
     MaintenanceSettings,
     SelfModel,
     SelfModelSettings,
@@ -20,7 +21,14 @@ from pulse_adapters.maintenance import (
 )
 from pulse_adapters.maintenance._self_model import summarize
 from pulse_core import EventDraft, EventStore, ManualClock, MemoryBoard, PersistentMap
-from pulse_core.maintenance import AGENT, BACKGROUND, HUMAN, Element, ElementsState
+from pulse_core.maintenance import (
+    AGENT,
+    BACKGROUND,
+    HUMAN,
+    Element,
+    ElementsState,
+    read_activity,
+)
 from pulse_core.memory import IdentityMemory, Note, StateItem, identity_key
 from tests.maintenance.conftest import OpenStore
 
@@ -45,6 +53,7 @@ async def test_the_summary_merges_duplicates_drops_what_no_longer_holds_and_note
         await board.fact("self", "  i run on a raspberry PI. ")  # the same, said again
         await board.fact("self", "I am in beta", valid_until=clock.now_ms() - 1)  # superseded
         await board.set_state("ana", "city", "Lisbon")  # another identity: not the self
+        await board.set_state("self", "permission:purge", "granted")  # a claim, not a grant
         await store.append([EventDraft("element-archived", identity_key("self"),
                                        {"record": "capability:cobol"}, origin="human")])
         report = await run_cycle(store, clock=clock, cycle="c1")
@@ -52,8 +61,13 @@ async def test_the_summary_merges_duplicates_drops_what_no_longer_holds_and_note
         (body,) = await refreshed(store)
         assert (body.identity, body.cycle, body.total, body.merged, body.dropped) == (
             "self", "c1", 4, 1, 2)
+        assert body.authority_claims == 1
         pi = next(e for e in body.entries if e.category == "fact")
         assert pi.support == 2 and len(pi.merged) == 1
+        refresh = await read_activity(store, f"self-model:c1:{body.basis_seq}")
+        assert refresh is not None and refresh.activity_class == "self_model_refresh"
+        assert set(refresh.inputs) == {i for e in body.entries for i in (e.id, *e.merged)}
+        assert refresh.outputs == ("self-model:self",)
         assert {(e.category, e.name) for e in body.entries} == {
             ("preference", "tone"), ("preference", "Tone"), ("capability", "python"),
             ("fact", "")}
@@ -62,6 +76,7 @@ async def test_the_summary_merges_duplicates_drops_what_no_longer_holds_and_note
         text = render_self_model(body, store.keys)
         assert "(said 2 times)" in text and "cobol" not in text and "beta" not in text
         assert "Contradictions (unresolved): self/preference:tone" in text
+        assert "purge" not in text
         primer = await self_model_summary(store)
         assert primer is not None and primer.startswith("Self-model of 'self' as of event #")
 
@@ -149,7 +164,7 @@ async def test_an_import_stays_out_until_a_person_verifies_it_and_never_gains_au
 # -- the summary as a pure function: its bound and the authority of imports ---------------
 
 ORIGINS = ("agent", "agent:import", "agent:tool:search", "human", "executor:awareness")
-RECORDS = st.lists(st.tuples(st.sampled_from(("trait", "preference", "fact")),
+RECORDS = st.lists(st.tuples(st.sampled_from(("trait", "preference", "fact", "Permission")),
                              st.sampled_from(("a", "b", "c", "d")),
                              st.sampled_from(("yes", "Yes ", "no", "maybe")),
                              st.sampled_from(ORIGINS), st.booleans(),
@@ -189,11 +204,25 @@ def test_the_summary_never_exceeds_its_bound_and_an_import_never_outranks_backgr
                       import_origins=imports, verified=verified)
     assert len(found.entries) <= bound and found.total >= len(found.entries)
     listed = len(memory.state) + len(memory.facts)
-    assert found.total + found.merged + found.dropped + found.unverified_imports == listed
+    assert found.total + found.merged + found.dropped + found.unverified_imports \
+        + found.authority_claims == listed
     for entry in found.entries:
         assert elements.elements[entry.id].stage == "active"
+        assert entry.category != "Permission"
         from_outside = entry.by in ("agent:import", "agent:tool:search")
         assert entry.authority == (BACKGROUND if from_outside else
                                    {"agent": AGENT, "human": HUMAN}.get(entry.by, BACKGROUND))
         assert not from_outside or entry.id in verified
         assert all(m not in {e.id for e in found.entries} for m in entry.merged)
+
+
+async def test_a_refresh_that_does_not_fit_the_budget_is_deferred(open_store: OpenStore) -> None:
+    store = await open_store()
+    try:
+        await MemoryBoard(store).set_state("self", "trait:calm", "yes")
+        settings = MaintenanceSettings(budgets=Budgets(max_writes=1))
+        report = await run_cycle(store, settings, cycle="c1")
+        assert report.writes <= 1 and "self-model: not refreshed (budget)" in report.deferred
+        assert await refreshed(store) == []
+    finally:
+        await store.close()
