@@ -5,6 +5,9 @@ only when it changed."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +22,8 @@ from pulse_adapters.maintenance import (
     self_model_summary,
     verify_import,
 )
-from pulse_adapters.maintenance._self_model import summarize
+from pulse_adapters.maintenance._imports import FLAGGED, imported_review
+from pulse_adapters.maintenance._self_model import self_model, summarize
 from pulse_core import EventDraft, EventStore, ManualClock, MemoryBoard, PersistentMap
 from pulse_core.maintenance import (
     AGENT,
@@ -224,5 +228,33 @@ async def test_a_refresh_that_does_not_fit_the_budget_is_deferred(open_store: Op
         report = await run_cycle(store, settings, cycle="c1")
         assert report.writes <= 1 and "self-model: not refreshed (budget)" in report.deferred
         assert await refreshed(store) == []
+    finally:
+        await store.close()
+
+
+async def test_a_cycle_cut_short_after_both_steps_resumes_without_writing_them_twice(
+        open_store: OpenStore) -> None:
+    clock = ManualClock()
+    store = await open_store(clock)
+    try:
+        await MemoryBoard(store).set_state("self", "trait:calm", "yes")
+        await MemoryBoard(store, origin="agent:import").fact("self", "I was built in 2020")
+        clock.advance(8 * DAY)
+
+        async def killed(run: object) -> None:
+            raise asyncio.CancelledError  # the engine died here: the cycle stays running
+
+        with pytest.raises(asyncio.CancelledError):
+            await run_cycle(store, clock=clock, cycle="night-1", steps=[
+                ("self_model", self_model), ("imported_review", imported_review),
+                ("killed", killed)])
+        assert len(await refreshed(store)) == 1 and len(await store.read(kinds=[FLAGGED])) == 1
+        await store.close()
+        store = await open_store(clock)  # and restarted
+        report = await run_cycle(store, clock=clock, cycle="night-1")
+        assert report.status == "completed"
+        assert (report.changes["self_model_refreshed"], report.changes["imports_flagged"]) == (
+            1, 1)  # the first attempt's, counted from the log; none written again
+        assert len(await refreshed(store)) == 1 and len(await store.read(kinds=[FLAGGED])) == 1
     finally:
         await store.close()
