@@ -6,6 +6,7 @@ only when it changed."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,16 +25,27 @@ from pulse_adapters.maintenance import (
 )
 from pulse_adapters.maintenance._imports import FLAGGED, imported_review
 from pulse_adapters.maintenance._self_model import self_model, summarize
-from pulse_core import EventDraft, EventStore, ManualClock, MemoryBoard, PersistentMap
+from pulse_core import (
+    EventDraft,
+    EventStore,
+    ManualClock,
+    MemoryBoard,
+    PersistentMap,
+    open_home,
+)
 from pulse_core.maintenance import (
     AGENT,
     BACKGROUND,
     HUMAN,
+    Authority,
     Element,
+    ElementsReader,
     ElementsState,
+    RetentionLadder,
     read_activity,
 )
 from pulse_core.memory import IdentityMemory, Note, StateItem, identity_key
+from pulse_core.store import is_sealed
 from tests.maintenance.conftest import OpenStore
 
 DAY = 86_400_000
@@ -258,3 +270,24 @@ async def test_a_cycle_cut_short_after_both_steps_resumes_without_writing_them_t
         assert len(await refreshed(store)) == 1 and len(await store.read(kinds=[FLAGGED])) == 1
     finally:
         await store.close()
+
+
+async def test_the_summary_holds_sealed_text_that_a_purge_makes_unreadable(
+        tmp_path: Path) -> None:
+    stores = await open_home(tmp_path / "home")
+    store = stores.events
+    try:
+        await MemoryBoard(store).set_state("self", "trait:secret", "afraid of the dark")
+        await run_cycle(store, cycle="c1")
+        (body,) = await refreshed(store)
+        assert is_sealed(body.entries[0].text) and "dark" not in body.entries[0].text
+        assert "- secret: afraid of the dark [agent]" in (await self_model_summary(store) or "")
+        ladder = RetentionLadder(store, ElementsReader(store), Authority(
+            store, standing={"privacy": ("archive", "purge")}), "privacy", origin="human:me")
+        await ladder.archive("self/trait:secret")
+        await ladder.purge("self/trait:secret", confirm="self/trait:secret")
+        assert "afraid" not in render_self_model(body, store.keys)  # the old summary too
+        await run_cycle(store, cycle="c2")
+        assert "secret" not in (await self_model_summary(store) or "")
+    finally:
+        await stores.close()
