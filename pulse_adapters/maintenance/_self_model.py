@@ -8,7 +8,8 @@ retracted, forgotten, quarantined and purged records are already gone from the m
 Duplicates (one category, the same name and text, case and spacing aside) merge into one
 entry that counts its support. Contradictions are noted, never resolved: the self
 identity's contested belief slots, and one name holding different texts. Imported entries
-no person verified stay out. Like the working state, a view served with its basis, never
+no person verified stay out, and so do claims to authority (grants are authority; a belief
+about oneself is not). Like the working state, a view served with its basis, never
 evidence, and written only when it changed."""
 
 from __future__ import annotations
