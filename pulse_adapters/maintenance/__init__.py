@@ -18,6 +18,12 @@ from pulse_adapters.maintenance._consolidation import (
 )
 from pulse_adapters.maintenance._cycle import CycleFailed, run_cycle
 from pulse_adapters.maintenance._executor import MaintenanceExecutor
+from pulse_adapters.maintenance._imports import (
+    ImportFlagged,
+    ImportReviews,
+    ImportVerified,
+    verify_import,
+)
 from pulse_adapters.maintenance._layer import layer
 from pulse_adapters.maintenance._ledger import (
     CycleBegan,
@@ -30,14 +36,23 @@ from pulse_adapters.maintenance._page import MaintenanceCycles, cycle_history, m
 from pulse_adapters.maintenance._proposer import LlmProposer
 from pulse_adapters.maintenance._report import NOTHING_TO_DO, CycleReport, HealthSignal
 from pulse_adapters.maintenance._rule import MaintenanceCycle, MaintenanceRule
+from pulse_adapters.maintenance._self_model import (
+    SELF_MODEL,
+    SelfModel,
+    SelfModelEntry,
+    self_model_summary,
+)
+from pulse_adapters.maintenance._self_model import render as render_self_model
 from pulse_adapters.maintenance._settings import (
     Budgets,
     ConsolidationSettings,
     DecaySettings,
+    ImportSettings,
     MaintenanceSettings,
     MaintenanceSettingsError,
     RetentionSettings,
     ScheduleSettings,
+    SelfModelSettings,
     Triggers,
     load_settings,
 )
@@ -61,6 +76,7 @@ from pulse_core import publish_face
 
 __all__ = [
     "NOTHING_TO_DO",
+    "SELF_MODEL",
     "WORKING_STATE",
     "Assessment",
     "Budgets",
@@ -73,6 +89,10 @@ __all__ = [
     "CycleRequested",
     "DecaySettings",
     "HealthSignal",
+    "ImportFlagged",
+    "ImportReviews",
+    "ImportSettings",
+    "ImportVerified",
     "InvalidProposals",
     "LedgerState",
     "LlmProposer",
@@ -88,6 +108,9 @@ __all__ = [
     "Proposer",
     "RetentionSettings",
     "ScheduleSettings",
+    "SelfModel",
+    "SelfModelEntry",
+    "SelfModelSettings",
     "Skill",
     "SkillBoard",
     "SkillProposed",
@@ -102,11 +125,14 @@ __all__ = [
     "layer",
     "load_settings",
     "maintenance_page",
+    "render_self_model",
     "render_working_state",
     "request_cycle",
     "run_cycle",
+    "self_model_summary",
     "session_primer",
     "verdict",
+    "verify_import",
 ]
 
 publish_face(__name__)

@@ -29,7 +29,8 @@ class Assessment(msgspec.Struct, frozen=True, kw_only=True):
     `stale_unreviewed` the stale items with no open review task; `average_strength` is
     observed, never optimized (strength is accessibility, not truth). `skills_awaiting_verdict`
     counts skills the deterministic verdict would move now, `trials_starved` trials whose
-    family is observed but never under the skill (see _skill_health)."""
+    family is observed but never under the skill (see _skill_health); `imports_flagged` the
+    live imported elements flagged for review that no person has verified yet."""
 
     elements: int = 0
     active: int = 0
@@ -49,6 +50,7 @@ class Assessment(msgspec.Struct, frozen=True, kw_only=True):
     contested_slots: int = 0
     skills_awaiting_verdict: int = 0
     trials_starved: int = 0
+    imports_flagged: int = 0
     average_strength: float = 0.0
 
 

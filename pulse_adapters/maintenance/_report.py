@@ -77,12 +77,12 @@ class CycleReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def health_signals(a: Assessment) -> tuple[HealthSignal, ...]:
-    """The seed's health table (section 35) over assessment `a`: its rows pulse can measure
-    (pulse imports no cognition, so the quarantine row has no count) and the failed
-    maintenance operations its metrics list names. Contested slots and stale artifacts are
-    findings to review, never defects: contested slots are always reported as healthy (a
-    finding), stale artifacts healthy when each has a review task, starved trials healthy
-    when there are none."""
+    """The seed's health table (section 35) over assessment `a`, and the failed maintenance
+    operations its metrics list names; the quarantine row counts imported elements flagged
+    for review that no person has verified. Contested slots and stale artifacts are findings
+    to review, never defects: contested slots are always reported as healthy (a finding),
+    stale artifacts healthy when each has a review task, starved trials healthy when there
+    are none."""
     return (
         HealthSignal(name="pending_sleep_tasks", value=a.pending_sleep_tasks,
                      healthy_when="< 10", healthy=a.pending_sleep_tasks < 10,
@@ -107,6 +107,9 @@ def health_signals(a: Assessment) -> tuple[HealthSignal, ...]:
         HealthSignal(name="stale_artifacts", value=a.stale_derived,
                      healthy_when="review all", healthy=a.stale_unreviewed == 0,
                      if_exceeded="review_derived; stale is a flag, not a verdict"),
+        HealthSignal(name="quarantined_imports", value=a.imports_flagged,
+                     healthy_when="review all", healthy=a.imports_flagged == 0,
+                     if_exceeded="review; never auto-elevate trust"),
         HealthSignal(name="elements_past_retention", value=a.retention_backlog,
                      healthy_when="0 unreviewed", healthy=a.retention_backlog == 0,
                      if_exceeded="review, then archive along the ladder"),

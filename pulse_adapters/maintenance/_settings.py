@@ -40,6 +40,12 @@ MAX_COUNT = 1_000_000
 MAX_ARCHIVE_DAYS = 36_500
 """`retention.archive_after_days` at most 100 years."""
 
+MAX_SELF_MODEL_ENTRIES = 200
+"""`self_model.max_entries` at most 200."""
+DEFAULT_IMPORT_ORIGINS = ("agent:import", "agent:peer", "agent:tool", "agent:web")
+"""Writers whose memory came from outside: an importer, another agent, a tool's output, the
+web (an origin is `agent...` for all of them: the agent's channels write them)."""
+
 _DAILY = re.compile(r"^(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)$")
 
 
@@ -164,6 +170,44 @@ class RetentionSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
                                              f"{self.archive_after_days!r})")
 
 
+class SelfModelSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
+                        kw_only=True):
+    """The self-model refresh: the agent's self-model is the memory of identity `identity`
+    (its state items, facts and reflection); the summary keeps at most `max_entries` entries
+    after duplicates are merged."""
+
+    identity: str = "self"
+    max_entries: int = 20
+
+    def __post_init__(self) -> None:
+        if not self.identity or self.identity != self.identity.strip() or "/" in self.identity:
+            raise _bad("identity", f"must be a non-empty identity id without spaces around it "
+                                   f"or '/' (got {self.identity!r}), e.g. 'self'")
+        if not 1 <= self.max_entries <= MAX_SELF_MODEL_ENTRIES:
+            raise _bad("max_entries", f"must be within 1..{MAX_SELF_MODEL_ENTRIES} (got "
+                                      f"{self.max_entries!r})")
+
+
+class ImportSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The imported-cognition review: an element whose writer's origin is one of `origins`
+    (or one of them followed by ':' or '-') came from outside; one no person verified
+    `review_after_days` after it was written is flagged (0: at the first cycle). An empty
+    `origins` switches the review off."""
+
+    origins: tuple[str, ...] = DEFAULT_IMPORT_ORIGINS
+    review_after_days: float = 7.0
+
+    def __post_init__(self) -> None:
+        for origin in self.origins:
+            if not origin or origin != origin.strip() or origin.partition(":")[0] in (
+                    "human", "cli"):
+                raise _bad("origins", f"names {origin!r}: an import origin is a non-empty "
+                                      "label that is not a person's (human, cli)")
+        if not 0 <= self.review_after_days <= MAX_ARCHIVE_DAYS:
+            raise _bad("review_after_days", f"must be within 0..{MAX_ARCHIVE_DAYS:,} days "
+                                            f"(got {self.review_after_days!r})")
+
+
 class ConsolidationSettings(ModelEndpoint, frozen=True, forbid_unknown_fields=True,
                             kw_only=True):
     """Who proposes consolidated insights: "off" (the default) or "llm", a model at an
@@ -210,6 +254,8 @@ class MaintenanceSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     consolidation: ConsolidationSettings = msgspec.field(
         default_factory=ConsolidationSettings)
     timeout_s: float = 900.0
+    self_model: SelfModelSettings = msgspec.field(default_factory=SelfModelSettings)
+    imports: ImportSettings = msgspec.field(default_factory=ImportSettings)
 
     def __post_init__(self) -> None:
         for grant in self.grants:

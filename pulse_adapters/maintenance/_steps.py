@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from pulse_adapters.maintenance._assessment import Assessment, assess
 from pulse_adapters.maintenance._consolidation import consolidate
 from pulse_adapters.maintenance._context import (
@@ -24,6 +26,7 @@ from pulse_adapters.maintenance._context import (
     last_swept,
     overlapping_cycles,
 )
+from pulse_adapters.maintenance._imports import ImportReviews, flagged_count, imported_review
 from pulse_adapters.maintenance._reviews import (
     commitments,
     contradictions,
@@ -31,6 +34,7 @@ from pulse_adapters.maintenance._reviews import (
     retention,
     watches,
 )
+from pulse_adapters.maintenance._self_model import self_model
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_adapters.maintenance._skill_health import skill_health
 from pulse_adapters.maintenance._skills import SkillBoard
@@ -63,9 +67,12 @@ async def _assess(run: CycleRun) -> Assessment:
                  if t.task_class == REVIEW_DERIVED and t.status in ("pending", "running")}
     beliefs = await run.fold(Beliefs())
     watching = await run.fold(Watches())
-    return assess(found, now=run.cycle_start, beliefs=beliefs, sleep=tasks,
-                  watches=watching, reviewing=reviewing, kept=await run.restored(),
-                  skills=await skill_health(run.store))
+    counts = assess(found, now=run.cycle_start, beliefs=beliefs, sleep=tasks,
+                    watches=watching, reviewing=reviewing, kept=await run.restored(),
+                    skills=await skill_health(run.store))
+    flagged = flagged_count(await run.reader.current(), await run.fold(ImportReviews()),
+                            run.settings.imports.origins)
+    return msgspec.structs.replace(counts, imports_flagged=flagged)
 
 
 async def assessment(run: CycleRun) -> None:
@@ -307,7 +314,9 @@ STEPS: Sequence[tuple[str, Step]] = (
     ("derivations", derivations),
     ("commitments", commitments),
     ("watches", watches),
+    ("self_model", self_model),
     ("working_state", working_state),
+    ("imported_review", imported_review),
     ("retention", retention),
 )
 """The cycle's steps after assessment, in the seed's order (those pulse has)."""

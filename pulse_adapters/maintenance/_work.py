@@ -28,6 +28,8 @@ COUNTED = {
     "insight-recorded": "semantic_consolidations",
     "skill-verdict": "skill_verdicts",
     "activity-cancelled": "abandoned_cycles_closed",
+    "self-model-refreshed": "self_model_refreshed",
+    "import-flagged": "imports_flagged",
 }
 """The report's change counter each kind a cycle writes counts one for (decays, review
 tasks and overdue notices are counted from their payloads)."""

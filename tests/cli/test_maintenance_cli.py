@@ -66,12 +66,12 @@ def test_history_report_and_health_read_a_home_without_a_daemon(upulse: Upulse,
     assert (named["cycle"], named["trigger"]) == ("night-1", "scheduled")
     text = upulse("maintenance", "report", "--home", home).stdout
     assert text.startswith("cycle night-2 (on-demand): completed")
-    assert "overdue: ana/c-call" in text and "health: 9 of 10 signals hold" in text
+    assert "overdue: ana/c-call" in text and "health: 10 of 11 signals hold" in text
 
     unhealthy = upulse("maintenance", "health", "--home", home, "--json", ok=False)
     assert unhealthy.returncode == 3
     shown = json.loads(unhealthy.stdout)
-    assert (shown["cycle"], shown["healthy"], len(shown["signals"])) == ("night-2", False, 10)
+    assert (shown["cycle"], shown["healthy"], len(shown["signals"])) == ("night-2", False, 11)
     failing = [s["name"] for s in shown["signals"] if not s["healthy"]]
     assert failing == ["overdue_commitments"]
     listed = upulse("maintenance", "health", "--home", home, ok=False).stdout
@@ -149,7 +149,7 @@ def test_run_asks_the_running_daemon_for_a_cycle(upulse: Upulse, tmp_path: Path)
     (cycle,) = rows
     assert (cycle["trigger"], cycle["status"]) == ("on-demand", "completed")
     report: Any = upulse.json("maintenance", "report", "--home", home)
-    assert report["cycle"] == cycle["cycle"] and len(report["health"]) == 10
+    assert report["cycle"] == cycle["cycle"] and len(report["health"]) == 11
 
 
 async def cycle_left_running(home: Path) -> None:

@@ -100,7 +100,8 @@ async def test_a_full_cycle_runs_every_step_and_reports_what_it_did(
     assert report.status == "completed" and report.warnings == ()
     assert report.steps == ("assessment", "sleep_tasks", "consolidation", "skill_verdicts",
                             "metabolism", "contradictions", "derivations", "commitments",
-                            "watches", "working_state", "retention")
+                            "watches", "self_model", "working_state", "imported_review",
+                            "retention")
     assert report.assessment.overdue_commitments == 1 and report.assessment.contested_slots == 1
     assert report.changes["sleep_tasks_completed"] == 1
     assert report.changes["decayed"] == sum(

@@ -1,4 +1,4 @@
-"""The report's ten health signals: each row's value and bound, and the two skill rows read
+"""The report's eleven health signals: each row's value and bound, and the two skill rows read
 from a real log."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ SIGNALS = {
     "overdue_commitments": ("overdue_commitments", 1),
     "armed_watches_past_due": ("watches_past_due", 1),
     "stale_artifacts": ("stale_unreviewed", 1),
+    "quarantined_imports": ("imports_flagged", 1),
     "elements_past_retention": ("retention_backlog", 1),
     "failed_sleep_tasks": ("failed_sleep_tasks", None),
 }
@@ -44,9 +45,9 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
         await events.close()
 
 
-def test_the_report_has_ten_signals_in_the_seeds_order() -> None:
+def test_the_report_has_eleven_signals_in_the_seeds_order() -> None:
     names = [s.name for s in health_signals(Assessment())]
-    assert sorted(names) == sorted(SIGNALS) and len(names) == 10
+    assert sorted(names) == sorted(SIGNALS) and len(names) == 11
     assert all(s.healthy for s in health_signals(Assessment()))
 
 

@@ -20,6 +20,9 @@ EXPECTED = {
     "gate_insights", "layer",
     "load_settings", "maintenance_page", "request_cycle", "run_cycle", "verdict",
     "WORKING_STATE", "WorkingState", "session_primer", "OpenCommitment", "render_working_state",
+    "SELF_MODEL", "SelfModel", "SelfModelEntry", "SelfModelSettings", "render_self_model",
+    "self_model_summary", "ImportFlagged", "ImportReviews", "ImportSettings", "ImportVerified",
+    "verify_import",
 }
 
 
