@@ -11,6 +11,7 @@ import datetime
 import msgspec
 
 from pulse_adapters.maintenance._context import CycleRun
+from pulse_adapters.maintenance._self_model import self_model_summary
 from pulse_adapters.maintenance._settings import ORIGIN
 from pulse_core import EventDraft, EventStore, register_kind
 from pulse_core.maintenance import Watches
@@ -135,17 +136,24 @@ async def _latest(store: EventStore) -> WorkingState | None:
 
 
 async def session_primer(store: EventStore, *, max_chars: int = PRIMER_CHARS) -> str | None:
-    """The session primer: the latest working-state digest, introduced by the seq and time
-    it was built at (so a stale one says so), its sealed texts opened with the store's keys,
-    cut to `max_chars` (at least 80); None when no cycle has refreshed the working state
-    yet. ValueError for a smaller `max_chars`."""
+    """The session primer: the latest working-state digest, then the latest self-model
+    summary, each introduced by the seq and time it was built at (so a stale one says so),
+    their sealed texts opened with the store's keys, the whole cut to `max_chars` (at least
+    80); None when no cycle has refreshed either yet. ValueError for a smaller
+    `max_chars`."""
     if max_chars < 80:
         raise ValueError(f"max_chars {max_chars} is below 80: a primer that short says nothing")
+    parts: list[str] = []
     body = await _latest(store)
-    if body is None:
+    if body is not None:
+        at = datetime.datetime.fromtimestamp(body.refreshed_at / 1000, datetime.UTC)
+        parts.append(f"Working state as of event #{body.basis_seq} "
+                     f"({at.strftime('%Y-%m-%d %H:%M UTC')}):\n"
+                     f"{await asyncio.to_thread(render, body, store.keys)}")
+    self_model = await self_model_summary(store)
+    if self_model is not None:
+        parts.append(self_model)
+    if not parts:
         return None
-    at = datetime.datetime.fromtimestamp(body.refreshed_at / 1000, datetime.UTC)
-    text = (f"Working state as of event #{body.basis_seq} "
-            f"({at.strftime('%Y-%m-%d %H:%M UTC')}):\n"
-            f"{await asyncio.to_thread(render, body, store.keys)}")
+    text = "\n\n".join(parts)
     return text if len(text) <= max_chars else text[:max_chars - 4] + " ..."

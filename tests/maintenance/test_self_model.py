@@ -21,6 +21,7 @@ from pulse_adapters.maintenance import (
     render_self_model,
     run_cycle,
     self_model_summary,
+    session_primer,
     verify_import,
 )
 from pulse_adapters.maintenance._imports import FLAGGED, imported_review
@@ -291,3 +292,29 @@ async def test_the_summary_holds_sealed_text_that_a_purge_makes_unreadable(
         assert "secret" not in (await self_model_summary(store) or "")
     finally:
         await stores.close()
+
+
+async def test_the_session_primer_holds_the_working_state_then_the_self_model_within_bound(
+        open_store: OpenStore) -> None:
+    clock = ManualClock()
+    store = await open_store(clock)
+    try:
+        board = MemoryBoard(store)
+        await board.set_state("self", "preference:tone", "concise")
+        await store.append([
+            EventDraft("identity-registered", identity_key("ana"), {"name": "Ana"},
+                       origin="agent"),
+            EventDraft("commitment-made", identity_key("ana"),
+                       {"record": "c1", "text": "send Ana the report",
+                        "due_at": clock.now_ms() + DAY}, origin="agent")])
+        await run_cycle(store, clock=clock, cycle="c1")
+        primer = await session_primer(store)
+        short = await session_primer(store, max_chars=120)
+    finally:
+        await store.close()
+    assert primer is not None and short is not None
+    working, self_part = primer.split("\n\nSelf-model of 'self'")
+    assert working.startswith("Working state as of event #")
+    assert "- send Ana the report" in working
+    assert "tone: concise" in self_part
+    assert len(short) <= 120 and short.endswith(" ...")
