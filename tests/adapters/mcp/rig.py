@@ -1,0 +1,32 @@
+"""A pulse home that serves MCP, for the tests that run real agent hosts against `upulse mcp`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pulse_core import Event
+from tests.adapters.hermes.rig import UPULSE, read_events, upulse
+
+__all__ = ["UPULSE", "facts", "mcp_home", "server_args"]
+
+
+def mcp_home(home: Path) -> Path:
+    """`home` laid out by `upulse init`, serving MCP as the agent `ada`, its memory knowing
+    `ana` (the tools never create an identity)."""
+    upulse(home, "init")
+    config = json.loads((home / "config.json").read_text())
+    config["mcp"] = {"agent": "ada"}
+    (home / "config.json").write_text(json.dumps(config))
+    upulse(home, "memory", "exchange", "ana", "hello there")
+    return home
+
+
+def server_args(home: Path) -> list[str]:
+    """The arguments a host starts `upulse` with to serve `home`."""
+    return ["mcp", "--home", str(home)]
+
+
+async def facts(home: Path) -> list[Event]:
+    """The facts recorded in `home`'s log, their text opened."""
+    return await read_events(home, kinds=["temporal-fact-recorded"])
