@@ -1,7 +1,8 @@
 """pulse's MCP server under the real Hermes (hermes-agent from PyPI): Hermes starts `upulse
 mcp` from its `mcp_servers` config, `hermes mcp test` lists pulse's tools, and Hermes offers
 them to its model; when the model (a loopback stand-in) calls them, the fact lands in pulse's
-log and each tool's answer is in the model's next request."""
+log, each tool's answer (a refusal too) is in the model's next request, and `upulse mcp`
+ends with Hermes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from pulse_adapters.llm.stand_in import ChatServer, Stream, ToolCall
 from tests.adapters.hermes.rig import HermesRig, chat_requests, hermes_rig
-from tests.adapters.mcp.rig import UPULSE, facts, mcp_home, server_args
+from tests.adapters.mcp.rig import UPULSE, facts, mcp_home, server_args, servers_of
+from tests.timing import eventually
 
 TEST_TIME_LIMIT_S = 300  # bounds a hang only: one hermes run, bounded by HermesRig.run
 
@@ -43,8 +45,10 @@ async def test_what_hermes_remembers_through_pulse_is_in_the_log_and_recalled_to
         tmp_path: Path, chat_server: ChatServer) -> None:
     rig, home = hermes_serving_pulse(tmp_path, chat_server)
     chat_server.script(
-        ToolCall("mcp__pulse__remember", {"identity": "ana", "text": "ana moved to Porto"}),
-        ToolCall("mcp__pulse__recall", {"identity": "ana", "query": "porto"}, "call-2"),
+        ToolCall("mcp__pulse__remember", {"identity": "bob", "text": "bob likes tea"}),
+        ToolCall("mcp__pulse__remember", {"identity": "ana", "text": "ana moved to Porto"},
+                 "call-2"),
+        ToolCall("mcp__pulse__recall", {"identity": "ana", "query": "porto"}, "call-3"),
         Stream(("noted",)))
 
     done, _ = await asyncio.to_thread(rig.run, "-z", "remember that ana moved to Porto",
@@ -57,9 +61,12 @@ async def test_what_hermes_remembers_through_pulse_is_in_the_log_and_recalled_to
     (fact,) = await facts(home)
     assert (fact.origin, fact.key, fact.data["text"]) == (
         "agent:ada", "identity:ana", "ana moved to Porto")
-    (answer,) = [m for m in requests[1]["messages"] if m["role"] == "tool"]
+    refused, remembered, recalled = [m for m in requests[3]["messages"] if m["role"] == "tool"]
+    assert "identity: 'bob' is not known to pulse" in refused["content"], refused
+    assert remembered["tool_call_id"] == "call-2"
     assert (f"remembered as {fact.data['record']} (event #{fact.seq})"
-            in answer["content"]), answer
-    recalled = [m for m in requests[2]["messages"] if m["role"] == "tool"][-1]
-    assert recalled["tool_call_id"] == "call-2"
+            in remembered["content"]), remembered
+    assert recalled["tool_call_id"] == "call-3"
     assert "ana moved to Porto" in recalled["content"], recalled
+    await eventually(lambda: not servers_of(home), within=30,
+                     what="Hermes ending the upulse mcp it started")

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from pulse_adapters.llm.stand_in import ChatServer, Stream, ToolCall
-from tests.adapters.mcp.rig import UPULSE, facts, mcp_home, server_args
+from tests.adapters.mcp.rig import UPULSE, facts, mcp_home, server_args, servers_of
 from tests.adapters.openclaw.rig import start_gateway
 from tests.agent_programs import openclaw_program
+from tests.timing import eventually
 
 TEST_TIME_LIMIT_S = 600  # bounds a hang only: a gateway starts in ~11 s, past 45 s loaded
 
@@ -76,6 +77,7 @@ async def test_a_gateway_turn_calls_pulse_and_the_model_reads_its_answers(
         said = await asyncio.to_thread(gateway.openclaw, "agent", "--message",
                                        "remember that ana moved to Porto", "--json")
         bodies = model.chat_bodies()
+        served = servers_of(home)  # the session keeps its MCP runtime between turns
     finally:
         gateway.stop()
         model.stop()
@@ -88,3 +90,6 @@ async def test_a_gateway_turn_calls_pulse_and_the_model_reads_its_answers(
     assert (f"remembered as {fact.data['record']} (event #{fact.seq})"
             in tool_answers(bodies[2])[-1])
     assert "[fact] ana moved to Porto" in tool_answers(bodies[3])[-1]
+    assert len(served) == 1, served
+    await eventually(lambda: not servers_of(home), within=60,
+                     what="the killed gateway's upulse mcp ending")
