@@ -267,12 +267,15 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
                 else:
                     self._stream(reply, body)
 
-        def _stream(self, reply: Stream | InvalidLine | Drop, body: Any) -> None:
+        def _open_stream(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+
+        def _stream(self, reply: Stream | InvalidLine | Drop, body: Any) -> None:
+            self._open_stream()
             model = reply.model if isinstance(reply, Stream) else "stand-in"
             self._event(_chunk(model, {"role": "assistant", "content": ""}, None))
             delay = reply.delay_s if isinstance(reply, Stream) else 0.0
@@ -299,11 +302,7 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
             if not body.get("stream"):
                 self._plain(200, json.dumps(_whole(reply)))
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
+            self._open_stream()
             self._event(_chunk("stand-in", {"role": "assistant", "content": None,
                                             "tool_calls": [{"index": 0, **reply.call()}]},
                                None))

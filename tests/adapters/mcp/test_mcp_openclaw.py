@@ -60,27 +60,27 @@ def tool_answers(body: Any) -> list[str]:
 
 async def test_a_gateway_turn_calls_pulse_and_the_model_reads_its_answers(
         tmp_path: Path) -> None:
-    model = ChatServer().start()
-    # A model on OpenClaw's default Tool Search surface: MCP tools are found, then called
-    model.script(
-        ToolCall("tool_search", {"query": "remember a fact about a person"}),
-        ToolCall("tool_call", {"id": "pulse__remember",
-                               "args": {"identity": "ana", "text": "ana moved to Porto"}},
-                 "call-2"),
-        ToolCall("tool_call", {"id": "pulse__recall",
-                               "args": {"identity": "ana", "query": "porto"}}, "call-3"),
-        Stream(("noted",)))
     home = tmp_path / "pulse"
-    gateway = start_gateway(tmp_path, model, {"mcp": {"servers": {"pulse": pulse_server(home)}}})
-    try:
-        mcp_home(home)  # beside the gateway's pid file; `upulse mcp` starts on the first turn
-        said = await asyncio.to_thread(gateway.openclaw, "agent", "--message",
-                                       "remember that ana moved to Porto", "--json")
-        bodies = model.chat_bodies()
-        served = servers_of(home)  # the session keeps its MCP runtime between turns
-    finally:
-        gateway.stop()
-        model.stop()
+    with ChatServer() as model:
+        # a model on OpenClaw's default Tool Search surface: MCP tools are found, then called
+        model.script(
+            ToolCall("tool_search", {"query": "remember a fact about a person"}),
+            ToolCall("tool_call", {"id": "pulse__remember",
+                                   "args": {"identity": "ana", "text": "ana moved to Porto"}},
+                     "call-2"),
+            ToolCall("tool_call", {"id": "pulse__recall",
+                                   "args": {"identity": "ana", "query": "porto"}}, "call-3"),
+            Stream(("noted",)))
+        gateway = start_gateway(tmp_path, model,
+                                {"mcp": {"servers": {"pulse": pulse_server(home)}}})
+        try:
+            mcp_home(home)  # beside the gateway's pid file; `upulse mcp` starts on a turn
+            said = await asyncio.to_thread(gateway.openclaw, "agent", "--message",
+                                           "remember that ana moved to Porto", "--json")
+            bodies = model.chat_bodies()
+            served = servers_of(home)  # the session keeps its MCP runtime between turns
+        finally:
+            gateway.stop()
     assert [p["text"] for p in said["result"]["payloads"]] == ["noted"], said
     assert len(bodies) == 4, [tool_answers(b) for b in bodies]
     (fact,) = await facts(home)
