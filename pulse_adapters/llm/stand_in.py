@@ -6,6 +6,9 @@ wanted: it speaks HTTP/1.1 for real (keep-alive, chunked SSE streams) on an ephe
 
     server.script(Stream(("Hel", "lo")), Status(500), Hang())
 
+`ToolCall(name, arguments)` answers with a call of the tool `name` (finish reason
+`tool_calls`), the way a model asks an agent host to run one of its tools.
+
 A request when the script is empty gets HTTP 500 "no reply scripted". GET /v1/models answers
 `server.models` (a model listing by default). `rejects_json_schema = True` makes the server
 refuse every request whose response_format is json_schema with HTTP 400, as some servers do,
@@ -101,13 +104,28 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """Ask the client to call its tool `name` with `arguments` (sent as their JSON text):
+    streamed as a tool-call delta and finish reason `tool_calls`, or in one JSON."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    call_id: str = "call-scripted-1"
+
+    def call(self) -> dict[str, Any]:
+        """The call as an OpenAI-style `tool_calls` item."""
+        return {"id": self.call_id, "type": "function",
+                "function": {"name": self.name, "arguments": json.dumps(self.arguments)}}
+
+
+@dataclass(frozen=True)
 class Models:
     """A GET /v1/models listing of `ids`."""
 
     ids: tuple[str, ...] = ("stand-in",)
 
 
-Reply = Stream | Status | Hang | InvalidLine | Drop | Models
+Reply = Stream | Status | Hang | InvalidLine | Drop | ToolCall | Models
 
 
 @dataclass
@@ -240,6 +258,8 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
             elif isinstance(reply, Hang):
                 owner._stopping.wait()
                 self.close_connection = True
+            elif isinstance(reply, ToolCall):
+                self._call(reply, request.json())
             else:
                 body = request.json()
                 if isinstance(reply, Stream) and not body.get("stream"):
@@ -247,12 +267,15 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
                 else:
                     self._stream(reply, body)
 
-        def _stream(self, reply: Stream | InvalidLine | Drop, body: Any) -> None:
+        def _open_stream(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+
+        def _stream(self, reply: Stream | InvalidLine | Drop, body: Any) -> None:
+            self._open_stream()
             model = reply.model if isinstance(reply, Stream) else "stand-in"
             self._event(_chunk(model, {"role": "assistant", "content": ""}, None))
             delay = reply.delay_s if isinstance(reply, Stream) else 0.0
@@ -272,6 +295,21 @@ def _handler(owner: ChatServer) -> type[BaseHTTPRequestHandler]:
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._event({**_chunk(model, {}, None), "choices": [],
                              "usage": _usage(body, reply.pieces)})
+            self._send_chunk(b"data: [DONE]\n\n")
+            self._send_chunk(b"")
+
+        def _call(self, reply: ToolCall, body: Any) -> None:
+            if not body.get("stream"):
+                self._plain(200, json.dumps(_whole(reply)))
+                return
+            self._open_stream()
+            self._event(_chunk("stand-in", {"role": "assistant", "content": None,
+                                            "tool_calls": [{"index": 0, **reply.call()}]},
+                               None))
+            self._event(_chunk("stand-in", {}, "tool_calls"))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self._event({**_chunk("stand-in", {}, None), "choices": [],
+                             "usage": _usage(body, ())})
             self._send_chunk(b"data: [DONE]\n\n")
             self._send_chunk(b"")
 
@@ -311,8 +349,14 @@ def _usage(body: Any, pieces: tuple[str, ...]) -> dict[str, int]:
             "total_tokens": prompt + len(pieces)}
 
 
-def _whole(reply: Stream) -> dict[str, Any]:
+def _whole(reply: Stream | ToolCall) -> dict[str, Any]:
+    if isinstance(reply, ToolCall):
+        model, finish = "stand-in", "tool_calls"
+        message: dict[str, Any] = {"role": "assistant", "content": None,
+                                   "tool_calls": [reply.call()]}
+    else:
+        model, finish = reply.model, reply.finish_reason
+        message = {"role": "assistant", "content": "".join(reply.pieces)}
     return {"id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
-            "model": reply.model,
-            "choices": [{"index": 0, "finish_reason": reply.finish_reason,
-                         "message": {"role": "assistant", "content": "".join(reply.pieces)}}]}
+            "model": model, "choices": [{"index": 0, "finish_reason": finish,
+                                         "message": message}]}

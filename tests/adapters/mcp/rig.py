@@ -1,5 +1,6 @@
 """A throwaway home with an `mcp` section, and `upulse mcp` as a real subprocess driven by the
-MCP SDK's own client, over stdio or over streamable HTTP."""
+MCP SDK's own client, over stdio or over streamable HTTP; and a home the real agent hosts
+serve through `upulse mcp`."""
 
 from __future__ import annotations
 
@@ -12,14 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
 from pulse_core import Event, SqliteEventStore
+from tests.adapters.hermes.rig import UPULSE, read_events, upulse
 from tests.cli.runner import Upulse
 from tests.timing import scaled
+
+__all__ = ["UPULSE", "events", "facts", "http_server", "http_session", "make_home", "mcp_home",
+           "server_args", "servers_of", "session_over", "stdio_session", "text", "token"]
 
 
 def make_home(upulse: Upulse, tmp_path: Path, **mcp: Any) -> Path:
@@ -107,3 +113,35 @@ async def events(home: Path, *kinds: str) -> list[Event]:
         return await store.read(kinds=list(kinds))
     finally:
         await store.close()
+
+
+def mcp_home(home: Path) -> Path:
+    """`home` laid out by `upulse init`, serving MCP as the agent `ada`, its memory knowing
+    `ana` (the tools never create an identity)."""
+    upulse(home, "init")
+    config = json.loads((home / "config.json").read_text())
+    config["mcp"] = {"agent": "ada"}
+    (home / "config.json").write_text(json.dumps(config))
+    upulse(home, "memory", "exchange", "ana", "hello there")
+    return home
+
+
+def server_args(home: Path) -> list[str]:
+    """The arguments a host starts `upulse` with to serve `home`."""
+    return ["mcp", "--home", str(home)]
+
+
+async def facts(home: Path) -> list[Event]:
+    """The facts recorded in `home`'s log, their text opened."""
+    return await read_events(home, kinds=["temporal-fact-recorded"])
+
+
+def servers_of(home: Path) -> list[psutil.Process]:
+    """The `upulse mcp` processes serving `home` still alive (a zombie is not)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        argv = process.info["cmdline"] or []
+        if (process.info["status"] != psutil.STATUS_ZOMBIE and "mcp" in argv
+                and str(home) in argv and any(a.endswith("upulse") for a in argv)):
+            found.append(process)
+    return found

@@ -105,14 +105,17 @@ def wait_healthy(port: int, limit_s: float = START_LIMIT_S) -> None:
                 f"{limit_s:g} s")
 
 
-def start_gateway(root: Path, model: ChatServer) -> Gateway:
-    """Write the config, start the gateway as the layer's essential would, wait for /health."""
+def start_gateway(root: Path, model: ChatServer, more: dict[str, Any] | None = None
+                  ) -> Gateway:
+    """Write the config (with the top-level sections `more` beside the rig's), start the
+    gateway as the layer's essential would, wait for /health."""
     program = openclaw_program()
     port = free_port()
     state = root / "state"
     state.mkdir(parents=True)
     (root / "home").mkdir()
-    (state / "openclaw.json").write_text(json.dumps(openclaw_config(port, model, root)))
+    config = {**openclaw_config(port, model, root), **(more or {})}
+    (state / "openclaw.json").write_text(json.dumps(config))
     env = {**program.env, "HOME": str(root / "home"), "OPENCLAW_STATE_DIR": str(state),
            "OPENCLAW_CONFIG_PATH": str(state / "openclaw.json"), "NO_COLOR": "1"}
     settings: dict[str, Any] = {"program": str(program.argv0), "env": env,
