@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 from pulse_adapters.maintenance import MaintenanceCycles, cycle_history
 from pulse_adapters.mcp._calls import Calls
@@ -26,6 +27,8 @@ from pulse_core import (
 )
 
 MAX_RECALLED = 50
+READ_ONLY = frozenset({"recall", "task_state", "maintenance_report", "list_notices"})
+IDEMPOTENT = frozenset({"ack_notice", "answer_decision", "close_commitment"})  # again: no change
 MAX_PRIORITY = 1_000
 
 
@@ -68,7 +71,12 @@ class PulseMcp:
             (notices.ack_notice, "Acknowledge a notice, so it is not listed again."),
         )
         for tool, description in tools:
-            self.server.add_tool(tool, name=tool.__name__, description=description)
+            reads = tool.__name__ in READ_ONLY
+            self.server.add_tool(tool, name=tool.__name__, description=description,
+                                 annotations=ToolAnnotations(
+                                     readOnlyHint=reads, destructiveHint=False,
+                                     idempotentHint=reads or tool.__name__ in IDEMPOTENT,
+                                     openWorldHint=False))
 
     async def remember(self, identity: str, text: str) -> str:
         """Record `text` as a fact about `identity`; returns the stored record's id."""

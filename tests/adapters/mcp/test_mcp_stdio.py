@@ -84,3 +84,15 @@ async def test_a_task_created_over_mcp_is_on_the_board(upulse: Upulse, tmp_path:
         ("t-1", "agent:ada", "tidy notes")]
     shown = json.loads(upulse("tasks", "--home", home, "--json").stdout)
     assert "t-1" in json.dumps(shown)
+
+
+async def test_each_tool_says_whether_it_only_reads(upulse: Upulse, tmp_path: Path) -> None:
+    home = _home(upulse, tmp_path)
+    async with stdio_session(upulse, home) as session:
+        tools = {t.name: t.annotations for t in (await session.list_tools()).tools}
+    reading = {name for name, notes in tools.items() if notes and notes.readOnlyHint}
+    assert reading == {"recall", "task_state", "maintenance_report", "list_notices"}
+    assert all(notes and notes.destructiveHint is False and notes.openWorldHint is False
+               for notes in tools.values())
+    assert tools["ack_notice"] and tools["ack_notice"].idempotentHint is True
+    assert tools["remember"] and tools["remember"].idempotentHint is False
