@@ -141,7 +141,15 @@ async def test_four_hosts_ack_every_effect_exactly_once_while_two_of_them_are_ki
             return len(read_journal(journal)) >= EFFECTS // 4
 
         await until(quarter_begun, 60, "a quarter of the effects to begin", *hosts.values())
-        for name in KILLED:
+        for name in KILLED:  # each killed while it runs an attempt not yet acked
+
+            async def busy(name: str = name) -> bool:
+                begun = {x.effect_id for x in read_journal(journal) if x.host == name}
+                acked = {e.key for e in await store.read(kinds=["effect-acked"])}
+                return bool(begun - acked)
+
+            await until(busy, 60, f"{name} to run an attempt", hosts[name],
+                        *(hosts[n] for n in HOSTS if n not in KILLED))
             hosts[name].kill()
         survivors = [hosts[name] for name in HOSTS if name not in KILLED]
 
