@@ -281,16 +281,18 @@ async def metabolism(run: CycleRun) -> None:
     except NotAuthorized as exc:  # revoked mid-sweep: what was written stays, counted below
         report = None
         run.needed_authority.append(f"metabolism: stopped mid-sweep: {exc}")
-    written = [e for e in await run.store.read(before, kinds=["memory-metabolized"])
-               if e.origin == ORIGIN and e.cause == run.cause and isinstance(e.data, dict)]
-    decayed = sum(len(e.data.get("strengths") or ()) for e in written)
-    if written:
-        run.swept_at = run.cycle_start
-    run.budget.spend(writes=len(written),  # stopped: at most one append per event written
-                     transactions=len(written) if report is None else report.writes)
-    run.budget.review(decayed)
-    if report is None:
+    if report is None:  # stopped: what it wrote is read back, at most one append an event
+        written = [e for e in await run.store.read(before, kinds=["memory-metabolized"])
+                   if e.origin == ORIGIN and e.cause == run.cause and isinstance(e.data, dict)]
+        if written:
+            run.swept_at = run.cycle_start
+        run.budget.spend(writes=len(written), transactions=len(written))
+        run.budget.review(sum(len(e.data.get("strengths") or ()) for e in written))
         return
+    if report.events:
+        run.swept_at = run.cycle_start
+    run.budget.spend(writes=report.events, transactions=report.writes)
+    run.budget.review(report.decayed)
     if not report.complete:
         run.deferred.append("metabolism: elements left undecayed for the next cycle (budget)")
     if report.deferred:

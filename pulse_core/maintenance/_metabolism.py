@@ -63,14 +63,15 @@ class DecayPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 class SweepReport(msgspec.Struct, frozen=True, kw_only=True):
     """What a sweep did: records decayed, records left alone because protected (salience,
-    legal hold, a pending high-impact commitment), batches run, appends written, version
-    conflicts met, element ids deferred to the next cycle, and whether it ran to the end
-    (False when `max_batches` cut it short)."""
+    legal hold, a pending high-impact commitment), batches run, appends written and the
+    events they held, version conflicts met, element ids deferred to the next cycle, and
+    whether it ran to the end (False when `max_batches` cut it short)."""
 
     decayed: int = 0
     protected: int = 0
     batches: int = 0
     writes: int = 0
+    events: int = 0
     conflicts: int = 0
     deferred: tuple[str, ...] = ()
     complete: bool = True
@@ -100,7 +101,7 @@ class _Sweep:
         self.store, self.reader, self.origin = store, reader, origin
         self.authorize, self.cause = authorize, cause
         self.cycle_start, self.policy = cycle_start, policy
-        self.decayed = self.writes = self.conflicts = 0
+        self.decayed = self.writes = self.events = self.conflicts = 0
         self.deferred: list[str] = []
 
     def plan(self, state: ElementsState, ids: Iterable[str]) -> dict[str, dict[str, float]]:
@@ -134,6 +135,7 @@ class _Sweep:
         else:
             self.decayed += sum(len(r) for r in plan.values())
             self.writes += 1
+            self.events += len(drafts)
             return
         for identity, records in plan.items():
             await self.one(identity, [element_id(identity, r) for r in records])
@@ -157,6 +159,7 @@ class _Sweep:
                 continue
             self.decayed += len(mine)
             self.writes += 1
+            self.events += 1
             return
 
 
@@ -194,7 +197,7 @@ async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
         if len(batch) < policy.limit or position >= len(queue):
             break
     return SweepReport(decayed=run.decayed, protected=protected, batches=batches,
-                       writes=run.writes, conflicts=run.conflicts,
+                       writes=run.writes, events=run.events, conflicts=run.conflicts,
                        deferred=tuple(run.deferred), complete=position >= len(queue))
 
 

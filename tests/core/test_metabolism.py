@@ -65,6 +65,9 @@ async def test_a_sweep_runs_bounded_batches_until_one_is_short(store: EventStore
     reader = ElementsReader(store)
     report = await sweep(store, reader, cycle_start=1_000, policy=POLICY)
     assert (report.decayed, report.batches, report.complete) == (4, 2, True)
+    metabolized = await store.read(kinds=["memory-metabolized"])
+    assert (report.writes, report.events) == (len({e.tx for e in metabolized}),
+                                              len(metabolized))
     state = await reader.current()
     assert state.elements["p0/s0"].strength == 0.5
     assert state.elements["p0/s0"].last_metabolized_at == 1_000
