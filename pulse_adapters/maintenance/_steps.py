@@ -210,11 +210,11 @@ async def skill_verdicts(run: CycleRun) -> None:
 
 def _batches_within(state: ElementsState, run: CycleRun, policy: DecayPolicy) -> int:
     """How many sweep batches fit the budget: each batch is one append of one event per
-    identity in it, `policy.limit` elements. The exact plan (the sweep's own order) is made
+    identity in it, `policy.limit` elements. When every element would fit, so does the
+    sweep (it stops where its queue ends); the exact plan (the sweep's own order) is made
     only when the budget could run out before the work does."""
     budget = run.budget
-    count = sum(1 for e in state.elements.values()
-                if decays(e, run.cycle_start, policy.floor, policy.protection))
+    count = len(state.elements)  # at least as many as decay
     needed = math.ceil(count / policy.limit)
     if count <= min(budget.elements_left, budget.writes_left) and \
             needed <= budget.transactions_left:
