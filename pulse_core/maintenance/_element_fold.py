@@ -317,11 +317,13 @@ def fold_event(state: ElementsState, event: Event) -> ElementsState:
     elements = state.elements
     replace = msgspec.structs.replace
     seq = event.seq
+    prefix = element_id(identity, "")
     changed: dict[str, Element] = {}
     for record, strength in strengths.items():
-        element = elements.get(element_id(identity, str(record)))
-        if element is not None and isinstance(strength, (int, float)) \
-                and 0.0 <= strength <= 1.0:
+        if not isinstance(strength, (int, float)) or not 0.0 <= strength <= 1.0:
+            continue
+        element = elements.get(f"{prefix}{record}")
+        if element is not None:
             changed[element.id] = replace(element, strength=float(strength),
                                           last_metabolized_at=stamp, updated_seq=seq)
     return replace(state, elements=elements.update(changed),
