@@ -154,15 +154,18 @@ def _check_plain(value: Any, where: str, depth: int = 1) -> None:
                                   "attachment, or encode them as text yourself")
     if depth > MAX_DATA_DEPTH:
         raise _unencodable(where, RecursionError())
+    finite = math.isfinite
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
                 _check_plain(key, where, depth)
-            if type(item) not in _PLAIN:
+            item_kind = type(item)
+            if item_kind not in _PLAIN and not (item_kind is float and finite(item)):
                 _check_plain(item, where, depth + 1)
     elif kind is list or kind is tuple:
         for item in value:
-            if type(item) not in _PLAIN:
+            item_kind = type(item)
+            if item_kind not in _PLAIN and not (item_kind is float and finite(item)):
                 _check_plain(item, where, depth + 1)
     else:  # a Struct, dataclass, set, datetime...: checked as msgspec would write it
         try:

@@ -217,11 +217,11 @@ async def skill_verdicts(run: CycleRun) -> None:
 
 def _batches_within(state: ElementsState, run: CycleRun, policy: DecayPolicy) -> int:
     """How many sweep batches fit the budget: each batch is one append of one event per
-    identity in it, `policy.limit` elements. The exact plan (the sweep's own order) is made
+    identity in it, `policy.limit` elements. When every element would fit, so does the
+    sweep (it stops where its queue ends); the exact plan (the sweep's own order) is made
     only when the budget could run out before the work does."""
     budget = run.budget
-    count = sum(1 for e in state.elements.values()
-                if decays(e, run.cycle_start, policy.floor, policy.protection))
+    count = len(state.elements)  # at least as many as decay
     needed = math.ceil(count / policy.limit)
     if count <= min(budget.elements_left, budget.writes_left) and \
             needed <= budget.transactions_left:
@@ -288,16 +288,18 @@ async def metabolism(run: CycleRun) -> None:
     except NotAuthorized as exc:  # revoked mid-sweep: what was written stays, counted below
         report = None
         run.needed_authority.append(f"metabolism: stopped mid-sweep: {exc}")
-    written = [e for e in await run.store.read(before, kinds=["memory-metabolized"])
-               if e.origin == ORIGIN and e.cause == run.cause and isinstance(e.data, dict)]
-    decayed = sum(len(e.data.get("strengths") or ()) for e in written)
-    if written:
-        run.swept_at = run.cycle_start
-    run.budget.spend(writes=len(written),  # stopped: at most one append per event written
-                     transactions=len(written) if report is None else report.writes)
-    run.budget.review(decayed)
-    if report is None:
+    if report is None:  # stopped: what it wrote is read back, at most one append an event
+        written = [e for e in await run.store.read(before, kinds=["memory-metabolized"])
+                   if e.origin == ORIGIN and e.cause == run.cause and isinstance(e.data, dict)]
+        if written:
+            run.swept_at = run.cycle_start
+        run.budget.spend(writes=len(written), transactions=len(written))
+        run.budget.review(sum(len(e.data.get("strengths") or ()) for e in written))
         return
+    if report.events:
+        run.swept_at = run.cycle_start
+    run.budget.spend(writes=report.events, transactions=report.writes)
+    run.budget.review(report.decayed)
     if not report.complete:
         run.deferred.append("metabolism: elements left undecayed for the next cycle (budget)")
     if report.deferred:

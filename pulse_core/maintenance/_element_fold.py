@@ -305,21 +305,26 @@ def fold_event(state: ElementsState, event: Event) -> ElementsState:
     """The elements state after `event` (pure: `state` is not changed)."""
     if event.kind != "memory-metabolized" or not event.key.startswith("identity:"):
         return _fold(state, event)
-    state = _fold(state, event)  # the version and seq
-    identity = event.key.removeprefix("identity:")
     data = event.data if isinstance(event.data, dict) else {}
     strengths = data.get("strengths")
+    if event.hash is not None or not isinstance(strengths, dict):
+        return _fold(state, event)  # the version and seq (and a digest), nothing decayed
+    # the hot path of a sweep: the version, seq and strengths in one new state
+    identity = event.key.removeprefix("identity:")
     cycle = data.get("cycle_start")
-    if not isinstance(strengths, dict):
-        return state
     # a stamp from the future would freeze the element (never "due" again): clamp it
     stamp = min(cycle, event.ts) if isinstance(cycle, int) else None
+    elements = state.elements
+    replace = msgspec.structs.replace
+    seq = event.seq
+    prefix = element_id(identity, "")
     changed: dict[str, Element] = {}
     for record, strength in strengths.items():
-        element = state.elements.get(element_id(identity, str(record)))
-        if element is not None and isinstance(strength, (int, float)) \
-                and 0.0 <= strength <= 1.0:
-            changed[element.id] = msgspec.structs.replace(
-                element, strength=float(strength), last_metabolized_at=stamp,
-                updated_seq=event.seq)
-    return msgspec.structs.replace(state, elements=state.elements.update(changed))
+        if not isinstance(strength, (int, float)) or not 0.0 <= strength <= 1.0:
+            continue
+        element = elements.get(f"{prefix}{record}")
+        if element is not None:
+            changed[element.id] = replace(element, strength=float(strength),
+                                          last_metabolized_at=stamp, updated_seq=seq)
+    return replace(state, elements=elements.update(changed),
+                   versions=state.versions.set(identity, event.version), seq=seq)

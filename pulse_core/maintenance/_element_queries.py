@@ -25,9 +25,24 @@ def eligible_for_decay(state: ElementsState, *, cycle_start: int, floor: float,
     salience >= `protection`, already metabolized by this (or a later) cycle, and pending or
     blocked high-impact commitments.
     """
-    found = [e for e in state.elements.values() if decays(e, cycle_start, floor, protection)]
-    found.sort(key=lambda e: (e.last_metabolized_at or 0, e.identity, e.created_seq))
+    found, _ = decay_queue(state, cycle_start=cycle_start, floor=floor, protection=protection)
     return found if limit is None else found[:limit]
+
+
+def decay_queue(state: ElementsState, *, cycle_start: int, floor: float, protection: float
+                ) -> tuple[list[Element], int]:
+    """eligible_for_decay in its order, and how many elements protection alone kept out of
+    it (due for decay but shielded), in one pass."""
+    found: list[Element] = []
+    protected = 0
+    for e in state.elements.values():
+        if due_for_decay(e, cycle_start, floor):
+            if shielded(e, protection):
+                protected += 1
+            else:
+                found.append(e)
+    found.sort(key=lambda e: (e.last_metabolized_at or 0, e.identity, e.created_seq))
+    return found, protected
 
 
 def decays(e: Element, cycle_start: int, floor: float, protection: float) -> bool:

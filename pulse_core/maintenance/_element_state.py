@@ -20,7 +20,7 @@ class Commitment(msgspec.Struct, frozen=True, gc=False):
     updated_at: int = 0
 
 
-class Element(msgspec.Struct, frozen=True, gc=False):
+class Element(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """One memory record of an identity, as maintenance sees it (no confidence: never truth).
 
     `retracted` marks a state item retracted or an unresolved item resolved (kept for lineage,

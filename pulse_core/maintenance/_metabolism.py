@@ -24,12 +24,7 @@ from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import Event, EventDraft
 from pulse_core.maintenance._activities import retry_once
 from pulse_core.maintenance._element_kinds import Metabolized, Reinforced, SalienceSet, element_id
-from pulse_core.maintenance._element_queries import (
-    decays,
-    due_for_decay,
-    eligible_for_decay,
-    shielded,
-)
+from pulse_core.maintenance._element_queries import decay_queue, decays
 from pulse_core.maintenance._element_state import Element, ElementsState
 from pulse_core.maintenance._elements import ElementsReader
 from pulse_core.memory import identity_key
@@ -63,14 +58,15 @@ class DecayPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 class SweepReport(msgspec.Struct, frozen=True, kw_only=True):
     """What a sweep did: records decayed, records left alone because protected (salience,
-    legal hold, a pending high-impact commitment), batches run, appends written, version
-    conflicts met, element ids deferred to the next cycle, and whether it ran to the end
-    (False when `max_batches` cut it short)."""
+    legal hold, a pending high-impact commitment), batches run, appends written and the
+    events they held, version conflicts met, element ids deferred to the next cycle, and
+    whether it ran to the end (False when `max_batches` cut it short)."""
 
     decayed: int = 0
     protected: int = 0
     batches: int = 0
     writes: int = 0
+    events: int = 0
     conflicts: int = 0
     deferred: tuple[str, ...] = ()
     complete: bool = True
@@ -79,10 +75,6 @@ class SweepReport(msgspec.Struct, frozen=True, kw_only=True):
 def decayed_strength(strength: float, policy: DecayPolicy) -> float:
     """`strength` after one decay: max(floor, strength * factor), rounded to 6 places."""
     return max(policy.floor, round(strength * policy.factor, 6))
-
-
-def _protected(e: Element, cycle_start: int, policy: DecayPolicy) -> bool:
-    return due_for_decay(e, cycle_start, policy.floor) and shielded(e, policy.protection)
 
 
 Authorize = Callable[[], Awaitable[Mapping[str, int]]]
@@ -100,16 +92,21 @@ class _Sweep:
         self.store, self.reader, self.origin = store, reader, origin
         self.authorize, self.cause = authorize, cause
         self.cycle_start, self.policy = cycle_start, policy
-        self.decayed = self.writes = self.conflicts = 0
+        self.decayed = self.writes = self.events = self.conflicts = 0
         self.deferred: list[str] = []
 
-    def plan(self, state: ElementsState, ids: Iterable[str]) -> dict[str, dict[str, float]]:
-        """New strengths by identity for those of `ids` still eligible in `state`."""
+    def plan(self, state: ElementsState, queued: Iterable[Element]
+             ) -> dict[str, dict[str, float]]:
+        """New strengths by identity for those of `queued` still eligible in `state`. An
+        element that is the very object queued is unchanged since it was found eligible
+        (elements are immutable; every event that changes one makes a new one): it is not
+        judged again."""
         plan: dict[str, dict[str, float]] = defaultdict(dict)
-        for eid in ids:
-            e = state.elements.get(eid)
-            if e is not None and decays(e, self.cycle_start, self.policy.floor,
-                                        self.policy.protection):
+        elements = state.elements
+        for was in queued:
+            e = elements.get(was.id)
+            if e is was or (e is not None and decays(e, self.cycle_start, self.policy.floor,
+                                                     self.policy.protection)):
                 plan[e.identity][e.record] = decayed_strength(e.strength, self.policy)
         return dict(plan)
 
@@ -118,11 +115,12 @@ class _Sweep:
         return EventDraft("memory-metabolized", identity_key(identity),
                           msgspec.to_builtins(body), origin=self.origin, cause=self.cause)
 
-    async def batch(self, ids: list[str]) -> None:
-        """Decay `ids` (those still eligible): one append, or one per identity on conflict."""
+    async def batch(self, queued: list[Element]) -> None:
+        """Decay `queued` (those still eligible): one append, or one per identity on
+        conflict."""
         guard = await self.authorize() if self.authorize is not None else {}
         state = await self.reader.current()
-        plan = self.plan(state, ids)
+        plan = self.plan(state, queued)
         if not plan:
             return
         drafts = [self.draft(identity, records) for identity, records in plan.items()]
@@ -134,16 +132,18 @@ class _Sweep:
         else:
             self.decayed += sum(len(r) for r in plan.values())
             self.writes += 1
+            self.events += len(drafts)
             return
         for identity, records in plan.items():
-            await self.one(identity, [element_id(identity, r) for r in records])
+            await self.one(identity, [e for e in queued
+                                      if e.identity == identity and e.record in records])
 
-    async def one(self, identity: str, ids: list[str]) -> None:
-        """Decay one identity's `ids` on fresh reads: retried once, then deferred."""
+    async def one(self, identity: str, queued: list[Element]) -> None:
+        """Decay one identity's `queued` on fresh reads: retried once, then deferred."""
         for attempt in range(2):
             guard = await self.authorize() if self.authorize is not None else {}
             fresh = await self.reader.current()
-            mine = self.plan(fresh, ids).get(identity, {})
+            mine = self.plan(fresh, queued).get(identity, {})
             if not mine:
                 return
             try:
@@ -157,6 +157,7 @@ class _Sweep:
                 continue
             self.decayed += len(mine)
             self.writes += 1
+            self.events += 1
             return
 
 
@@ -181,10 +182,8 @@ async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
     policy = policy or DecayPolicy()
     run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize, cause=cause)
     state = await reader.current()
-    queue = [e.id for e in eligible_for_decay(state, cycle_start=cycle_start,
-                                              floor=policy.floor,
-                                              protection=policy.protection)]
-    protected = sum(1 for e in state.elements.values() if _protected(e, cycle_start, policy))
+    queue, protected = decay_queue(state, cycle_start=cycle_start, floor=policy.floor,
+                                   protection=policy.protection)
     batches = position = 0
     while max_batches is None or batches < max_batches:
         batch = queue[position:position + policy.limit]
@@ -194,7 +193,7 @@ async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
         if len(batch) < policy.limit or position >= len(queue):
             break
     return SweepReport(decayed=run.decayed, protected=protected, batches=batches,
-                       writes=run.writes, conflicts=run.conflicts,
+                       writes=run.writes, events=run.events, conflicts=run.conflicts,
                        deferred=tuple(run.deferred), complete=position >= len(queue))
 
 

@@ -65,6 +65,9 @@ async def test_a_sweep_runs_bounded_batches_until_one_is_short(store: EventStore
     reader = ElementsReader(store)
     report = await sweep(store, reader, cycle_start=1_000, policy=POLICY)
     assert (report.decayed, report.batches, report.complete) == (4, 2, True)
+    metabolized = await store.read(kinds=["memory-metabolized"])
+    assert (report.writes, report.events) == (len({e.tx for e in metabolized}),
+                                              len(metabolized))
     state = await reader.current()
     assert state.elements["p0/s0"].strength == 0.5
     assert state.elements["p0/s0"].last_metabolized_at == 1_000
@@ -85,6 +88,29 @@ async def test_salience_and_legal_hold_protect_and_are_counted(store: EventStore
     assert (report.decayed, report.protected) == (1, 2)
     state = await reader.current()
     assert state.elements["p0/s0"].strength == state.elements["p0/s1"].strength == 1.0
+
+
+async def test_an_element_changed_after_the_sweep_queued_it_is_judged_again(
+    store: EventStore,
+) -> None:
+    """The sweep finds its queue once; before each batch an element that is no longer the
+    one queued (a salience raised meanwhile) is judged again on the fresh read."""
+    await seed(store, [[1.0, 1.0], [1.0, 1.0]])  # two batches of limit 2: p0's, then p1's
+    reader = ElementsReader(store)
+    batches = 0
+
+    async def authorize() -> dict[str, int]:
+        nonlocal batches
+        batches += 1
+        if batches == 2:  # after the queue was made, before p1's batch
+            await set_salience(store, reader, "p1", "s0", 0.9)
+        return {}
+
+    report = await sweep(store, reader, cycle_start=1_000, policy=POLICY, authorize=authorize)
+    state = await reader.current()
+    assert state.elements["p1/s0"].strength == 1.0  # protected by the time its batch ran
+    assert state.elements["p1/s1"].strength == state.elements["p0/s0"].strength == 0.5
+    assert report.decayed == 3
 
 
 async def test_a_pending_or_blocked_high_impact_commitment_never_decays(
