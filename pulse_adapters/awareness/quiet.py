@@ -100,10 +100,13 @@ class QuietHold:
         """The identity's quiet state (empty if none)."""
         return self._states.get(identity) or QuietState()
 
-    def skip(self, identity: str, now: int, hold_ms: int) -> None:
-        """Count one unchanged check at `now` and hold the identity for `hold_ms`."""
-        old = self.get(identity)
-        self._set(identity, QuietState(old.skips + 1, now, now + hold_ms))
+    def skip(self, identity: str, now: int, hold_ms: int) -> QuietState:
+        """Count one unchanged check at `now` and hold the identity for `hold_ms`; the new
+        state."""
+        old = self._states.get(identity)
+        state = QuietState(old.skips + 1 if old else 1, now, now + hold_ms)
+        self._set(identity, state)
+        return state
 
     def lift(self, identity: str) -> None:
         """End the identity's hold (its world changed); the skip count stays."""
