@@ -188,14 +188,17 @@ class QuietHold:
             return
         if self._writing is not None and not self._writing.done():
             return
-        items = {identity: _encode(self._states[identity]) for identity in self._dirty}
+        states = self._states
+        items = {identity: states[identity] for identity in self._dirty}
         self._dirty.clear()
         self._writing = asyncio.create_task(self._write(side, items),
                                             name="pulse-awareness-quiet-hold")
 
-    async def _write(self, side: SideStore, items: dict[str, bytes]) -> None:
+    async def _write(self, side: SideStore, items: dict[str, QuietState]) -> None:
+        # encoded here, not in the tick that changed them: the states are immutable
+        encoded = {identity: _encode(state) for identity, state in items.items()}
         try:
-            await side.put(NAMESPACE, items, self.ttl_ms)
+            await side.put(NAMESPACE, encoded, self.ttl_ms)
         except BaseException as exc:
             self._dirty.update(items)  # written again, in its latest state, by the next put
             if not isinstance(exc, Exception):

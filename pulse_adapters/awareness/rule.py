@@ -264,8 +264,9 @@ class AwarenessRule:
                 or (review.calls if review.day == tick.today else 0) >= tick.calls_per_identity:
             held = self.quiet.skip(identity, tick.now, tick.hold_ms)
             self.skips_counted += 1
-            self._push(identity, watched, _due(human, watched.review, held, tick.cadence,
-                                               tick.interval_ms))
+            due = watched.due = _due(human, watched.review, held, tick.cadence, tick.interval_ms)
+            if due is not None:
+                heapq.heappush(self._heap, (due, watched.rank, identity))
             return None
         return AwarenessReview(
             identity=identity, fingerprint=world, source=human.record,
