@@ -141,7 +141,9 @@ class AwarenessRule:
         self.config = config or AwarenessConfig()
         self.route_key = route_key
         self.quiet = quiet or QuietHold()
-        self._heap: list[tuple[int, int, str]] = []
+        # the schedule: each due time once in a heap, and the identities due at it, by rank
+        self._times: list[int] = []
+        self._slots: dict[int, list[tuple[int, str]]] = {}
         # engines sharing a log take equally due ones in other orders
         self._salt_crc = zlib.crc32(os.urandom(8))
         self._watched: dict[str, _Watched] = {}
@@ -176,14 +178,20 @@ class AwarenessRule:
     def _push(self, identity: str, watched: _Watched, due: int | None) -> None:
         """Put the identity in the heap at `due` (None: out of it)."""
         watched.due = due
-        if due is not None:
-            heapq.heappush(self._heap, (due, watched.rank, identity))
+        if due is None:
+            return
+        slot = self._slots.get(due)
+        if slot is None:
+            self._slots[due] = [(watched.rank, identity)]
+            heapq.heappush(self._times, due)
+        else:
+            slot.append((watched.rank, identity))
 
     def _refresh(self, curr: Snapshot, memory: PersistentMap[str, IdentityMemory],
                  ledger: LedgerData, interval_s: float, cadence: Cadence) -> None:
         if self._memory is None or self._reviews is None or interval_s != self._interval_s:
             changed: set[str] = set(memory)
-            self._heap = []
+            self._times, self._slots = [], {}
             for watched in self._watched.values():
                 watched.due = None
         else:
@@ -228,24 +236,36 @@ class AwarenessRule:
                      out_of_calls=ledger.calls_today(now) >= cfg.calls_per_day,
                      calls_per_identity=cfg.calls_per_identity_per_day,
                      degraded=ledger.degraded)
-        heap, watching, pending = self._heap, self._watched, curr.pending_effects
-        in_flight, check, cap = self._in_flight, self._check, cfg.max_reviews_per_tick
-        while heap and heap[0][0] <= now and len(reviews) < cap:
-            due, _, identity = heapq.heappop(heap)
-            watched = watching.get(identity)
-            if watched is None or watched.due != due:
-                continue  # a stale heap entry: the identity was rescheduled
-            watched.due = None
-            if watched.review_key in pending:
-                in_flight.add(identity)  # another engine's review of it is under way
-                continue
-            review = check(identity, watched, tick)
-            if review is not None:
-                reviews.append(review)
-                in_flight.add(identity)
+        times, slots, watching = self._times, self._slots, self._watched
+        pending, in_flight, cap = curr.pending_effects, self._in_flight, cfg.max_reviews_per_tick
+        while times and times[0] <= now and len(reviews) < cap:
+            due = times[0]
+            slot = slots[due]
+            slot.sort()  # equally due ones in rank order, then by name
+            taken = 0
+            for _, identity in slot:
+                if len(reviews) >= cap:
+                    break
+                taken += 1
+                watched = watching.get(identity)
+                if watched is None or watched.due != due:
+                    continue  # a stale entry: the identity was rescheduled
+                watched.due = None
+                if watched.review_key in pending:
+                    in_flight.add(identity)  # another engine's review of it is under way
+                    continue
+                review = self._check(identity, watched, tick)
+                if review is not None:
+                    reviews.append(review)
+                    in_flight.add(identity)
+            if taken < len(slot):
+                del slot[:taken]
+            else:
+                heapq.heappop(times)
+                del slots[due]
         self.quiet.write_behind()
-        if self._heap:
-            tick_ms = min(tick_ms, max(1_000, self._heap[0][0] - now))
+        if times:
+            tick_ms = min(tick_ms, max(1_000, times[0] - now))
         return Decision([*effects, *reviews], tick_ms)
 
     def _check(self, identity: str, watched: _Watched, tick: _Tick) -> AwarenessReview | None:
@@ -264,9 +284,8 @@ class AwarenessRule:
                 or (review.calls if review.day == tick.today else 0) >= tick.calls_per_identity:
             held = self.quiet.skip(identity, tick.now, tick.hold_ms)
             self.skips_counted += 1
-            due = watched.due = _due(human, watched.review, held, tick.cadence, tick.interval_ms)
-            if due is not None:
-                heapq.heappush(self._heap, (due, watched.rank, identity))
+            self._push(identity, watched, _due(human, watched.review, held, tick.cadence,
+                                               tick.interval_ms))
             return None
         return AwarenessReview(
             identity=identity, fingerprint=world, source=human.record,
