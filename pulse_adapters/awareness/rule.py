@@ -33,7 +33,7 @@ def route_healthy(snapshot: Snapshot, config: AwarenessConfig, route_key: str = 
     return isinstance(data, dict) and bool(data.get("ok"))
 
 
-class Cadence(msgspec.Struct, frozen=True, gc=False):
+class _Cadence(msgspec.Struct, frozen=True, gc=False):
     """The config's times the due time is made of, in ms, worked out once per config."""
 
     initial_delay_ms: int
@@ -41,7 +41,7 @@ class Cadence(msgspec.Struct, frozen=True, gc=False):
     backoff: Backoff
 
     @classmethod
-    def of(cls, config: AwarenessConfig) -> Cadence:
+    def of(cls, config: AwarenessConfig) -> _Cadence:
         return cls(int(config.initial_delay_s * 1000), int(config.quiet_ceiling_s * 1000),
                    Backoff(initial_ms=int(config.backoff_base_s * 1000), factor=2.0,
                            max_ms=int(config.backoff_max_s * 1000), jitter=0.0))
@@ -54,11 +54,11 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
     After a newer human event: its time plus the initial delay; otherwise the last check plus
     the interval; failed or preempted cycles add exponential backoff; a quiet hold defers.
     """
-    return _due(memory.last_human, review, quiet, Cadence.of(config), int(interval_s * 1000))
+    return _due(memory.last_human, review, quiet, _Cadence.of(config), int(interval_s * 1000))
 
 
 def _due(human: Exchange | None, review: ReviewState | None, quiet: QuietState,
-         cadence: Cadence, interval_ms: int) -> int | None:
+         cadence: _Cadence, interval_ms: int) -> int | None:
     """`due_at` from the identity's newest human exchange and the cadence in ms."""
     if human is None:
         return None
@@ -83,7 +83,7 @@ def _due(human: Exchange | None, review: ReviewState | None, quiet: QuietState,
 class _Watched:
     """What the rule keeps of one identity between its changes: the memory and review state
     it was last scheduled from (so a due check reads no map), their newest human exchange,
-    the world's fingerprint once taken, its tie-breaking rank and its due time in the heap."""
+    the world's fingerprint once taken, its tie-breaking rank and its due time."""
 
     __slots__ = ("due", "human", "memory", "rank", "review", "review_key", "world")
 
@@ -109,7 +109,7 @@ class _Tick(msgspec.Struct, frozen=True, gc=False):
     today: int
     healthy: bool
     interval_ms: int
-    cadence: Cadence
+    cadence: _Cadence
     ceiling_ms: float
     hold_ms: int
     out_of_calls: bool
@@ -129,8 +129,9 @@ class AwarenessRule:
     an order of this rule's own, so engines ticking at the same moment rarely pick the same.
 
     A tick touches only the identities that changed since the last one (found by diffing the
-    persistent maps) and those due: each sits in a heap at its due time, rescheduled when its
-    memory, review state or quiet hold changes.
+    persistent maps) and those due: each waits at its due time (the times in a heap, the
+    identities due at one in a list), rescheduled when its memory, review state or quiet hold
+    changes.
     """
 
     name = "awareness"
@@ -151,16 +152,16 @@ class AwarenessRule:
         self._memory: PersistentMap[str, IdentityMemory] | None = None
         self._reviews: PersistentMap[str, ReviewState] | None = None
         self._interval_s: float | None = None
-        self._cadence: tuple[AwarenessConfig, Cadence] | None = None
+        self._cadence: tuple[AwarenessConfig, _Cadence] | None = None
         self.skips_counted = 0
 
-    def _cadence_of(self, config: AwarenessConfig) -> Cadence:
+    def _cadence_of(self, config: AwarenessConfig) -> _Cadence:
         if self._cadence is None or self._cadence[0] is not config:
-            self._cadence = (config, Cadence.of(config))
+            self._cadence = (config, _Cadence.of(config))
         return self._cadence[1]
 
     def _schedule(self, identity: str, memory: PersistentMap[str, IdentityMemory],
-                  ledger: LedgerData, interval_ms: int, cadence: Cadence) -> None:
+                  ledger: LedgerData, interval_ms: int, cadence: _Cadence) -> None:
         mem = memory.get(identity)
         if mem is None:
             watched = self._watched.pop(identity, None)
@@ -176,7 +177,7 @@ class AwarenessRule:
                                            self.quiet.get(identity), cadence, interval_ms))
 
     def _push(self, identity: str, watched: _Watched, due: int | None) -> None:
-        """Put the identity in the heap at `due` (None: out of it)."""
+        """Put the identity in the schedule at `due` (None: out of it)."""
         watched.due = due
         if due is None:
             return
@@ -188,7 +189,7 @@ class AwarenessRule:
             slot.append((watched.rank, identity))
 
     def _refresh(self, curr: Snapshot, memory: PersistentMap[str, IdentityMemory],
-                 ledger: LedgerData, interval_s: float, cadence: Cadence) -> None:
+                 ledger: LedgerData, interval_s: float, cadence: _Cadence) -> None:
         if self._memory is None or self._reviews is None or interval_s != self._interval_s:
             changed: set[str] = set(memory)
             self._times, self._slots = [], {}
