@@ -74,8 +74,10 @@ PER_REVIEW = ("effect", "effect-executing", "awareness-cycle", "effect-acked")
 
 
 class TimedRule:
-    """Wraps a rule and records its own time per tick: the call minus the inner chain.
-    With `enabled` False it passes straight through (the rule is switched off)."""
+    """Wraps a rule and records its own time per tick: the call minus the inner chain, by
+    the wall clock (`samples`) and by the CPU time of the loop's thread (`cpu`: what a
+    machine busy with other work does not add). With `enabled` False it passes straight
+    through (the rule is switched off)."""
 
     name = "awareness-timed"
 
@@ -83,23 +85,26 @@ class TimedRule:
         self.rule = rule
         self.enabled = True
         self.samples: list[float] = []
+        self.cpu: list[float] = []
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         if not self.enabled:
             return await inner(prev, curr)
-        inside = 0.0
+        inside = inside_cpu = 0.0
 
         async def timed_inner(p: Snapshot, c: Snapshot) -> Decision:
-            nonlocal inside
-            started = time.perf_counter()
+            nonlocal inside, inside_cpu
+            started, started_cpu = time.perf_counter(), time.thread_time()
             try:
                 return await inner(p, c)
             finally:
                 inside += time.perf_counter() - started
+                inside_cpu += time.thread_time() - started_cpu
 
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         decision: Decision = await self.rule(prev, curr, timed_inner)
         self.samples.append(time.perf_counter() - started - inside)
+        self.cpu.append(time.thread_time() - started_cpu - inside_cpu)
         return decision
 
 
@@ -234,6 +239,7 @@ class Result:
         self.review_ticks = 0
         self.ticks = 0
         self.rule: list[float] = []
+        self.rule_cpu: list[float] = []
         self.tick: list[float] = []
         self.empty_tick: list[float] = []
         self.put: list[float] = []
@@ -334,6 +340,7 @@ class Simulation:
             r.wall_s = time.perf_counter() - started
             await self.quiet.drain()
             r.rule, r.put = list(self.timed.samples), list(side.puts)
+            r.rule_cpu = list(self.timed.cpu)
             r.skips = self.rule.skips_counted
             r.trailing_skips = sum(self.quiet.get(i).skips for i in self.last_review)
             r.kinds = events_by_kind(self.db, first_seq)

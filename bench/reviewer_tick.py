@@ -10,7 +10,9 @@ checkpoints, never all at once.
 
 Reports the AwarenessRule's own time per tick at p99 beside the 5 ms goal, and beside a raw
 floor measured in the same run: a bare dict scan of the same identities (one due-time
-comparison each, a tick's worth of work for a rule with no heap).
+comparison each, a tick's worth of work for a rule with no heap). The same p99 in the CPU
+time of the loop's thread is context: on a machine shared with other work, the wall clock
+adds the time the thread waited for a core.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ async def run(args: argparse.Namespace) -> Report:
                    Figure(f"bare dict scan of {n:,} identities", scan_ms, "ms"))
     report.compare(Figure("awareness rule per tick p50", p50, "ms"),
                    Figure(f"bare dict scan of {n:,} identities", scan_ms, "ms"))
+    cpu_ms = [s * 1000 for s in r.rule_cpu]
+    report.compare(Figure("awareness rule per tick p99, CPU time", percentile(cpu_ms, 99), "ms"),
+                   Figure("goal", GOAL_MS, "ms"))
     report.note(f"{r.ticks:,} ticks, {r.reviews:,} reviews, {r.skips:,} quiet skips "
                 f"({fmt(r.skips / max(1, r.ticks))} checks a tick); rule max "
                 f"{fmt(max(rule_ms))} ms")

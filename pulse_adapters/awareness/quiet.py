@@ -100,10 +100,13 @@ class QuietHold:
         """The identity's quiet state (empty if none)."""
         return self._states.get(identity) or QuietState()
 
-    def skip(self, identity: str, now: int, hold_ms: int) -> None:
-        """Count one unchanged check at `now` and hold the identity for `hold_ms`."""
-        old = self.get(identity)
-        self._set(identity, QuietState(old.skips + 1, now, now + hold_ms))
+    def skip(self, identity: str, now: int, hold_ms: int) -> QuietState:
+        """Count one unchanged check at `now` and hold the identity for `hold_ms`; the new
+        state."""
+        old = self._states.get(identity)
+        state = QuietState(old.skips + 1 if old else 1, now, now + hold_ms)
+        self._set(identity, state)
+        return state
 
     def lift(self, identity: str) -> None:
         """End the identity's hold (its world changed); the skip count stays."""
@@ -185,14 +188,17 @@ class QuietHold:
             return
         if self._writing is not None and not self._writing.done():
             return
-        items = {identity: _encode(self._states[identity]) for identity in self._dirty}
+        states = self._states
+        items = {identity: states[identity] for identity in self._dirty}
         self._dirty.clear()
         self._writing = asyncio.create_task(self._write(side, items),
                                             name="pulse-awareness-quiet-hold")
 
-    async def _write(self, side: SideStore, items: dict[str, bytes]) -> None:
+    async def _write(self, side: SideStore, items: dict[str, QuietState]) -> None:
+        # encoded here, not in the tick that changed them: the states are immutable
+        encoded = {identity: _encode(state) for identity, state in items.items()}
         try:
-            await side.put(NAMESPACE, items, self.ttl_ms)
+            await side.put(NAMESPACE, encoded, self.ttl_ms)
         except BaseException as exc:
             self._dirty.update(items)  # written again, in its latest state, by the next put
             if not isinstance(exc, Exception):

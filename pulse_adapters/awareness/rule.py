@@ -9,6 +9,8 @@ import os
 import zlib
 from typing import ClassVar
 
+import msgspec
+
 from pulse_adapters.awareness.config import INTERVAL_FLOOR_S, AwarenessConfig
 from pulse_adapters.awareness.effects import AwarenessReview
 from pulse_adapters.awareness.fingerprint import fingerprint
@@ -16,7 +18,9 @@ from pulse_adapters.awareness.ledger import DAY_MS, AwarenessLedger, LedgerData,
 from pulse_adapters.awareness.quiet import QuietHold, QuietState
 from pulse_adapters.llm import ROUTE_KEY
 from pulse_core import Backoff, Decision, Effect, Inner, Memory, PersistentMap, Snapshot
-from pulse_core.memory import IdentityMemory
+from pulse_core.memory import Exchange, IdentityMemory
+
+_FLOOR_MS = int(INTERVAL_FLOOR_S * 1000)
 
 
 def route_healthy(snapshot: Snapshot, config: AwarenessConfig, route_key: str = ROUTE_KEY) -> bool:
@@ -29,6 +33,20 @@ def route_healthy(snapshot: Snapshot, config: AwarenessConfig, route_key: str = 
     return isinstance(data, dict) and bool(data.get("ok"))
 
 
+class _Cadence(msgspec.Struct, frozen=True, gc=False):
+    """The config's times the due time is made of, in ms, worked out once per config."""
+
+    initial_delay_ms: int
+    ceiling_ms: int
+    backoff: Backoff
+
+    @classmethod
+    def of(cls, config: AwarenessConfig) -> _Cadence:
+        return cls(int(config.initial_delay_s * 1000), int(config.quiet_ceiling_s * 1000),
+                   Backoff(initial_ms=int(config.backoff_base_s * 1000), factor=2.0,
+                           max_ms=int(config.backoff_max_s * 1000), jitter=0.0))
+
+
 def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState,
            config: AwarenessConfig, interval_s: float) -> int | None:
     """When the identity is next due (ms), or None if it has no human exchange yet.
@@ -36,28 +54,67 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
     After a newer human event: its time plus the initial delay; otherwise the last check plus
     the interval; failed or preempted cycles add exponential backoff; a quiet hold defers.
     """
-    human = memory.last_human
+    return _due(memory.last_human, review, quiet, _Cadence.of(config), int(interval_s * 1000))
+
+
+def _due(human: Exchange | None, review: ReviewState | None, quiet: QuietState,
+         cadence: _Cadence, interval_ms: int) -> int | None:
+    """`due_at` from the identity's newest human exchange and the cadence in ms."""
     if human is None:
         return None
     failures = review.failures if review else 0
-    backoff_ms = 0
-    if failures:
-        backoff_ms = Backoff(initial_ms=int(config.backoff_base_s * 1000), factor=2.0,
-                             max_ms=int(config.backoff_max_s * 1000), jitter=0.0
-                             ).delay_ms(failures)
+    backoff_ms = cadence.backoff.delay_ms(failures) if failures else 0
     if review is None or review.reviewed_source != human.record:
-        base = human.ts + int(config.initial_delay_s * 1000)
-        if review is not None and failures:
-            base = max(base, review.last_cycle_at)
+        base = human.ts + cadence.initial_delay_ms
+        if review is not None and failures and review.last_cycle_at > base:
+            base = review.last_cycle_at
     else:
-        base = max(review.last_cycle_at, quiet.last_check_at) + int(interval_s * 1000)
+        last = review.last_cycle_at
+        base = (last if last > quiet.last_check_at else quiet.last_check_at) + interval_ms
     due = max(base + backoff_ms, quiet.hold_until)
     if review is not None and review.last_success_at and not failures:
-        ceiling_at = review.last_success_at + int(config.quiet_ceiling_s * 1000)
+        ceiling_at = review.last_success_at + cadence.ceiling_ms
         if ceiling_at > quiet.last_check_at:
-            due = min(due, ceiling_at)  # neither a hold nor the interval outlasts the ceiling
-            due = max(due, review.last_cycle_at + int(INTERVAL_FLOOR_S * 1000))
+            # neither a hold nor the interval outlasts the ceiling, nor the floor
+            due = max(min(due, ceiling_at), review.last_cycle_at + _FLOOR_MS)
     return due
+
+
+class _Watched:
+    """What the rule keeps of one identity between its changes: the memory and review state
+    it was last scheduled from (so a due check reads no map), their newest human exchange,
+    the world's fingerprint once taken, its tie-breaking rank and its due time."""
+
+    __slots__ = ("due", "human", "memory", "rank", "review", "review_key", "world")
+
+    def __init__(self, identity: str, rank: int) -> None:
+        self.rank = rank
+        self.review_key = f"awareness-review:{identity}"
+        self.memory: IdentityMemory | None = None
+        self.review: ReviewState | None = None
+        self.human: Exchange | None = None
+        self.world: str | None = None
+        self.due: int | None = None
+
+    def saw(self, memory: IdentityMemory, review: ReviewState | None) -> None:
+        if memory is not self.memory:
+            self.memory, self.human, self.world = memory, memory.last_human, None
+        self.review = review
+
+
+class _Tick(msgspec.Struct, frozen=True, gc=False):
+    """What every due check of one tick shares, worked out once for the tick."""
+
+    now: int
+    today: int
+    healthy: bool
+    interval_ms: int
+    cadence: _Cadence
+    ceiling_ms: float
+    hold_ms: int
+    out_of_calls: bool
+    calls_per_identity: int
+    degraded: bool
 
 
 _NO_REVIEW = ReviewState()
@@ -70,6 +127,11 @@ class AwarenessRule:
     and writes it behind at the end of each tick. An identity whose review is pending (this
     engine's or another's sharing the log) waits for it; equally due identities come off in
     an order of this rule's own, so engines ticking at the same moment rarely pick the same.
+
+    A tick touches only the identities that changed since the last one (found by diffing the
+    persistent maps) and those due: each waits at its due time (the times in a heap, the
+    identities due at one in a list), rescheduled when its memory, review state or quiet hold
+    changes.
     """
 
     name = "awareness"
@@ -80,41 +142,59 @@ class AwarenessRule:
         self.config = config or AwarenessConfig()
         self.route_key = route_key
         self.quiet = quiet or QuietHold()
-        self._heap: list[tuple[int, int, str]] = []
+        # the schedule: each due time once in a heap, and the identities due at it, by rank
+        self._times: list[int] = []
+        self._slots: dict[int, list[tuple[int, str]]] = {}
         # engines sharing a log take equally due ones in other orders
         self._salt_crc = zlib.crc32(os.urandom(8))
-        self._ranks: dict[str, int] = {}
-        self._due: dict[str, int] = {}
+        self._watched: dict[str, _Watched] = {}
         self._in_flight: set[str] = set()
         self._memory: PersistentMap[str, IdentityMemory] | None = None
         self._reviews: PersistentMap[str, ReviewState] | None = None
         self._interval_s: float | None = None
-        self._fingerprints: dict[str, tuple[IdentityMemory, str]] = {}
+        self._cadence: tuple[AwarenessConfig, _Cadence] | None = None
         self.skips_counted = 0
 
-    def _schedule(self, identity: str, memory: PersistentMap[str, IdentityMemory],
-                  ledger: LedgerData, interval_s: float) -> None:
-        mem = memory.get(identity)
-        due = None if mem is None else due_at(mem, ledger.identities.get(identity),
-                                              self.quiet.get(identity), self.config, interval_s)
-        self._push(identity, due)
+    def _cadence_of(self, config: AwarenessConfig) -> _Cadence:
+        if self._cadence is None or self._cadence[0] is not config:
+            self._cadence = (config, _Cadence.of(config))
+        return self._cadence[1]
 
-    def _push(self, identity: str, due: int | None) -> None:
-        """Put the identity in the heap at `due` (None: out of it)."""
-        if due is None:
-            self._due.pop(identity, None)
+    def _schedule(self, identity: str, memory: PersistentMap[str, IdentityMemory],
+                  ledger: LedgerData, interval_ms: int, cadence: _Cadence) -> None:
+        mem = memory.get(identity)
+        if mem is None:
+            watched = self._watched.pop(identity, None)
+            if watched is not None:
+                watched.due = None
             return
-        self._due[identity] = due
-        rank = self._ranks.get(identity)
-        if rank is None:
-            rank = self._ranks[identity] = zlib.crc32(identity.encode(), self._salt_crc)
-        heapq.heappush(self._heap, (due, rank, identity))
+        watched = self._watched.get(identity)
+        if watched is None:
+            watched = self._watched[identity] = _Watched(
+                identity, zlib.crc32(identity.encode(), self._salt_crc))
+        watched.saw(mem, ledger.identities.get(identity))
+        self._push(identity, watched, _due(watched.human, watched.review,
+                                           self.quiet.get(identity), cadence, interval_ms))
+
+    def _push(self, identity: str, watched: _Watched, due: int | None) -> None:
+        """Put the identity in the schedule at `due` (None: out of it)."""
+        watched.due = due
+        if due is None:
+            return
+        slot = self._slots.get(due)
+        if slot is None:
+            self._slots[due] = [(watched.rank, identity)]
+            heapq.heappush(self._times, due)
+        else:
+            slot.append((watched.rank, identity))
 
     def _refresh(self, curr: Snapshot, memory: PersistentMap[str, IdentityMemory],
-                 ledger: LedgerData, interval_s: float) -> None:
+                 ledger: LedgerData, interval_s: float, cadence: _Cadence) -> None:
         if self._memory is None or self._reviews is None or interval_s != self._interval_s:
             changed: set[str] = set(memory)
-            self._heap, self._due = [], {}
+            self._times, self._slots = [], {}
+            for watched in self._watched.values():
+                watched.due = None
         else:
             changed = memory.changed_keys(self._memory)
             for identity in changed:  # a hold is for unchanged worlds: news lifts it
@@ -124,6 +204,7 @@ class AwarenessRule:
             if f"awareness-review:{identity}" not in curr.pending_effects:
                 self._in_flight.discard(identity)
                 changed.add(identity)
+        interval_ms = int(interval_s * 1000)
         for identity in changed:
             review = ledger.identities.get(identity)
             quiet = self.quiet.get(identity)
@@ -131,7 +212,7 @@ class AwarenessRule:
                     review.last_success_at >= quiet.last_check_at and quiet.skips:
                 self.quiet.clear(identity)  # success clears quiet bookkeeping
             if identity not in self._in_flight:
-                self._schedule(identity, memory, ledger, interval_s)
+                self._schedule(identity, memory, ledger, interval_ms, cadence)
         self._memory, self._reviews, self._interval_s = memory, ledger.identities, interval_s
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
@@ -143,64 +224,72 @@ class AwarenessRule:
         if await self.quiet.load():
             self._memory = None  # the stored hold came in: schedule everyone again
         cfg = self.config
+        cadence = self._cadence_of(cfg)
         healthy = route_healthy(curr, cfg, self.route_key)
         interval_s = cfg.healthy_interval_s if healthy else cfg.fallback_interval_s
-        self._refresh(curr, memory, ledger, interval_s)
+        interval_ms = int(interval_s * 1000)
+        self._refresh(curr, memory, ledger, interval_s, cadence)
         reviews: list[Effect] = []
         now = curr.at
-        heap, due_of, pending = self._heap, self._due, curr.pending_effects
-        calls_today = ledger.calls_today(now)
-        while heap and heap[0][0] <= now and len(reviews) < cfg.max_reviews_per_tick:
-            due, _, identity = heapq.heappop(heap)
-            if due_of.get(identity) != due:
-                continue  # a stale heap entry: the identity was rescheduled
-            del due_of[identity]
-            if f"awareness-review:{identity}" in pending:
-                self._in_flight.add(identity)  # another engine's review of it is under way
-                continue
-            mem = memory[identity]
-            state = ledger.identities.get(identity)
-            review = self._check(identity, mem, state, ledger, now=now, healthy=healthy,
-                                 calls_today=calls_today)
-            if review is None:
-                self._push(identity, due_at(mem, state, self.quiet.get(identity), cfg,
-                                            interval_s))
+        tick = _Tick(now=now, today=now // DAY_MS, healthy=healthy, interval_ms=interval_ms,
+                     cadence=cadence, ceiling_ms=cfg.quiet_ceiling_s * 1000,
+                     hold_ms=int(cfg.quiet_hold_s * 1000),
+                     out_of_calls=ledger.calls_today(now) >= cfg.calls_per_day,
+                     calls_per_identity=cfg.calls_per_identity_per_day,
+                     degraded=ledger.degraded)
+        times, slots, watching = self._times, self._slots, self._watched
+        pending, in_flight, cap = curr.pending_effects, self._in_flight, cfg.max_reviews_per_tick
+        while times and times[0] <= now and len(reviews) < cap:
+            due = times[0]
+            slot = slots[due]
+            slot.sort()  # equally due ones in rank order, then by name
+            taken = 0
+            for _, identity in slot:
+                if len(reviews) >= cap:
+                    break
+                taken += 1
+                watched = watching.get(identity)
+                if watched is None or watched.due != due:
+                    continue  # a stale entry: the identity was rescheduled
+                watched.due = None
+                if watched.review_key in pending:
+                    in_flight.add(identity)  # another engine's review of it is under way
+                    continue
+                review = self._check(identity, watched, tick)
+                if review is not None:
+                    reviews.append(review)
+                    in_flight.add(identity)
+            if taken < len(slot):
+                del slot[:taken]
             else:
-                reviews.append(review)
-                self._in_flight.add(identity)
+                heapq.heappop(times)
+                del slots[due]
         self.quiet.write_behind()
-        if self._heap:
-            tick_ms = min(tick_ms, max(1_000, self._heap[0][0] - now))
+        if times:
+            tick_ms = min(tick_ms, max(1_000, times[0] - now))
         return Decision([*effects, *reviews], tick_ms)
 
-    def _check(self, identity: str, memory: IdentityMemory, state: ReviewState | None,
-               ledger: LedgerData, *, now: int, healthy: bool, calls_today: int
-               ) -> AwarenessReview | None:
-        """A review to run now, or None after counting a quiet (or budget) skip; `state` is
-        the identity's review state, `calls_today` the model calls made today over all."""
-        cfg = self.config
-        human = memory.last_human
-        if human is None:
+    def _check(self, identity: str, watched: _Watched, tick: _Tick) -> AwarenessReview | None:
+        """A review to run now, or None after counting a quiet (or budget) skip and
+        scheduling the next check."""
+        human = watched.human
+        if human is None or watched.memory is None:
             return None
-        review = state or _NO_REVIEW
-        quiet = self.quiet.get(identity)
-        cached = self._fingerprints.get(identity)
-        if cached is not None and cached[0] is memory:
-            world = cached[1]
-        else:
-            world = fingerprint(memory)
-            self._fingerprints[identity] = (memory, world)
+        review = watched.review or _NO_REVIEW
+        world = watched.world
+        if world is None:
+            world = watched.world = fingerprint(watched.memory)
         unchanged = review.fingerprint == world
-        below_ceiling = now - review.last_success_at < cfg.quiet_ceiling_s * 1000
-        mine_today = review.calls if review.day == now // DAY_MS else 0
-        over_budget = (mine_today >= cfg.calls_per_identity_per_day
-                       or calls_today >= cfg.calls_per_day)
-        if (unchanged and below_ceiling) or over_budget:
-            self.quiet.skip(identity, now, int(cfg.quiet_hold_s * 1000))
+        if (unchanged and tick.now - review.last_success_at < tick.ceiling_ms) \
+                or tick.out_of_calls \
+                or (review.calls if review.day == tick.today else 0) >= tick.calls_per_identity:
+            held = self.quiet.skip(identity, tick.now, tick.hold_ms)
             self.skips_counted += 1
+            self._push(identity, watched, _due(human, watched.review, held, tick.cadence,
+                                               tick.interval_ms))
             return None
         return AwarenessReview(
             identity=identity, fingerprint=world, source=human.record,
             reason="ceiling" if unchanged else "changed",
-            route="dedicated" if healthy else "fallback", quiet_skips=quiet.skips,
-            narration_only=ledger.degraded)
+            route="dedicated" if tick.healthy else "fallback",
+            quiet_skips=self.quiet.get(identity).skips, narration_only=tick.degraded)
