@@ -5,7 +5,8 @@ ordinary recall, a tombstoned, purged, forgotten or quarantined one never return
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -122,33 +123,58 @@ def rank_recalled(items: list[Recalled]) -> list[Recalled]:
     return sorted(items, key=lambda r: (-r.authority, -r.score, -r.at, r.identity, r.record))
 
 
+class Observed(NamedTuple):
+    """The identities of `memory` holding observations: plain text, which the keys' index
+    does not hold, so a text recall scans them whatever the index found."""
+
+    memory: PersistentMap[str, IdentityMemory]
+    identities: frozenset[str]
+
+    def of(self, memory: PersistentMap[str, IdentityMemory]) -> Observed:
+        """The same for `memory`, a later fold: only the identities it changed are looked at."""
+        if memory is self.memory:
+            return self
+        found = set(self.identities)
+        for identity in memory.changed_keys(self.memory):
+            mem = memory.get(identity)
+            if mem is not None and mem.observations:
+                found.add(identity)
+            else:
+                found.discard(identity)
+        return Observed(memory, frozenset(found))
+
+
+NOTHING_OBSERVED = Observed(PersistentMap(), frozenset())
+
+
 def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
-           query: RecallQuery, keys: ElementKeys | None = None) -> list[Recalled]:
+           query: RecallQuery, keys: ElementKeys | None = None,
+           observed: Observed = NOTHING_OBSERVED) -> list[Recalled]:
     """The recall of `query` over a folded `memory` map and elements state (blocking: it
-    opens sealed text with `keys`)."""
+    opens sealed text with `keys`); `observed` of an earlier fold saves finding again the
+    identities with observations."""
     from pulse_core._memory_text import reveal_memory
     from pulse_core.maintenance import element_id, rank
 
     words = _check(query)
-    if query.identity is not None:
-        if query.identity not in memory:
-            raise UnknownIdentity(query.identity)
-        identities = [query.identity]
-    else:
-        identities = list(memory.keys())
-    topic = query.topic.strip().lower() if query.topic else None
-    stages = ("active", "archived") if query.include_archived else ("active",)
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
     # observations, a store without keys) is matched word by word here, the same way
     indexed = keys.search(words) if words and keys is not None else None
+    if query.identity is not None:
+        if query.identity not in memory:
+            raise UnknownIdentity(query.identity)
+        identities: Iterable[str] = [query.identity]
+    elif indexed is not None:  # every identity an indexed element may be of, and the plain
+        identities = {eid[:at] for eid in indexed for at, c in enumerate(eid) if c == "/"}
+        identities = {i for i in identities if i in memory} | observed.of(memory).identities
+    else:
+        identities = memory.keys()
+    topic = query.topic.strip().lower() if query.topic else None
+    stages = ("active", "archived") if query.include_archived else ("active",)
     out: list[Recalled] = []
     raw: dict[tuple[str, str], tuple[str, Any]] = {}  # (identity, record): (prefix, stored)
-    hits = None if indexed is None else {  # every identity an indexed element may be of
-        eid[:at] for eid in indexed for at, c in enumerate(eid) if c == "/"}
     for identity in identities:
         mem = memory[identity]
-        if hits is not None and identity not in hits and not mem.observations:
-            continue  # nothing of it matches in the index, and nothing unsealed to scan
         opened = None
         for record, kind, text, topics, conf, writer, at, sealed in _candidates(mem):
             if query.types and kind not in query.types:
@@ -250,14 +276,21 @@ class Recaller:
         self.store = store
         self._projector = Projector(store, [Memory(), MemoryElements()])
         self._folding = asyncio.Lock()
+        self._observed = NOTHING_OBSERVED
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """As `recall(self.store, query)`; concurrent calls fold one at a time."""
         _check(query)
         async with self._folding:
             folded = await self._projector.catch_up()
-        return await asyncio.to_thread(select, folded["memory"], folded["elements"], query,
-                                       self.store.keys)
+        return await asyncio.to_thread(self._select, folded["memory"], folded["elements"],
+                                       query)
+
+    def _select(self, memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
+                query: RecallQuery) -> list[Recalled]:
+        # any (memory, identities) pair is consistent: a race only repeats a diff
+        self._observed = self._observed.of(memory)
+        return select(memory, elements, query, self.store.keys, self._observed)
 
 
 async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
