@@ -5,6 +5,7 @@ ordinary recall, a tombstoned, purged, forgotten or quarantined one never return
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -13,7 +14,14 @@ import msgspec
 from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
-from pulse_core.store import ElementKeys, EventStore, is_sealed, reveal, text_words
+from pulse_core.store import (
+    ElementKeys,
+    EventStore,
+    is_sealed,
+    reveal,
+    sealed_element,
+    text_words,
+)
 
 if TYPE_CHECKING:
     from pulse_core.maintenance import ElementsState
@@ -118,9 +126,16 @@ def _holds(text: str, words: tuple[str, ...]) -> bool:
     return all(any(t.startswith(w) for t in found) for w in words)
 
 
-def rank_recalled(items: list[Recalled]) -> list[Recalled]:
-    """`items` best first: authority, then confidence x strength, then the newest."""
-    return sorted(items, key=lambda r: (-r.authority, -r.score, -r.at, r.identity, r.record))
+def _rank(r: Recalled) -> tuple[int, float, int, str, str]:
+    return -r.authority, -r.score, -r.at, r.identity, r.record
+
+
+def rank_recalled(items: list[Recalled], limit: int | None = None) -> list[Recalled]:
+    """`items` best first: authority, then confidence x strength, then the newest; the
+    first `limit` of them (all with None) without sorting the rest."""
+    if limit is None:
+        return sorted(items, key=_rank)
+    return heapq.nsmallest(limit, items, key=_rank)
 
 
 class Observed(NamedTuple):
@@ -160,13 +175,14 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
     # observations, a store without keys) is matched word by word here, the same way
     indexed = keys.search(words) if words and keys is not None else None
+    identities: Iterable[str]
     if query.identity is not None:
         if query.identity not in memory:
             raise UnknownIdentity(query.identity)
-        identities: Iterable[str] = [query.identity]
+        identities = [query.identity]
     elif indexed is not None:  # every identity an indexed element may be of, and the plain
-        identities = {eid[:at] for eid in indexed for at, c in enumerate(eid) if c == "/"}
-        identities = {i for i in identities if i in memory} | observed.of(memory).identities
+        identities = {i for i in _identity_prefixes(indexed) if i in memory
+                      } | observed.of(memory).identities
     else:
         identities = memory.keys()
     topic = query.topic.strip().lower() if query.topic else None
@@ -182,6 +198,8 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             if topic is not None and topic not in topics.lower().split("\n"):
                 continue
             eid = element_id(identity, record)
+            if words and indexed is not None and eid not in indexed and is_sealed(sealed):
+                continue  # the cheapest test first: most of a found identity's records
             stage = _visible(eid, elements, stages)
             if stage is None:
                 continue
@@ -190,10 +208,7 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                 if not is_sealed(sealed):
                     if not _holds(text, words):
                         continue
-                elif indexed is not None:
-                    if eid not in indexed:
-                        continue
-                else:
+                elif indexed is None:
                     if opened is None:
                         opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
                     if not _holds(opened[record], words):
@@ -204,15 +219,26 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             out.append(Recalled(identity=identity, record=record, type=kind, text=text,
                                 authority=rank(by), confidence=conf, strength=strength,
                                 stage=stage, at=at, score=round(conf * strength, 6)))
-    best = rank_recalled(out)[:query.limit]
+    best = rank_recalled(out, query.limit)
     if not best or keys is None:
         return best
-    opened_text = []
-    for r in best:  # only what is returned is opened: one key read and decryption each
-        prefix, stored = raw[(r.identity, r.record)]
-        opened_text.append(msgspec.structs.replace(
-            r, text=prefix + _as_text(reveal(stored, keys))))
-    return opened_text
+    stored = [raw[(r.identity, r.record)] for r in best]
+    # only what is returned is opened: its keys read in one statement, a decryption each
+    known = keys.keys_of(sealed_element(s) for _, s in stored if is_sealed(s))
+    return [msgspec.structs.replace(r, text=prefix + _as_text(reveal(s, keys, known=known)))
+            for r, (prefix, s) in zip(best, stored, strict=True)]
+
+
+def _identity_prefixes(eids: Iterable[str]) -> set[str]:
+    """Every identity an element id of `eids` may be of: each part before a '/' (an
+    identity id may hold '/' too)."""
+    found: set[str] = set()
+    for eid in eids:
+        at = eid.find("/")
+        while at >= 0:
+            found.add(eid[:at])
+            at = eid.find("/", at + 1)
+    return found
 
 
 def _visible(eid: str, elements: ElementsState, stages: tuple[str, ...]) -> str | None:
