@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import ItemsView, Iterator, Mapping, ValuesView
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 K = TypeVar("K")
 V = TypeVar("V")
+D = TypeVar("D")
 
 _BUCKETS = 256
 _EMPTY: dict[object, object] = {}
@@ -43,6 +44,16 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
 
     def __getitem__(self, key: K) -> V:
         return self._buckets[hash(key) % _BUCKETS][key]
+
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+    @overload
+    def get(self, key: K, /, default: V | D) -> V | D: ...
+
+    def get(self, key: K, /, default: object = None) -> object:
+        """The value of `key`, or `default`: one bucket's lookup (recall and the folds ask
+        for absent keys often, where Mapping.get would raise and catch KeyError)."""
+        return self._buckets[hash(key) % _BUCKETS].get(key, default)
 
     def __iter__(self) -> Iterator[K]:
         for bucket in self._buckets:

@@ -24,7 +24,7 @@ from pulse_core.store import (
 )
 
 if TYPE_CHECKING:
-    from pulse_core.maintenance import ElementsState
+    from pulse_core.maintenance import Element, ElementsState
     from pulse_core.memory import IdentityMemory
 
 MAX_LIMIT = 1_000
@@ -200,10 +200,10 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             eid = element_id(identity, record)
             if words and indexed is not None and eid not in indexed and is_sealed(sealed):
                 continue  # the cheapest test first: most of a found identity's records
-            stage = _visible(eid, elements, stages)
+            element = elements.elements.get(eid)
+            stage = _visible(eid, element, elements, stages)
             if stage is None:
                 continue
-            element = elements.elements.get(eid)
             if words:
                 if not is_sealed(sealed):
                     if not _holds(text, words):
@@ -241,11 +241,12 @@ def _identity_prefixes(eids: Iterable[str]) -> set[str]:
     return found
 
 
-def _visible(eid: str, elements: ElementsState, stages: tuple[str, ...]) -> str | None:
-    """The stage `eid` is recalled at, None when recall leaves it out."""
+def _visible(eid: str, element: Element | None, elements: ElementsState,
+             stages: tuple[str, ...]) -> str | None:
+    """The stage `eid` (`element`: its entry in `elements`) is recalled at, None when recall
+    leaves it out."""
     if eid in elements.purged or eid in elements.forgotten:
         return None
-    element = elements.elements.get(eid)
     if element is None:
         return "active"  # not (yet) an element: nothing maintenance decided about it
     return element.stage if element.stage in stages and not element.retracted else None
@@ -259,8 +260,9 @@ def recallable_form(memory: IdentityMemory, elements: ElementsState, *,
     from pulse_core.maintenance import element_id
 
     stages = ("active", "archived") if include_archived else ("active",)
-    keep = {c[0] for c in _candidates(memory)
-            if _visible(element_id(memory.identity, c[0]), elements, stages) is not None}
+    eids = {c[0]: element_id(memory.identity, c[0]) for c in _candidates(memory)}
+    keep = {record for record, eid in eids.items()
+            if _visible(eid, elements.elements.get(eid), elements, stages) is not None}
     replace = msgspec.structs.replace
     return replace(
         memory,

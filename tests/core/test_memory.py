@@ -81,6 +81,7 @@ def test_persistent_map_behaves_like_a_dict_and_never_changes_old_versions(
         assert current == model and len(current) == len(model)
         assert sorted(current.items()) == sorted(model.items())
         assert sorted(current.values()) == sorted(model.values())
+        assert current.get(key) == model.get(key) and current.get(key, -1) == model.get(key, -1)
         changed = current.changed_keys(before)
         assert changed <= {key}
         history.append((current, dict(model)))
