@@ -5,17 +5,26 @@ ordinary recall, a tombstoned, purged, forgotten or quarantined one never return
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import heapq
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
 from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
-from pulse_core.store import ElementKeys, EventStore, is_sealed, reveal, text_words
+from pulse_core.store import (
+    ElementKeys,
+    EventStore,
+    is_sealed,
+    reveal,
+    sealed_element,
+    text_words,
+)
 
 if TYPE_CHECKING:
-    from pulse_core.maintenance import ElementsState
+    from pulse_core.maintenance import Element, ElementsState
     from pulse_core.memory import IdentityMemory
 
 MAX_LIMIT = 1_000
@@ -117,38 +126,71 @@ def _holds(text: str, words: tuple[str, ...]) -> bool:
     return all(any(t.startswith(w) for t in found) for w in words)
 
 
-def rank_recalled(items: list[Recalled]) -> list[Recalled]:
-    """`items` best first: authority, then confidence x strength, then the newest."""
-    return sorted(items, key=lambda r: (-r.authority, -r.score, -r.at, r.identity, r.record))
+def _rank(r: Recalled) -> tuple[int, float, int, str, str]:
+    return -r.authority, -r.score, -r.at, r.identity, r.record
+
+
+def rank_recalled(items: list[Recalled], limit: int | None = None) -> list[Recalled]:
+    """`items` best first: authority, then confidence x strength, then the newest; the
+    first `limit` of them (all with None) without sorting the rest."""
+    if limit is None:
+        return sorted(items, key=_rank)
+    return heapq.nsmallest(limit, items, key=_rank)
+
+
+class Observed(NamedTuple):
+    """The identities of `memory` holding observations: plain text, which the keys' index
+    does not hold, so a text recall scans them whatever the index found."""
+
+    memory: PersistentMap[str, IdentityMemory]
+    identities: frozenset[str]
+
+    def of(self, memory: PersistentMap[str, IdentityMemory]) -> Observed:
+        """The same for `memory`, a later fold: only the identities it changed are looked at."""
+        if memory is self.memory:
+            return self
+        found = set(self.identities)
+        for identity in memory.changed_keys(self.memory):
+            mem = memory.get(identity)
+            if mem is not None and mem.observations:
+                found.add(identity)
+            else:
+                found.discard(identity)
+        return Observed(memory, frozenset(found))
+
+
+NOTHING_OBSERVED = Observed(PersistentMap(), frozenset())
 
 
 def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
-           query: RecallQuery, keys: ElementKeys | None = None) -> list[Recalled]:
+           query: RecallQuery, keys: ElementKeys | None = None,
+           observed: Observed = NOTHING_OBSERVED) -> list[Recalled]:
     """The recall of `query` over a folded `memory` map and elements state (blocking: it
-    opens sealed text with `keys`)."""
+    opens sealed text with `keys`); `observed` of an earlier fold saves finding again the
+    identities with observations."""
     from pulse_core._memory_text import reveal_memory
     from pulse_core.maintenance import element_id, rank
 
     words = _check(query)
+    # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
+    # observations, a store without keys) is matched word by word here, the same way
+    indexed = keys.search(words) if words and keys is not None else None
+    identities: Iterable[str]
     if query.identity is not None:
         if query.identity not in memory:
             raise UnknownIdentity(query.identity)
         identities = [query.identity]
+    elif indexed is not None:  # every identity an indexed element may be of, and the plain
+        identities = {i for i in _identity_prefixes(indexed) if i in memory
+                      } | observed.of(memory).identities
     else:
-        identities = list(memory.keys())
+        identities = memory.keys()
     topic = query.topic.strip().lower() if query.topic else None
     stages = ("active", "archived") if query.include_archived else ("active",)
-    # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
-    # observations, a store without keys) is matched word by word here, the same way
-    indexed = keys.search(words) if words and keys is not None else None
     out: list[Recalled] = []
     raw: dict[tuple[str, str], tuple[str, Any]] = {}  # (identity, record): (prefix, stored)
-    hits = None if indexed is None else {  # every identity an indexed element may be of
-        eid[:at] for eid in indexed for at, c in enumerate(eid) if c == "/"}
     for identity in identities:
         mem = memory[identity]
-        if hits is not None and identity not in hits and not mem.observations:
-            continue  # nothing of it matches in the index, and nothing unsealed to scan
         opened = None
         for record, kind, text, topics, conf, writer, at, sealed in _candidates(mem):
             if query.types and kind not in query.types:
@@ -156,18 +198,17 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             if topic is not None and topic not in topics.lower().split("\n"):
                 continue
             eid = element_id(identity, record)
-            stage = _visible(eid, elements, stages)
+            if words and indexed is not None and eid not in indexed and is_sealed(sealed):
+                continue  # the cheapest test first: most of a found identity's records
+            element = elements.elements.get(eid)
+            stage = _visible(eid, element, elements, stages)
             if stage is None:
                 continue
-            element = elements.elements.get(eid)
             if words:
                 if not is_sealed(sealed):
                     if not _holds(text, words):
                         continue
-                elif indexed is not None:
-                    if eid not in indexed:
-                        continue
-                else:
+                elif indexed is None:
                     if opened is None:
                         opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
                     if not _holds(opened[record], words):
@@ -178,22 +219,34 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             out.append(Recalled(identity=identity, record=record, type=kind, text=text,
                                 authority=rank(by), confidence=conf, strength=strength,
                                 stage=stage, at=at, score=round(conf * strength, 6)))
-    best = rank_recalled(out)[:query.limit]
+    best = rank_recalled(out, query.limit)
     if not best or keys is None:
         return best
-    opened_text = []
-    for r in best:  # only what is returned is opened: one key read and decryption each
-        prefix, stored = raw[(r.identity, r.record)]
-        opened_text.append(msgspec.structs.replace(
-            r, text=prefix + _as_text(reveal(stored, keys))))
-    return opened_text
+    stored = [raw[(r.identity, r.record)] for r in best]
+    # only what is returned is opened: its keys read in one statement, a decryption each
+    known = keys.keys_of(sealed_element(s) for _, s in stored if is_sealed(s))
+    return [msgspec.structs.replace(r, text=prefix + _as_text(reveal(s, keys, known=known)))
+            for r, (prefix, s) in zip(best, stored, strict=True)]
 
 
-def _visible(eid: str, elements: ElementsState, stages: tuple[str, ...]) -> str | None:
-    """The stage `eid` is recalled at, None when recall leaves it out."""
+def _identity_prefixes(eids: Iterable[str]) -> set[str]:
+    """Every identity an element id of `eids` may be of: each part before a '/' (an
+    identity id may hold '/' too)."""
+    found: set[str] = set()
+    for eid in eids:
+        at = eid.find("/")
+        while at >= 0:
+            found.add(eid[:at])
+            at = eid.find("/", at + 1)
+    return found
+
+
+def _visible(eid: str, element: Element | None, elements: ElementsState,
+             stages: tuple[str, ...]) -> str | None:
+    """The stage `eid` (`element`: its entry in `elements`) is recalled at, None when recall
+    leaves it out."""
     if eid in elements.purged or eid in elements.forgotten:
         return None
-    element = elements.elements.get(eid)
     if element is None:
         return "active"  # not (yet) an element: nothing maintenance decided about it
     return element.stage if element.stage in stages and not element.retracted else None
@@ -207,8 +260,9 @@ def recallable_form(memory: IdentityMemory, elements: ElementsState, *,
     from pulse_core.maintenance import element_id
 
     stages = ("active", "archived") if include_archived else ("active",)
-    keep = {c[0] for c in _candidates(memory)
-            if _visible(element_id(memory.identity, c[0]), elements, stages) is not None}
+    eids = {c[0]: element_id(memory.identity, c[0]) for c in _candidates(memory)}
+    keep = {record for record, eid in eids.items()
+            if _visible(eid, elements.elements.get(eid), elements, stages) is not None}
     replace = msgspec.structs.replace
     return replace(
         memory,
@@ -250,14 +304,21 @@ class Recaller:
         self.store = store
         self._projector = Projector(store, [Memory(), MemoryElements()])
         self._folding = asyncio.Lock()
+        self._observed = NOTHING_OBSERVED
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """As `recall(self.store, query)`; concurrent calls fold one at a time."""
         _check(query)
         async with self._folding:
             folded = await self._projector.catch_up()
-        return await asyncio.to_thread(select, folded["memory"], folded["elements"], query,
-                                       self.store.keys)
+        return await asyncio.to_thread(self._select, folded["memory"], folded["elements"],
+                                       query)
+
+    def _select(self, memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
+                query: RecallQuery) -> list[Recalled]:
+        # any (memory, identities) pair is consistent: a race only repeats a diff
+        self._observed = self._observed.of(memory)
+        return select(memory, elements, query, self.store.keys, self._observed)
 
 
 async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:

@@ -24,6 +24,7 @@ from pulse_core.store._keys import (
     is_sealed,
     reveal,
     seal_fields,
+    sealed_element,
     text_words,
 )
 from pulse_core.store._objects import ObjectStore, digest_of
@@ -85,6 +86,7 @@ __all__ = [
     "parse_store_url",
     "reveal",
     "seal_fields",
+    "sealed_element",
     "side_store_schemes",
     "store_schemes",
     "text_words",

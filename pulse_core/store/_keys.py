@@ -112,7 +112,8 @@ def is_sealed(value: object) -> bool:
 
 def sealed_element(token: str) -> str:
     """The element id a sealed token names."""
-    return token[len(SEALED_PREFIX):].partition(":")[2]
+    at = token.find(":", len(SEALED_PREFIX))
+    return "" if at < 0 else token[at + 1:]
 
 
 def draft_element(kind: str, key: str, data: object) -> str | None:
@@ -226,6 +227,17 @@ class ElementKeys:
             "SELECT key FROM element_keys WHERE element = ?", (element,)).fetchone())
         return None if row is None else bytes(row[0])
 
+    def keys_of(self, elements: Iterable[str]) -> dict[str, bytes]:
+        """The keys of those of `elements` that have one, read in one statement (none is
+        made): what opens many texts at once reads them so."""
+        wanted = sorted(set(elements))
+        if not wanted:
+            return {}
+        rows = self._run(lambda db: db.execute(
+            "SELECT element, key FROM element_keys WHERE element IN "
+            f"({','.join('?' * len(wanted))})", wanted).fetchall())
+        return {element: bytes(key) for element, key in rows or ()}
+
     def destroyed(self, element: str) -> bool:
         """Whether `element`'s key was destroyed by a purge."""
         return bool(self._run(lambda db: db.execute(
@@ -279,11 +291,12 @@ class ElementKeys:
             f"no key for element {element!r} in {self.path}: keys.db is missing or was "
             "replaced — restore it from the keys file written with `upulse backup --keys`"))
 
-    def open(self, token: str) -> Any:
-        """The value a sealed token holds; ElementTextUnreadable naming the element when it
-        was purged, its key is missing, or the key or the token were changed."""
+    def open(self, token: str, key: bytes | None = None) -> Any:
+        """The value a sealed token holds (`key`: its element's key, when already read);
+        ElementTextUnreadable naming the element when it was purged, its key is missing, or
+        the key or the token were changed."""
         body, _, element = token[len(SEALED_PREFIX):].partition(":")
-        key = self._opening_key(element)
+        key = key or self._opening_key(element)
         try:
             sealed = base64.urlsafe_b64decode(body)
         except ValueError:
@@ -420,10 +433,12 @@ def seal_drafts(keys: ElementKeys, drafts: Sequence[EventDraft]) -> list[EventDr
     return out
 
 
-def reveal(value: Any, keys: ElementKeys | None, *, purged: str | None = PURGED_TEXT) -> Any:
+def reveal(value: Any, keys: ElementKeys | None, *, purged: str | None = PURGED_TEXT,
+           known: Mapping[str, bytes] | None = None) -> Any:
     """`value` with every sealed token in it (nested in lists and dicts too) opened; plain
     values as they are. The text of a purged element reads as `purged` (raises with None);
-    a missing or changed key raises ElementTextUnreadable naming the element."""
+    a missing or changed key raises ElementTextUnreadable naming the element. `known`: keys
+    already read (`ElementKeys.keys_of`); an element's key missing there is read."""
     if isinstance(value, str):
         if not value.startswith(SEALED_PREFIX):
             return value
@@ -433,13 +448,13 @@ def reveal(value: Any, keys: ElementKeys | None, *, purged: str | None = PURGED_
                 f"the text of element {element!r} is sealed and this store has no keys — "
                 "open it through its home (pulse_core.open_home)"))
         try:
-            return keys.open(value)
+            return keys.open(value, known.get(sealed_element(value)) if known else None)
         except ElementTextUnreadable as exc:
             if exc.purged and purged is not None:
                 return purged
             raise
     if isinstance(value, dict):
-        return {k: reveal(v, keys, purged=purged) for k, v in value.items()}
+        return {k: reveal(v, keys, purged=purged, known=known) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [reveal(v, keys, purged=purged) for v in value]
+        return [reveal(v, keys, purged=purged, known=known) for v in value]
     return value

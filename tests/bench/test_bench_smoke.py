@@ -188,6 +188,7 @@ def test_reviewer_tick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_recall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bench("recall").main(["--elements", "300", "--identities", "20", "--repeat", "1",
-                          "--tmp", str(tmp_path)])
-    check(capsys.readouterr().out, ["warm Recaller rare word", "one-shot recall() common word"],
+                          "--steady", "2", "--tmp", str(tmp_path)])
+    check(capsys.readouterr().out, ["warm Recaller rare word", "one-shot recall() common word",
+                                    "warm Recaller rare word, 2 calls"],
           ["raw FTS5 MATCH"], floors=1)

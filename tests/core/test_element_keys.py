@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulse_core import ElementTextUnreadable
-from pulse_core.store import PURGED_TEXT, ElementKeys, is_sealed, reveal
+from pulse_core.store import PURGED_TEXT, ElementKeys, is_sealed, reveal, sealed_element
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(),
@@ -101,3 +101,16 @@ def test_a_keys_file_of_another_program_is_refused_by_name(tmp_path: Path) -> No
     other.close()
     with pytest.raises(NotAPulseDatabase, match=r"keys\.db"):
         ElementKeys(tmp_path / "keys.db")
+
+
+def test_keys_read_in_one_statement_open_their_texts_and_a_purged_one_reads_as_purged(
+        tmp_path: Path) -> None:
+    keys = ElementKeys(tmp_path / "keys.db")
+    tokens = [keys.seal(f"id:a/x-{i}", f"text {i}") for i in range(3)]
+    assert keys.destroy("id:a/x-2")
+    known = keys.keys_of([sealed_element(t) for t in tokens] + ["id:a/never"])
+    assert known == {e: keys.key(e) for e in ("id:a/x-0", "id:a/x-1")}
+    assert [reveal(t, keys, known=known) for t in tokens] == ["text 0", "text 1", PURGED_TEXT]
+    with pytest.raises(ElementTextUnreadable, match="'id:a/x-0' does not open"):
+        reveal(tokens[0], keys, known={"id:a/x-0": known["id:a/x-1"]})  # the key given is used
+    assert keys.keys_of([]) == {}

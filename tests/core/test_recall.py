@@ -201,3 +201,22 @@ async def test_a_kept_recaller_sees_what_was_appended_and_archived_since(
     assert [r.type for r in found] == ["fact"]
     with pytest.raises(RecallRefused):
         await recaller.recall(RecallQuery(limit=5))
+
+
+async def test_a_kept_recaller_finds_an_observation_recorded_after_its_first_recall(
+    store: EventStore,
+) -> None:
+    from pulse_core.memory import Recaller
+
+    board = MemoryBoard(store)
+    await board.set_state("ana", "city", "Lisbon")
+    await board.set_state("bob", "pet", "a cat")
+    recaller = Recaller(store)
+    assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+    # plain text, out of the index: found only because bob is now among the observed
+    seen = await board.observe("bob", "gps", "place", "Lisbon harbour")
+    found = await recaller.recall(RecallQuery(text="lisbon"))
+    assert sorted((r.identity, r.record) for r in found) == [
+        ("ana", "city"), ("bob", seen.data["record"])]
+    await board.forget("bob", seen.data["record"])
+    assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
