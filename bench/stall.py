@@ -35,7 +35,6 @@ from pathlib import Path
 from bench.common import Figure, Floor, Report, percentile, temp_dir, tick_drafts
 from pulse_core import Decision, Engine
 from pulse_core.store import SqliteEventStore
-from pulse_core.store._sqlite_recorder import QUICK_RUN
 from pulse_survival import Essential, ProcessPolicy, SurvivalConfig
 
 NAMES = ("w", "v")
@@ -145,7 +144,7 @@ def compare_lags(report: Report, inline_lags: list[float], thread_lags: list[flo
                    _ms("the same, every commit in the writer thread", max(thread_lags)))
     report.note("the price of inline commits: each lone commit's fsync runs on the loop "
                 f"(inline_commit={INLINE_COMMIT:g} s sends appends to the thread after a "
-                f"slower commit, not before, until {QUICK_RUN} in a row are quick)")
+                "slower commit, not before)")
 
 
 def _ms(label: str, seconds: float) -> Figure:

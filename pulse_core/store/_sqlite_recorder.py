@@ -76,7 +76,6 @@ it). 2: the index a kind-filtered read walks newest first (the Events page's kin
 a rare kind found without reading the whole log)."""
 
 INLINE_COMMIT = 0.005  # seconds: a commit slower than this sends appends to the thread
-QUICK_RUN = 32  # commits in a row under inline_commit before a lone append commits inline
 COPY_CHUNK = 2_000  # rows per transaction of copy_rows
 _KNOWN_HEADS = 16_384  # key versions the writer remembers between transactions
 _Outcome = AppendResult | Exception
@@ -95,9 +94,8 @@ class SqliteRecorder(Recorder):
     groups: many appends, one fsync. A lone append (no other append waiting once the loop
     has run the coroutines ready beside it) is committed on the loop's own thread instead,
     when that cannot wait: the write lock is taken without waiting (another process holding
-    it sends the append to the thread) and the last QUICK_RUN commits each took under
-    `inline_commit` seconds (a slow commit sends appends to the thread until that many in a
-    row are quick again: a disk's slow spells come in runs, each paid on the loop once);
+    it sends the append to the thread) and the previous commit took under `inline_commit`
+    seconds (a slow disk sends appends to the thread until a commit is quick again);
     `inline_commit=0` sends every append to the thread. Selects use their own connections
     in worker threads. `busy_timeout` (seconds) is how long a write waits for another
     process's lock before StoreUnavailable. Read-only, the file is opened for reading only
@@ -126,9 +124,7 @@ class SqliteRecorder(Recorder):
         self._synchronous = synchronous
         self._max_batch = max_batch
         self._inline_commit = inline_commit
-        # Commits in a row that took under inline_commit (written by whichever ran the
-        # commit, read on the loop).
-        self._quick = QUICK_RUN
+        self._slow = False  # the last commit took longer than inline_commit
         self._copying = 0  # copy_rows chunks under way in the writer thread
         self._writer: WriterThread | None = None
         self._reader_pool = ThreadPoolExecutor(2, thread_name_prefix="pulse-events-reader")
@@ -193,7 +189,7 @@ class SqliteRecorder(Recorder):
         self._pending.append(request)
         if self._committing:
             return await future  # it goes in the next group
-        if not self._inline_commit or self._quick < QUICK_RUN or self._copying:
+        if not self._inline_commit or self._slow or self._copying:
             self._submit()
             return await future
         # Let the coroutines ready beside this one run first: if they append too, all go
@@ -241,11 +237,7 @@ class SqliteRecorder(Recorder):
         try:
             return self._commit([append], begun=True)
         finally:
-            self._count_quick(time.perf_counter() - started)
-
-    def _count_quick(self, took: float) -> None:
-        """Count a commit that took `took` seconds into the run of quick ones."""
-        self._quick = self._quick + 1 if took <= self._inline_commit else 0
+            self._slow = time.perf_counter() - started > self._inline_commit
 
     def _submit(self) -> None:
         """Hand the next group of waiting appends to the writer thread (on the loop)."""
@@ -273,8 +265,8 @@ class SqliteRecorder(Recorder):
         except Exception as exc:
             outcomes = exc
         # Read on the loop, one commit at a time: whether the next lone append may commit
-        # there (a wait for another process's lock counts as slow: the next ones wait here).
-        self._count_quick(time.perf_counter() - started)
+        # there (a wait for another process's lock counts as slow: the next one waits here).
+        self._slow = time.perf_counter() - started > self._inline_commit
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             self._loop.call_soon_threadsafe(self._deliver, batch, outcomes)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from pulse_core import (
     StoreError,
 )
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
-from pulse_core.store._sqlite_recorder import QUICK_RUN
 from tests.core.store_contract import RecorderContract, draft
 
 
@@ -259,49 +257,6 @@ async def test_appends_of_every_size_store_each_row_and_move_each_head(tmp_path:
         assert dict(conn.execute("SELECT key, version FROM heads").fetchall()) == versions
     finally:
         conn.close()
-
-
-class ThreadClock(CommitClock):
-    """A CommitClock that also notes which thread ran each commit."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.threads: list[str] = []
-
-    def now_ms(self) -> int:
-        self.threads.append(threading.current_thread().name)
-        return super().now_ms()
-
-
-async def test_after_a_slow_commit_lone_appends_stay_off_the_loop_for_a_run_of_quick_ones(
-    tmp_path: Path,
-) -> None:
-    """A commit slower than inline_commit (here: one that waited for another connection's
-    lock) sends the lone appends after it to the writer thread until QUICK_RUN commits in a
-    row were quick; the next one commits on the loop again."""
-    clock = ThreadClock()
-    path = tmp_path / "events.db"
-    recorder = await SqliteRecorder.open(path, clock=clock, synchronous="OFF",
-                                         inline_commit=0.2)
-    store = EventStore(recorder)
-    loop_thread = threading.current_thread().name
-    holder = sqlite3.connect(path, isolation_level=None)
-    try:
-        await store.append([draft("first")])
-        holder.execute("BEGIN IMMEDIATE")
-        waiting = asyncio.create_task(store.append([draft("waits")]))
-        await asyncio.sleep(0.5)
-        holder.execute("ROLLBACK")
-        await waiting
-        for i in range(QUICK_RUN + 3):
-            await store.append([draft("after", i)])
-    finally:
-        holder.close()
-        await store.close()
-    first, waited, *after = clock.threads
-    assert first == loop_thread and waited != loop_thread
-    assert after[:QUICK_RUN] == [waited] * QUICK_RUN
-    assert after[QUICK_RUN:] == [loop_thread] * 3
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])
