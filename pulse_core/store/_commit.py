@@ -31,7 +31,7 @@ class _Insert(NamedTuple):
 _EVENTS = _Insert(f"INSERT INTO events ({COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?,?,?,?,?)", "")
 _HEADS = _Insert("INSERT INTO heads (key, version) VALUES ", "(?,?)",
                  " ON CONFLICT(key) DO UPDATE SET version = excluded.version")
-# Rows per multi-row statement, largest first: an INSERT of 64 rows costs about a third of
+# Rows per multi-row statement, largest first: an INSERT of 64 rows costs about half of
 # executemany's 64 steps, and these four sizes are the only statement texts (each prepared
 # once, then taken from the connection's statement cache).
 _ROWS_PER_STATEMENT = (64, 16, 4, 1)
