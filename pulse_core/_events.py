@@ -217,36 +217,69 @@ def check_draft(draft: EventDraft, index: int = 0) -> bytes:
     encoded data."""
     if not isinstance(draft, EventDraft):
         raise InvalidEvent(f"draft {index}: expected EventDraft, got {type(draft).__name__}")
-    where = f"draft {index} ({draft.kind!r} on {draft.key!r})"
-    if not isinstance(draft.kind, str) or not _KIND_RE.match(draft.kind):
-        raise InvalidEvent(f"{where}: kind is not kebab-case (like 'task-created')")
-    spec = require_kind(draft.kind)
-    check_text(draft.key, "key", where)
-    if not draft.key or len(draft.key) > MAX_KEY_LENGTH:
-        raise InvalidEvent(f"{where}: key must be 1..{MAX_KEY_LENGTH} characters")
-    if not isinstance(draft.origin, str) or not _ORIGIN_RE.match(draft.origin):
-        raise InvalidEvent(
-            f"{where}: origin {draft.origin!r} must be agent, human, survival, cli, "
-            "or watcher:/rule:/executor:/engine: followed by a name"
-        )
-    check_text(draft.origin, "origin", where)
+    kind, key, origin = draft.kind, draft.key, draft.origin
+    # Every catalogued kind is kebab-case (register_kind checks it): found, it needs no regex.
+    spec = _catalogue.get(kind) if type(kind) is str else None
+    if spec is None:
+        if not isinstance(kind, str) or not _KIND_RE.match(kind):
+            raise InvalidEvent(f"{_where(draft, index)}: kind is not kebab-case (like "
+                               "'task-created')")
+        spec = require_kind(kind)
+    if not _plain_text(key):
+        check_text(key, "key", _where(draft, index))
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidEvent(f"{_where(draft, index)}: key must be 1..{MAX_KEY_LENGTH} characters")
+    if type(origin) is not str or origin not in _good_origins:
+        _check_origin(origin, _where(draft, index))
     cause = draft.cause
     if cause is not None and (not isinstance(cause, int) or isinstance(cause, bool)
                               or not 0 < cause <= MAX_SEQ):
-        raise InvalidEvent(f"{where}: cause {cause!r} must be the seq of an event (an int "
-                           f"from 1 to {MAX_SEQ}) or None")
-    if draft.idem is not None:
-        check_text(draft.idem, "idem", where)
+        raise InvalidEvent(f"{_where(draft, index)}: cause {cause!r} must be the seq of an "
+                           f"event (an int from 1 to {MAX_SEQ}) or None")
+    if draft.idem is not None and not _plain_text(draft.idem):
+        check_text(draft.idem, "idem", _where(draft, index))
     if draft.attachment is not None and not isinstance(draft.attachment, bytes):
-        raise InvalidEvent(f"{where}: attachment must be bytes, not "
+        raise InvalidEvent(f"{_where(draft, index)}: attachment must be bytes, not "
                            f"{type(draft.attachment).__name__}")
-    raw = encode_data(draft.data, where)
+    try:
+        raw = encode_data(draft.data, "")
+    except PayloadNotEncodable as exc:  # its text starts ": ", after the empty place
+        raise PayloadNotEncodable(f"{_where(draft, index)}{exc}") from None
     if spec.payload is not None:
         try:
             msgspec.json.decode(raw, type=spec.payload)
         except msgspec.ValidationError as exc:
-            raise InvalidEvent(f"{where}: data does not match {spec.name}: {exc}") from None
+            raise InvalidEvent(f"{_where(draft, index)}: data does not match {spec.name}: "
+                               f"{exc}") from None
     return raw
+
+
+def _where(draft: EventDraft, index: int) -> str:
+    """Where a draft's error lies, as its messages name it (built only for an error)."""
+    return f"draft {index} ({draft.kind!r} on {draft.key!r})"
+
+
+def _plain_text(value: object) -> bool:
+    """True for a str that check_text passes at a glance: ASCII (so valid UTF-8), no NUL."""
+    return type(value) is str and value.isascii() and "\0" not in value
+
+
+# Origins already found valid: checking one is a regex and a UTF-8 pass, and a log has few.
+_good_origins: set[str] = set()
+_GOOD_ORIGINS_KEPT = 1_024
+
+
+def _check_origin(origin: object, where: str) -> None:
+    """InvalidEvent unless `origin` is a valid origin; remembered once it is."""
+    if not isinstance(origin, str) or not _ORIGIN_RE.match(origin):
+        raise InvalidEvent(
+            f"{where}: origin {origin!r} must be agent, human, survival, cli, "
+            "or watcher:/rule:/executor:/engine: followed by a name"
+        )
+    check_text(origin, "origin", where)
+    if len(_good_origins) >= _GOOD_ORIGINS_KEPT:
+        _good_origins.clear()
+    _good_origins.add(origin)
 
 
 class _Uuid7:
@@ -258,24 +291,41 @@ class _Uuid7:
         self._counter = 0
 
     def __call__(self) -> str:
+        return self.many(1)[0]
+
+    def many(self, count: int) -> list[str]:
+        """`count` new ids in call order: one clock read, one lock and one read of the
+        system's randomness for them all (an append's ids cost a fraction of one call each)."""
+        rand = os.urandom(8 * count + 2).hex()  # 62 random bits an id, then a counter start
         with self._lock:
             ms = time.time_ns() // 1_000_000
             if ms <= self._last_ms:
-                ms = self._last_ms
-                self._counter += 1
-                if self._counter > 0xFFF:
-                    ms += 1
-                    self._counter = 0
+                ms, counter = self._last_ms, self._counter + 1
             else:
-                self._counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
-            self._last_ms = ms
-            counter = self._counter
-        rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-        value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand_b
-        h = f"{value:032x}"
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+                counter = int(rand[-4:], 16) & 0x3FF
+            stamps: list[tuple[int, range]] = []
+            while count > 0:
+                if counter > 0xFFF:  # the counter ran out: borrow the next millisecond
+                    ms, counter = ms + 1, 0
+                take = min(count, 0x1000 - counter)
+                stamps.append((ms, range(counter, counter + take)))
+                counter += take
+                count -= take
+            self._last_ms, self._counter = ms, counter - 1
+        ids: list[str] = []
+        at = 0
+        for ms, counters in stamps:
+            head = f"{ms:012x}"
+            head = f"{head[:8]}-{head[8:]}-7"
+            for counter in counters:
+                ids.append(f"{head}{counter:03x}-{_VARIANT[rand[at]]}{rand[at + 1:at + 4]}-"
+                           f"{rand[at + 4:at + 16]}")
+                at += 16
+        return ids
 
 
+# The first hex digit of an id's fourth group: two random bits under the variant bits 10.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 uuid7 = _Uuid7()
 """A new time-ordered UUIDv7 string, monotonic within this process."""
 

@@ -119,6 +119,7 @@ class EventStore:
                     for index, (raw, new, old) in enumerate(zip(raws, sealed, drafts,
                                                                  strict=True))]
             drafts = sealed
+        ids = uuid7.many(len(drafts) + 1)  # the drafts' ids, then the append's tx
         for index, (draft, raw) in enumerate(zip(drafts, raws, strict=True)):
             if draft.idem is not None:
                 if draft.idem in idems:
@@ -131,7 +132,7 @@ class EventStore:
                 if self.objects is None:
                     raise InvalidEvent(f"draft {index}: has an attachment but no object store")
                 digest = await self.objects.put(draft.attachment)
-            prepared.append(PreparedDraft(uuid7(), draft.kind, draft.key, draft.origin,
+            prepared.append(PreparedDraft(ids[index], draft.kind, draft.key, draft.origin,
                                           draft.cause, draft.idem, raw, digest))
         checked: dict[str, int] = {}
         if expect:
@@ -140,7 +141,7 @@ class EventStore:
                 if not isinstance(version, int) or isinstance(version, bool) or version < 0:
                     raise InvalidEvent(f"expect[{key!r}] = {version!r}: must be an int >= 0")
                 checked[key] = version
-        append = PreparedAppend(uuid7(), tuple(prepared), checked)
+        append = PreparedAppend(ids[-1], tuple(prepared), checked)
         try:
             result = await self.recorder.insert(append)
         except asyncio.CancelledError:

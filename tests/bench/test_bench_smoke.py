@@ -50,8 +50,9 @@ def test_append(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     check(capsys.readouterr().out,
           ["append 1 appender x 100 drafts/call", "append 32 appenders x 100 drafts/call",
            "append 1 appender x 1 draft/call", "append 32 appenders x 1 draft/call"],
-          ["raw sqlite3 executemany 100 rows/commit", "raw sqlite3 executemany 1 row/commit"],
-          floors=1)
+          ["raw sqlite3 executemany 100 rows/commit, interleaved",
+           "raw sqlite3 executemany 100 rows/commit", "raw sqlite3 executemany 1 row/commit"],
+          floors=2)
 
 
 def test_agent_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

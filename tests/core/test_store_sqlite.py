@@ -229,6 +229,36 @@ async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_t
         await store.close()
 
 
+async def test_appends_of_every_size_store_each_row_and_move_each_head(tmp_path: Path) -> None:
+    """Rows and heads are written as a few multi-row statements (64, 16, 4, 1 rows): every
+    size around those, keys repeated inside an append, stores each row once, gap-free and in
+    draft order, and leaves each key's head at its last version, in the file itself."""
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    sizes = [1, 2, 3, 4, 5, 15, 16, 17, 63, 64, 65, 85, 100, 129, 300]
+    try:
+        n = 0
+        for size in sizes:
+            drafts = [draft(f"k{(n + i) % 97}", n + i) for i in range(size)]
+            result = await store.append(drafts)
+            assert [e.data["n"] for e in result.events] == list(range(n, n + size))
+            n += size
+        stored = await store.read()
+        assert [e.seq for e in stored] == list(range(1, n + 1))
+        assert [e.data["n"] for e in stored] == list(range(n))
+        versions: dict[str, int] = {}
+        for event in stored:
+            versions[event.key] = versions.get(event.key, 0) + 1
+            assert event.version == versions[event.key], event
+        assert {key: await store.head(key) for key in versions} == versions
+    finally:
+        await store.close()
+    conn = sqlite3.connect(tmp_path / "events.db")
+    try:
+        assert dict(conn.execute("SELECT key, version FROM heads").fetchall()) == versions
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])
 async def test_a_negative_inline_bound_is_refused_naming_the_option(
     tmp_path: Path, bad: float
