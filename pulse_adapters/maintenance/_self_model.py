@@ -65,7 +65,19 @@ class SelfModelEntry(msgspec.Struct, frozen=True, kw_only=True):
     merged: tuple[str, ...] = ()
 
 
-class SelfModel(msgspec.Struct, frozen=True, kw_only=True):
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """What `summarize` drew from the memory (a SelfModel without its stamps)."""
+
+    entries: tuple[SelfModelEntry, ...] = ()
+    total: int = 0
+    merged: int = 0
+    dropped: int = 0
+    unverified_imports: int = 0
+    authority_claims: int = 0
+    contradictions: tuple[str, ...] = ()
+
+
+class SelfModel(Summary, frozen=True, kw_only=True):
     """Payload of self-model-refreshed: the seq and time it was built at, the cycle, the self
     identity, at most `self_model.max_entries` entries (the highest authority first, then
     support, then the newest), how many there were in all after merging, and what the
@@ -79,29 +91,10 @@ class SelfModel(msgspec.Struct, frozen=True, kw_only=True):
     refreshed_at: int
     cycle: str
     identity: str
-    entries: tuple[SelfModelEntry, ...] = ()
-    total: int = 0
-    merged: int = 0
-    dropped: int = 0
-    unverified_imports: int = 0
-    authority_claims: int = 0
-    contradictions: tuple[str, ...] = ()
 
 
 register_kind(SELF_MODEL, "the maintenance cycle rebuilt the self-model summary; key: "
               f"{SELF_MODEL_KEY}", SelfModel)
-
-
-class Summary(msgspec.Struct, frozen=True, kw_only=True):
-    """What `summarize` drew from the memory (a SelfModel without its stamps)."""
-
-    entries: tuple[SelfModelEntry, ...] = ()
-    total: int = 0
-    merged: int = 0
-    dropped: int = 0
-    unverified_imports: int = 0
-    authority_claims: int = 0
-    contradictions: tuple[str, ...] = ()
 
 
 def _as_text(value: Any) -> str:
