@@ -12,8 +12,6 @@ per distinct problem and written again at the next refresh.
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +19,14 @@ import msgspec
 
 from pulse_adapters.maintenance import WORKING_STATE, session_primer
 from pulse_adapters.openclaw._settings import OpenClawSettings
-from pulse_core import EventDraft, EventStore, error_draft, register_kind
+from pulse_core import (
+    EventDraft,
+    EventStore,
+    HomePermissionDenied,
+    error_draft,
+    register_kind,
+    write_private,
+)
 
 if TYPE_CHECKING:
     from pulse_core import Engine
@@ -43,19 +48,11 @@ register_kind(PRIMER_WRITTEN, "pulse's session primer was written to the OpenCla
                               "workspace; key: openclaw-primer", PrimerWritten)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text`, owner-only: a reader sees the old file or the new one."""
+def write_primer(path: Path, text: str) -> None:
+    """Replace `path` with `text` (`pulse_core.write_private`: atomic, owner-only), making
+    its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_private(path, text.encode())
 
 
 def read_text(path: Path) -> str | None:
@@ -94,9 +91,9 @@ class PrimerFile:
         if await asyncio.to_thread(read_text, self.path) == text:
             return
         try:
-            await asyncio.to_thread(write_atomically, self.path, text)
-        except OSError as exc:
-            problem = f"{type(exc).__name__}: {exc.strerror or exc}"
+            await asyncio.to_thread(write_primer, self.path, text)
+        except (OSError, HomePermissionDenied) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
             if problem != self.failure:
                 self.failure = problem
                 await events.append([error_draft(f"service:{self.name}", exc,
