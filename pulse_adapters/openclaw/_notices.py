@@ -182,10 +182,9 @@ class NoticeDelivery:
     async def release(self, events: EventStore, effect_id: str) -> None:
         """End this service's claim on `effect_id`'s delivery, if it holds the newest."""
         where = attempt_key(effect_id)
-        version = await events.head(where)
-        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
-        if claims and claims[0].data.get("owner") == self.owner:
-            await events.append([EventDraft(CLAIMED, where, {**claims[0].data, "until_ms": 0},
+        version, claim = await self._newest_claim(events, where)
+        if claim is not None and claim.get("owner") == self.owner:
+            await events.append([EventDraft(CLAIMED, where, {**claim, "until_ms": 0},
                                             origin=ORIGIN)], expect={where: version})
 
     def through(self, seq: int) -> int:
@@ -238,11 +237,19 @@ class NoticeDelivery:
         engine stands (one ends with its lease, or at once when its process on this host is
         gone), and this one's claim was appended first."""
         where = attempt_key(effect_id)
-        version = await events.head(where)
-        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
-        if claims and self._held_elsewhere(claims[0].data):
+        version, claim = await self._newest_claim(events, where)
+        if claim is not None and self._held_elsewhere(claim):
             return False
         return await self._claim_at(events, where, cause, version)
+
+    @staticmethod
+    async def _newest_claim(events: EventStore, where: str) -> tuple[int, Any]:
+        """The version of `where` and the data of the newest claim at it (None when none),
+        the version read first: a claim appended in between makes the next append at that
+        version conflict."""
+        version = await events.head(where)
+        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
+        return version, (claims[0].data if claims else None)
 
     async def _claim_at(self, events: EventStore, where: str, cause: int,
                         version: int) -> bool:
@@ -262,9 +269,8 @@ class NoticeDelivery:
     async def _renew(self, events: EventStore, where: str, cause: int) -> bool:
         """Extend this service's claim at `where`; False when another engine's claim is the
         newest (this one ran out and was taken over)."""
-        version = await events.head(where)
-        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
-        if not claims or claims[0].data.get("owner") != self.owner:
+        version, claim = await self._newest_claim(events, where)
+        if claim is None or claim.get("owner") != self.owner:
             return False
         return await self._claim_at(events, where, cause, version)
 
@@ -288,7 +294,7 @@ class NoticeDelivery:
         notices = self.settings.notices
         await self.program.require()
         state = await self.queue_state(label)
-        turns = await asyncio.to_thread(self.store.turns, self.session_key)
+        turns = await self._turns()
         pushed_out = effect_id in self.pushed_out
         self.pushed_out.discard(effect_id)
         if not state.held and not pushed_out and (
@@ -302,14 +308,14 @@ class NoticeDelivery:
             if not await self._renew(events, where, event.seq):
                 return None
             state = await self.queue_state(label)
-            turns = await asyncio.to_thread(self.store.turns, self.session_key)
+            turns = await self._turns()
         if not state.held:
             text = f"[{label}] {notice_text(effect)}"
             await self.cli.call("system-event", {"sessionKey": self.session_key, "text": text},
                                 timeout_s=notices.timeout_s)
             state = await self.queue_state(label)
             if not state.held:
-                if await asyncio.to_thread(self.store.turns, self.session_key) > turns:
+                if await self._turns() > turns:
                     return False  # a turn began meanwhile and read it
                 if state.pid is not None and not state.full:
                     raise NoticeNotListed(
@@ -324,7 +330,7 @@ class NoticeDelivery:
                 cause=event.seq)])
             if notices.show_in_ui:
                 await self.show(effect_id, effect)
-                turns = await asyncio.to_thread(self.store.turns, self.session_key)
+                turns = await self._turns()
         renewed = asked = time.monotonic()
         seen = turns
         while True:
@@ -333,7 +339,7 @@ class NoticeDelivery:
                 if not await self._renew(events, where, event.seq):
                     return None
                 renewed = time.monotonic()
-            now_turns = await asyncio.to_thread(self.store.turns, self.session_key)
+            now_turns = await self._turns()
             if now_turns == seen and time.monotonic() - asked < notices.poll_s:
                 continue  # no turn yet: the gateway is asked only every poll_s
             seen, asked = now_turns, time.monotonic()
@@ -345,6 +351,10 @@ class NoticeDelivery:
                     self.pushed_out.add(effect_id)
                     return None
                 return False
+
+    async def _turns(self) -> int:
+        """The session transcript's growing count (AgentStore.turns), read off the loop."""
+        return await asyncio.to_thread(self.store.turns, self.session_key)
 
     async def _queued_before(self, events: EventStore, where: str) -> NoticeQueued | None:
         """The newest record of this notice being queued (by any engine), if any."""
