@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Locator, Page, Request
 
+from tests.timing import scaled
 from tests.web.conftest import (
     CODER,
     ELSEWHERE,
@@ -313,14 +314,31 @@ def test_the_reviewer_page_renders(page: Page, daemon: WebDaemon, screenshot: Sh
     screenshot(page, "reviewer")
 
 
+def on_demand_ending(daemon: WebDaemon) -> dict[str, Any] | None:
+    """The event that ended the daemon's first on-demand maintenance cycle (None before)."""
+    began = [event for event in daemon.events("maintenance-cycle-began")
+             if event["data"].get("trigger") == "on-demand"]
+    if not began:
+        return None
+    key = f"activity:{began[0]['data']['cycle']}"
+    ended = daemon.events("activity-completed", "activity-failed", "activity-cancelled",
+                          key=key)
+    return ended[0] if ended else None
+
+
 def test_the_maintenance_page_renders_from_its_view_alone(
         page: Page, daemon: WebDaemon, screenshot: Shoot) -> None:
     daemon.request_maintenance("asked by the browser test")
+    # The daemon's part first (its next tick, then the cycle), so that a failure says which
+    # part did not happen: the cycle ending, or the page showing how it ended.
+    ended = wait_for(lambda: on_demand_ending(daemon), scaled(60),
+                     "the daemon to begin and end the cycle asked for")
+    assert ended["kind"] == "activity-completed", ended
     open_ui(page, daemon, "maintenance")
     waited(page, lambda: page.title() == "pulse · Maintenance", LIVE_S, "the page's title")
     row = page.locator('[data-field="cycles"] tr').nth(1)
-    waited(page, lambda: row.count() == 1 and "completed" in cells(row), 30,
-           "the cycle asked for, completed, in the cycles table")
+    waited(page, lambda: row.count() == 1 and "completed" in cells(row), scaled(LIVE_S),
+           "the completed cycle in the cycles table")
     began = page.locator('[data-field="cycles_began"] .value')
     assert int(began.inner_text()) >= 1
     assert page.locator('[data-field="last_report"] [data-field="health"] table').count() == 1
