@@ -17,6 +17,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pulse_adapters.mcp._calls import Calls, Limiter
+from pulse_adapters.web import listen_on
 from pulse_core import EventDraft, LayerError, register_kind
 
 LOOPBACK = "127.0.0.1"
@@ -96,18 +97,11 @@ class BearerGate:
 def listen(port: int) -> socket.socket:
     """A listening socket on 127.0.0.1:`port` (0: a free port); McpPortUnavailable naming
     the port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((LOOPBACK, port))
-        sock.listen(128)
-        sock.setblocking(False)
+        return listen_on(LOOPBACK, port, who="upulse mcp",
+                         advice="give another --port (0 picks a free one)")
     except OSError as exc:
-        sock.close()
-        raise McpPortUnavailable(f"upulse mcp cannot listen on {LOOPBACK}:{port}: "
-                                 f"{exc.strerror} — give another --port (0 picks a free "
-                                 "one)") from exc
-    return sock
+        raise McpPortUnavailable(exc.strerror or str(exc)) from exc
 
 
 async def serve_http(app: ASGIApp, token: str, calls: Calls, port: int,

@@ -26,6 +26,7 @@ from pulse_adapters.web._settings import (
     served_address,
     token_path,
 )
+from pulse_adapters.web._socket import listen_on
 from pulse_core import Layer, LayerContext, publish_face
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ __all__ = [
     "configured_metrics",
     "ensure_token",
     "layer",
+    "listen_on",
     "load_settings",
     "log_exposition",
     "read_token",

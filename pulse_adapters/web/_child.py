@@ -25,6 +25,7 @@ from pulse_adapters.web._connections import bounded_http, connection_cap
 from pulse_adapters.web._pages import configured_pages
 from pulse_adapters.web._report import EngineReport
 from pulse_adapters.web._settings import load_settings, read_token
+from pulse_adapters.web._socket import listen_on, url_of
 from pulse_adapters.web._view import RESERVED, EngineView
 from pulse_core import HomeLayout, Principal
 from pulse_core.store import ElementKeys, ObjectStore, SqliteVitalsStore, open_event_store
@@ -67,18 +68,19 @@ async def _follow_reports(view: EngineView, server: Server) -> None:
 def _bind(host: str, port: int, prefer: object) -> socket.socket:
     """The UI's socket: on `port`; with port 0, on the port it had before a reload (`prefer`)
     when that is still free, else any."""
-    from pulse_adapters.web._service import bind
+    def bind(on: int) -> socket.socket:
+        return listen_on(host, on, who="the web UI", advice="set another `port` under "
+                         "layers.web in config.json (0 picks a free one)")
 
     if port == 0 and isinstance(prefer, int) and prefer > 0:
         with contextlib.suppress(OSError):
-            return bind(host, prefer)
-    return bind(host, port)
+            return bind(prefer)
+    return bind(port)
 
 
 async def serve(setup: dict[str, Any]) -> None:
     """Serve the UI of the home `setup` names until stdin ends."""
     from pulse_adapters.web._app import build_app
-    from pulse_adapters.web._service import url_of
 
     home = Path(setup["home"])
     layout = HomeLayout.at(home)

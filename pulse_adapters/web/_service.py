@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -49,30 +48,6 @@ engine, a new UI process) asks for it again, so an open page reconnects where it
 
 class WebUnavailable(RuntimeError):
     """The UI's process did not start, or stopped; the message holds what it said."""
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (OSError, naming both, when it cannot be had)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets NODELAY
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-        sock.setblocking(False)
-    except OSError as exc:
-        sock.close()
-        raise OSError(exc.errno, f"the web UI cannot listen on {host}:{port}: {exc.strerror} "
-                                 "— set another `port` under layers.web in config.json "
-                                 "(0 picks a free one)") from exc
-    return sock
-
-
-def url_of(sock: socket.socket) -> str:
-    """The address a socket from `bind` serves, as a browser opens it."""
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
 
 
 class WebService:
