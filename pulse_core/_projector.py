@@ -274,14 +274,20 @@ class Projector:
         return head
 
     def _fold(self, events: list[Event]) -> None:
-        for event in events:
-            for proj in self.projections:
-                name = proj.name
-                if event.seq <= self.seqs[name]:
-                    continue
-                if proj.kinds is None or event.kind in proj.kinds:
-                    self.states[name] = proj.apply(self.states[name], event)
-                self.seqs[name] = event.seq
+        """Fold a page (ascending seqs) into each projection not past it, in one call."""
+        if not events:
+            return
+        last = events[-1].seq
+        for proj in self.projections:
+            name = proj.name
+            seen = self.seqs[name]
+            if last <= seen:
+                continue
+            mine = [e for e in events if e.seq > seen
+                    and (proj.kinds is None or e.kind in proj.kinds)]
+            if mine:
+                self.states[name] = proj.apply_all(self.states[name], mine)
+            self.seqs[name] = last
 
     def _checkpoint_due(self, *, force: bool) -> bool:
         if self.checkpoints is None:

@@ -15,12 +15,13 @@ version guards all of an identity's elements; `ElementsState.versions` holds tha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pulse_core._events import Event
 from pulse_core._projector import Projector
 from pulse_core._snapshot import Projection
-from pulse_core.maintenance._element_fold import fold_event
+from pulse_core.maintenance._element_fold import fold_event, fold_events
 from pulse_core.maintenance._element_state import (
     ElementsState,
 )
@@ -40,6 +41,9 @@ class MemoryElements(Projection[ElementsState]):
 
     def apply(self, state: ElementsState, event: Event) -> ElementsState:
         return fold_event(state, event)
+
+    def apply_all(self, state: ElementsState, events: Sequence[Event]) -> ElementsState:
+        return fold_events(state, events)
 
 
 class ElementsReader:

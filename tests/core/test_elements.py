@@ -424,31 +424,60 @@ OPS = st.lists(st.tuples(st.sampled_from(["exchange", "state", "sweep"]),
                min_size=1, max_size=25)
 
 
+async def apply_op(store: EventStore, op: tuple[str, str, int], n: int) -> None:
+    what, who, value = op
+    if what == "exchange":
+        await MemoryBoard(store).exchange(who, f"m{n}")
+    elif what == "state":
+        await MemoryBoard(store).set_state(who, f"s{value}", value)
+    else:
+        await sweep(store, ElementsReader(store), cycle_start=n + 1,
+                    policy=DecayPolicy(factor=0.5, limit=3))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_a_page_folded_at_once_equals_the_fold_event_by_event(
+        ops: list[tuple[str, str, int]]) -> None:
+    """A page of the log (sweeps rebinding the same elements, creations between them) folded
+    by one apply_all is the state its events folded one at a time give."""
+    async def run() -> None:
+        folder = Path(tempfile.mkdtemp())
+        store = await SqliteEventStore.open(folder / "events.db")
+        try:
+            for n, op in enumerate(ops):
+                await apply_op(store, op, n)
+            events = await store.read()
+            fold = MemoryElements()
+            one_by_one = fold.initial()
+            for event in events:
+                one_by_one = fold.apply(one_by_one, event)
+            assert fold.apply_all(fold.initial(), events) == one_by_one
+            for cut in range(len(events) + 1):  # a page may start and end anywhere
+                head = fold.apply_all(fold.initial(), events[:cut])
+                assert fold.apply_all(head, events[cut:]) == one_by_one
+        finally:
+            await store.close()
+            shutil.rmtree(folder)
+
+    asyncio.run(run())
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, cut=st.integers(0, 25))
 def test_a_fold_resumed_from_a_checkpoint_at_any_point_equals_a_fresh_fold(
         ops: list[tuple[str, str, int]], cut: int) -> None:
-    async def apply(store: EventStore, op: tuple[str, str, int], n: int) -> None:
-        what, who, value = op
-        if what == "exchange":
-            await MemoryBoard(store).exchange(who, f"m{n}")
-        elif what == "state":
-            await MemoryBoard(store).set_state(who, f"s{value}", value)
-        else:
-            await sweep(store, ElementsReader(store), cycle_start=n + 1,
-                        policy=DecayPolicy(factor=0.5, limit=3))
-
     async def run() -> None:
         folder = Path(tempfile.mkdtemp())
         store = await SqliteEventStore.open(folder / "events.db")
         try:
             for n, op in enumerate(ops[:cut]):
-                await apply(store, op, n)
+                await apply_op(store, op, n)
             saving = ElementsReader(store, checkpoints=folder / "ckpt")
             await saving.current()
             await saving.checkpoint()
             for n, op in enumerate(ops[cut:], start=cut):
-                await apply(store, op, n)
+                await apply_op(store, op, n)
             resumed = ElementsReader(store, checkpoints=folder / "ckpt")
             assert resumed.cursor == saving.cursor
             assert await resumed.current() == await ElementsReader(store).current()
