@@ -43,7 +43,7 @@ class DecayPolicy(msgspec.Struct, frozen=True, kw_only=True):
     factor: float = 0.97
     floor: float = 0.05
     protection: float = 0.8
-    limit: int = 500
+    limit: int = 10_000
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.factor) and 0.0 < self.factor < 1.0):
@@ -103,11 +103,16 @@ class _Sweep:
         judged again."""
         plan: dict[str, dict[str, float]] = defaultdict(dict)
         elements = state.elements
+        policy = self.policy
+        strengths: dict[float, float] = {}  # decayed_strength of each strength met
         for was in queued:
             e = elements.get(was.id)
-            if e is was or (e is not None and decays(e, self.cycle_start, self.policy.floor,
-                                                     self.policy.protection)):
-                plan[e.identity][e.record] = decayed_strength(e.strength, self.policy)
+            if e is was or (e is not None and decays(e, self.cycle_start, policy.floor,
+                                                     policy.protection)):
+                new = strengths.get(e.strength)
+                if new is None:
+                    new = strengths[e.strength] = decayed_strength(e.strength, policy)
+                plan[e.identity][e.record] = new
         return dict(plan)
 
     def draft(self, identity: str, records: dict[str, float]) -> EventDraft:
@@ -116,27 +121,45 @@ class _Sweep:
                           msgspec.to_builtins(body), origin=self.origin, cause=self.cause)
 
     async def batch(self, queued: list[Element]) -> None:
-        """Decay `queued` (those still eligible): one append, or one per identity on
-        conflict."""
+        """Decay `queued` (those still eligible): one append. On a conflict the log is read
+        again: the identities that moved are written one by one (`one`), the rest again in
+        one append on the fresh read, and one by one if that conflicts too."""
         guard = await self.authorize() if self.authorize is not None else {}
         state = await self.reader.current()
         plan = self.plan(state, queued)
-        if not plan:
+        if not plan or await self.write(plan, state, guard):
             return
+        fresh = await self.reader.current()
+        mine: dict[str, list[Element]] = defaultdict(list)  # the queued, by identity
+        for e in queued:
+            if e.identity in plan:
+                mine[e.identity].append(e)
+        lost = {i for i in plan if fresh.versions.get(i, 0) != state.versions.get(i, 0)}
+        steady = [e for i, queued_of in mine.items() if i not in lost for e in queued_of]
+        if steady:
+            guard = await self.authorize() if self.authorize is not None else {}
+            again = self.plan(fresh, steady)
+            if again and not await self.write(again, fresh, guard):
+                lost = set(plan)
+        for identity in plan:
+            if identity in lost:
+                await self.one(identity, mine[identity])
+
+    async def write(self, plan: dict[str, dict[str, float]], state: ElementsState,
+                    guard: Mapping[str, int]) -> bool:
+        """Append `plan` in one transaction, each identity's version in `state` expected;
+        False (counted) on a version conflict."""
         drafts = [self.draft(identity, records) for identity, records in plan.items()]
         expect = {**guard, **{identity_key(i): state.versions.get(i, 0) for i in plan}}
         try:
             await self.store.append(drafts, expect=expect)
         except VersionConflict:
             self.conflicts += 1
-        else:
-            self.decayed += sum(len(r) for r in plan.values())
-            self.writes += 1
-            self.events += len(drafts)
-            return
-        for identity, records in plan.items():
-            await self.one(identity, [e for e in queued
-                                      if e.identity == identity and e.record in records])
+            return False
+        self.decayed += sum(len(r) for r in plan.values())
+        self.writes += 1
+        self.events += len(drafts)
+        return True
 
     async def one(self, identity: str, queued: list[Element]) -> None:
         """Decay one identity's `queued` on fresh reads: retried once, then deferred."""
@@ -163,17 +186,19 @@ class _Sweep:
 
 async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
                 policy: DecayPolicy | None = None, origin: str = MAINTENANCE_ORIGIN,
-                max_batches: int | None = None, authorize: Authorize | None = None,
-                cause: int | None = None) -> SweepReport:
+                max_batches: int | None = None, max_elements: int | None = None,
+                authorize: Authorize | None = None, cause: int | None = None) -> SweepReport:
     """Decay every eligible record once for `cycle_start`, `policy.limit` per batch.
 
-    Batches repeat until one decays fewer than `limit` records (or `max_batches` ran). A
-    batch is one append holding a `memory-metabolized` per identity, each identity's
-    version expected; on a conflict the identities are written one by one, each re-read
-    and re-evaluated, retried once, and deferred when it conflicts again.
+    Batches repeat until one decays fewer than `limit` records (or `max_batches` ran, or the
+    first `max_elements` of the queue were taken: a budget). A batch is one append holding a
+    `memory-metabolized` per identity, each identity's version expected; on a conflict the
+    log is read again, the identities that moved are written one by one, each re-read and
+    re-evaluated, retried once, and deferred when it conflicts again; the others are written
+    again in one append (one by one if that conflicts too).
 
-    `authorize`, when given, is awaited before every append (each batch, each per-identity
-    retry) and raises to stop the sweep there (e.g. NotAuthorized once a grant was revoked);
+    `authorize`, when given, is awaited before every append (each batch, each retry) and
+    raises to stop the sweep there (e.g. NotAuthorized once a grant was revoked);
     the key versions it returns are expected by that append, so a revocation between the
     check and the write conflicts and is seen at the re-check. What earlier batches wrote
     stays, and a later sweep with the same `cycle_start` goes on from where this one stopped.
@@ -184,13 +209,14 @@ async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
     state = await reader.current()
     queue, protected = decay_queue(state, cycle_start=cycle_start, floor=policy.floor,
                                    protection=policy.protection)
+    taken = queue if max_elements is None else queue[:max(max_elements, 0)]
     batches = position = 0
     while max_batches is None or batches < max_batches:
-        batch = queue[position:position + policy.limit]
+        batch = taken[position:position + policy.limit]
         position += len(batch)
         batches += 1
         await run.batch(batch)
-        if len(batch) < policy.limit or position >= len(queue):
+        if len(batch) < policy.limit or position >= len(taken):
             break
     return SweepReport(decayed=run.decayed, protected=protected, batches=batches,
                        writes=run.writes, events=run.events, conflicts=run.conflicts,
