@@ -247,6 +247,24 @@ class Projector:
                     await self._save_or_report()
             return dict(self.states)
 
+    async def take(self, events: Sequence[Event]) -> bool:
+        """Fold `events` an append just returned when they are the log's very next events
+        for every projection (consecutive seqs right after `seq`): what reading them back
+        would fold, without the read. False (nothing folded) otherwise: the next catch_up
+        reads them."""
+        async with self._lock:
+            if self._unverified or not events or not self.projections:
+                return False
+            first = events[0].seq
+            if any(seq != first - 1 for seq in self.seqs.values()) or any(
+                    e.seq != first + n for n, e in enumerate(events)):
+                return False
+            if len(events) > INLINE_FOLD:
+                await asyncio.to_thread(self._fold, list(events))
+            else:
+                self._fold(list(events))
+            return True
+
     async def _save_or_report(self) -> None:
         """Checkpoint; a disk that refuses is logged once (until a save works again) and
         retried at the next interval, never raised: a checkpoint is only a cache."""

@@ -76,6 +76,12 @@ class ElementsReader:
         state: ElementsState = (await self._projector.catch_up())[MemoryElements.name]
         return state
 
+    async def take(self, events: Sequence[Event]) -> None:
+        """Fold `events`, just appended, when nothing else came before them since the last
+        read (they are the log's next events): the read back they save. Otherwise the next
+        `current()` reads them with the rest."""
+        await self._projector.take(events)
+
     async def checkpoint(self) -> None:
         """Save the fold to `checkpoints` when it moved since the last save (nothing without
         a folder). OSError when the folder cannot be written."""

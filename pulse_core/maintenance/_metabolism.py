@@ -152,10 +152,11 @@ class _Sweep:
         drafts = [self.draft(identity, records) for identity, records in plan.items()]
         expect = {**guard, **{identity_key(i): state.versions.get(i, 0) for i in plan}}
         try:
-            await self.store.append(drafts, expect=expect)
+            written = await self.store.append(drafts, expect=expect)
         except VersionConflict:
             self.conflicts += 1
             return False
+        await self.reader.take(written.events)
         self.decayed += sum(len(r) for r in plan.values())
         self.writes += 1
         self.events += len(drafts)

@@ -211,6 +211,29 @@ async def test_dependents_of_a_forgotten_root_are_still_found_and_citations_cros
     assert state.elements["ana/i-1"].derived_from == ("ana/city",)
 
 
+async def test_a_reader_takes_what_it_just_appended_only_when_nothing_came_between(
+        store: EventStore) -> None:
+    """The events an append returned are folded at once when they are the log's next ones
+    for the reader; after another writer's event they are left to the next read."""
+    board = MemoryBoard(store)
+    record = (await board.exchange("ana", "hello")).data["record"]
+    reader = ElementsReader(store)
+    await reader.current()
+    drafts = [EventDraft("memory-metabolized", identity_key("ana"),
+                         {"cycle_start": 5, "factor": 0.5, "strengths": {record: 0.5}},
+                         origin="executor:maintenance")]
+    taken = await store.append(drafts)
+    await reader.take(taken.events)
+    assert reader.cursor == taken.last_seq  # folded without reading it back
+    assert (await reader.current()).elements[f"ana/{record}"].strength == 0.5
+    await board.exchange("bo", "between")  # another writer comes first
+    late = await store.append(drafts)
+    await reader.take(late.events)
+    assert reader.cursor < late.last_seq  # left to the next read, which folds both
+    assert await reader.current() == await ElementsReader(store).current()
+    assert reader.cursor == late.last_seq
+
+
 async def test_a_kept_reader_folds_only_what_is_new_and_agrees_with_a_fresh_fold(
         store: EventStore) -> None:
     board = MemoryBoard(store)
