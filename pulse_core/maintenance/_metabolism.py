@@ -94,6 +94,7 @@ class _Sweep:
         self.cycle_start, self.policy = cycle_start, policy
         self.decayed = self.writes = self.events = self.conflicts = 0
         self.deferred: list[str] = []
+        self.queued_from: ElementsState | None = None  # the state the queue was found in
 
     def plan(self, state: ElementsState, queued: Iterable[Element]
              ) -> dict[str, dict[str, float]]:
@@ -102,11 +103,11 @@ class _Sweep:
         (elements are immutable; every event that changes one makes a new one): it is not
         judged again."""
         plan: dict[str, dict[str, float]] = defaultdict(dict)
-        elements = state.elements
+        elements = None if state is self.queued_from else state.elements  # None: unchanged
         policy = self.policy
         strengths: dict[float, float] = {}  # decayed_strength of each strength met
         for was in queued:
-            e = elements.get(was.id)
+            e = was if elements is None else elements.get(was.id)
             if e is was or (e is not None and decays(e, self.cycle_start, policy.floor,
                                                      policy.protection)):
                 new = strengths.get(e.strength)
@@ -210,6 +211,7 @@ async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
     state = await reader.current()
     queue, protected = decay_queue(state, cycle_start=cycle_start, floor=policy.floor,
                                    protection=policy.protection)
+    run.queued_from = state
     taken = queue if max_elements is None else queue[:max(max_elements, 0)]
     batches = position = 0
     while max_batches is None or batches < max_batches:
