@@ -287,7 +287,8 @@ async def metabolism(run: CycleRun) -> None:
     try:
         report: SweepReport | None = await sweep(
             run.store, run.reader, cycle_start=run.cycle_start, policy=policy,
-            origin=ORIGIN, max_elements=within, authorize=authorize, cause=run.cause)
+            origin=ORIGIN, max_elements=within, authorize=authorize,
+            appended=run.work.take, cause=run.cause)
     except NotAuthorized as exc:  # revoked mid-sweep: what was written stays, counted below
         report = None
         run.needed_authority.append(f"metabolism: stopped mid-sweep: {exc}")

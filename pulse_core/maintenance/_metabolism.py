@@ -30,7 +30,7 @@ from pulse_core.maintenance._elements import ElementsReader
 from pulse_core.memory import identity_key
 from pulse_core.store import EventStore
 
-__all__ = ["Authorize", "DecayPolicy", "SweepReport", "decayed_strength", "reinforce",
+__all__ = ["Appended", "Authorize", "DecayPolicy", "SweepReport", "decayed_strength", "reinforce",
            "set_salience", "sweep"]
 
 MAINTENANCE_ORIGIN = "executor:maintenance"
@@ -77,6 +77,10 @@ def decayed_strength(strength: float, policy: DecayPolicy) -> float:
     return max(policy.floor, round(strength * policy.factor, 6))
 
 
+Appended = Callable[[tuple[Event, ...]], Awaitable[None]]
+"""Awaited with the events of each append a sweep made (e.g. to count them without
+reading them back)."""
+
 Authorize = Callable[[], Awaitable[Mapping[str, int]]]
 """A sweep's per-append authorization: raises to stop the sweep (NotAuthorized), or returns
 the key versions the check read (e.g. {"authority:maintenance": 7}), expected by the append so
@@ -87,10 +91,10 @@ class _Sweep:
     """One sweep's settings and running counts."""
 
     def __init__(self, store: EventStore, reader: ElementsReader, cycle_start: int,
-                 policy: DecayPolicy, origin: str, *,
-                 authorize: Authorize | None = None, cause: int | None = None) -> None:
+                 policy: DecayPolicy, origin: str, *, authorize: Authorize | None = None,
+                 appended: Appended | None = None, cause: int | None = None) -> None:
         self.store, self.reader, self.origin = store, reader, origin
-        self.authorize, self.cause = authorize, cause
+        self.authorize, self.appended, self.cause = authorize, appended, cause
         self.cycle_start, self.policy = cycle_start, policy
         self.decayed = self.writes = self.events = self.conflicts = 0
         self.deferred: list[str] = []
@@ -128,7 +132,7 @@ class _Sweep:
         guard = await self.authorize() if self.authorize is not None else {}
         state = await self.reader.current()
         plan = self.plan(state, queued)
-        if not plan or await self.write(plan, state, guard):
+        if not plan or await self.write(plan, self.expect(plan, state, guard)):
             return
         fresh = await self.reader.current()
         mine: dict[str, list[Element]] = defaultdict(list)  # the queued, by identity
@@ -140,28 +144,35 @@ class _Sweep:
         if steady:
             guard = await self.authorize() if self.authorize is not None else {}
             again = self.plan(fresh, steady)
-            if again and not await self.write(again, fresh, guard):
+            if again and not await self.write(again, self.expect(again, fresh, guard)):
                 lost = set(plan)
         for identity in plan:
             if identity in lost:
                 await self.one(identity, mine[identity])
 
-    async def write(self, plan: dict[str, dict[str, float]], state: ElementsState,
-                    guard: Mapping[str, int]) -> bool:
-        """Append `plan` in one transaction, each identity's version in `state` expected;
-        False (counted) on a version conflict."""
+    async def write(self, plan: dict[str, dict[str, float]], expect: Mapping[str, int]
+                    ) -> bool:
+        """Append `plan` in one transaction expecting `expect`; False (counted) on a version
+        conflict."""
         drafts = [self.draft(identity, records) for identity, records in plan.items()]
-        expect = {**guard, **{identity_key(i): state.versions.get(i, 0) for i in plan}}
         try:
             written = await self.store.append(drafts, expect=expect)
         except VersionConflict:
             self.conflicts += 1
             return False
         await self.reader.take(written.events)
+        if self.appended is not None:
+            await self.appended(written.events)
         self.decayed += sum(len(r) for r in plan.values())
         self.writes += 1
         self.events += len(drafts)
         return True
+
+    @staticmethod
+    def expect(plan: dict[str, dict[str, float]], state: ElementsState,
+               guard: Mapping[str, int]) -> dict[str, int]:
+        """`guard` and each identity's version in `state`: what an append of `plan` expects."""
+        return {**guard, **{identity_key(i): state.versions.get(i, 0) for i in plan}}
 
     async def one(self, identity: str, queued: list[Element]) -> None:
         """Decay one identity's `queued` on fresh reads: retried once, then deferred."""
@@ -171,25 +182,17 @@ class _Sweep:
             mine = self.plan(fresh, queued).get(identity, {})
             if not mine:
                 return
-            try:
-                await self.store.append(
-                    [self.draft(identity, mine)],
-                    expect={**guard, identity_key(identity): fresh.versions.get(identity, 0)})
-            except VersionConflict:
-                self.conflicts += 1
-                if attempt == 1:
-                    self.deferred.extend(element_id(identity, r) for r in mine)
-                continue
-            self.decayed += len(mine)
-            self.writes += 1
-            self.events += 1
-            return
+            if await self.write({identity: mine}, self.expect({identity: mine}, fresh, guard)):
+                return
+            if attempt == 1:
+                self.deferred.extend(element_id(identity, r) for r in mine)
 
 
 async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
                 policy: DecayPolicy | None = None, origin: str = MAINTENANCE_ORIGIN,
                 max_batches: int | None = None, max_elements: int | None = None,
-                authorize: Authorize | None = None, cause: int | None = None) -> SweepReport:
+                authorize: Authorize | None = None, appended: Appended | None = None,
+                cause: int | None = None) -> SweepReport:
     """Decay every eligible record once for `cycle_start`, `policy.limit` per batch.
 
     Batches repeat until one decays fewer than `limit` records (or `max_batches` ran, or the
@@ -204,10 +207,12 @@ async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
     the key versions it returns are expected by that append, so a revocation between the
     check and the write conflicts and is seen at the re-check. What earlier batches wrote
     stays, and a later sweep with the same `cycle_start` goes on from where this one stopped.
-    Every event it writes has `cause` (e.g. the seq of the activity the sweep is part of).
+    Every event it writes has `cause` (e.g. the seq of the activity the sweep is part of);
+    `appended`, when given, is awaited with the events of each append.
     """
     policy = policy or DecayPolicy()
-    run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize, cause=cause)
+    run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize,
+                 appended=appended, cause=cause)
     state = await reader.current()
     queue, protected = decay_queue(state, cycle_start=cycle_start, floor=policy.floor,
                                    protection=policy.protection)
