@@ -79,7 +79,8 @@ def due_for_decay(e: Element, cycle_start: int, floor: float) -> bool:
 def shielded(e: Element, protection: float) -> bool:
     """Whether `e` resists forgetting: under legal hold, salience at or above `protection`,
     or a pending or blocked high-impact commitment."""
-    return e.legal_hold or e.salience >= protection or protected_commitment(e)
+    return e.legal_hold or e.salience >= protection or (
+        e.commitment is not None and protected_commitment(e))
 
 
 def protected_commitment(e: Element) -> bool:
