@@ -5,7 +5,7 @@
 A home on a temporary folder with `--elements` human exchanges spread over `--identities`
 identities, arriving in sessions of `--session` exchanges in a row (appended through
 `SqliteEventStore.append` in batches of 5,000, before the clock starts). Then one
-`run_cycle` with the default decay (factor 0.97, floor 0.05, 500 elements per batch) and
+`run_cycle` with the default decay (factor 0.97, floor 0.05, 10,000 elements per batch) and
 budgets large enough for the whole memory, so every element is decayed once: assessment,
 sleep tasks, skill verdicts, the sweep, contradiction, derivation and commitment reviews,
 watch evaluation from seq 0, retention review and the report, all in the measurement.

@@ -247,6 +247,24 @@ class Projector:
                     await self._save_or_report()
             return dict(self.states)
 
+    async def take(self, events: Sequence[Event]) -> bool:
+        """Fold `events` an append just returned when they are the log's very next events
+        for every projection (consecutive seqs right after `seq`): what reading them back
+        would fold, without the read. False (nothing folded) otherwise: the next catch_up
+        reads them."""
+        async with self._lock:
+            if self._unverified or not events or not self.projections:
+                return False
+            first = events[0].seq
+            if any(seq != first - 1 for seq in self.seqs.values()) or any(
+                    e.seq != first + n for n, e in enumerate(events)):
+                return False
+            if len(events) > INLINE_FOLD:
+                await asyncio.to_thread(self._fold, list(events))
+            else:
+                self._fold(list(events))
+            return True
+
     async def _save_or_report(self) -> None:
         """Checkpoint; a disk that refuses is logged once (until a save works again) and
         retried at the next interval, never raised: a checkpoint is only a cache."""
@@ -274,14 +292,20 @@ class Projector:
         return head
 
     def _fold(self, events: list[Event]) -> None:
-        for event in events:
-            for proj in self.projections:
-                name = proj.name
-                if event.seq <= self.seqs[name]:
-                    continue
-                if proj.kinds is None or event.kind in proj.kinds:
-                    self.states[name] = proj.apply(self.states[name], event)
-                self.seqs[name] = event.seq
+        """Fold a page (ascending seqs) into each projection not past it, in one call."""
+        if not events:
+            return
+        last = events[-1].seq
+        for proj in self.projections:
+            name = proj.name
+            seen = self.seqs[name]
+            if last <= seen:
+                continue
+            mine = [e for e in events if e.seq > seen
+                    and (proj.kinds is None or e.kind in proj.kinds)]
+            if mine:
+                self.states[name] = proj.apply_all(self.states[name], mine)
+            self.seqs[name] = last
 
     def _checkpoint_due(self, *, force: bool) -> bool:
         if self.checkpoints is None:

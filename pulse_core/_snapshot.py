@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
@@ -34,6 +34,13 @@ class Projection(abc.ABC, Generic[S]):
     @abc.abstractmethod
     def apply(self, state: S, event: Event) -> S:
         """The state after `event`."""
+
+    def apply_all(self, state: S, events: Sequence[Event]) -> S:
+        """The state after `events`, in order: `apply` of each. A projection may fold a page
+        at once instead, to the same state."""
+        for event in events:
+            state = self.apply(state, event)
+        return state
 
     def state_type(self) -> Any:
         """The type checkpoints decode the state into: `initial`'s return annotation."""

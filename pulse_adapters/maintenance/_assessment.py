@@ -93,8 +93,8 @@ def census(elements: ElementsState, *, now: int, archive_after_days: float,
            floor: float) -> Census:
     """The census of `elements` at `now` (see Census). `revised` holds the elements revised
     at some point that others cite (roots of derived items), oldest revision first."""
-    counts = dict.fromkeys(("elements", "active", "archived", "tombstoned", "unconsolidated",
-                            "unconsolidated_old", "open_commitments"), 0)
+    stages: dict[str, int] = dict.fromkeys(("active", "archived", "tombstoned"), 0)
+    unconsolidated = unconsolidated_old = open_commitments = 0
     strength = 0.0
     old = now - UNCONSOLIDATED_AGE_MS
     late: list[Element] = []
@@ -103,14 +103,16 @@ def census(elements: ElementsState, *, now: int, archive_after_days: float,
     stale: list[str] = []
     corrected: set[str] = set()
     for e in elements.elements.values():
-        counts["elements"] += 1
-        counts[e.stage] = counts.get(e.stage, 0) + 1
+        stages[e.stage] = stages.get(e.stage, 0) + 1
         strength += e.strength
-        if e.type == "exchange" and e.stage == "active" and not e.consolidated_to:
-            counts["unconsolidated"] += 1
-            counts["unconsolidated_old"] += e.created_at < old
+        if e.type == "exchange":
+            if e.stage == "active" and not e.consolidated_to:
+                unconsolidated += 1
+                unconsolidated_old += e.created_at < old
+            elif archive_candidate(e, now, archive_after_days, floor):
+                candidates.append(e)
         if e.commitment is not None and e.commitment.status in ("pending", "blocked"):
-            counts["open_commitments"] += 1
+            open_commitments += 1
             if overdue(e, now):
                 late.append(e)
         if e.stale:
@@ -119,11 +121,11 @@ def census(elements: ElementsState, *, now: int, archive_after_days: float,
             corrected.add(e.id)
         if e.revised_seq is not None and e.referenced_by:
             revised.append(e)
-        if archive_candidate(e, now, archive_after_days, floor):
-            candidates.append(e)
     late.sort(key=lambda e: (e.commitment.due_at if e.commitment else 0) or 0)
     candidates.sort(key=lambda e: e.created_seq)
     revised.sort(key=lambda e: e.revised_seq or 0)
+    counts = {"elements": len(elements.elements), **stages, "unconsolidated": unconsolidated,
+              "unconsolidated_old": unconsolidated_old, "open_commitments": open_commitments}
     return Census(counts, strength, tuple(late), tuple(candidates), tuple(revised),
                   tuple(stale), frozenset(corrected))
 

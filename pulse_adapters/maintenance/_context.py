@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pulse_adapters.maintenance._assessment import Assessment, Census, census
 from pulse_adapters.maintenance._consolidation import Proposer
@@ -15,6 +15,9 @@ from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceS
 from pulse_core import Clock, Event, EventDraft, Projection, Projector
 from pulse_core.maintenance import Activity, Authority, ElementsReader, SleepTask, read_activity
 from pulse_core.store import AppendResult, EventStore
+
+if TYPE_CHECKING:  # _work reads the task classes named here
+    from pulse_adapters.maintenance._work import CycleTally
 
 CYCLE_CLASS = "maintenance_cycle"
 REVIEW_DERIVED = "review_derived"
@@ -40,10 +43,10 @@ def claims(task: SleepTask, now_ms: int) -> bool:
 class CycleRun:
     """What the steps of one cycle share: the store, the settings, the cycle's identity and
     start (and the seq of its activity-started, the cause of every event it writes), one
-    elements reader, one budget, the last completed cycle's report, the consolidation
-    proposer (None: off), and what the report will say (deferred, needed authority,
-    warnings...; the changes are read from the log, but for `changes`, counts that write
-    nothing, such as skills_reviewed)."""
+    elements reader, one budget, the last completed cycle's report, the tally of what the
+    log holds of the cycle, the consolidation proposer (None: off), and what the report
+    will say (deferred, needed authority, warnings...; the changes are read from the log,
+    but for `changes`, counts that write nothing, such as skills_reviewed)."""
 
     store: EventStore
     settings: MaintenanceSettings
@@ -56,6 +59,7 @@ class CycleRun:
     reader: ElementsReader
     budget: Budget
     previous: CycleReport | None
+    work: CycleTally
     began_seq: int = 0
     proposer: Proposer | None = None
     changes: Counter[str] = field(default_factory=Counter)

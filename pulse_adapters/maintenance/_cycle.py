@@ -38,7 +38,7 @@ from pulse_adapters.maintenance._report import (
 )
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL, MaintenanceSettings
 from pulse_adapters.maintenance._steps import STEPS, assessment, final_assessment
-from pulse_adapters.maintenance._work import CycleWork, cycle_work
+from pulse_adapters.maintenance._work import CycleTally, CycleWork
 from pulse_core import (
     Clock,
     EventDraft,
@@ -107,7 +107,7 @@ async def begin(store: EventStore, cycle: str, trigger: str, now: int) -> Activi
 async def _report(run: CycleRun, status: str, health_from: Assessment) -> CycleReport:
     """The report: writes and changes as the log holds them for the cycle (every attempt's),
     the rest as this attempt found it."""
-    work = await cycle_work(run.store, run.began_seq)
+    work = await run.work.current()
     changes = {**work.changes, **{k: v for k, v in run.changes.items() if v}}
     changed = sum(changes.values())
     return CycleReport(
@@ -172,14 +172,15 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
     if activity.status != "running":
         return stored_report(activity)
     started = activity.report if isinstance(activity.report, dict) else {}
-    spent = await cycle_work(store, activity.seq)  # what earlier attempts wrote, if any
+    work = CycleTally(store, activity.seq)
+    spent = await work.current()  # what earlier attempts wrote, if any
     run = CycleRun(store=store, settings=settings, cycle=cycle,
                    cycle_start=activity.started_at, trigger=str(started.get("trigger", trigger)),
                    through_seq=int(started.get("through_seq", 0)), clock=clock,
                    authority=authority, reader=_reader(store, reader),
                    budget=_budget(settings, spent),
                    previous=await previous_report(store, cycle),
-                   began_seq=activity.seq, proposer=proposer)
+                   began_seq=activity.seq, proposer=proposer, work=work)
     run.swept_at = run.previous.swept_at if run.previous is not None else None
     try:
         await _step(run, "close abandoned cycles", _close_abandoned, record=False)

@@ -131,14 +131,15 @@ class DecaySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
                     kw_only=True):
     """Metabolism: a sweep multiplies memory_strength by `factor`, never below `floor`;
     elements with salience >= `protection` do not decay; `limit` elements per batch (one
-    transaction). A cycle sweeps only when the last sweep was `min_interval_h` hours ago or
-    more (0: every cycle), so decay follows time, not how often cycles are asked for. Decay
-    never touches confidence."""
+    transaction: the bound on how long other writers wait for its commit). A cycle sweeps
+    only when the last sweep was `min_interval_h` hours ago or more (0: every cycle), so
+    decay follows time, not how often cycles are asked for. Decay never touches
+    confidence."""
 
     factor: float = 0.97
     floor: float = 0.05
     protection: float = 0.8
-    limit: int = 500
+    limit: int = 10_000
     min_interval_h: float = 12.0
 
     def __post_init__(self) -> None:

@@ -215,29 +215,32 @@ async def skill_verdicts(run: CycleRun) -> None:
 # -- 5. metabolism ---------------------------------------------------------------------------
 
 
-def _batches_within(state: ElementsState, run: CycleRun, policy: DecayPolicy) -> int:
-    """How many sweep batches fit the budget: each batch is one append of one event per
-    identity in it, `policy.limit` elements. When every element would fit, so does the
-    sweep (it stops where its queue ends); the exact plan (the sweep's own order) is made
-    only when the budget could run out before the work does."""
+def _elements_within(state: ElementsState, run: CycleRun, policy: DecayPolicy) -> int:
+    """How many elements of the sweep's queue fit the budget: each batch is one append of
+    one event per identity in it, `policy.limit` elements, the last one cut where the
+    budget ends. When every element would fit, so does the sweep (it stops where its queue
+    ends); the exact plan (the sweep's own order) is made only when the budget could run
+    out before the work does."""
     budget = run.budget
     count = len(state.elements)  # at least as many as decay
-    needed = math.ceil(count / policy.limit)
     if count <= min(budget.elements_left, budget.writes_left) and \
-            needed <= budget.transactions_left:
-        return needed
+            math.ceil(count / policy.limit) <= budget.transactions_left:
+        return count
     queue = eligible_for_decay(state, cycle_start=run.cycle_start, floor=policy.floor,
                                protection=policy.protection)
-    batches = writes = 0
-    for start in range(0, len(queue), policy.limit):
-        chunk = queue[start:start + policy.limit]
-        events = len({e.identity for e in chunk})
-        if batches + 1 > budget.transactions_left or writes + events > budget.writes_left \
-                or start + len(chunk) > budget.elements_left:
+    taken = writes = 0
+    for batch, start in enumerate(range(0, len(queue), policy.limit)):
+        if batch >= budget.transactions_left:
             break
-        batches += 1
-        writes += events
-    return batches
+        identities: set[str] = set()
+        for e in queue[start:start + policy.limit]:
+            events = len(identities) + (e.identity not in identities)
+            if taken >= budget.elements_left or writes + events > budget.writes_left:
+                return taken
+            identities.add(e.identity)
+            taken += 1
+        writes += len(identities)
+    return taken
 
 
 async def metabolism(run: CycleRun) -> None:
@@ -269,8 +272,8 @@ async def metabolism(run: CycleRun) -> None:
     policy = DecayPolicy(factor=decay.factor, floor=decay.floor, protection=decay.protection,
                          limit=decay.limit)
     state = await run.reader.current()
-    batches = _batches_within(state, run, policy)
-    if batches == 0:
+    within = _elements_within(state, run, policy)
+    if within == 0:
         if any(decays(e, run.cycle_start, policy.floor, policy.protection)
                for e in state.elements.values()):
             run.deferred.append("metabolism: no budget left for a batch")
@@ -284,7 +287,8 @@ async def metabolism(run: CycleRun) -> None:
     try:
         report: SweepReport | None = await sweep(
             run.store, run.reader, cycle_start=run.cycle_start, policy=policy,
-            origin=ORIGIN, max_batches=batches, authorize=authorize, cause=run.cause)
+            origin=ORIGIN, max_elements=within, authorize=authorize,
+            appended=run.work.take, cause=run.cause)
     except NotAuthorized as exc:  # revoked mid-sweep: what was written stays, counted below
         report = None
         run.needed_authority.append(f"metabolism: stopped mid-sweep: {exc}")

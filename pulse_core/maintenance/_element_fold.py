@@ -303,22 +303,52 @@ def _update(f: _Fold, element: Element, kind: str, data: dict[str, Any], event: 
 
 def fold_event(state: ElementsState, event: Event) -> ElementsState:
     """The elements state after `event` (pure: `state` is not changed)."""
-    if event.kind != "memory-metabolized" or not event.key.startswith("identity:"):
-        return _fold(state, event)
-    data = event.data if isinstance(event.data, dict) else {}
-    strengths = data.get("strengths")
-    if event.hash is not None or not isinstance(strengths, dict):
-        return _fold(state, event)  # the version and seq (and a digest), nothing decayed
-    # the hot path of a sweep: the version, seq and strengths in one new state
-    identity = event.key.removeprefix("identity:")
-    cycle = data.get("cycle_start")
+    return fold_events(state, (event,))
+
+
+def fold_events(state: ElementsState, events: Iterable[Event]) -> ElementsState:
+    """The elements state after `events`, in order (pure): fold_event of each, but a run of
+    sweep events (`memory-metabolized`, a page of them after a sweep) reaches the maps in
+    one update, so each bucket of a large memory is copied once per run, not per event."""
+    changed: dict[str, Element] = {}
+    versions: dict[str, int] = {}
+    seq = state.seq
+    for event in events:
+        strengths = _swept(event)
+        if strengths is None:
+            if versions:
+                state = _settle(state, changed, versions, seq)
+                changed, versions = {}, {}
+            state = _fold(state, event)
+            continue
+        identity = event.key.removeprefix("identity:")
+        _metabolize(state.elements, changed, identity, event, strengths)
+        versions[identity] = event.version
+        seq = event.seq
+    return _settle(state, changed, versions, seq) if versions else state
+
+
+def _swept(event: Event) -> dict[str, Any] | None:
+    """The strengths of a sweep's event, or None for any other event (folded by _fold: a
+    metabolized event with a digest, or without strengths, moves only the version and seq)."""
+    if event.kind != "memory-metabolized" or event.hash is not None \
+            or not event.key.startswith("identity:") or not isinstance(event.data, dict):
+        return None
+    strengths = event.data.get("strengths")
+    return strengths if isinstance(strengths, dict) else None
+
+
+def _metabolize(elements: PersistentMap[str, Element], changed: dict[str, Element],
+                identity: str, event: Event, strengths: dict[str, Any]) -> None:
+    """Put into `changed` the elements of `identity` whose strength `event` sets. A run of
+    sweep events changes nothing else, and each sets all three fields: an element's form
+    before the run (in `elements`) is as good a start as its newest."""
+    cycle = event.data.get("cycle_start")
     # a stamp from the future would freeze the element (never "due" again): clamp it
     stamp = min(cycle, event.ts) if isinstance(cycle, int) else None
-    elements = state.elements
     replace = msgspec.structs.replace
     seq = event.seq
     prefix = element_id(identity, "")
-    changed: dict[str, Element] = {}
     for record, strength in strengths.items():
         if not isinstance(strength, (int, float)) or not 0.0 <= strength <= 1.0:
             continue
@@ -326,5 +356,10 @@ def fold_event(state: ElementsState, event: Event) -> ElementsState:
         if element is not None:
             changed[element.id] = replace(element, strength=float(strength),
                                           last_metabolized_at=stamp, updated_seq=seq)
-    return replace(state, elements=elements.update(changed),
-                   versions=state.versions.set(identity, event.version), seq=seq)
+
+
+def _settle(state: ElementsState, changed: dict[str, Element], versions: dict[str, int],
+            seq: int) -> ElementsState:
+    """`state` with a run of sweep events' elements and versions, at `seq`."""
+    return msgspec.structs.replace(state, elements=state.elements.update(changed),
+                                   versions=state.versions.update(versions), seq=seq)

@@ -4,8 +4,11 @@ touch, and what depends on what (LIST DEPENDENTS)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from operator import attrgetter
 
 from pulse_core.maintenance._element_state import Element, ElementsState
+
+_CREATED_SEQ = attrgetter("created_seq")
 
 
 def of_identity(state: ElementsState, identity: str) -> list[Element]:
@@ -33,15 +36,31 @@ def decay_queue(state: ElementsState, *, cycle_start: int, floor: float, protect
                 ) -> tuple[list[Element], int]:
     """eligible_for_decay in its order, and how many elements protection alone kept out of
     it (due for decay but shielded), in one pass."""
-    found: list[Element] = []
+    # grouped by stamp, then identity: the order of one sort by (stamp, identity,
+    # created_seq) without comparing a tuple per element
+    groups: dict[int, dict[str, list[Element]]] = {}
     protected = 0
     for e in state.elements.values():
         if due_for_decay(e, cycle_start, floor):
             if shielded(e, protection):
                 protected += 1
+                continue
+            stamp = e.last_metabolized_at or 0
+            by_identity = groups.get(stamp)
+            if by_identity is None:
+                by_identity = groups[stamp] = {}
+            mine = by_identity.get(e.identity)
+            if mine is None:
+                by_identity[e.identity] = [e]
             else:
-                found.append(e)
-    found.sort(key=lambda e: (e.last_metabolized_at or 0, e.identity, e.created_seq))
+                mine.append(e)
+    found: list[Element] = []
+    for stamp in sorted(groups):
+        by_identity = groups[stamp]
+        for identity in sorted(by_identity):
+            mine = by_identity[identity]
+            mine.sort(key=_CREATED_SEQ)
+            found.extend(mine)
     return found, protected
 
 
@@ -60,7 +79,8 @@ def due_for_decay(e: Element, cycle_start: int, floor: float) -> bool:
 def shielded(e: Element, protection: float) -> bool:
     """Whether `e` resists forgetting: under legal hold, salience at or above `protection`,
     or a pending or blocked high-impact commitment."""
-    return e.legal_hold or e.salience >= protection or protected_commitment(e)
+    return e.legal_hold or e.salience >= protection or (
+        e.commitment is not None and protected_commitment(e))
 
 
 def protected_commitment(e: Element) -> bool:

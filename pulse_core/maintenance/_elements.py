@@ -15,12 +15,13 @@ version guards all of an identity's elements; `ElementsState.versions` holds tha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pulse_core._events import Event
 from pulse_core._projector import Projector
 from pulse_core._snapshot import Projection
-from pulse_core.maintenance._element_fold import fold_event
+from pulse_core.maintenance._element_fold import fold_event, fold_events
 from pulse_core.maintenance._element_state import (
     ElementsState,
 )
@@ -40,6 +41,9 @@ class MemoryElements(Projection[ElementsState]):
 
     def apply(self, state: ElementsState, event: Event) -> ElementsState:
         return fold_event(state, event)
+
+    def apply_all(self, state: ElementsState, events: Sequence[Event]) -> ElementsState:
+        return fold_events(state, events)
 
 
 class ElementsReader:
@@ -71,6 +75,12 @@ class ElementsReader:
         """The state folded through the log's newest event."""
         state: ElementsState = (await self._projector.catch_up())[MemoryElements.name]
         return state
+
+    async def take(self, events: Sequence[Event]) -> None:
+        """Fold `events`, just appended, when nothing else came before them since the last
+        read (they are the log's next events): the read back they save. Otherwise the next
+        `current()` reads them with the rest."""
+        await self._projector.take(events)
 
     async def checkpoint(self) -> None:
         """Save the fold to `checkpoints` when it moved since the last save (nothing without

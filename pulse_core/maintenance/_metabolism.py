@@ -30,7 +30,7 @@ from pulse_core.maintenance._elements import ElementsReader
 from pulse_core.memory import identity_key
 from pulse_core.store import EventStore
 
-__all__ = ["Authorize", "DecayPolicy", "SweepReport", "decayed_strength", "reinforce",
+__all__ = ["Appended", "Authorize", "DecayPolicy", "SweepReport", "decayed_strength", "reinforce",
            "set_salience", "sweep"]
 
 MAINTENANCE_ORIGIN = "executor:maintenance"
@@ -43,7 +43,7 @@ class DecayPolicy(msgspec.Struct, frozen=True, kw_only=True):
     factor: float = 0.97
     floor: float = 0.05
     protection: float = 0.8
-    limit: int = 500
+    limit: int = 10_000
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.factor) and 0.0 < self.factor < 1.0):
@@ -77,6 +77,10 @@ def decayed_strength(strength: float, policy: DecayPolicy) -> float:
     return max(policy.floor, round(strength * policy.factor, 6))
 
 
+Appended = Callable[[tuple[Event, ...]], Awaitable[None]]
+"""Awaited with the events of each append a sweep made (e.g. to count them without
+reading them back)."""
+
 Authorize = Callable[[], Awaitable[Mapping[str, int]]]
 """A sweep's per-append authorization: raises to stop the sweep (NotAuthorized), or returns
 the key versions the check read (e.g. {"authority:maintenance": 7}), expected by the append so
@@ -87,13 +91,14 @@ class _Sweep:
     """One sweep's settings and running counts."""
 
     def __init__(self, store: EventStore, reader: ElementsReader, cycle_start: int,
-                 policy: DecayPolicy, origin: str, *,
-                 authorize: Authorize | None = None, cause: int | None = None) -> None:
+                 policy: DecayPolicy, origin: str, *, authorize: Authorize | None = None,
+                 appended: Appended | None = None, cause: int | None = None) -> None:
         self.store, self.reader, self.origin = store, reader, origin
-        self.authorize, self.cause = authorize, cause
+        self.authorize, self.appended, self.cause = authorize, appended, cause
         self.cycle_start, self.policy = cycle_start, policy
         self.decayed = self.writes = self.events = self.conflicts = 0
         self.deferred: list[str] = []
+        self.queued_from: ElementsState | None = None  # the state the queue was found in
 
     def plan(self, state: ElementsState, queued: Iterable[Element]
              ) -> dict[str, dict[str, float]]:
@@ -102,12 +107,17 @@ class _Sweep:
         (elements are immutable; every event that changes one makes a new one): it is not
         judged again."""
         plan: dict[str, dict[str, float]] = defaultdict(dict)
-        elements = state.elements
+        elements = None if state is self.queued_from else state.elements  # None: unchanged
+        policy = self.policy
+        strengths: dict[float, float] = {}  # decayed_strength of each strength met
         for was in queued:
-            e = elements.get(was.id)
-            if e is was or (e is not None and decays(e, self.cycle_start, self.policy.floor,
-                                                     self.policy.protection)):
-                plan[e.identity][e.record] = decayed_strength(e.strength, self.policy)
+            e = was if elements is None else elements.get(was.id)
+            if e is was or (e is not None and decays(e, self.cycle_start, policy.floor,
+                                                     policy.protection)):
+                new = strengths.get(e.strength)
+                if new is None:
+                    new = strengths[e.strength] = decayed_strength(e.strength, policy)
+                plan[e.identity][e.record] = new
         return dict(plan)
 
     def draft(self, identity: str, records: dict[str, float]) -> EventDraft:
@@ -116,27 +126,53 @@ class _Sweep:
                           msgspec.to_builtins(body), origin=self.origin, cause=self.cause)
 
     async def batch(self, queued: list[Element]) -> None:
-        """Decay `queued` (those still eligible): one append, or one per identity on
-        conflict."""
+        """Decay `queued` (those still eligible): one append. On a conflict the log is read
+        again: the identities that moved are written one by one (`one`), the rest again in
+        one append on the fresh read, and one by one if that conflicts too."""
         guard = await self.authorize() if self.authorize is not None else {}
         state = await self.reader.current()
         plan = self.plan(state, queued)
-        if not plan:
+        if not plan or await self.write(plan, self.expect(plan, state, guard)):
             return
+        fresh = await self.reader.current()
+        mine: dict[str, list[Element]] = defaultdict(list)  # the queued, by identity
+        for e in queued:
+            if e.identity in plan:
+                mine[e.identity].append(e)
+        lost = {i for i in plan if fresh.versions.get(i, 0) != state.versions.get(i, 0)}
+        steady = [e for i, queued_of in mine.items() if i not in lost for e in queued_of]
+        if steady:
+            guard = await self.authorize() if self.authorize is not None else {}
+            again = self.plan(fresh, steady)
+            if again and not await self.write(again, self.expect(again, fresh, guard)):
+                lost = set(plan)
+        for identity in plan:
+            if identity in lost:
+                await self.one(identity, mine[identity])
+
+    async def write(self, plan: dict[str, dict[str, float]], expect: Mapping[str, int]
+                    ) -> bool:
+        """Append `plan` in one transaction expecting `expect`; False (counted) on a version
+        conflict."""
         drafts = [self.draft(identity, records) for identity, records in plan.items()]
-        expect = {**guard, **{identity_key(i): state.versions.get(i, 0) for i in plan}}
         try:
-            await self.store.append(drafts, expect=expect)
+            written = await self.store.append(drafts, expect=expect)
         except VersionConflict:
             self.conflicts += 1
-        else:
-            self.decayed += sum(len(r) for r in plan.values())
-            self.writes += 1
-            self.events += len(drafts)
-            return
-        for identity, records in plan.items():
-            await self.one(identity, [e for e in queued
-                                      if e.identity == identity and e.record in records])
+            return False
+        await self.reader.take(written.events)
+        if self.appended is not None:
+            await self.appended(written.events)
+        self.decayed += sum(len(r) for r in plan.values())
+        self.writes += 1
+        self.events += len(drafts)
+        return True
+
+    @staticmethod
+    def expect(plan: dict[str, dict[str, float]], state: ElementsState,
+               guard: Mapping[str, int]) -> dict[str, int]:
+        """`guard` and each identity's version in `state`: what an append of `plan` expects."""
+        return {**guard, **{identity_key(i): state.versions.get(i, 0) for i in plan}}
 
     async def one(self, identity: str, queued: list[Element]) -> None:
         """Decay one identity's `queued` on fresh reads: retried once, then deferred."""
@@ -146,51 +182,49 @@ class _Sweep:
             mine = self.plan(fresh, queued).get(identity, {})
             if not mine:
                 return
-            try:
-                await self.store.append(
-                    [self.draft(identity, mine)],
-                    expect={**guard, identity_key(identity): fresh.versions.get(identity, 0)})
-            except VersionConflict:
-                self.conflicts += 1
-                if attempt == 1:
-                    self.deferred.extend(element_id(identity, r) for r in mine)
-                continue
-            self.decayed += len(mine)
-            self.writes += 1
-            self.events += 1
-            return
+            if await self.write({identity: mine}, self.expect({identity: mine}, fresh, guard)):
+                return
+            if attempt == 1:
+                self.deferred.extend(element_id(identity, r) for r in mine)
 
 
 async def sweep(store: EventStore, reader: ElementsReader, *, cycle_start: int,
                 policy: DecayPolicy | None = None, origin: str = MAINTENANCE_ORIGIN,
-                max_batches: int | None = None, authorize: Authorize | None = None,
+                max_batches: int | None = None, max_elements: int | None = None,
+                authorize: Authorize | None = None, appended: Appended | None = None,
                 cause: int | None = None) -> SweepReport:
     """Decay every eligible record once for `cycle_start`, `policy.limit` per batch.
 
-    Batches repeat until one decays fewer than `limit` records (or `max_batches` ran). A
-    batch is one append holding a `memory-metabolized` per identity, each identity's
-    version expected; on a conflict the identities are written one by one, each re-read
-    and re-evaluated, retried once, and deferred when it conflicts again.
+    Batches repeat until one decays fewer than `limit` records (or `max_batches` ran, or the
+    first `max_elements` of the queue were taken: a budget). A batch is one append holding a
+    `memory-metabolized` per identity, each identity's version expected; on a conflict the
+    log is read again, the identities that moved are written one by one, each re-read and
+    re-evaluated, retried once, and deferred when it conflicts again; the others are written
+    again in one append (one by one if that conflicts too).
 
-    `authorize`, when given, is awaited before every append (each batch, each per-identity
-    retry) and raises to stop the sweep there (e.g. NotAuthorized once a grant was revoked);
+    `authorize`, when given, is awaited before every append (each batch, each retry) and
+    raises to stop the sweep there (e.g. NotAuthorized once a grant was revoked);
     the key versions it returns are expected by that append, so a revocation between the
     check and the write conflicts and is seen at the re-check. What earlier batches wrote
     stays, and a later sweep with the same `cycle_start` goes on from where this one stopped.
-    Every event it writes has `cause` (e.g. the seq of the activity the sweep is part of).
+    Every event it writes has `cause` (e.g. the seq of the activity the sweep is part of);
+    `appended`, when given, is awaited with the events of each append.
     """
     policy = policy or DecayPolicy()
-    run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize, cause=cause)
+    run = _Sweep(store, reader, cycle_start, policy, origin, authorize=authorize,
+                 appended=appended, cause=cause)
     state = await reader.current()
     queue, protected = decay_queue(state, cycle_start=cycle_start, floor=policy.floor,
                                    protection=policy.protection)
+    run.queued_from = state
+    taken = queue if max_elements is None else queue[:max(max_elements, 0)]
     batches = position = 0
     while max_batches is None or batches < max_batches:
-        batch = queue[position:position + policy.limit]
+        batch = taken[position:position + policy.limit]
         position += len(batch)
         batches += 1
         await run.batch(batch)
-        if len(batch) < policy.limit or position >= len(queue):
+        if len(batch) < policy.limit or position >= len(taken):
             break
     return SweepReport(decayed=run.decayed, protected=protected, batches=batches,
                        writes=run.writes, events=run.events, conflicts=run.conflicts,

@@ -211,6 +211,29 @@ async def test_dependents_of_a_forgotten_root_are_still_found_and_citations_cros
     assert state.elements["ana/i-1"].derived_from == ("ana/city",)
 
 
+async def test_a_reader_takes_what_it_just_appended_only_when_nothing_came_between(
+        store: EventStore) -> None:
+    """The events an append returned are folded at once when they are the log's next ones
+    for the reader; after another writer's event they are left to the next read."""
+    board = MemoryBoard(store)
+    record = (await board.exchange("ana", "hello")).data["record"]
+    reader = ElementsReader(store)
+    await reader.current()
+    drafts = [EventDraft("memory-metabolized", identity_key("ana"),
+                         {"cycle_start": 5, "factor": 0.5, "strengths": {record: 0.5}},
+                         origin="executor:maintenance")]
+    taken = await store.append(drafts)
+    await reader.take(taken.events)
+    assert reader.cursor == taken.last_seq  # folded without reading it back
+    assert (await reader.current()).elements[f"ana/{record}"].strength == 0.5
+    await board.exchange("bo", "between")  # another writer comes first
+    late = await store.append(drafts)
+    await reader.take(late.events)
+    assert reader.cursor < late.last_seq  # left to the next read, which folds both
+    assert await reader.current() == await ElementsReader(store).current()
+    assert reader.cursor == late.last_seq
+
+
 async def test_a_kept_reader_folds_only_what_is_new_and_agrees_with_a_fresh_fold(
         store: EventStore) -> None:
     board = MemoryBoard(store)
@@ -424,31 +447,60 @@ OPS = st.lists(st.tuples(st.sampled_from(["exchange", "state", "sweep"]),
                min_size=1, max_size=25)
 
 
+async def apply_op(store: EventStore, op: tuple[str, str, int], n: int) -> None:
+    what, who, value = op
+    if what == "exchange":
+        await MemoryBoard(store).exchange(who, f"m{n}")
+    elif what == "state":
+        await MemoryBoard(store).set_state(who, f"s{value}", value)
+    else:
+        await sweep(store, ElementsReader(store), cycle_start=n + 1,
+                    policy=DecayPolicy(factor=0.5, limit=3))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_a_page_folded_at_once_equals_the_fold_event_by_event(
+        ops: list[tuple[str, str, int]]) -> None:
+    """A page of the log (sweeps rebinding the same elements, creations between them) folded
+    by one apply_all is the state its events folded one at a time give."""
+    async def run() -> None:
+        folder = Path(tempfile.mkdtemp())
+        store = await SqliteEventStore.open(folder / "events.db")
+        try:
+            for n, op in enumerate(ops):
+                await apply_op(store, op, n)
+            events = await store.read()
+            fold = MemoryElements()
+            one_by_one = fold.initial()
+            for event in events:
+                one_by_one = fold.apply(one_by_one, event)
+            assert fold.apply_all(fold.initial(), events) == one_by_one
+            for cut in range(len(events) + 1):  # a page may start and end anywhere
+                head = fold.apply_all(fold.initial(), events[:cut])
+                assert fold.apply_all(head, events[cut:]) == one_by_one
+        finally:
+            await store.close()
+            shutil.rmtree(folder)
+
+    asyncio.run(run())
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, cut=st.integers(0, 25))
 def test_a_fold_resumed_from_a_checkpoint_at_any_point_equals_a_fresh_fold(
         ops: list[tuple[str, str, int]], cut: int) -> None:
-    async def apply(store: EventStore, op: tuple[str, str, int], n: int) -> None:
-        what, who, value = op
-        if what == "exchange":
-            await MemoryBoard(store).exchange(who, f"m{n}")
-        elif what == "state":
-            await MemoryBoard(store).set_state(who, f"s{value}", value)
-        else:
-            await sweep(store, ElementsReader(store), cycle_start=n + 1,
-                        policy=DecayPolicy(factor=0.5, limit=3))
-
     async def run() -> None:
         folder = Path(tempfile.mkdtemp())
         store = await SqliteEventStore.open(folder / "events.db")
         try:
             for n, op in enumerate(ops[:cut]):
-                await apply(store, op, n)
+                await apply_op(store, op, n)
             saving = ElementsReader(store, checkpoints=folder / "ckpt")
             await saving.current()
             await saving.checkpoint()
             for n, op in enumerate(ops[cut:], start=cut):
-                await apply(store, op, n)
+                await apply_op(store, op, n)
             resumed = ElementsReader(store, checkpoints=folder / "ckpt")
             assert resumed.cursor == saving.cursor
             assert await resumed.current() == await ElementsReader(store).current()

@@ -165,6 +165,39 @@ async def test_a_sweep_writes_with_the_expected_version_and_defers_after_one_ret
     assert (await sweep(store, reader, cycle_start=1_000, policy=POLICY)).decayed == 4
 
 
+async def test_after_a_conflict_the_identities_that_did_not_move_are_written_in_one_append(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large batch is not written identity by identity because one identity moved: only
+    the one that moved is; the rest go again as one append on the fresh read."""
+    await seed(store, [[1.0], [1.0], [1.0], [1.0]])
+    reader = ElementsReader(store)
+    real = store.append
+    raced = False
+
+    async def racing(drafts, expect=None):  # type: ignore[no-untyped-def]
+        nonlocal raced
+        if drafts and drafts[0].kind == "memory-metabolized" and not raced:
+            raced = True  # p2 moves once, between the sweep's read and its first append
+            await real([EventDraft("human-exchange", "identity:p2",
+                                   {"record": "x-1", "text": "hi"}, origin="human")])
+        return await real(drafts, expect=expect)
+
+    monkeypatch.setattr(store, "append", racing)
+    report = await sweep(store, reader, cycle_start=1_000,
+                         policy=DecayPolicy(factor=0.5, floor=0.05, limit=10))
+    monkeypatch.undo()
+    written = await store.read(kinds=["memory-metabolized"])
+    by_tx: dict[str, list[str]] = {}
+    for event in written:
+        by_tx.setdefault(event.tx, []).append(event.key)
+    assert sorted(by_tx.values()) == [["identity:p0", "identity:p1", "identity:p3"],
+                                      ["identity:p2"]]
+    assert (report.decayed, report.conflicts, report.writes, report.deferred) == (4, 1, 2, ())
+    state = await reader.current()
+    assert {state.elements[f"p{i}/s0"].strength for i in range(4)} == {0.5}
+
+
 async def test_reinforce_and_salience_refuse_unknown_records_and_stale_versions(
     store: EventStore,
 ) -> None:

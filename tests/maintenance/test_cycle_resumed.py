@@ -15,6 +15,7 @@ import msgspec
 
 from pulse_adapters.maintenance import MaintenanceSettings, run_cycle
 from pulse_adapters.maintenance._settings import ORIGIN
+from pulse_adapters.maintenance._work import CycleTally, CycleWork
 from pulse_core import EventDraft, identity_key
 from pulse_core.maintenance._activities import read_activity
 from tests.maintenance.conftest import OpenStore
@@ -109,4 +110,37 @@ async def test_a_cycle_killed_mid_sweep_reports_every_attempts_work_within_one_b
     assert report.writes == len(caused) and report.transactions == len({e.tx for e in caused})
     assert report.transactions <= BUDGET
     assert any("metabolism" in d for d in report.deferred)
+    await store.close()
+
+
+async def test_the_tally_counts_each_append_once_reading_only_what_came_before_it(
+    open_store: OpenStore,
+) -> None:
+    """A cycle's writes are counted from each append's result (not read back) after the
+    events before it are read: the counts a read of the whole log gives, each event once."""
+    store = await open_store()
+
+    def exchange(who: str, n: int) -> EventDraft:
+        return EventDraft("human-exchange", identity_key(who),
+                          {"record": f"x-{n}", "text": "hi", "role": "human"}, origin="human")
+
+    began = (await store.append([exchange("ana", 0)])).last_seq  # stands for the cycle's start
+
+    def decay(n: int) -> EventDraft:
+        return EventDraft("memory-metabolized", identity_key("ana"),
+                          {"cycle_start": 1, "factor": 0.5, "strengths": {f"x-{n}": 0.5}},
+                          origin=ORIGIN, cause=began)
+
+    tally = CycleTally(store, began)
+    assert await tally.current() == CycleWork()
+    await store.append([decay(0)])  # before the append handed over: read
+    await store.append([exchange("bo", 1)])  # another writer's: read, not counted
+    taken = await store.append([decay(1), decay(2)])
+    await tally.take(taken.events)
+    await tally.take(taken.events)  # handed over twice: counted once
+    assert tally.cursor == taken.last_seq
+    await store.append([decay(3)])  # after it: read at the next current()
+    work = await tally.current()
+    assert work == await CycleTally(store, began).current()
+    assert (work.writes, work.transactions, work.changes) == (4, 3, {"decayed": 4})
     await store.close()
