@@ -18,6 +18,7 @@ T = TypeVar("T")
 
 _BUCKETS = 256
 _EMPTY: dict[object, object] = {}
+_MISSING = object()
 
 
 class PersistentMap(Mapping[K, V], Generic[K, V]):
@@ -125,9 +126,12 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
         for mine, theirs in zip(self._buckets, older._buckets, strict=True):
             if mine is theirs:
                 continue
-            for key in mine.keys() | theirs.keys():
-                if key not in mine or key not in theirs or mine[key] is not theirs[key]:
-                    changed.add(key)
+            get = theirs.get
+            rebound = [key for key, value in mine.items() if get(key, _MISSING) is not value]
+            changed.update(rebound)
+            # fewer of theirs kept in mine than they hold: some were removed
+            if len(mine) - sum(key not in theirs for key in rebound) != len(theirs):
+                changed.update(theirs.keys() - mine.keys())
         return changed
 
 
