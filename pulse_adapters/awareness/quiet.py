@@ -105,7 +105,11 @@ class QuietHold:
         state."""
         old = self._states.get(identity)
         state = QuietState(old.skips + 1 if old else 1, now, now + hold_ms)
-        self._set(identity, state)
+        if self._loaded:
+            self._states[identity] = state
+            self._dirty.add(identity)
+        else:
+            self._set(identity, state)
         return state
 
     def lift(self, identity: str) -> None:
@@ -188,19 +192,19 @@ class QuietHold:
             return
         if self._writing is not None and not self._writing.done():
             return
-        states = self._states
-        items = {identity: states[identity] for identity in self._dirty}
-        self._dirty.clear()
-        self._writing = asyncio.create_task(self._write(side, items),
+        dirty, self._dirty = self._dirty, set()
+        self._writing = asyncio.create_task(self._write(side, dirty),
                                             name="pulse-awareness-quiet-hold")
 
-    async def _write(self, side: SideStore, items: dict[str, QuietState]) -> None:
-        # encoded here, not in the tick that changed them: the states are immutable
-        encoded = {identity: _encode(state) for identity, state in items.items()}
+    async def _write(self, side: SideStore, dirty: set[str]) -> None:
+        # read and encoded here, not in the tick that changed them: a state changed since is
+        # written in its newer form (and again by the next put)
+        states = self._states
+        encoded = {identity: _encode(states[identity]) for identity in dirty}
         try:
             await side.put(NAMESPACE, encoded, self.ttl_ms)
         except BaseException as exc:
-            self._dirty.update(items)  # written again, in its latest state, by the next put
+            self._dirty.update(dirty)  # written again, in its latest state, by the next put
             if not isinstance(exc, Exception):
                 raise
             self._failed(exc, "write")

@@ -107,14 +107,15 @@ class _Tick(msgspec.Struct, frozen=True, gc=False):
 
     now: int
     today: int
-    healthy: bool
     interval_ms: int
     cadence: _Cadence
     ceiling_ms: float
     hold_ms: int
     out_of_calls: bool
     calls_per_identity: int
+    route: str
     degraded: bool
+    pending: frozenset[str]
 
 
 _NO_REVIEW = ReviewState()
@@ -229,67 +230,88 @@ class AwarenessRule:
         interval_s = cfg.healthy_interval_s if healthy else cfg.fallback_interval_s
         interval_ms = int(interval_s * 1000)
         self._refresh(curr, memory, ledger, interval_s, cadence)
-        reviews: list[Effect] = []
+        reviews = self._check_due(curr, ledger, healthy, interval_ms, cadence)
+        self.quiet.write_behind()
+        if self._times:
+            tick_ms = min(tick_ms, max(1_000, self._times[0] - curr.at))
+        return Decision([*effects, *reviews], tick_ms)
+
+    def _check_due(self, curr: Snapshot, ledger: LedgerData, healthy: bool, interval_ms: int,
+                   cadence: _Cadence) -> list[Effect]:
+        """Check every identity due by `curr.at`, in (due, rank, name) order, until the tick's
+        cap of reviews; the reviews asked for."""
+        cfg = self.config
         now = curr.at
-        tick = _Tick(now=now, today=now // DAY_MS, healthy=healthy, interval_ms=interval_ms,
-                     cadence=cadence, ceiling_ms=cfg.quiet_ceiling_s * 1000,
-                     hold_ms=int(cfg.quiet_hold_s * 1000),
+        tick = _Tick(now=now, today=now // DAY_MS, interval_ms=interval_ms, cadence=cadence,
+                     ceiling_ms=cfg.quiet_ceiling_s * 1000, hold_ms=int(cfg.quiet_hold_s * 1000),
                      out_of_calls=ledger.calls_today(now) >= cfg.calls_per_day,
                      calls_per_identity=cfg.calls_per_identity_per_day,
-                     degraded=ledger.degraded)
-        times, slots, watching = self._times, self._slots, self._watched
-        pending, in_flight, cap = curr.pending_effects, self._in_flight, cfg.max_reviews_per_tick
+                     route="dedicated" if healthy else "fallback", degraded=ledger.degraded,
+                     pending=curr.pending_effects)
+        times, slots = self._times, self._slots
+        cap = cfg.max_reviews_per_tick
+        reviews: list[Effect] = []
         while times and times[0] <= now and len(reviews) < cap:
             due = times[0]
             slot = slots[due]
             slot.sort()  # equally due ones in rank order, then by name
-            taken = 0
-            for _, identity in slot:
-                if len(reviews) >= cap:
-                    break
-                taken += 1
-                watched = watching.get(identity)
-                if watched is None or watched.due != due:
-                    continue  # a stale entry: the identity was rescheduled
-                watched.due = None
-                if watched.review_key in pending:
-                    in_flight.add(identity)  # another engine's review of it is under way
-                    continue
-                review = self._check(identity, watched, tick)
-                if review is not None:
-                    reviews.append(review)
-                    in_flight.add(identity)
+            taken = self._check_slot(due, slot, tick, reviews, cap)
             if taken < len(slot):
                 del slot[:taken]
             else:
                 heapq.heappop(times)
                 del slots[due]
-        self.quiet.write_behind()
-        if times:
-            tick_ms = min(tick_ms, max(1_000, times[0] - now))
-        return Decision([*effects, *reviews], tick_ms)
+        return reviews
 
-    def _check(self, identity: str, watched: _Watched, tick: _Tick) -> AwarenessReview | None:
-        """A review to run now, or None after counting a quiet (or budget) skip and
-        scheduling the next check."""
-        human = watched.human
-        if human is None or watched.memory is None:
-            return None
-        review = watched.review or _NO_REVIEW
-        world = watched.world
-        if world is None:
-            world = watched.world = fingerprint(watched.memory)
-        unchanged = review.fingerprint == world
-        if (unchanged and tick.now - review.last_success_at < tick.ceiling_ms) \
-                or tick.out_of_calls \
-                or (review.calls if review.day == tick.today else 0) >= tick.calls_per_identity:
-            held = self.quiet.skip(identity, tick.now, tick.hold_ms)
-            self.skips_counted += 1
-            self._push(identity, watched, _due(human, watched.review, held, tick.cadence,
-                                               tick.interval_ms))
-            return None
-        return AwarenessReview(
-            identity=identity, fingerprint=world, source=human.record,
-            reason="ceiling" if unchanged else "changed",
-            route="dedicated" if tick.healthy else "fallback",
-            quiet_skips=self.quiet.get(identity).skips, narration_only=tick.degraded)
+    def _check_slot(self, due: int, slot: list[tuple[int, str]], tick: _Tick,
+                    reviews: list[Effect], cap: int) -> int:
+        """Check the identities due at `due`, in order, until `reviews` holds `cap`: each
+        either counts a quiet (or budget) skip and is scheduled for its next check, or is
+        asked for a review (and waits for it). How many entries of `slot` were taken."""
+        now, ceiling_ms, hold_ms = tick.now, tick.ceiling_ms, tick.hold_ms
+        today, out_of_calls, per_identity = tick.today, tick.out_of_calls, tick.calls_per_identity
+        cadence, interval_ms, pending = tick.cadence, tick.interval_ms, tick.pending
+        skip, times, slots, watching = self.quiet.skip, self._times, self._slots, self._watched
+        in_flight = self._in_flight
+        room = cap - len(reviews)
+        taken = skips = 0
+        for _, identity in slot:
+            if room <= 0:
+                break
+            taken += 1
+            watched = watching.get(identity)
+            if watched is None or watched.due != due:
+                continue  # a stale entry: the identity was rescheduled
+            watched.due = None
+            if watched.review_key in pending:
+                in_flight.add(identity)  # another engine's review of it is under way
+                continue
+            human, memory = watched.human, watched.memory
+            if human is None or memory is None:
+                continue
+            review = watched.review or _NO_REVIEW
+            world = watched.world
+            if world is None:
+                world = watched.world = fingerprint(memory)
+            unchanged = review.fingerprint == world
+            if (unchanged and now - review.last_success_at < ceiling_ms) or out_of_calls \
+                    or (review.calls if review.day == today else 0) >= per_identity:
+                skips += 1  # held, and scheduled for its next check at once
+                at = watched.due = _due(human, watched.review, skip(identity, now, hold_ms),
+                                        cadence, interval_ms)
+                if at is not None:
+                    then = slots.get(at)
+                    if then is None:
+                        slots[at] = [(watched.rank, identity)]
+                        heapq.heappush(times, at)
+                    else:
+                        then.append((watched.rank, identity))
+                continue
+            reviews.append(AwarenessReview(
+                identity=identity, fingerprint=world, source=human.record,
+                reason="ceiling" if unchanged else "changed", route=tick.route,
+                quiet_skips=self.quiet.get(identity).skips, narration_only=tick.degraded))
+            room -= 1
+            in_flight.add(identity)
+        self.skips_counted += skips
+        return taken
