@@ -21,6 +21,8 @@ from pulse_core import Backoff, Decision, Effect, Inner, Memory, PersistentMap, 
 from pulse_core.memory import Exchange, IdentityMemory
 
 _FLOOR_MS = int(INTERVAL_FLOOR_S * 1000)
+_DEEMED = 64
+"""The most checks deemed made after one quiet skip (then one is made, and deems more)."""
 
 
 def route_healthy(snapshot: Snapshot, config: AwarenessConfig, route_key: str = ROUTE_KEY) -> bool:
@@ -60,8 +62,12 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
 def _due(human: Exchange | None, review: ReviewState | None, quiet: QuietState,
          cadence: _Cadence, interval_ms: int) -> int | None:
     """`due_at` from the identity's newest human exchange and the cadence in ms."""
-    if human is None:
-        return None
+    return None if human is None else _due_after(human, review, quiet, cadence, interval_ms)
+
+
+def _due_after(human: Exchange, review: ReviewState | None, quiet: QuietState,
+               cadence: _Cadence, interval_ms: int) -> int:
+    """`_due` of an identity with a human exchange."""
     failures = review.failures if review else 0
     backoff_ms = cadence.backoff.delay_ms(failures) if failures else 0
     if review is None or review.reviewed_source != human.record:
@@ -132,7 +138,8 @@ class AwarenessRule:
     A tick touches only the identities that changed since the last one (found by diffing the
     persistent maps) and those due: each waits at its due time (the times in a heap, the
     identities due at one in a list), rescheduled when its memory, review state or quiet hold
-    changes.
+    changes. A quiet skip deems the unchanged world's next checks made at their due times
+    (`QuietState.deemed`), so the identity waits for its ceiling, not for each hold's end.
     """
 
     name = "awareness"
@@ -154,7 +161,12 @@ class AwarenessRule:
         self._reviews: PersistentMap[str, ReviewState] | None = None
         self._interval_s: float | None = None
         self._cadence: tuple[AwarenessConfig, _Cadence] | None = None
-        self.skips_counted = 0
+        self._skips = 0
+
+    @property
+    def skips_counted(self) -> int:
+        """Quiet (and budget) skips counted so far: the checks made and the checks deemed."""
+        return self._skips + self.quiet.deemed_made
 
     def _cadence_of(self, config: AwarenessConfig) -> _Cadence:
         if self._cadence is None or self._cadence[0] is not config:
@@ -207,6 +219,7 @@ class AwarenessRule:
                 changed.add(identity)
         interval_ms = int(interval_s * 1000)
         for identity in changed:
+            self.quiet.end_deeming(identity)  # deemed from what has just changed
             review = ledger.identities.get(identity)
             quiet = self.quiet.get(identity)
             if review and review.last_outcome == "reviewed" and \
@@ -222,6 +235,7 @@ class AwarenessRule:
             return Decision(effects, tick_ms)  # a snapshot from an engine without the layer
         memory = curr.state(Memory)
         ledger = curr.state(AwarenessLedger)
+        self.quiet.as_of = prev.at  # what changed since is seen as of the last tick
         if await self.quiet.load():
             self._memory = None  # the stored hold came in: schedule everyone again
         cfg = self.config
@@ -230,6 +244,7 @@ class AwarenessRule:
         interval_s = cfg.healthy_interval_s if healthy else cfg.fallback_interval_s
         interval_ms = int(interval_s * 1000)
         self._refresh(curr, memory, ledger, interval_s, cadence)
+        self.quiet.as_of = curr.at
         reviews = self._check_due(curr, ledger, healthy, interval_ms, cadence)
         self.quiet.write_behind()
         if self._times:
@@ -294,11 +309,15 @@ class AwarenessRule:
             if world is None:
                 world = watched.world = fingerprint(memory)
             unchanged = review.fingerprint == world
-            if (unchanged and now - review.last_success_at < ceiling_ms) or out_of_calls \
+            quiet = unchanged and now - review.last_success_at < ceiling_ms
+            if quiet or out_of_calls \
                     or (review.calls if review.day == today else 0) >= per_identity:
                 skips += 1  # held, and scheduled for its next check at once
-                at = watched.due = _due(human, watched.review, skip(identity, now, hold_ms),
-                                        cadence, interval_ms)
+                held = skip(identity, now, hold_ms)
+                at = _due(human, watched.review, held, cadence, interval_ms)
+                if quiet and at is not None:
+                    at = self._deem(identity, human, review, held, at=at, tick=tick)
+                watched.due = at
                 if at is not None:
                     then = slots.get(at)
                     if then is None:
@@ -313,5 +332,23 @@ class AwarenessRule:
                 quiet_skips=self.quiet.get(identity).skips, narration_only=tick.degraded))
             room -= 1
             in_flight.add(identity)
-        self.skips_counted += skips
+        self._skips += skips
         return taken
+
+    def _deem(self, identity: str, human: Exchange, review: ReviewState, held: QuietState, *,
+              at: int, tick: _Tick) -> int:
+        """Deem made the checks an unchanged world gets after its quiet skip `held` (from
+        `at` on, each at its due time, until its ceiling is due or `_DEEMED` of them); the due
+        time of the first check after them, which is made."""
+        deemed: list[int] = []
+        ceiling_ms, hold_ms = tick.ceiling_ms, tick.hold_ms
+        cadence, interval_ms = tick.cadence, tick.interval_ms
+        last_success, skips = review.last_success_at, held.skips
+        while at - last_success < ceiling_ms and len(deemed) < _DEEMED:
+            deemed.append(at)
+            skips += 1
+            at = _due_after(human, review, QuietState(skips, at, at + hold_ms), cadence,
+                            interval_ms)
+        if deemed:
+            self.quiet.deem(identity, tuple(deemed))
+        return at
