@@ -86,6 +86,34 @@ def _due_after(human: Exchange, review: ReviewState | None, quiet: QuietState,
     return due
 
 
+def _deemed_checks(human: Exchange, review: ReviewState, held: QuietState, at: int,
+                   tick: _Tick) -> tuple[list[int], int]:
+    """The due times of the checks after the quiet skip `held`, the first due at `at`, that
+    are quiet skips too for an unchanged world (below its ceiling; `_DEEMED` at most), and
+    the due time of the check after them."""
+    cadence, interval_ms, hold_ms, ceiling_ms = \
+        tick.cadence, tick.interval_ms, tick.hold_ms, tick.ceiling_ms
+    failures, last_cycle, last_success = \
+        review.failures, review.last_cycle_at, review.last_success_at
+    # from a check at `at` past the last cycle, `_due_after` is `at + step` for a reviewed
+    # source, unless the ceiling or the floor after the last cycle comes between
+    steady = review.reviewed_source == human.record
+    step = max(interval_ms + (cadence.backoff.delay_ms(failures) if failures else 0), hold_ms)
+    clamped = bool(last_success) and not failures
+    ceiling_at, floor_at = last_success + cadence.ceiling_ms, last_cycle + _FLOOR_MS
+    deemed: list[int] = []
+    while at - last_success < ceiling_ms and len(deemed) < _DEEMED:
+        deemed.append(at)
+        after = at + step
+        if steady and at >= last_cycle and \
+                (not clamped or ceiling_at <= at or floor_at <= after <= ceiling_at):
+            at = after
+        else:
+            at = _due_after(human, review, QuietState(held.skips, at, at + hold_ms), cadence,
+                            interval_ms)
+    return deemed, at
+
+
 class _Watched:
     """What the rule keeps of one identity between its changes: the memory and review state
     it was last scheduled from (so a due check reads no map), their newest human exchange,
@@ -340,15 +368,7 @@ class AwarenessRule:
         """Deem made the checks an unchanged world gets after its quiet skip `held` (from
         `at` on, each at its due time, until its ceiling is due or `_DEEMED` of them); the due
         time of the first check after them, which is made."""
-        deemed: list[int] = []
-        ceiling_ms, hold_ms = tick.ceiling_ms, tick.hold_ms
-        cadence, interval_ms = tick.cadence, tick.interval_ms
-        last_success, skips = review.last_success_at, held.skips
-        while at - last_success < ceiling_ms and len(deemed) < _DEEMED:
-            deemed.append(at)
-            skips += 1
-            at = _due_after(human, review, QuietState(skips, at, at + hold_ms), cadence,
-                            interval_ms)
+        deemed, after = _deemed_checks(human, review, held, at, tick)
         if deemed:
             self.quiet.deem(identity, tuple(deemed))
-        return at
+        return after
