@@ -337,13 +337,13 @@ class AwarenessRule:
             if world is None:
                 world = watched.world = fingerprint(memory)
             unchanged = review.fingerprint == world
-            quiet = unchanged and now - review.last_success_at < ceiling_ms
-            if quiet or out_of_calls \
+            quiet_skip = unchanged and now - review.last_success_at < ceiling_ms
+            if quiet_skip or out_of_calls \
                     or (review.calls if review.day == today else 0) >= per_identity:
                 skips += 1  # held, and scheduled for its next check at once
                 held = skip(identity, now, hold_ms)
                 at = _due(human, watched.review, held, cadence, interval_ms)
-                if quiet and at is not None:
+                if quiet_skip and at is not None:
                     at = self._deem(identity, human, review, held, at=at, tick=tick)
                 watched.due = at
                 if at is not None:
