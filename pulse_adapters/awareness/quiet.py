@@ -133,19 +133,15 @@ class QuietHold:
         states = self._states
         return self._deemed_made + sum(states[i].made(as_of) for i in self._deeming)
 
-    def skip(self, identity: str, now: int, hold_ms: int) -> QuietState:
-        """Count one unchanged check at `now` and hold the identity for `hold_ms`; the new
-        state."""
+    def skip(self, identity: str, now: int, hold_ms: int,
+             deemed: tuple[int, ...] = ()) -> QuietState:
+        """Count one unchanged check at `now` and hold the identity for `hold_ms`, deeming
+        its next checks made at the times `deemed` (ascending, ms: its world is unchanged, so
+        each would be a quiet skip too); the new state."""
         old = self.get(identity)
-        state = QuietState(old.skips + 1, now, now + hold_ms)
+        state = QuietState(old.skips + 1, now, now + hold_ms, deemed)
         self._set(identity, state)
         return state
-
-    def deem(self, identity: str, checks: tuple[int, ...]) -> None:
-        """Deem the identity's next `checks` (ascending times, ms) made when they are due:
-        its world is unchanged, so each would be a quiet skip."""
-        state = self._states.get(identity) or QuietState()
-        self._set(identity, msgspec.structs.replace(state, deemed=checks))
 
     def end_deeming(self, identity: str) -> None:
         """Make the deemed checks due by `as_of` and deem no later ones (something about the

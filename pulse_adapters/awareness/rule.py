@@ -86,11 +86,11 @@ def _due_after(human: Exchange, review: ReviewState | None, quiet: QuietState,
     return due
 
 
-def _deemed_checks(human: Exchange, review: ReviewState, held: QuietState, at: int,
-                   tick: _Tick) -> tuple[list[int], int]:
-    """The due times of the checks after the quiet skip `held`, the first due at `at`, that
-    are quiet skips too for an unchanged world (below its ceiling; `_DEEMED` at most), and
-    the due time of the check after them."""
+def _deemed_checks(human: Exchange, review: ReviewState, at: int,
+                   tick: _Tick) -> tuple[tuple[int, ...], int]:
+    """The due times of the checks after a quiet skip, the first due at `at`, that are quiet
+    skips too for an unchanged world (below its ceiling; `_DEEMED` at most), and the due
+    time of the check after them."""
     cadence, interval_ms, hold_ms, ceiling_ms = \
         tick.cadence, tick.interval_ms, tick.hold_ms, tick.ceiling_ms
     failures, last_cycle, last_success = \
@@ -109,9 +109,9 @@ def _deemed_checks(human: Exchange, review: ReviewState, held: QuietState, at: i
                 (not clamped or ceiling_at <= at or floor_at <= after <= ceiling_at):
             at = after
         else:
-            at = _due_after(human, review, QuietState(held.skips, at, at + hold_ms), cadence,
+            at = _due_after(human, review, QuietState(0, at, at + hold_ms), cadence,
                             interval_ms)
-    return deemed, at
+    return tuple(deemed), at
 
 
 class _Watched:
@@ -247,12 +247,13 @@ class AwarenessRule:
                 changed.add(identity)
         interval_ms = int(interval_s * 1000)
         for identity in changed:
-            self.quiet.end_deeming(identity)  # deemed from what has just changed
             review = ledger.identities.get(identity)
             quiet = self.quiet.get(identity)
             if review and review.last_outcome == "reviewed" and \
                     review.last_success_at >= quiet.last_check_at and quiet.skips:
                 self.quiet.clear(identity)  # success clears quiet bookkeeping
+            else:
+                self.quiet.end_deeming(identity)  # deemed from what has just changed
             if identity not in self._in_flight:
                 self._schedule(identity, memory, ledger, interval_ms, cadence)
         self._memory, self._reviews, self._interval_s = memory, ledger.identities, interval_s
@@ -341,18 +342,21 @@ class AwarenessRule:
             if quiet_skip or out_of_calls \
                     or (review.calls if review.day == today else 0) >= per_identity:
                 skips += 1  # held, and scheduled for its next check at once
-                held = skip(identity, now, hold_ms)
-                at = _due(human, watched.review, held, cadence, interval_ms)
-                if quiet_skip and at is not None:
-                    at = self._deem(identity, human, review, held, at=at, tick=tick)
+                if quiet_skip:  # and the unchanged world's next checks deemed made
+                    at = _due_after(human, review, QuietState(0, now, now + hold_ms), cadence,
+                                    interval_ms)
+                    deemed, at = _deemed_checks(human, review, at, tick)
+                    skip(identity, now, hold_ms, deemed)
+                else:
+                    at = _due_after(human, watched.review, skip(identity, now, hold_ms),
+                                    cadence, interval_ms)
                 watched.due = at
-                if at is not None:
-                    then = slots.get(at)
-                    if then is None:
-                        slots[at] = [(watched.rank, identity)]
-                        heapq.heappush(times, at)
-                    else:
-                        then.append((watched.rank, identity))
+                then = slots.get(at)
+                if then is None:
+                    slots[at] = [(watched.rank, identity)]
+                    heapq.heappush(times, at)
+                else:
+                    then.append((watched.rank, identity))
                 continue
             reviews.append(AwarenessReview(
                 identity=identity, fingerprint=world, source=human.record,
@@ -362,13 +366,3 @@ class AwarenessRule:
             in_flight.add(identity)
         self._skips += skips
         return taken
-
-    def _deem(self, identity: str, human: Exchange, review: ReviewState, held: QuietState, *,
-              at: int, tick: _Tick) -> int:
-        """Deem made the checks an unchanged world gets after its quiet skip `held` (from
-        `at` on, each at its due time, until its ceiling is due or `_DEEMED` of them); the due
-        time of the first check after them, which is made."""
-        deemed, after = _deemed_checks(human, review, held, at, tick)
-        if deemed:
-            self.quiet.deem(identity, tuple(deemed))
-        return after

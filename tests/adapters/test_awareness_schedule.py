@@ -129,17 +129,16 @@ class FullScan:
                        or ledger.calls_today(now) >= cfg.calls_per_day)
         if (unchanged and below_ceiling) or over_budget:
             hold_ms = int(cfg.quiet_hold_s * 1000)
-            state = self.quiet.skip(identity, now, hold_ms)
-            self.skips += 1
+            state = QuietState(0, now, now + hold_ms)
             deemed: list[int] = []
             while self.deem and unchanged and below_ceiling and len(deemed) < 64:
                 at = due_at(memory, ledger.identities.get(identity), state, cfg, interval_s)
                 if at is None or at - review.last_success_at >= cfg.quiet_ceiling_s * 1000:
                     break
                 deemed.append(at)
-                state = QuietState(state.skips + 1, at, at + hold_ms)
-            if deemed:
-                self.quiet.deem(identity, tuple(deemed))
+                state = QuietState(0, at, at + hold_ms)
+            self.quiet.skip(identity, now, hold_ms, tuple(deemed))
+            self.skips += 1
             return None
         return AwarenessReview(
             identity=identity, fingerprint=world, source=human.record,
