@@ -49,7 +49,7 @@ register_kind(RESTORED, "the quiet hold's side store answers again after an outa
                         "rule:awareness; data: failures, message", QuietHoldRestored)
 
 
-class QuietState(msgspec.Struct, frozen=True):
+class QuietState(msgspec.Struct, frozen=True, gc=False):
     """Unchanged checks skipped since the last review, the last check, and the hold's end;
     and the later checks of a world found unchanged, deemed made at these times (ms), each
     one more skip that renews the hold: while nothing about the identity changes, each would
