@@ -128,8 +128,11 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
         new: PersistentMap[K, V] = self.__new__(type(self))
         new._buckets, new._len = tuple(buckets), self._len + added
         log, logged = self._log, self._logged
-        for key in changes:
-            log, logged = ((key, log), logged + 1) if logged < _LOG else ((key, _Start()), 1)
+        if len(changes) >= _BUCKETS:  # most buckets changed: comparing them costs no more
+            log, logged = _Start(), 0
+        else:
+            for key in changes:
+                log, logged = ((key, log), logged + 1) if logged < _LOG else ((key, _Start()), 1)
         new._log, new._logged = log, logged
         return new
 

@@ -122,8 +122,10 @@ def test_changed_keys_across_thousands_of_changes_are_the_keys_that_differ() -> 
     versions = [PersistentMap({n: n for n in range(100)})]
     for n in range(20_000):
         versions.append(versions[-1].set(n % 300, n) if n % 7 else versions[-1].delete(n % 90))
+        if n == 15_000:  # and one change of many keys at once
+            versions.append(versions[-1].update({k: n for k in range(1_000)}))
     for new, old in [(-1, 0), (-1, 10_000), (-1, -4_000), (-1, -5_000), (-2, -1), (12_000, 7_000),
-                     (5_000, 4_000), (4_097, 4_095)]:
+                     (5_000, 4_000), (4_097, 4_095), (15_003, 15_000), (15_002, 15_001)]:
         assert versions[new].changed_keys(versions[old]) == differing(versions[new],
                                                                       versions[old])
 
