@@ -233,6 +233,7 @@ class Result:
         self.expected_ceiling = 0
         self.max_gap_ms = 0
         self.skips = 0
+        self.deemed = 0
         self.trailing_skips = 0
         self.kinds: Counter[str] = Counter()
         self.setup_events = 0
@@ -342,6 +343,7 @@ class Simulation:
             r.rule, r.put = list(self.timed.samples), list(side.puts)
             r.rule_cpu = list(self.timed.cpu)
             r.skips = self.rule.skips_counted
+            r.deemed = self.quiet.deemed_made
             r.trailing_skips = sum(self.quiet.get(i).skips for i in self.last_review)
             r.kinds = events_by_kind(self.db, first_seq)
             await self.limit()
@@ -457,7 +459,8 @@ async def run(args: argparse.Namespace) -> Report:
                 f"{dict(r.other_effects) or 'none'}")
     report.note(f"quiet skips carried into reviews {r.carried_skips:,} + still held "
                 f"{r.trailing_skips:,} = {r.carried_skips + r.trailing_skips:,} "
-                f"(counted {r.skips:,})")
+                f"(counted {r.skips:,}: {r.skips - r.deemed:,} checks made, {r.deemed:,} "
+                "deemed made)")
     report.note("events written by kind: " + ", ".join(
         f"{k} {v:,}" for k, v in sorted(r.kinds.items(), key=lambda kv: -kv[1])))
     put_ms = [s * 1000 for s in r.put] or [0.0]

@@ -80,8 +80,10 @@ async def run(args: argparse.Namespace) -> Report:
     cpu_ms = [s * 1000 for s in r.rule_cpu]
     report.compare(Figure("awareness rule per tick p99, CPU time", percentile(cpu_ms, 99), "ms"),
                    Figure("goal", GOAL_MS, "ms"))
+    made = r.skips - r.deemed
     report.note(f"{r.ticks:,} ticks, {r.reviews:,} reviews, {r.skips:,} quiet skips "
-                f"({fmt(r.skips / max(1, r.ticks))} checks a tick); rule max "
+                f"({fmt(r.skips / max(1, r.ticks))} checks a tick: {fmt(made / max(1, r.ticks))} "
+                f"made, {fmt(r.deemed / max(1, r.ticks))} deemed made); rule max "
                 f"{fmt(max(rule_ms))} ms")
     return report
 

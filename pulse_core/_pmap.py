@@ -3,14 +3,16 @@
 Projections must return a new state instead of changing the old one (the previous snapshot
 still holds it). For a state of 10,000 identities, copying a dict per event costs O(n); this
 map copies one bucket of ~n/256 entries and a 256-slot tuple instead, and two versions can be
-diffed by comparing buckets by identity.
+diffed by comparing buckets by identity. Each version also remembers the keys bound or removed
+since its line of versions began (the last `_LOG` of them), so a version and one it was made
+from are diffed by reading those keys alone.
 """
 
 from __future__ import annotations
 
 import builtins
 from collections.abc import ItemsView, Iterator, Mapping, ValuesView
-from typing import Generic, TypeVar, overload
+from typing import Generic, TypeVar, cast, overload
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -18,12 +20,21 @@ T = TypeVar("T")
 
 _BUCKETS = 256
 _EMPTY: dict[object, object] = {}
+_MISSING = object()
+_LOG = 4096
+"""The most keys a line of versions remembers; the next change starts a new line."""
+
+
+class _Start:
+    """Where a line of versions begins: a token no other line shares."""
+
+    __slots__ = ()
 
 
 class PersistentMap(Mapping[K, V], Generic[K, V]):
     """An immutable Mapping; `set` and `delete` return a new map sharing untouched buckets."""
 
-    __slots__ = ("_buckets", "_len")
+    __slots__ = ("_buckets", "_len", "_log", "_logged")
 
     def __init__(self, items: Mapping[K, V] | None = None) -> None:
         buckets: list[dict[K, V]] = [_EMPTY for _ in range(_BUCKETS)]  # type: ignore[misc]
@@ -34,12 +45,19 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
             buckets[index][key] = value
         self._buckets: tuple[dict[K, V], ...] = tuple(buckets)
         self._len = sum(len(b) for b in buckets)
+        # the keys changed since the line began, newest first, as (key, rest) pairs
+        self._log: object = _Start()
+        self._logged = 0
 
-    @classmethod
-    def _of(cls, buckets: tuple[dict[K, V], ...], length: int) -> PersistentMap[K, V]:
-        new: PersistentMap[K, V] = cls.__new__(cls)
+    def _of(self, buckets: tuple[dict[K, V], ...], length: int, key: K) -> PersistentMap[K, V]:
+        """A version made from this one by changing `key`."""
+        new: PersistentMap[K, V] = self.__new__(type(self))
         new._buckets = buckets
         new._len = length
+        if self._logged < _LOG:
+            new._log, new._logged = (key, self._log), self._logged + 1
+        else:
+            new._log, new._logged = (key, _Start()), 1
         return new
 
     def __getitem__(self, key: K) -> V:
@@ -89,7 +107,7 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
         old = self._buckets[index]
         bucket = {**old, key: value}
         buckets = (*self._buckets[:index], bucket, *self._buckets[index + 1:])
-        return self._of(buckets, self._len + (0 if key in old else 1))
+        return self._of(buckets, self._len + (0 if key in old else 1), key)
 
     def update(self, changes: Mapping[K, V]) -> PersistentMap[K, V]:
         """A map with every binding of `changes`, copying each touched bucket once (a
@@ -107,7 +125,16 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
             bucket = buckets[index]
             added += key not in bucket
             bucket[key] = value
-        return self._of(tuple(buckets), self._len + added)
+        new: PersistentMap[K, V] = self.__new__(type(self))
+        new._buckets, new._len = tuple(buckets), self._len + added
+        log, logged = self._log, self._logged
+        if len(changes) >= _BUCKETS:  # most buckets changed: comparing them costs no more
+            log, logged = _Start(), 0
+        else:
+            for key in changes:
+                log, logged = ((key, log), logged + 1) if logged < _LOG else ((key, _Start()), 1)
+        new._log, new._logged = log, logged
+        return new
 
     def delete(self, key: K) -> PersistentMap[K, V]:
         """A map without `key` (the same map if it was absent)."""
@@ -117,17 +144,32 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
             return self
         bucket = {k: v for k, v in old.items() if k != key}
         buckets = (*self._buckets[:index], bucket, *self._buckets[index + 1:])
-        return self._of(buckets, self._len - 1)
+        return self._of(buckets, self._len - 1, key)
 
     def changed_keys(self, older: PersistentMap[K, V]) -> builtins.set[K]:
-        """Keys added, removed or rebound since `older`, found by comparing buckets."""
+        """Keys added, removed or rebound since `older`: read from this version's log when
+        it was made from `older` (by the last `_LOG` changes at most), else found by comparing
+        buckets."""
+        steps = self._logged - older._logged
+        if steps >= 0:
+            log = self._log
+            logged: list[K] = []
+            for _ in range(steps):
+                key, log = cast("tuple[K, object]", log)
+                logged.append(key)
+            if log is older._log:
+                return {key for key in logged
+                        if self.get(key, _MISSING) is not older.get(key, _MISSING)}
         changed: builtins.set[K] = builtins.set()
         for mine, theirs in zip(self._buckets, older._buckets, strict=True):
             if mine is theirs:
                 continue
-            for key in mine.keys() | theirs.keys():
-                if key not in mine or key not in theirs or mine[key] is not theirs[key]:
-                    changed.add(key)
+            get = theirs.get
+            rebound = [key for key, value in mine.items() if get(key, _MISSING) is not value]
+            changed.update(rebound)
+            # fewer of theirs kept in mine than they hold: some were removed
+            if len(mine) - sum(key not in theirs for key in rebound) != len(theirs):
+                changed.update(theirs.keys() - mine.keys())
         return changed
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_right
 
 import msgspec
 
@@ -48,12 +49,30 @@ register_kind(RESTORED, "the quiet hold's side store answers again after an outa
                         "rule:awareness; data: failures, message", QuietHoldRestored)
 
 
-class QuietState(msgspec.Struct, frozen=True):
-    """Unchanged checks skipped since the last review, the last check, and the hold's end."""
+class QuietState(msgspec.Struct, frozen=True, gc=False):
+    """Unchanged checks skipped since the last review, the last check, and the hold's end;
+    and the later checks of a world found unchanged, deemed made at these times (ms), each
+    one more skip that renews the hold: while nothing about the identity changes, each would
+    find the same world, so the reviewer does not make them one by one."""
 
     skips: int = 0
     last_check_at: int = 0
     hold_until: int = 0
+    deemed: tuple[int, ...] = ()
+
+    def at(self, as_of: int) -> QuietState:
+        """The state once the deemed checks due by `as_of` are made."""
+        deemed = self.deemed
+        if not deemed or deemed[0] > as_of:
+            return self
+        made = bisect_right(deemed, as_of)
+        last = deemed[made - 1]
+        return QuietState(self.skips + made, last, last + self.hold_until - self.last_check_at,
+                          deemed[made:])
+
+    def made(self, as_of: int) -> int:
+        """How many of the deemed checks are due by `as_of`."""
+        return bisect_right(self.deemed, as_of) if self.deemed else 0
 
 
 _encode = msgspec.json.Encoder().encode
@@ -66,12 +85,16 @@ class QuietHold:
     After `bind`, the stored hold is merged in by the first `load` and every change is written
     behind by `write_behind`: one `put` of all changed identities at a time (each value living
     `ttl_ms` in the store, when given), never waited for by the tick. Unbound, the hold lives
-    in memory only.
+    in memory only. A state is read as of `as_of`: the deemed checks due by then are made.
     """
 
     def __init__(self, *, ttl_ms: int | None = None) -> None:
         self.ttl_ms = ttl_ms
+        self.as_of = 0
+        """The time (ms) the hold is read at: the reviewer's tick."""
         self._states: dict[str, QuietState] = {}
+        self._deeming: set[str] = set()
+        self._deemed_made = 0
         self._dirty: set[str] = set()
         self._unbased: set[str] = set()
         self._side: SideStore | None = None
@@ -97,21 +120,40 @@ class QuietHold:
         return self._loaded
 
     def get(self, identity: str) -> QuietState:
-        """The identity's quiet state (empty if none)."""
-        return self._states.get(identity) or QuietState()
+        """The identity's quiet state as of `as_of` (empty if none)."""
+        state = self._states.get(identity)
+        if state is None:
+            return QuietState()
+        return state.at(self.as_of) if state.deemed else state
 
-    def skip(self, identity: str, now: int, hold_ms: int) -> QuietState:
-        """Count one unchanged check at `now` and hold the identity for `hold_ms`; the new
-        state."""
-        old = self._states.get(identity)
-        state = QuietState(old.skips + 1 if old else 1, now, now + hold_ms)
+    @property
+    def deemed_made(self) -> int:
+        """Deemed checks made by `as_of`, over this hold's life."""
+        as_of = self.as_of
+        states = self._states
+        return self._deemed_made + sum(states[i].made(as_of) for i in self._deeming)
+
+    def skip(self, identity: str, now: int, hold_ms: int,
+             deemed: tuple[int, ...] = ()) -> QuietState:
+        """Count one unchanged check at `now` and hold the identity for `hold_ms`, deeming
+        its next checks made at the times `deemed` (ascending, ms: its world is unchanged, so
+        each would be a quiet skip too); the new state."""
+        old = self.get(identity)
+        state = QuietState(old.skips + 1, now, now + hold_ms, deemed)
         self._set(identity, state)
         return state
+
+    def end_deeming(self, identity: str) -> None:
+        """Make the deemed checks due by `as_of` and deem no later ones (something about the
+        identity changed)."""
+        state = self._states.get(identity)
+        if state is not None and state.deemed:
+            self._set(identity, msgspec.structs.replace(state.at(self.as_of), deemed=()))
 
     def lift(self, identity: str) -> None:
         """End the identity's hold (its world changed); the skip count stays."""
         old = self.get(identity)
-        if old.hold_until:
+        if old.hold_until or old.deemed:
             self._set(identity, QuietState(old.skips, old.last_check_at, 0))
 
     def clear(self, identity: str) -> None:
@@ -124,8 +166,18 @@ class QuietHold:
                 self._unbased.discard(identity)
             elif identity not in self._states:
                 self._unbased.add(identity)
-        self._states[identity] = state
+        self._place(identity, state)
         self._dirty.add(identity)
+
+    def _place(self, identity: str, state: QuietState) -> None:
+        """Keep `state`, counting the deemed checks its predecessor made."""
+        old = self._states.get(identity)
+        if old is not None and old.deemed:
+            self._deemed_made += old.made(self.as_of)
+            self._deeming.discard(identity)
+        if state.deemed:
+            self._deeming.add(identity)
+        self._states[identity] = state
 
     async def load(self) -> bool:
         """Merge the stored hold in, once after `bind` (and again after a failure); True when
@@ -168,11 +220,13 @@ class QuietHold:
                 continue  # an unreadable entry is no hold: one more check
             mine = self._states.get(identity)
             if mine is None:
-                self._states[identity] = state
+                self._place(identity, state)
+                self._deemed_made -= state.made(self.as_of)  # made by whoever stored them
             elif identity in self._unbased:
-                self._states[identity] = QuietState(
-                    state.skips + mine.skips, max(state.last_check_at, mine.last_check_at),
-                    mine.hold_until)
+                theirs, ours = state.at(self.as_of), mine.at(self.as_of)
+                self._place(identity, QuietState(
+                    theirs.skips + ours.skips, max(theirs.last_check_at, ours.last_check_at),
+                    ours.hold_until, ours.deemed))
         self._unbased.clear()
         self._loaded = True
         self._merged = behind
@@ -188,19 +242,19 @@ class QuietHold:
             return
         if self._writing is not None and not self._writing.done():
             return
-        states = self._states
-        items = {identity: states[identity] for identity in self._dirty}
-        self._dirty.clear()
-        self._writing = asyncio.create_task(self._write(side, items),
+        dirty, self._dirty = self._dirty, set()
+        self._writing = asyncio.create_task(self._write(side, dirty),
                                             name="pulse-awareness-quiet-hold")
 
-    async def _write(self, side: SideStore, items: dict[str, QuietState]) -> None:
-        # encoded here, not in the tick that changed them: the states are immutable
-        encoded = {identity: _encode(state) for identity, state in items.items()}
+    async def _write(self, side: SideStore, dirty: set[str]) -> None:
+        # read and encoded here, not in the tick that changed them: a state changed since is
+        # written in its newer form (and again by the next put)
+        states = self._states
+        encoded = {identity: _encode(states[identity]) for identity in dirty}
         try:
             await side.put(NAMESPACE, encoded, self.ttl_ms)
         except BaseException as exc:
-            self._dirty.update(items)  # written again, in its latest state, by the next put
+            self._dirty.update(dirty)  # written again, in its latest state, by the next put
             if not isinstance(exc, Exception):
                 raise
             self._failed(exc, "write")

@@ -21,6 +21,8 @@ from pulse_core import Backoff, Decision, Effect, Inner, Memory, PersistentMap, 
 from pulse_core.memory import Exchange, IdentityMemory
 
 _FLOOR_MS = int(INTERVAL_FLOOR_S * 1000)
+_DEEMED = 64
+"""The most checks deemed made after one quiet skip (then one is made, and deems more)."""
 
 
 def route_healthy(snapshot: Snapshot, config: AwarenessConfig, route_key: str = ROUTE_KEY) -> bool:
@@ -60,8 +62,12 @@ def due_at(memory: IdentityMemory, review: ReviewState | None, quiet: QuietState
 def _due(human: Exchange | None, review: ReviewState | None, quiet: QuietState,
          cadence: _Cadence, interval_ms: int) -> int | None:
     """`due_at` from the identity's newest human exchange and the cadence in ms."""
-    if human is None:
-        return None
+    return None if human is None else _due_after(human, review, quiet, cadence, interval_ms)
+
+
+def _due_after(human: Exchange, review: ReviewState | None, quiet: QuietState,
+               cadence: _Cadence, interval_ms: int) -> int:
+    """`_due` of an identity with a human exchange."""
     failures = review.failures if review else 0
     backoff_ms = cadence.backoff.delay_ms(failures) if failures else 0
     if review is None or review.reviewed_source != human.record:
@@ -78,6 +84,34 @@ def _due(human: Exchange | None, review: ReviewState | None, quiet: QuietState,
             # neither a hold nor the interval outlasts the ceiling, nor the floor
             due = max(min(due, ceiling_at), review.last_cycle_at + _FLOOR_MS)
     return due
+
+
+def _deemed_checks(human: Exchange, review: ReviewState, at: int,
+                   tick: _Tick) -> tuple[tuple[int, ...], int]:
+    """The due times of the checks after a quiet skip, the first due at `at`, that are quiet
+    skips too for an unchanged world (below its ceiling; `_DEEMED` at most), and the due
+    time of the check after them."""
+    cadence, interval_ms, hold_ms, ceiling_ms = \
+        tick.cadence, tick.interval_ms, tick.hold_ms, tick.ceiling_ms
+    failures, last_cycle, last_success = \
+        review.failures, review.last_cycle_at, review.last_success_at
+    # from a check at `at` past the last cycle, `_due_after` is `at + step` for a reviewed
+    # source, unless the ceiling or the floor after the last cycle comes between
+    steady = review.reviewed_source == human.record
+    step = max(interval_ms + (cadence.backoff.delay_ms(failures) if failures else 0), hold_ms)
+    clamped = bool(last_success) and not failures
+    ceiling_at, floor_at = last_success + cadence.ceiling_ms, last_cycle + _FLOOR_MS
+    deemed: list[int] = []
+    while at - last_success < ceiling_ms and len(deemed) < _DEEMED:
+        deemed.append(at)
+        after = at + step
+        if steady and at >= last_cycle and \
+                (not clamped or ceiling_at <= at or floor_at <= after <= ceiling_at):
+            at = after
+        else:
+            at = _due_after(human, review, QuietState(0, at, at + hold_ms), cadence,
+                            interval_ms)
+    return tuple(deemed), at
 
 
 class _Watched:
@@ -107,14 +141,15 @@ class _Tick(msgspec.Struct, frozen=True, gc=False):
 
     now: int
     today: int
-    healthy: bool
     interval_ms: int
     cadence: _Cadence
     ceiling_ms: float
     hold_ms: int
     out_of_calls: bool
     calls_per_identity: int
+    route: str
     degraded: bool
+    pending: frozenset[str]
 
 
 _NO_REVIEW = ReviewState()
@@ -131,7 +166,8 @@ class AwarenessRule:
     A tick touches only the identities that changed since the last one (found by diffing the
     persistent maps) and those due: each waits at its due time (the times in a heap, the
     identities due at one in a list), rescheduled when its memory, review state or quiet hold
-    changes.
+    changes. A quiet skip deems the unchanged world's next checks made at their due times
+    (`QuietState.deemed`), so the identity waits for its ceiling, not for each hold's end.
     """
 
     name = "awareness"
@@ -153,7 +189,12 @@ class AwarenessRule:
         self._reviews: PersistentMap[str, ReviewState] | None = None
         self._interval_s: float | None = None
         self._cadence: tuple[AwarenessConfig, _Cadence] | None = None
-        self.skips_counted = 0
+        self._skips = 0
+
+    @property
+    def skips_counted(self) -> int:
+        """Quiet (and budget) skips counted so far: the checks made and the checks deemed."""
+        return self._skips + self.quiet.deemed_made
 
     def _cadence_of(self, config: AwarenessConfig) -> _Cadence:
         if self._cadence is None or self._cadence[0] is not config:
@@ -211,6 +252,8 @@ class AwarenessRule:
             if review and review.last_outcome == "reviewed" and \
                     review.last_success_at >= quiet.last_check_at and quiet.skips:
                 self.quiet.clear(identity)  # success clears quiet bookkeeping
+            else:
+                self.quiet.end_deeming(identity)  # deemed from what has just changed
             if identity not in self._in_flight:
                 self._schedule(identity, memory, ledger, interval_ms, cadence)
         self._memory, self._reviews, self._interval_s = memory, ledger.identities, interval_s
@@ -221,6 +264,7 @@ class AwarenessRule:
             return Decision(effects, tick_ms)  # a snapshot from an engine without the layer
         memory = curr.state(Memory)
         ledger = curr.state(AwarenessLedger)
+        self.quiet.as_of = prev.at  # what changed since is seen as of the last tick
         if await self.quiet.load():
             self._memory = None  # the stored hold came in: schedule everyone again
         cfg = self.config
@@ -229,67 +273,96 @@ class AwarenessRule:
         interval_s = cfg.healthy_interval_s if healthy else cfg.fallback_interval_s
         interval_ms = int(interval_s * 1000)
         self._refresh(curr, memory, ledger, interval_s, cadence)
-        reviews: list[Effect] = []
+        self.quiet.as_of = curr.at
+        reviews = self._check_due(curr, ledger, healthy, interval_ms, cadence)
+        self.quiet.write_behind()
+        if self._times:
+            tick_ms = min(tick_ms, max(1_000, self._times[0] - curr.at))
+        return Decision([*effects, *reviews], tick_ms)
+
+    def _check_due(self, curr: Snapshot, ledger: LedgerData, healthy: bool, interval_ms: int,
+                   cadence: _Cadence) -> list[Effect]:
+        """Check every identity due by `curr.at`, in (due, rank, name) order, until the tick's
+        cap of reviews; the reviews asked for."""
+        cfg = self.config
         now = curr.at
-        tick = _Tick(now=now, today=now // DAY_MS, healthy=healthy, interval_ms=interval_ms,
-                     cadence=cadence, ceiling_ms=cfg.quiet_ceiling_s * 1000,
-                     hold_ms=int(cfg.quiet_hold_s * 1000),
+        tick = _Tick(now=now, today=now // DAY_MS, interval_ms=interval_ms, cadence=cadence,
+                     ceiling_ms=cfg.quiet_ceiling_s * 1000, hold_ms=int(cfg.quiet_hold_s * 1000),
                      out_of_calls=ledger.calls_today(now) >= cfg.calls_per_day,
                      calls_per_identity=cfg.calls_per_identity_per_day,
-                     degraded=ledger.degraded)
-        times, slots, watching = self._times, self._slots, self._watched
-        pending, in_flight, cap = curr.pending_effects, self._in_flight, cfg.max_reviews_per_tick
+                     route="dedicated" if healthy else "fallback", degraded=ledger.degraded,
+                     pending=curr.pending_effects)
+        times, slots = self._times, self._slots
+        cap = cfg.max_reviews_per_tick
+        reviews: list[Effect] = []
         while times and times[0] <= now and len(reviews) < cap:
             due = times[0]
             slot = slots[due]
             slot.sort()  # equally due ones in rank order, then by name
-            taken = 0
-            for _, identity in slot:
-                if len(reviews) >= cap:
-                    break
-                taken += 1
-                watched = watching.get(identity)
-                if watched is None or watched.due != due:
-                    continue  # a stale entry: the identity was rescheduled
-                watched.due = None
-                if watched.review_key in pending:
-                    in_flight.add(identity)  # another engine's review of it is under way
-                    continue
-                review = self._check(identity, watched, tick)
-                if review is not None:
-                    reviews.append(review)
-                    in_flight.add(identity)
+            taken = self._check_slot(due, slot, tick, reviews, cap)
             if taken < len(slot):
                 del slot[:taken]
             else:
                 heapq.heappop(times)
                 del slots[due]
-        self.quiet.write_behind()
-        if times:
-            tick_ms = min(tick_ms, max(1_000, times[0] - now))
-        return Decision([*effects, *reviews], tick_ms)
+        return reviews
 
-    def _check(self, identity: str, watched: _Watched, tick: _Tick) -> AwarenessReview | None:
-        """A review to run now, or None after counting a quiet (or budget) skip and
-        scheduling the next check."""
-        human = watched.human
-        if human is None or watched.memory is None:
-            return None
-        review = watched.review or _NO_REVIEW
-        world = watched.world
-        if world is None:
-            world = watched.world = fingerprint(watched.memory)
-        unchanged = review.fingerprint == world
-        if (unchanged and tick.now - review.last_success_at < tick.ceiling_ms) \
-                or tick.out_of_calls \
-                or (review.calls if review.day == tick.today else 0) >= tick.calls_per_identity:
-            held = self.quiet.skip(identity, tick.now, tick.hold_ms)
-            self.skips_counted += 1
-            self._push(identity, watched, _due(human, watched.review, held, tick.cadence,
-                                               tick.interval_ms))
-            return None
-        return AwarenessReview(
-            identity=identity, fingerprint=world, source=human.record,
-            reason="ceiling" if unchanged else "changed",
-            route="dedicated" if tick.healthy else "fallback",
-            quiet_skips=self.quiet.get(identity).skips, narration_only=tick.degraded)
+    def _check_slot(self, due: int, slot: list[tuple[int, str]], tick: _Tick,
+                    reviews: list[Effect], cap: int) -> int:
+        """Check the identities due at `due`, in order, until `reviews` holds `cap`: each
+        either counts a quiet (or budget) skip and is scheduled for its next check, or is
+        asked for a review (and waits for it). How many entries of `slot` were taken."""
+        now, ceiling_ms, hold_ms = tick.now, tick.ceiling_ms, tick.hold_ms
+        today, out_of_calls, per_identity = tick.today, tick.out_of_calls, tick.calls_per_identity
+        cadence, interval_ms, pending = tick.cadence, tick.interval_ms, tick.pending
+        skip, times, slots, watching = self.quiet.skip, self._times, self._slots, self._watched
+        in_flight = self._in_flight
+        room = cap - len(reviews)
+        taken = skips = 0
+        for _, identity in slot:
+            if room <= 0:
+                break
+            taken += 1
+            watched = watching.get(identity)
+            if watched is None or watched.due != due:
+                continue  # a stale entry: the identity was rescheduled
+            watched.due = None
+            if watched.review_key in pending:
+                in_flight.add(identity)  # another engine's review of it is under way
+                continue
+            human, memory = watched.human, watched.memory
+            if human is None or memory is None:
+                continue
+            review = watched.review or _NO_REVIEW
+            world = watched.world
+            if world is None:
+                world = watched.world = fingerprint(memory)
+            unchanged = review.fingerprint == world
+            quiet_skip = unchanged and now - review.last_success_at < ceiling_ms
+            if quiet_skip or out_of_calls \
+                    or (review.calls if review.day == today else 0) >= per_identity:
+                skips += 1  # held, and scheduled for its next check at once
+                if quiet_skip:  # and the unchanged world's next checks deemed made
+                    at = _due_after(human, review, QuietState(0, now, now + hold_ms), cadence,
+                                    interval_ms)
+                    deemed, at = _deemed_checks(human, review, at, tick)
+                    skip(identity, now, hold_ms, deemed)
+                else:
+                    at = _due_after(human, watched.review, skip(identity, now, hold_ms),
+                                    cadence, interval_ms)
+                watched.due = at
+                then = slots.get(at)
+                if then is None:
+                    slots[at] = [(watched.rank, identity)]
+                    heapq.heappush(times, at)
+                else:
+                    then.append((watched.rank, identity))
+                continue
+            reviews.append(AwarenessReview(
+                identity=identity, fingerprint=world, source=human.record,
+                reason="ceiling" if unchanged else "changed", route=tick.route,
+                quiet_skips=self.quiet.get(identity).skips, narration_only=tick.degraded))
+            room -= 1
+            in_flight.add(identity)
+        self._skips += skips
+        return taken

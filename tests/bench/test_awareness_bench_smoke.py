@@ -72,10 +72,11 @@ def test_unchanged_worlds_cost_only_quiet_ceiling_checkpoints(
 
     assert "reviews by reason: {'changed': 50, 'ceiling': 100}; other effects: none" in out
     carried = re.search(r"carried into reviews ([\d,]+) \+ still held ([\d,]+) = ([\d,]+) "
-                        r"\(counted ([\d,]+)\)", out)
+                        r"\(counted ([\d,]+): ([\d,]+) checks made, ([\d,]+) deemed made\)", out)
     assert carried, out
     assert number(carried[1]) + number(carried[2]) == number(carried[4]) == number(
-        skips["value"]), out
+        skips["value"]) == number(carried[5]) + number(carried[6]), out
+    assert number(carried[5]) < number(carried[6]), out  # an unchanged world's checks: deemed
     assert "tick 30" in out and "error" not in out, out  # one tick record per review tick
 
 

@@ -90,6 +90,46 @@ def test_persistent_map_behaves_like_a_dict_and_never_changes_old_versions(
         assert version == snapshot
 
 
+def differing(a: PersistentMap[int, object], b: PersistentMap[int, object]) -> set[int]:
+    return {k for k in a.keys() | b.keys() if k not in a or k not in b or a[k] is not b[k]}
+
+
+@settings(max_examples=100, deadline=None)
+@given(start=st.dictionaries(st.integers(0, 300), st.integers(), max_size=50),
+       ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 300), st.integers()),
+                    max_size=60))
+def test_changed_keys_between_any_two_versions_are_the_keys_that_differ(
+    start: dict[int, int], ops: list[tuple[int, int, int]],
+) -> None:
+    """Between a version and one it was made from (its log read), and between unrelated
+    versions or siblings (buckets compared)."""
+    versions = [PersistentMap(start), PersistentMap(dict(start))]  # equal, unrelated
+    for op, key, value in ops:
+        base = versions[value % len(versions)] if op == 3 else versions[-1]
+        if op == 0:
+            versions.append(base.delete(key))
+        elif op == 1:
+            versions.append(base.update({key: value, key + 1: value, key * 2: value}))
+        else:
+            versions.append(base.set(key, value if op == 2 else base.get(key, value)))
+    for new in versions:
+        for old in versions:
+            assert new.changed_keys(old) == differing(new, old)
+
+
+def test_changed_keys_across_thousands_of_changes_are_the_keys_that_differ() -> None:
+    """A version made from another by more changes than its log keeps is still diffed."""
+    versions = [PersistentMap({n: n for n in range(100)})]
+    for n in range(20_000):
+        versions.append(versions[-1].set(n % 300, n) if n % 7 else versions[-1].delete(n % 90))
+        if n == 15_000:  # and one change of many keys at once
+            versions.append(versions[-1].update({k: n for k in range(1_000)}))
+    for new, old in [(-1, 0), (-1, 10_000), (-1, -4_000), (-1, -5_000), (-2, -1), (12_000, 7_000),
+                     (5_000, 4_000), (4_097, 4_095), (15_003, 15_000), (15_002, 15_001)]:
+        assert versions[new].changed_keys(versions[old]) == differing(versions[new],
+                                                                      versions[old])
+
+
 @settings(max_examples=100, deadline=None)
 @given(start=st.dictionaries(st.integers(0, 2000), st.integers(), max_size=300),
        changes=st.dictionaries(st.integers(0, 2000), st.integers(), max_size=300))
