@@ -342,6 +342,12 @@ class EventStore:
         """The seq of the newest stored event (0 for an empty log)."""
         return await self.recorder.last_seq()
 
+    def last_seq_blocking(self) -> int | None:
+        """`last_seq` read on the calling thread, for a caller already on a worker thread
+        (never on the event loop); None where the backend reads only asynchronously
+        (PostgreSQL): use `last_seq` there."""
+        return self.recorder.last_seq_blocking()
+
     async def changes(
         self,
         after_seq: int = 0,

@@ -220,3 +220,27 @@ async def test_a_kept_recaller_finds_an_observation_recorded_after_its_first_rec
         ("ana", "city"), ("bob", seen.data["record"])]
     await board.forget("bob", seen.data["record"])
     assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+
+
+async def test_a_kept_recaller_sees_what_another_handle_on_the_log_appended(
+    store_url: str, tmp_path: Path,
+) -> None:
+    from pulse_core.memory import Recaller
+
+    home = tmp_path / "home"
+    stores = await open_home(home, store=store_url)
+    other = await open_home(home, store=store_url)  # as another process would
+    try:
+        await MemoryBoard(stores.events).set_state("ana", "city", "Lisbon")
+        recaller = Recaller(stores.events)
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+        fact = await MemoryBoard(other.events).fact("ana", "born in Lisbon")
+        found = await recaller.recall(RecallQuery(text="lisbon"))
+        assert sorted(records(found)) == sorted(["city", fact.data["record"]])
+        await ladder(other.events).archive("ana/city")
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == [
+            fact.data["record"]]
+    finally:
+        await other.close()
+        await stores.close()
