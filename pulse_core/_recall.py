@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
@@ -163,13 +163,15 @@ NOTHING_OBSERVED = Observed(PersistentMap(), frozenset())
 
 
 def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
-           query: RecallQuery, keys: ElementKeys | None = None,
-           observed: Observed = NOTHING_OBSERVED) -> list[Recalled]:
+           query: RecallQuery, keys: ElementKeys | None = None, *,
+           observed: Observed = NOTHING_OBSERVED,
+           verified: Mapping[str, bool] | None = None) -> list[Recalled]:
     """The recall of `query` over a folded `memory` map and elements state (blocking: it
     opens sealed text with `keys`); `observed` of an earlier fold saves finding again the
-    identities with observations."""
+    identities with observations; `verified`: the imported elements a person verified
+    (VerifiedImports; None: none), the others ranked as a background writer's."""
     from pulse_core._memory_text import reveal_memory
-    from pulse_core.maintenance import element_id, rank
+    from pulse_core.maintenance import element_id, import_rank
 
     words = _check(query)
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
@@ -210,7 +212,8 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             by = writer or (element.writer if element is not None else "")
             stored[(identity, record)] = sealed
             out.append(Recalled(identity=identity, record=record, type=kind, text=text,
-                                authority=rank(by), confidence=conf, strength=strength,
+                                authority=import_rank(by, eid in (verified or ())),
+                                confidence=conf, strength=strength,
                                 stage=stage, at=at, score=round(conf * strength, 6)))
     best = rank_recalled(out, query.limit)
     if not best or keys is None:
@@ -310,12 +313,13 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
 
 
 class Folded(NamedTuple):
-    """What a Recaller folded: the memory and elements states, and the log's seq they
-    reflect."""
+    """What a Recaller folded: the memory and elements states, the imports a person
+    verified, and the log's seq they reflect."""
 
     seq: int
     memory: PersistentMap[str, IdentityMemory]
     elements: ElementsState
+    verified: PersistentMap[str, bool]
 
 
 class Recaller:
@@ -327,11 +331,11 @@ class Recaller:
     Recaller."""
 
     def __init__(self, store: EventStore) -> None:
-        from pulse_core.maintenance import MemoryElements
+        from pulse_core.maintenance import MemoryElements, VerifiedImports
         from pulse_core.memory import Memory
 
         self.store = store
-        self._projector = Projector(store, [Memory(), MemoryElements()])
+        self._projector = Projector(store, [Memory(), MemoryElements(), VerifiedImports()])
         self._folding = asyncio.Lock()
         self._observed = NOTHING_OBSERVED
         self._folded: Folded | None = None  # kept when the store reads its seq blocking
@@ -346,7 +350,8 @@ class Recaller:
                 return kept
         async with self._folding:
             states = await self._projector.catch_up()
-            folded = Folded(self._projector.seq, states["memory"], states["elements"])
+            folded = Folded(self._projector.seq, states["memory"], states["elements"],
+                            states["verified-imports"])
         found, keep = await asyncio.to_thread(self._select_new, folded, query)
         if keep and (self._folded is None or self._folded.seq < folded.seq):
             self._folded = folded
@@ -358,19 +363,18 @@ class Recaller:
         once it does."""
         if self.store.last_seq_blocking() != folded.seq:
             return None
-        return self._select(folded.memory, folded.elements, query)
+        return self._select(folded, query)
 
     def _select_new(self, folded: Folded, query: RecallQuery) -> tuple[list[Recalled], bool]:
         """The recall of `query` over a fold just made, and whether to keep that fold for
         `_select_unless_moved` (the store reads its seq blocking)."""
-        return (self._select(folded.memory, folded.elements, query),
-                self.store.last_seq_blocking() is not None)
+        return self._select(folded, query), self.store.last_seq_blocking() is not None
 
-    def _select(self, memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
-                query: RecallQuery) -> list[Recalled]:
+    def _select(self, folded: Folded, query: RecallQuery) -> list[Recalled]:
         # any (memory, identities) pair is consistent: a race only repeats a diff
-        self._observed = self._observed.of(memory)
-        return select(memory, elements, query, self.store.keys, self._observed)
+        self._observed = self._observed.of(folded.memory)
+        return select(folded.memory, folded.elements, query, self.store.keys,
+                      observed=self._observed, verified=folded.verified)
 
 
 async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
