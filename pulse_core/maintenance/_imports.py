@@ -10,6 +10,7 @@ layer's review (pulse_adapters.maintenance) flags the unverified ones for a pers
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import msgspec
@@ -47,7 +48,14 @@ def import_review_key(element: str) -> str:
 def imported(origin: str, origins: Iterable[str] = IMPORT_ORIGINS) -> bool:
     """Whether a writer `origin` is one of the import `origins`: equal to one, or one
     followed by ':' or '-' (`agent:import` covers `agent:import:wiki`)."""
-    return any(origin == o or origin.startswith((o + ":", o + "-")) for o in origins)
+    origins = tuple(origins)
+    return origin in origins or origin.startswith(_under(origins))
+
+
+@functools.lru_cache(maxsize=16)
+def _under(origins: tuple[str, ...]) -> tuple[str, ...]:
+    """How an origin under one of `origins` begins."""
+    return tuple(o + sep for o in origins for sep in ":-")
 
 
 def import_rank(writer: str, verified: bool, origins: Iterable[str] = IMPORT_ORIGINS) -> int:
