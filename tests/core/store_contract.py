@@ -348,6 +348,7 @@ class RecorderContract(abc.ABC):
             await writer.append([draft("a", 2)])
             assert [e.data["n"] for e in await reader.read()] == [1, 2]
             assert await reader.head("a") == 2 and await reader.last_seq() == 2
+            assert await asyncio.to_thread(reader.last_seq_blocking) in (None, 2)
         finally:
             await reader.close()
             await writer.close()
