@@ -314,9 +314,10 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
 
 class Folded(NamedTuple):
     """What a Recaller folded: the memory and elements states, the imports a person
-    verified, and the log's seq they reflect."""
+    verified, the log's seq they reflect, and the store's `wakes` before the fold."""
 
     seq: int
+    wakes: int
     memory: PersistentMap[str, IdentityMemory]
     elements: ElementsState
     verified: PersistentMap[str, bool]
@@ -344,16 +345,19 @@ class Recaller:
         """As `recall(self.store, query)`; concurrent calls fold one at a time."""
         _check(query)
         folded = self._folded
-        if folded is not None:  # one hop: the log's seq is read where the selection runs
+        # one hop: the log's seq is read where the selection runs (an append through this
+        # store since the fold sends the call to fold again at once)
+        if folded is not None and folded.wakes == self.store.wakes:
             kept = await asyncio.to_thread(self._select_unless_moved, folded, query)
             if kept is not None:
                 return kept
         async with self._folding:
+            wakes = self.store.wakes
             states = await self._projector.catch_up()
-            folded = Folded(self._projector.seq, states["memory"], states["elements"],
+            folded = Folded(self._projector.seq, wakes, states["memory"], states["elements"],
                             states["verified-imports"])
         found, keep = await asyncio.to_thread(self._select_new, folded, query)
-        if keep and (self._folded is None or self._folded.seq < folded.seq):
+        if keep and (self._folded is None or self._folded.seq <= folded.seq):
             self._folded = folded
         return found
 

@@ -238,7 +238,9 @@ async def test_a_kept_recaller_sees_what_another_handle_on_the_log_appended(
         recaller = Recaller(stores.events)
         assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
         assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+        wakes = stores.events.wakes
         fact = await MemoryBoard(other.events).fact("ana", "born in Lisbon")
+        assert stores.events.wakes == wakes  # only a read of the log's seq can tell
         found = await recaller.recall(RecallQuery(text="lisbon"))
         assert sorted(records(found)) == sorted(["city", fact.data["record"]])
         await ladder(other.events).archive("ana/city")
