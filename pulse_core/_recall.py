@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
@@ -163,43 +163,38 @@ NOTHING_OBSERVED = Observed(PersistentMap(), frozenset())
 
 
 def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
-           query: RecallQuery, keys: ElementKeys | None = None,
-           observed: Observed = NOTHING_OBSERVED) -> list[Recalled]:
+           query: RecallQuery, keys: ElementKeys | None = None, *,
+           observed: Observed = NOTHING_OBSERVED,
+           verified: Mapping[str, bool] | None = None) -> list[Recalled]:
     """The recall of `query` over a folded `memory` map and elements state (blocking: it
     opens sealed text with `keys`); `observed` of an earlier fold saves finding again the
-    identities with observations."""
+    identities with observations; `verified`: the imported elements a person verified
+    (VerifiedImports; None: none), the others ranked as a background writer's."""
     from pulse_core._memory_text import reveal_memory
-    from pulse_core.maintenance import element_id, rank
+    from pulse_core.maintenance import element_id, import_rank
 
     words = _check(query)
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
     # observations, a store without keys) is matched word by word here, the same way
     indexed = keys.search(words) if words and keys is not None else None
-    identities: Iterable[str]
-    if query.identity is not None:
-        if query.identity not in memory:
-            raise UnknownIdentity(query.identity)
-        identities = [query.identity]
-    elif indexed is not None:  # every identity an indexed element may be of, and the plain
-        identities = {i for i in _identity_prefixes(indexed) if i in memory
-                      } | observed.of(memory).identities
-    else:
-        identities = memory.keys()
+    identities, found = _where(memory, query.identity, indexed, observed)
     topic = query.topic.strip().lower() if query.topic else None
     stages = ("active", "archived") if query.include_archived else ("active",)
+    nothing: set[str] = set()
     out: list[Recalled] = []
-    raw: dict[tuple[str, str], tuple[str, Any]] = {}  # (identity, record): (prefix, stored)
+    stored: dict[tuple[str, str], Any] = {}  # (identity, record): the stored text value
     for identity in identities:
         mem = memory[identity]
+        hits = found.get(identity, nothing) if indexed is not None else None
         opened = None
         for record, kind, text, topics, conf, writer, at, sealed in _candidates(mem):
+            if hits is not None and record not in hits and is_sealed(sealed):
+                continue  # the cheapest test first: most of a found identity's records
             if query.types and kind not in query.types:
                 continue
             if topic is not None and topic not in topics.lower().split("\n"):
                 continue
             eid = element_id(identity, record)
-            if words and indexed is not None and eid not in indexed and is_sealed(sealed):
-                continue  # the cheapest test first: most of a found identity's records
             element = elements.elements.get(eid)
             stage = _visible(eid, element, elements, stages)
             if stage is None:
@@ -213,32 +208,58 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                         opened = {c[0]: c[2] for c in _candidates(reveal_memory(mem, keys))}
                     if not _holds(opened[record], words):
                         continue
-            raw[(identity, record)] = (text[: len(text) - len(_as_text(sealed))], sealed)
             strength = element.strength if element is not None else 1.0
             by = writer or (element.writer if element is not None else "")
+            stored[(identity, record)] = sealed
             out.append(Recalled(identity=identity, record=record, type=kind, text=text,
-                                authority=rank(by), confidence=conf, strength=strength,
+                                authority=import_rank(by, eid in (verified or ())),
+                                confidence=conf, strength=strength,
                                 stage=stage, at=at, score=round(conf * strength, 6)))
     best = rank_recalled(out, query.limit)
     if not best or keys is None:
         return best
-    stored = [raw[(r.identity, r.record)] for r in best]
+    values = [stored[(r.identity, r.record)] for r in best]
     # only what is returned is opened: its keys read in one statement, a decryption each
-    known = keys.keys_of(sealed_element(s) for _, s in stored if is_sealed(s))
-    return [msgspec.structs.replace(r, text=prefix + _as_text(reveal(s, keys, known=known)))
-            for r, (prefix, s) in zip(best, stored, strict=True)]
+    known = keys.keys_of(sealed_element(s) for s in values if is_sealed(s))
+    return [msgspec.structs.replace(r, text=r.text[: len(r.text) - len(_as_text(s))]
+                                    + _as_text(reveal(s, keys, known=known)))
+            for r, s in zip(best, values, strict=True)]
 
 
-def _identity_prefixes(eids: Iterable[str]) -> set[str]:
-    """Every identity an element id of `eids` may be of: each part before a '/' (an
-    identity id may hold '/' too)."""
-    found: set[str] = set()
+def _where(memory: PersistentMap[str, IdentityMemory], identity: str | None,
+           indexed: set[str] | None, observed: Observed
+           ) -> tuple[Iterable[str], dict[str, set[str]]]:
+    """The identities a recall visits (`identity`, or all of them, or those the index found
+    and those holding plain text), and the records of each the index found."""
+    if identity is not None:
+        if identity not in memory:
+            raise UnknownIdentity(identity)
+        if indexed is None:
+            return [identity], {}
+        prefix = identity + "/"
+        return [identity], {identity: {e[len(prefix):] for e in indexed
+                                       if e.startswith(prefix)}}
+    if indexed is None:
+        return memory.keys(), {}
+    found = _records_by_identity(indexed, memory)
+    return found.keys() | observed.of(memory).identities, found
+
+
+def _records_by_identity(eids: Iterable[str], memory: PersistentMap[str, IdentityMemory]
+                         ) -> dict[str, set[str]]:
+    """The records of `eids` by the identity of `memory` each is of (an element id is
+    "<identity>/<record>", and an identity id may hold '/' too: each part before a '/' that
+    `memory` holds is one)."""
+    found: dict[str, set[str]] = {}
     for eid in eids:
         at = eid.find("/")
         while at >= 0:
-            found.add(eid[:at])
+            records = found.get(eid[:at])
+            if records is None:
+                records = found[eid[:at]] = set()
+            records.add(eid[at + 1:])
             at = eid.find("/", at + 1)
-    return found
+    return {identity: records for identity, records in found.items() if identity in memory}
 
 
 def _visible(eid: str, element: Element | None, elements: ElementsState,
@@ -291,34 +312,73 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
     return recallable_form(memory, elements, include_archived=include_archived)
 
 
+class Folded(NamedTuple):
+    """What a Recaller folded: the memory and elements states, the imports a person
+    verified, the log's seq they reflect, and the store's `wakes` before the fold."""
+
+    seq: int
+    wakes: int
+    memory: PersistentMap[str, IdentityMemory]
+    elements: ElementsState
+    verified: PersistentMap[str, bool]
+
+
 class Recaller:
     """Recall that keeps its fold: each call folds only the events appended since the last
-    one (the first folds the whole log). Keep one per store, used from one event loop, for
-    repeated recalls (a turn's offer, a server's recall tool); `recall(store, query)` is a
-    one-shot Recaller."""
+    one (the first folds the whole log); where the store reads its newest seq blocking
+    (SQLite), a call that finds the log where its fold left it selects at once, in the
+    same worker thread. Keep one per store, used from one event loop, for repeated recalls
+    (a turn's offer, a server's recall tool); `recall(store, query)` is a one-shot
+    Recaller."""
 
     def __init__(self, store: EventStore) -> None:
-        from pulse_core.maintenance import MemoryElements
+        from pulse_core.maintenance import MemoryElements, VerifiedImports
         from pulse_core.memory import Memory
 
         self.store = store
-        self._projector = Projector(store, [Memory(), MemoryElements()])
+        self._projector = Projector(store, [Memory(), MemoryElements(), VerifiedImports()])
         self._folding = asyncio.Lock()
         self._observed = NOTHING_OBSERVED
+        self._folded: Folded | None = None  # kept when the store reads its seq blocking
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """As `recall(self.store, query)`; concurrent calls fold one at a time."""
         _check(query)
+        folded = self._folded
+        # one hop: the log's seq is read where the selection runs (an append through this
+        # store since the fold sends the call to fold again at once)
+        if folded is not None and folded.wakes == self.store.wakes:
+            kept = await asyncio.to_thread(self._select_unless_moved, folded, query)
+            if kept is not None:
+                return kept
         async with self._folding:
-            folded = await self._projector.catch_up()
-        return await asyncio.to_thread(self._select, folded["memory"], folded["elements"],
-                                       query)
+            wakes = self.store.wakes
+            states = await self._projector.catch_up()
+            folded = Folded(self._projector.seq, wakes, states["memory"], states["elements"],
+                            states["verified-imports"])
+        found, keep = await asyncio.to_thread(self._select_new, folded, query)
+        if keep and (self._folded is None or self._folded.seq <= folded.seq):
+            self._folded = folded
+        return found
 
-    def _select(self, memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
-                query: RecallQuery) -> list[Recalled]:
+    def _select_unless_moved(self, folded: Folded, query: RecallQuery
+                             ) -> list[Recalled] | None:
+        """The recall of `query` over `folded` while the log holds nothing newer; None
+        once it does."""
+        if self.store.last_seq_blocking() != folded.seq:
+            return None
+        return self._select(folded, query)
+
+    def _select_new(self, folded: Folded, query: RecallQuery) -> tuple[list[Recalled], bool]:
+        """The recall of `query` over a fold just made, and whether to keep that fold for
+        `_select_unless_moved` (the store reads its seq blocking)."""
+        return self._select(folded, query), self.store.last_seq_blocking() is not None
+
+    def _select(self, folded: Folded, query: RecallQuery) -> list[Recalled]:
         # any (memory, identities) pair is consistent: a race only repeats a diff
-        self._observed = self._observed.of(memory)
-        return select(memory, elements, query, self.store.keys, self._observed)
+        self._observed = self._observed.of(folded.memory)
+        return select(folded.memory, folded.elements, query, self.store.keys,
+                      observed=self._observed, verified=folded.verified)
 
 
 async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:

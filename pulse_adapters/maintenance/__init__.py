@@ -18,12 +18,7 @@ from pulse_adapters.maintenance._consolidation import (
 )
 from pulse_adapters.maintenance._cycle import CycleFailed, run_cycle
 from pulse_adapters.maintenance._executor import MaintenanceExecutor
-from pulse_adapters.maintenance._imports import (
-    ImportFlagged,
-    ImportReviews,
-    ImportVerified,
-    verify_import,
-)
+from pulse_adapters.maintenance._imports import ImportFlagged, ImportReviews
 from pulse_adapters.maintenance._layer import layer
 from pulse_adapters.maintenance._ledger import (
     CycleBegan,
@@ -73,6 +68,7 @@ from pulse_adapters.maintenance._working_state import (
 )
 from pulse_adapters.maintenance._working_state import render as render_working_state
 from pulse_core import publish_face
+from pulse_core.maintenance import ImportVerified, verify_import  # the gate lives in the core
 
 __all__ = [
     "NOTHING_TO_DO",

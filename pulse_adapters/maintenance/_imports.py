@@ -2,13 +2,13 @@
 
 An element is imported when its writer's origin is one of the settings' import origins, or
 under one (`agent:import`, `agent:peer:<agent>`, `agent:tool:<name>`, `agent:web:<site>` by
-default). One still
-unverified `imports.review_after_days` after it was written is flagged once
-(`import-flagged`): kept out of the self-model, counted in the health table, and left for a
-person, who verifies it (`verify_import`: the gate) or quarantines the record. Nothing here
-lowers a confidence (time passing is not evidence), quarantines (a person's kind), or raises
-an import's authority: its rank stays its writer's, verified or not (imported authority does
-not transfer).
+default; pulse_core.maintenance.imported). One still unverified `imports.review_after_days`
+after it was written is flagged once (`import-flagged`): kept out of the self-model, counted
+in the health table, and left for a person, who verifies it (`verify_import`: the gate) or
+quarantines the record. Nothing here lowers a confidence (time passing is not evidence),
+quarantines (a person's kind), or raises an import's authority: recall ranks an unverified
+import as a background writer's and a verified one as its writer's, never higher (imported
+authority does not transfer).
 """
 
 from __future__ import annotations
@@ -19,12 +19,19 @@ import msgspec
 
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_adapters.maintenance._settings import ORIGIN
-from pulse_core import Event, EventDraft, NotAuthorized, PersistentMap, Projection, register_kind
-from pulse_core.maintenance import HUMAN, Element, ElementsState, rank
-from pulse_core.store import EventStore
+from pulse_core import Event, EventDraft, PersistentMap, Projection, register_kind
+from pulse_core.maintenance import (
+    HUMAN,
+    IMPORT_VERIFIED,
+    Element,
+    ElementsState,
+    imported,
+    rank,
+)
+from pulse_core.maintenance import import_review_key as review_key
 
 FLAGGED = "import-flagged"
-VERIFIED = "import-verified"
+VERIFIED = IMPORT_VERIFIED
 DAY_MS = 86_400_000
 MAX_FLAGS_PER_APPEND = 200
 
@@ -41,28 +48,8 @@ class ImportFlagged(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
 
 
-class ImportVerified(msgspec.Struct, frozen=True, kw_only=True):
-    """Payload of import-verified: the element a person checked, and what they found."""
-
-    element: str
-    reason: str = ""
-
-
 register_kind(FLAGGED, "maintenance flagged imported cognition unverified past its review "
               "age; key: import-review:<element id>", ImportFlagged)
-register_kind(VERIFIED, "a person verified imported cognition (honoured only from a human "
-              "origin); key: import-review:<element id>", ImportVerified)
-
-
-def review_key(element: str) -> str:
-    """The event key of one element's import review."""
-    return f"import-review:{element}"
-
-
-def imported(origin: str, origins: Iterable[str]) -> bool:
-    """Whether a writer `origin` is one of the import `origins`: equal to one, or one
-    followed by ':' or '-' (`agent:import` covers `agent:import:wiki`)."""
-    return any(origin == o or origin.startswith((o + ":", o + "-")) for o in origins)
 
 
 class ImportReviews(Projection[PersistentMap[str, str]]):
@@ -85,22 +72,6 @@ class ImportReviews(Projection[PersistentMap[str, str]]):
         if event.kind == FLAGGED and event.origin == ORIGIN and element not in state:
             return state.set(element, "flagged")
         return state
-
-
-async def verify_import(store: EventStore, element: str, *, origin: str,
-                        reason: str = "") -> Event:
-    """The gate: a person records that imported element `element` was checked. It lifts the
-    review flag and lets the element into the self-model; its authority stays its writer's.
-    NotAuthorized (nothing written) for an origin that is not a person's."""
-    if rank(origin) != HUMAN:
-        raise NotAuthorized(origin, "elevate_authority", (
-            f"{origin} may not verify imported element {element!r}: only a person does "
-            "(origin human or human:<who>), through upulse, the web UI or a program holding "
-            "a person's store handle"))
-    (event,) = (await store.append([EventDraft(
-        VERIFIED, review_key(element), msgspec.to_builtins(ImportVerified(
-            element=element, reason=reason)), origin=origin)])).events
-    return event
 
 
 def unverified(elements: ElementsState, reviews: PersistentMap[str, str],

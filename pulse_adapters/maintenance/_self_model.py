@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from pulse_adapters.maintenance._context import CycleRun
-from pulse_adapters.maintenance._imports import ImportReviews, imported
+from pulse_adapters.maintenance._imports import ImportReviews
 from pulse_adapters.maintenance._settings import ORIGIN, PRINCIPAL
 from pulse_core import ElementTextUnreadable, EventDraft, EventStore, Memory, register_kind
 from pulse_core.maintenance import (
@@ -32,6 +32,7 @@ from pulse_core.maintenance import (
     ElementsState,
     activity_draft,
     element_id,
+    imported,
     rank,
 )
 from pulse_core.memory import IdentityMemory, identity_key

@@ -17,7 +17,7 @@ import msgspec
 
 from pulse_adapters.llm import ModelEndpoint
 from pulse_core import LayerError, layer_settings
-from pulse_core.maintenance import PERMISSIONS
+from pulse_core.maintenance import IMPORT_ORIGINS, PERMISSIONS
 
 LAYER = "maintenance"
 """The layer's name, in config.json and in the `pulse.layers` entry-point group."""
@@ -42,9 +42,9 @@ MAX_ARCHIVE_DAYS = 36_500
 
 MAX_SELF_MODEL_ENTRIES = 200
 """`self_model.max_entries` at most 200."""
-DEFAULT_IMPORT_ORIGINS = ("agent:import", "agent:peer", "agent:tool", "agent:web")
-"""Writers whose memory came from outside: an importer, another agent, a tool's output, the
-web (an origin is `agent...` for all of them: the agent's channels write them)."""
+DEFAULT_IMPORT_ORIGINS = IMPORT_ORIGINS
+"""Writers whose memory came from outside (pulse_core.maintenance.IMPORT_ORIGINS, the ones
+recall ranks below the agent's own word until a person verifies them)."""
 
 _DAILY = re.compile(r"^(?P<h>[01]\d|2[0-3]):(?P<m>[0-5]\d)$")
 

@@ -80,6 +80,16 @@ from pulse_core.maintenance._governance import (
     read_governance,
     set_trust_policy,
 )
+from pulse_core.maintenance._imports import (
+    IMPORT_ORIGINS,
+    IMPORT_VERIFIED,
+    ImportVerified,
+    VerifiedImports,
+    import_rank,
+    import_review_key,
+    imported,
+    verify_import,
+)
 from pulse_core.maintenance._merge import (
     IdentityAbsorbed,
     IdentityMerged,
@@ -154,6 +164,8 @@ __all__ = [
     "BACKGROUND",
     "DECISIONS",
     "HUMAN",
+    "IMPORT_ORIGINS",
+    "IMPORT_VERIFIED",
     "PERMISSIONS",
     "ActiveSchema",
     "Activity",
@@ -185,6 +197,7 @@ __all__ = [
     "IdentityAbsorbed",
     "IdentityBeliefs",
     "IdentityMerged",
+    "ImportVerified",
     "InsightRecorded",
     "LastFire",
     "MemoryElements",
@@ -207,6 +220,7 @@ __all__ = [
     "Stale",
     "SweepReport",
     "TrustPolicy",
+    "VerifiedImports",
     "Watch",
     "WatchArmed",
     "WatchCondition",
@@ -236,6 +250,9 @@ __all__ = [
     "end_activity",
     "evaluate_watches",
     "fire_schedule",
+    "import_rank",
+    "import_review_key",
+    "imported",
     "is_due",
     "is_machinery",
     "matches",
@@ -263,6 +280,7 @@ __all__ = [
     "split_element_id",
     "suspect_same",
     "sweep",
+    "verify_import",
     "watch_key",
 ]
 

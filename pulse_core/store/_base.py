@@ -79,6 +79,7 @@ class EventStore:
         self.principal = principal or Principal.human()
         self.keys = keys
         self._signals: set[asyncio.Event] = set()
+        self._wakes = [0]  # shared with the handles as_principal gives, as _signals is
         self._quarantined: set[int] = set()
         self._listening: bool | None = None  # None: not asked yet (see subscribe)
 
@@ -172,8 +173,16 @@ class EventStore:
                         self.recorder.location, exc)
 
     def _wake(self) -> None:
+        self._wakes[0] += 1
         for signal in self._signals:
             signal.set()
+
+    @property
+    def wakes(self) -> int:
+        """How many times subscribers were woken (see `subscribe`) since this store opened,
+        through any handle on its connection: unchanged, nothing was appended through them
+        meanwhile (another process may have)."""
+        return self._wakes[0]
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -341,6 +350,12 @@ class EventStore:
     async def last_seq(self) -> int:
         """The seq of the newest stored event (0 for an empty log)."""
         return await self.recorder.last_seq()
+
+    def last_seq_blocking(self) -> int | None:
+        """`last_seq` read on the calling thread, for a caller already on a worker thread
+        (never on the event loop); None where the backend reads only asynchronously
+        (PostgreSQL): use `last_seq` there."""
+        return self.recorder.last_seq_blocking()
 
     async def changes(
         self,

@@ -18,6 +18,7 @@ data, so a token moved to another element does not open.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import os
@@ -127,10 +128,17 @@ def draft_element(kind: str, key: str, data: object) -> str | None:
     return f"{key.removeprefix('identity:')}/{record}"
 
 
-def _aead(key: bytes) -> Any:
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # loaded when first used
+@functools.cache
+def _cipher() -> tuple[Any, type[Exception]]:
+    """AES-GCM and the error a changed text or key raises (loaded when first used)."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-    return AESGCM(key[:_KEY])
+    return AESGCM, InvalidTag
+
+
+def _aead(key: bytes) -> Any:
+    return _cipher()[0](key[:_KEY])
 
 
 def _nonce(key: bytes, element: bytes, plain: bytes) -> bytes:
@@ -147,11 +155,11 @@ def seal_with(key: bytes, element: str, plain: bytes) -> bytes:
 def open_with(key: bytes, element: str, sealed: bytes) -> bytes:
     """The plaintext of `seal_with`'s output; ElementTextUnreadable when the key does not fit
     or the bytes were changed."""
-    from cryptography.exceptions import InvalidTag
-
+    aesgcm, invalid = _cipher()
     try:
-        return bytes(_aead(key).decrypt(sealed[:_NONCE], sealed[_NONCE:], element.encode()))
-    except (InvalidTag, ValueError):
+        return bytes(aesgcm(key[:_KEY]).decrypt(sealed[:_NONCE], sealed[_NONCE:],
+                                                element.encode()))
+    except (invalid, ValueError):
         raise ElementTextUnreadable(element, (
             f"the text of element {element!r} does not open with its key: the key or the "
             "sealed bytes were changed — restore keys.db from the keys file written with "

@@ -206,6 +206,12 @@ class Recorder(abc.ABC):
     async def last_seq(self) -> int:
         """The seq of the newest stored event (0 for an empty log)."""
 
+    def last_seq_blocking(self) -> int | None:
+        """The seq of the newest stored event, read on the calling thread (blocking: for a
+        caller already on a worker thread, never the event loop); None (this default) where
+        the backend reads only asynchronously."""
+        return None
+
     @abc.abstractmethod
     async def rows(self, after_seq: int, limit: int) -> list[StoredRow]:
         """Up to `limit` stored rows with seq > after_seq, oldest first, data undecoded."""

@@ -131,6 +131,8 @@ class SqliteRecorder(Recorder):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection | ReadOnlyConnection] = []
         self._readers_lock = threading.Lock()
+        self._prober: sqlite3.Connection | ReadOnlyConnection | None = None
+        self._prober_lock = threading.Lock()  # held while the prober reads, and to close it
         self._closed = False
         # The writer connection and what it remembers: touched by one commit at a time, in
         # the writer thread or (inline) on the loop, never both at once.
@@ -334,28 +336,37 @@ class SqliteRecorder(Recorder):
 
     # -- selecting -------------------------------------------------------------------------
 
+    def _connect_reader(self) -> sqlite3.Connection | ReadOnlyConnection:
+        """A new reading connection, closed with the recorder."""
+        if self._closed:
+            raise StoreClosed(f"{self.path}: read after close")
+        reader: sqlite3.Connection | ReadOnlyConnection
+        if self.read_only:
+            reader = ReadOnlyConnection(self.path, schema_version=SCHEMA_VERSION,
+                                        purpose="event log", timeout=self.busy_timeout)
+        else:
+            with sqlite_errors(self.path):
+                reader = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                                         isolation_level=None, check_same_thread=False)
+                reader.execute("PRAGMA query_only=ON")
+        with self._readers_lock:
+            self._readers.append(reader)
+        return reader
+
+    def _read_on(self, reader: sqlite3.Connection | ReadOnlyConnection,
+                 fn: Callable[[sqlite3.Connection], T]) -> T:
+        if isinstance(reader, ReadOnlyConnection):
+            return reader.read(fn)
+        with sqlite_errors(self.path):
+            return fn(reader)
+
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn(connection)` on this reader thread's own connection."""
         reader: sqlite3.Connection | ReadOnlyConnection | None = getattr(
             self._local, "reader", None)
         if reader is None:
-            if self._closed:
-                raise StoreClosed(f"{self.path}: read after close")
-            if self.read_only:
-                reader = ReadOnlyConnection(self.path, schema_version=SCHEMA_VERSION,
-                                            purpose="event log", timeout=self.busy_timeout)
-            else:
-                with sqlite_errors(self.path):
-                    reader = sqlite3.connect(self.path, timeout=self.busy_timeout,
-                                             isolation_level=None, check_same_thread=False)
-                    reader.execute("PRAGMA query_only=ON")
-            self._local.reader = reader
-            with self._readers_lock:
-                self._readers.append(reader)
-        if isinstance(reader, ReadOnlyConnection):
-            return reader.read(fn)
-        with sqlite_errors(self.path):
-            return fn(reader)
+            reader = self._local.reader = self._connect_reader()
+        return self._read_on(reader, fn)
 
     def _select(self, after_seq: int, *, kinds: Sequence[str] | None, key: str | None,
                 limit: int | None, newest_first: bool, origin_prefix: str | None = None
@@ -426,6 +437,16 @@ class SqliteRecorder(Recorder):
         seq: int = await self._in_reader(self._last_seq)
         return seq
 
+    def last_seq_blocking(self) -> int:
+        # one connection of its own, used by one caller at a time: the calling threads
+        # are not the recorder's
+        with self._prober_lock:
+            if self._prober is None:
+                self._prober = self._connect_reader()
+            row = self._read_on(self._prober, lambda conn: conn.execute(
+                "SELECT coalesce(max(seq), 0) FROM events").fetchone())
+        return int(row[0])
+
     def _rows(self, after_seq: int, limit: int) -> list[StoredRow]:
         found = self._read(lambda conn: conn.execute(
             f"SELECT {COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
@@ -486,8 +507,9 @@ class SqliteRecorder(Recorder):
                 await self._writer.call(conn.close)
             await self._writer.stop()
         self._reader_pool.shutdown(wait=True)
-        with self._readers_lock:
+        with self._prober_lock, self._readers_lock:
             for reader in self._readers:
                 reader.close()
             self._readers.clear()
+            self._prober = None
 

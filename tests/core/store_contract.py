@@ -277,6 +277,22 @@ class RecorderContract(abc.ABC):
         assert [(e.key, e.version) for e in await store.read()] == [
             ("k", 1), ("k", 2), ("j", 1), ("k", 3), ("j", 2), ("k", 4)]
 
+    async def test_a_blocking_read_of_the_newest_seq_is_none_or_sees_every_writer(
+        self, store: EventStore
+    ) -> None:
+        other = await self.open_store()  # as another process would
+        try:
+            if await asyncio.to_thread(store.last_seq_blocking) is None:
+                return  # this backend reads only asynchronously: last_seq is the one
+            await store.append([draft("k", 1)])
+            await other.append([draft("k", 2), draft("j", 2)])
+            assert await asyncio.to_thread(store.last_seq_blocking) == 3
+            assert await asyncio.to_thread(other.last_seq_blocking) == 3
+        finally:
+            await other.close()
+        with pytest.raises(StoreClosed):
+            await asyncio.to_thread(other.last_seq_blocking)
+
     async def test_one_group_of_appends_keeps_each_outcome_apart(self, store: EventStore) -> None:
         await store.append([draft("taken", idem="r1")])
         outcomes = await asyncio.gather(
@@ -332,6 +348,7 @@ class RecorderContract(abc.ABC):
             await writer.append([draft("a", 2)])
             assert [e.data["n"] for e in await reader.read()] == [1, 2]
             assert await reader.head("a") == 2 and await reader.last_seq() == 2
+            assert await asyncio.to_thread(reader.last_seq_blocking) in (None, 2)
         finally:
             await reader.close()
             await writer.close()

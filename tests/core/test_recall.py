@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pulse_core import EventStore, open_home
+from pulse_core import EventStore, NotAuthorized, open_home
 from pulse_core.maintenance import (
+    AGENT,
+    BACKGROUND,
     HUMAN,
     Authority,
     DecayPolicy,
@@ -20,6 +22,7 @@ from pulse_core.maintenance import (
     RetentionLadder,
     reinforce,
     sweep,
+    verify_import,
 )
 from pulse_core.memory import (
     MemoryBoard,
@@ -220,3 +223,51 @@ async def test_a_kept_recaller_finds_an_observation_recorded_after_its_first_rec
         ("ana", "city"), ("bob", seen.data["record"])]
     await board.forget("bob", seen.data["record"])
     assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+
+
+async def test_a_kept_recaller_sees_what_another_handle_on_the_log_appended(
+    store_url: str, tmp_path: Path,
+) -> None:
+    from pulse_core.memory import Recaller
+
+    home = tmp_path / "home"
+    stores = await open_home(home, store=store_url)
+    other = await open_home(home, store=store_url)  # as another process would
+    try:
+        await MemoryBoard(stores.events).set_state("ana", "city", "Lisbon")
+        recaller = Recaller(stores.events)
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+        wakes = stores.events.wakes
+        fact = await MemoryBoard(other.events).fact("ana", "born in Lisbon")
+        assert stores.events.wakes == wakes  # only a read of the log's seq can tell
+        found = await recaller.recall(RecallQuery(text="lisbon"))
+        assert sorted(records(found)) == sorted(["city", fact.data["record"]])
+        await ladder(other.events).archive("ana/city")
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == [
+            fact.data["record"]]
+    finally:
+        await other.close()
+        await stores.close()
+
+
+async def test_an_unverified_import_ranks_below_the_agents_own_word_until_a_person_verifies_it(
+    store: EventStore,
+) -> None:
+    from pulse_core.memory import Recaller
+
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    # newer, so at equal authority it would rank first
+    await MemoryBoard(store, origin="agent:import:wiki").set_state("ana", "home", "Lisbon")
+    recaller = Recaller(store)
+    for found in (await recall(store, RecallQuery(text="lisbon")),
+                  await recaller.recall(RecallQuery(text="lisbon"))):
+        assert [(r.record, r.authority) for r in found] == [("city", AGENT),
+                                                             ("home", BACKGROUND)]
+    with pytest.raises(NotAuthorized):
+        await verify_import(store, "ana/home", origin="agent")
+    assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city", "home"]
+    await verify_import(store, "ana/home", origin="human:ops", reason="checked the source")
+    for found in (await recall(store, RecallQuery(text="lisbon")),
+                  await recaller.recall(RecallQuery(text="lisbon"))):
+        assert [(r.record, r.authority) for r in found] == [("home", AGENT), ("city", AGENT)]
