@@ -15,7 +15,14 @@ import psycopg
 from pulse_core._clock import Clock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
 from pulse_core.store._commit import Batch
-from pulse_core.store._pg_schema import COLUMNS, Connection, is_disconnect, pipeline, quoted
+from pulse_core.store._pg_schema import (
+    COLUMNS,
+    Connection,
+    channel_of,
+    is_disconnect,
+    pipeline,
+    quoted,
+)
 from pulse_core.store._recorder import AppendResult, PreparedAppend
 
 Outcome = AppendResult | Exception
@@ -47,7 +54,7 @@ class LogSQL:
         s = quoted(schema)
         self.schema = schema
         self.s = s
-        self.channel = f"pulse:{schema}"
+        self.channel = channel_of(schema)
         # Waits for the writer before this one to commit, and keeps the next one waiting
         # until this transaction ends: seqs are taken in commit order.
         self.lock = f"SELECT FROM {s}.writer_lock FOR UPDATE"
@@ -61,27 +68,15 @@ class LogSQL:
             f"INSERT INTO {s}.events ({COLUMNS}) SELECT * FROM unnest(%b::bigint[], "
             "%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
             "%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::text[])")
-        # The one-round-trip commit: the rows go in only if the log still ends at the
-        # given seq (no other writer committed since this process's last commit); the heads
-        # and the NOTIFY follow only if its first row went in.
-        self.insert_if_last = self.insert + (
-            f" WHERE (SELECT coalesce(max(seq), 0) FROM {s}.events) = %s")
-        self.inserted = f"EXISTS (SELECT FROM {s}.events WHERE seq = %s AND id = %s)"
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
-        # Heads moved only if the conditional insert went in (the condition on the rows to
-        # insert: after ON CONFLICT ... DO UPDATE a WHERE would bind the update alone).
-        self.upsert_heads_if = (
-            f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
-            f"%b::bigint[]) WHERE {self.inserted} ON CONFLICT (key) DO UPDATE "
-            "SET version = excluded.version")
-        # The one-round-trip commit as one message, the values bound in it: one send.
-        self.one_trip = "; ".join([
-            BEGIN, self.lock, self.insert_if_last.replace("%b", "%s"),
-            self.upsert_heads_if.replace("%b", "%s"),
-            f"SELECT pg_notify(%s, %s) WHERE {self.inserted}",
-            f"SELECT {self.inserted}", "COMMIT"])
+        # The one-round-trip commit (the schema's function): the rows, the heads, the NOTIFY
+        # if the log still ends at the given seq; whether it did.
+        self.commit_if_last = (
+            f"SELECT {s}.commit_if_last(%b, %b::bigint[], %b::text[], %b::text[], %b::text[], "
+            "%b::bigint[], %b::bigint[], %b::text[], %b::bigint[], %b::text[], %b::text[], "
+            "%b::bytea[], %b::text[], %b::text[], %b::bigint[])")
 
 
 class _Staged(Batch):
@@ -221,29 +216,11 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
     if not rows:
         return None
     moved = sorted({r[3] for r in rows})
-    mine = (rows[0][0], rows[0][1])
     try:
-        if len(rows) <= ONE_MESSAGE:
-            async with psycopg.AsyncClientCursor(conn) as cur:
-                await cur.execute(sql.one_trip, [
-                    *columns_of(rows), last, moved, [staged.heads[k] for k in moved], *mine,
-                    sql.channel, str(rows[-1][0]), *mine, *mine])
-                stored = False
-                while cur.nextset():
-                    if cur.description and len(cur.description) == 1 and cur.rowcount == 1:
-                        found = await cur.fetchone()
-                        stored = bool(found and found[0] is True)
-        else:
-            async with pipeline(conn):
-                await conn.execute(BEGIN)
-                await conn.execute(sql.lock)
-                inserted = await conn.execute(sql.insert_if_last, [*columns_of(rows), last])
-                await conn.execute(sql.upsert_heads_if,
-                                   (moved, [staged.heads[k] for k in moved], *mine))
-                await conn.execute(f"SELECT pg_notify(%s, %s) WHERE {sql.inserted}",
-                                   (sql.channel, str(rows[-1][0]), *mine))
-                await conn.execute("COMMIT")
-            stored = inserted.rowcount == len(rows)
+        cur = await conn.execute(sql.commit_if_last, [
+            last, *columns_of(rows), moved, [staged.heads[k] for k in moved]])
+        found = await cur.fetchone()
+        stored = bool(found and found[0] is True)
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if is_disconnect(exc):
@@ -301,11 +278,6 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
                 {k: read.get(k, 0) for k in keys} | staged.heads)
     return outcomes
 
-
-ONE_MESSAGE = 16
-"""Groups of up to this many rows go in one message with their values bound in it (one
-send, parsed anew each time); larger ones as prepared statements in a pipeline (one round
-trip too, a send per statement), where quoting the values would cost more."""
 
 COPY_FROM = 512
 """Groups of at least this many rows are sent by COPY (two round trips of their own, the

@@ -29,7 +29,7 @@ from pulse_core._redact import redact_urls
 
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION = "pulse event log"
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 
@@ -132,11 +132,101 @@ CREATE INDEX IF NOT EXISTS events_kind ON {s}.events (kind, seq);
 CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops, seq);
 """
 
+# Version 4: an append in one statement, and the principals checked once per statement.
+# `commit_if_last` is the one-round-trip commit of a writer that knows where the log ends:
+# under the writer lock, the rows go in only if the log still ends at `last` (no other writer
+# committed since), the heads move and the channel is notified; false (nothing stored) when
+# another writer came first. Its statements are planned once per session, and the call is
+# one prepared statement: the round trip of a raw INSERT. The principals trigger reads the
+# statement's new rows at once rather than running once per row.
+APPEND_IN_ONE = """
+CREATE FUNCTION {s}.commit_if_last(
+    last bigint, seqs bigint[], ids text[], kinds text[], keys text[], versions bigint[],
+    tss bigint[], origins text[], causes bigint[], txs text[], idems text[], datas bytea[],
+    hashes text[], moved text[], moved_to bigint[]) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM {s}.writer_lock FOR UPDATE;
+    IF (SELECT coalesce(max(seq), 0) FROM {s}.events) <> last THEN
+        RETURN false;
+    END IF;
+    INSERT INTO {s}.events ({columns}) SELECT * FROM unnest(seqs, ids, kinds, keys, versions,
+        tss, origins, causes, txs, idems, datas, hashes);
+    INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(moved, moved_to)
+        ON CONFLICT (key) DO UPDATE SET version = excluded.version;
+    PERFORM pg_notify({channel}, seqs[cardinality(seqs)]::text);
+    RETURN true;
+END $$;
+DROP TRIGGER events_check_principal ON {s}.events;
+DROP FUNCTION {s}.check_principal();
+CREATE FUNCTION {s}.check_principals() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    who record;
+    bad record;
+BEGIN
+    IF NOT EXISTS (SELECT FROM added) THEN
+        RETURN NULL;
+    END IF;
+    SELECT kind, agent INTO who FROM {s}.principals WHERE role = current_user::text;
+    IF NOT FOUND THEN
+        IF current_user::text = (SELECT nspowner::regrole::text FROM pg_namespace
+                                 WHERE nspname = TG_TABLE_SCHEMA) THEN
+            RETURN NULL;
+        END IF;
+        RAISE EXCEPTION 'role % is not a pulse principal of schema %', current_user,
+            TG_TABLE_SCHEMA USING ERRCODE = 'insufficient_privilege',
+            HINT = 'the schema''s owner lists it in principals (docs/security.md)';
+    END IF;
+    IF who.kind = 'human' THEN
+        RETURN NULL;
+    END IF;
+    SELECT a.kind, a.origin INTO bad FROM added a
+    WHERE a.kind IN ({person_kinds})
+       OR (who.kind = 'engine' AND split_part(a.origin, ':', 1) IN ('human', 'cli'))
+       OR (who.kind = 'agent' AND NOT (
+            a.origin = 'agent' OR a.origin = 'agent:' || who.agent
+            OR starts_with(a.origin, 'agent:' || who.agent || '-')
+            OR starts_with(a.origin, 'agent:' || who.agent || ':')))
+    ORDER BY a.seq LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF bad.kind IN ({person_kinds}) THEN
+        RAISE EXCEPTION 'role % (%) may not write an event of kind %: only a person does',
+            current_user, who.kind, bad.kind USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF who.kind = 'engine' THEN
+        RAISE EXCEPTION 'role % (engine) may not write origin %: only a person does',
+            current_user, bad.origin USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RAISE EXCEPTION 'role % (agent %) may not write origin %', current_user, who.agent,
+        bad.origin USING ERRCODE = 'insufficient_privilege';
+END $$;
+CREATE TRIGGER events_check_principals AFTER INSERT ON {s}.events
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION {s}.check_principals();
+"""
+
+
+def _person_kinds() -> str:
+    return ", ".join(f"'{kind}'" for kind in sorted(PERSON_KINDS))
+
+
+def channel_of(schema: str) -> str:
+    """The channel every commit to the log in `schema` NOTIFYs."""
+    return f"pulse:{schema}"
+
+
+def append_in_one_sql(schema: str) -> str:
+    """The version-4 statements for `schema`."""
+    s = quoted(schema)
+    channel = "'" + channel_of(schema).replace("'", "''") + "'"
+    return APPEND_IN_ONE.format(s=s, columns=COLUMNS, channel=channel,
+                                person_kinds=_person_kinds())
+
 
 def principals_sql(s: str) -> str:
     """The version-2 statements for the quoted schema `s`."""
-    kinds = ", ".join(f"'{kind}'" for kind in sorted(PERSON_KINDS))
-    return PRINCIPALS.format(s=s, person_kinds=kinds)
+    return PRINCIPALS.format(s=s, person_kinds=_person_kinds())
 
 
 def quoted(name: str) -> str:
@@ -296,18 +386,17 @@ async def prepare(conn: Connection, schema: str, *, read_only: bool, location: s
                     await conn.execute(SCHEMA.format(s=s))
                     await conn.execute(principals_sql(s))
                     await conn.execute(INDEXES.format(s=s))
+                    await conn.execute(append_in_one_sql(schema))
                     await conn.execute(
                         f"INSERT INTO {s}.meta VALUES ('application', %s), "
                         "('schema_version', %s)", (APPLICATION, str(SCHEMA_VERSION)))
         meta = await _meta(conn, s)
-        if meta.get("application") == APPLICATION and meta.get("schema_version") == "1" \
-                and not read_only:
-            await _upgrade_to_2(conn, schema, location)
-            meta = await _meta(conn, s)
-        if meta.get("application") == APPLICATION and meta.get("schema_version") == "2" \
-                and not read_only:
-            await _upgrade_to_3(conn, schema, location)
-            meta = await _meta(conn, s)
+        for version, (adds, sql) in enumerate(_UPGRADES, start=2):
+            if meta.get("application") == APPLICATION and not read_only \
+                    and meta.get("schema_version") == str(version - 1):
+                await _upgrade(conn, schema, location, version=version, adds=adds,
+                               sql=sql(schema))
+                meta = await _meta(conn, s)
     if meta.get("application") != APPLICATION:
         raise NotAPulseDatabase(
             f"{location}: schema {schema!r} holds a 'meta' table of another program, not a "
@@ -325,42 +414,34 @@ async def _meta(conn: Connection, s: str) -> dict[str, str]:
     return {str(name): str(value) for name, value in await cur.fetchall()}
 
 
-async def _upgrade_to_2(conn: Connection, schema: str, location: str) -> None:
-    """Add the principals table and trigger to a version-1 log (as the schema's owner: a
-    role that may not is told to let the owner open it once)."""
+_UPGRADES: list[tuple[str, Callable[[str], str]]] = [
+    ("version 2's principals table", lambda schema: principals_sql(quoted(schema))),
+    # Building the indexes reads the whole table and holds back appends meanwhile (seconds
+    # per million events).
+    ("version 3's indexes", lambda schema: INDEXES.format(s=quoted(schema))),
+    ("version 4's append function and principals trigger", append_in_one_sql),
+]
+"""What each version adds (from version 2 on, in order) and its statements for a schema."""
+
+
+async def _upgrade(conn: Connection, schema: str, location: str, *, version: int,
+                   adds: str, sql: str) -> None:
+    """Bring a log at `version - 1` to `version` by `sql`, in one transaction, as the
+    schema's owner (a role that may not is told to let the owner open it once); nothing
+    stored changes."""
     s = quoted(schema)
     try:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)",
                                (lock_key("pulse-schema", schema),))
-            if (await _meta(conn, s)).get("schema_version") == "1":
-                await conn.execute(principals_sql(s))
-                await conn.execute(f"UPDATE {s}.meta SET value = '2' "
-                                   "WHERE name = 'schema_version'")
+            if (await _meta(conn, s)).get("schema_version") == str(version - 1):
+                await conn.execute(sql)
+                await conn.execute(f"UPDATE {s}.meta SET value = %s "
+                                   "WHERE name = 'schema_version'", (str(version),))
     except psycopg.errors.InsufficientPrivilege:
         raise StoreError(
-            f"{location}: the event log (schema {schema!r}) is at version 1 and this role may "
-            "not add version 2's principals table — open it once as the schema's owner "
-            "(any pulse command that writes, such as `upulse daemon start`)") from None
-
-
-async def _upgrade_to_3(conn: Connection, schema: str, location: str) -> None:
-    """Add the kind and origin indexes to a version-2 log (as the schema's owner). Building
-    them reads the whole table and holds back appends meanwhile (seconds per million
-    events); nothing stored changes."""
-    s = quoted(schema)
-    try:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
-                               (lock_key("pulse-schema", schema),))
-            if (await _meta(conn, s)).get("schema_version") == "2":
-                await conn.execute(INDEXES.format(s=s))
-                await conn.execute(f"UPDATE {s}.meta SET value = '3' "
-                                   "WHERE name = 'schema_version'")
-    except psycopg.errors.InsufficientPrivilege:
-        raise StoreError(
-            f"{location}: the event log (schema {schema!r}) is at version 2 and this role may "
-            "not add version 3's indexes — open it once as the schema's owner (any pulse "
+            f"{location}: the event log (schema {schema!r}) is at version {version - 1} and "
+            f"this role may not add {adds} — open it once as the schema's owner (any pulse "
             "command that writes, such as `upulse daemon start`)") from None
 
 

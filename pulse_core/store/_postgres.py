@@ -117,12 +117,15 @@ class PostgresRecorder(Recorder):
     async def _connect(self) -> Connection:
         """A new session, with TCP keepalives so a silently dropped link is noticed:
         read-only ones refuse every write; in writable ones a transaction left idle (a
-        stopped process holding the writer lock) is ended by the server, and no statement
+        stopped process holding the writer lock) is ended by the server, no statement
         or lock timeout set on the database or role cuts a wait for the writer lock or an
-        exclusive lock (a wait is as long as the transaction before it)."""
+        exclusive lock (a wait is as long as the transaction before it), and a commit in
+        one statement reads what the writer it waited for committed (READ COMMITTED, whatever
+        the database's default)."""
         options = ("-c default_transaction_read_only=on" if self.read_only
                    else f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} "
-                        "-c statement_timeout=0 -c lock_timeout=0")
+                        "-c statement_timeout=0 -c lock_timeout=0 "
+                        "-c default_transaction_isolation=read\\ committed")
         with pg_errors(self.location, "connecting"):
             given = conninfo_to_dict(self.url.dsn)  # keepalives set in the URL are kept
             conninfo = make_conninfo(self.url.dsn, **{k: v for k, v in KEEPALIVES.items()
