@@ -10,6 +10,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import psycopg
 
 from pulse_core._clock import Clock
@@ -17,6 +18,7 @@ from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, Ve
 from pulse_core.store._commit import Batch
 from pulse_core.store._pg_schema import (
     COLUMNS,
+    ROWS_OF_JSON,
     Connection,
     channel_of,
     is_disconnect,
@@ -62,21 +64,16 @@ class LogSQL:
         self.heads = f"SELECT key, version FROM {s}.heads WHERE key = ANY(%b)"
         self.idems = f"SELECT {COLUMNS} FROM {s}.events WHERE idem = ANY(%b)"
         self.copy = f"COPY {s}.events ({COLUMNS}) FROM STDIN"
-        # The group's rows as one array per column, in the commit's pipeline: no round trip
+        # The group's rows as one JSON parameter, in the commit's pipeline: no round trip
         # of their own (COPY takes two), one plan the server keeps prepared.
-        self.insert = (
-            f"INSERT INTO {s}.events ({COLUMNS}) SELECT * FROM unnest(%b::bigint[], "
-            "%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
-            "%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::text[])")
+        self.insert = (f"INSERT INTO {s}.events ({COLUMNS}) "
+                       + ROWS_OF_JSON.format(rows="%s::jsonb"))
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
         # The one-round-trip commit (the schema's function): the rows, the heads, the NOTIFY
         # if the log still ends at the given seq; whether it did.
-        self.commit_if_last = (
-            f"SELECT {s}.commit_if_last(%b, %b::bigint[], %b::text[], %b::text[], %b::text[], "
-            "%b::bigint[], %b::bigint[], %b::text[], %b::bigint[], %b::text[], %b::text[], "
-            "%b::bytea[], %b::text[], %b::text[], %b::bigint[])")
+        self.commit_if_last = f"SELECT {s}.commit_if_last(%s, %s::jsonb)"
 
 
 class _Staged(Batch):
@@ -215,10 +212,8 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
     rows = staged.rows
     if not rows:
         return None
-    moved = sorted({r[3] for r in rows})
     try:
-        cur = await conn.execute(sql.commit_if_last, [
-            last, *columns_of(rows), moved, [staged.heads[k] for k in moved]])
+        cur = await conn.execute(sql.commit_if_last, [last, json_of(rows)])
         found = await cur.fetchone()
         stored = bool(found and found[0] is True)
     except (psycopg.Error, OSError) as exc:
@@ -305,18 +300,19 @@ async def _write(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
     `written` (default `rows`) and NOTIFY its last seq."""
     written = rows if written is None else written
     if rows:
-        await conn.execute(sql.insert, columns_of(rows))
+        await conn.execute(sql.insert, [json_of(rows)])
     if written:
         moved = sorted({r[3] for r in written})
         await conn.execute(sql.upsert_heads, (moved, [heads[k] for k in moved]))
         await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(written[-1][0])))
 
 
-def columns_of(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """`rows` as one list per column, data as bytes."""
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    columns[10] = [None if d is None else bytes(d) for d in columns[10]]
-    return columns
+def json_of(rows: Sequence[Sequence[Any]]) -> str:
+    """`rows` as `ROWS_OF_JSON` reads them."""
+    return _JSON.encode(rows).decode()
+
+
+_JSON = msgspec.json.Encoder()
 
 
 async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any]],

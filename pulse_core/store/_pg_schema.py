@@ -135,26 +135,25 @@ CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops,
 # Version 4: an append in one statement, and the principals checked once per statement.
 # `commit_if_last` is the one-round-trip commit of a writer that knows where the log ends:
 # under the writer lock, the rows go in only if the log still ends at `last` (no other writer
-# committed since), the heads move and the channel is notified; false (nothing stored) when
-# another writer came first. Its statements are planned once per session, and the call is
-# one prepared statement: the round trip of a raw INSERT. The principals trigger reads the
-# statement's new rows at once rather than running once per row.
+# committed since), the heads of their keys move and the channel is notified; false (nothing
+# stored) when another writer came first. The rows come as one JSON document (see
+# `ROWS_OF_JSON`): one parameter, encoded in C, parsed in C. Its statements are planned once
+# per session and the call is one prepared statement: the round trip of a raw INSERT. The
+# principals trigger reads the statement's new rows at once rather than running per row.
 APPEND_IN_ONE = """
-CREATE FUNCTION {s}.commit_if_last(
-    last bigint, seqs bigint[], ids text[], kinds text[], keys text[], versions bigint[],
-    tss bigint[], origins text[], causes bigint[], txs text[], idems text[], datas bytea[],
-    hashes text[], moved text[], moved_to bigint[]) RETURNS boolean
+CREATE FUNCTION {s}.commit_if_last(last bigint, rows jsonb) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM FROM {s}.writer_lock FOR UPDATE;
     IF (SELECT coalesce(max(seq), 0) FROM {s}.events) <> last THEN
         RETURN false;
     END IF;
-    INSERT INTO {s}.events ({columns}) SELECT * FROM unnest(seqs, ids, kinds, keys, versions,
-        tss, origins, causes, txs, idems, datas, hashes);
-    INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(moved, moved_to)
+    WITH added AS (
+        INSERT INTO {s}.events ({columns}) {rows_of_json} RETURNING key, version)
+    INSERT INTO {s}.heads (key, version)
+        SELECT DISTINCT ON (key) key, version FROM added ORDER BY key, version DESC
         ON CONFLICT (key) DO UPDATE SET version = excluded.version;
-    PERFORM pg_notify({channel}, seqs[cardinality(seqs)]::text);
+    PERFORM pg_notify({channel}, rows -> -1 ->> 0);
     RETURN true;
 END $$;
 DROP TRIGGER events_check_principal ON {s}.events;
@@ -216,11 +215,21 @@ def channel_of(schema: str) -> str:
     return f"pulse:{schema}"
 
 
+ROWS_OF_JSON = (
+    "SELECT (r->>0)::bigint, r->>1, r->>2, r->>3, (r->>4)::bigint, (r->>5)::bigint, r->>6, "
+    "(r->>7)::bigint, r->>8, r->>9, decode(r->>10, 'base64'), r->>11 "
+    "FROM jsonb_array_elements({rows}) r")
+"""A SELECT of log rows (COLUMNS order) from `rows`, a jsonb array holding each row as an
+array of its values, data in base64 (as msgspec encodes bytes): the cheapest way found to
+send many rows as one parameter (psycopg dumps arrays element by element in Python)."""
+
+
 def append_in_one_sql(schema: str) -> str:
     """The version-4 statements for `schema`."""
     s = quoted(schema)
     channel = "'" + channel_of(schema).replace("'", "''") + "'"
     return APPEND_IN_ONE.format(s=s, columns=COLUMNS, channel=channel,
+                                rows_of_json=ROWS_OF_JSON.format(rows="rows"),
                                 person_kinds=_person_kinds())
 
 
