@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import socket
+import select
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -150,13 +149,11 @@ def quiet(conn: Connection) -> bool:
     the group then takes the path whose first round trip finds that out before any row is
     sent (so it can be sent again on a new connection)."""
     try:
-        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
-            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return True
-    except (psycopg.Error, OSError):
+        poll = select.poll()
+        poll.register(conn.pgconn.socket, select.POLLIN | select.POLLPRI)
+        return not poll.poll(0)
+    except (psycopg.Error, OSError, ValueError):
         return False
-    return False
 
 
 async def roll_back(conn: Connection) -> None:
