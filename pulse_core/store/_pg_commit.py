@@ -17,12 +17,12 @@ from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, Ve
 from pulse_core.store._commit import Batch
 from pulse_core.store._pg_schema import (
     COLUMNS,
-    ROWS_OF_JSON,
     Connection,
     channel_of,
     is_disconnect,
     pipeline,
     quoted,
+    rows_of_json,
 )
 from pulse_core.store._recorder import AppendResult, PreparedAppend
 
@@ -37,15 +37,28 @@ REPEATABLE READ or SERIALIZABLE would give them the snapshot of before the wait)
 class CommitUnknown(Exception):
     """The connection failed after the rows were sent: whether they committed is unknown.
 
-    `outcomes` are the group's outcomes had it committed; `seq` and `event_id` name its
-    first row, so that a look at the log can tell.
+    `outcomes` are the group's outcomes had it committed; `key` and `event_id` name its
+    first row, so that a look at the log can tell (`settled` then gives the outcomes).
     """
 
-    def __init__(self, outcomes: list[Outcome], seq: int, event_id: str) -> None:
-        super().__init__(f"commit of seq {seq} unknown")
+    def __init__(self, outcomes: list[Outcome], key: str, event_id: str, *,
+                 relative: bool) -> None:
+        super().__init__(f"commit of event {event_id} unknown")
         self.outcomes = outcomes
-        self.seq = seq
+        self.key = key
         self.event_id = event_id
+        self.relative = relative  # seqs counted from 1 and ts to be given by the server
+
+    def settled(self, seq: int, ts: int) -> list[Outcome]:
+        """The outcomes, the first row found stored at `seq` with `ts`."""
+        return rebased(self.outcomes, seq - 1, ts) if self.relative else self.outcomes
+
+
+def rebased(outcomes: list[Outcome], base: int, ts: int) -> list[Outcome]:
+    """`outcomes` of a group staged with seqs from 1, stored after seq `base` at `ts`."""
+    return [AppendResult(o.tx, tuple(msgspec.structs.replace(e, seq=base + e.seq, ts=ts)
+                                     for e in o.events), o.replayed)
+            if isinstance(o, AppendResult) else o for o in outcomes]
 
 
 class LogSQL:
@@ -60,19 +73,19 @@ class LogSQL:
         # until this transaction ends: seqs are taken in commit order.
         self.lock = f"SELECT FROM {s}.writer_lock FOR UPDATE"
         self.last = f"SELECT coalesce(max(seq), 0) FROM {s}.events"
+        self.newest = f"SELECT seq, ts FROM {s}.events ORDER BY seq DESC LIMIT 1"
         self.heads = f"SELECT key, version FROM {s}.heads WHERE key = ANY(%b)"
         self.idems = f"SELECT {COLUMNS} FROM {s}.events WHERE idem = ANY(%b)"
         self.copy = f"COPY {s}.events ({COLUMNS}) FROM STDIN"
         # The group's rows as one JSON parameter, in the commit's pipeline: no round trip
         # of their own (COPY takes two), one plan the server keeps prepared.
-        self.insert = (f"INSERT INTO {s}.events ({COLUMNS}) "
-                       + ROWS_OF_JSON.format(rows="%s::jsonb"))
+        self.insert = f"INSERT INTO {s}.events ({COLUMNS}) " + rows_of_json("%s::jsonb")
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
         # The one-round-trip commit (the schema's function): the rows, the heads, the NOTIFY
-        # if the log still ends at the given seq; whether it did.
-        self.commit_if_last = f"SELECT {s}.commit_if_last(%s, %s::jsonb)"
+        # if the heads are as assumed; the seq before the rows and their ts, or NULL.
+        self.commit_if_heads = f"SELECT {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s)"
 
 
 class _Staged(Batch):
@@ -99,47 +112,40 @@ class _Staged(Batch):
 
 
 class Known:
-    """What this recorder knows of the log as of its last transaction: the seq it ended at
-    and the heads of the keys it read or wrote then. Valid only while no other writer has
-    committed since, which the one-round-trip commit checks on the server under the writer
-    lock; any doubt (a failure, another writer seen) forgets it all."""
+    """The heads of the keys this recorder read or wrote in its recent transactions, as
+    they were then: what a group is staged against to try it in one round trip (the server
+    checks them under the writer lock). A head another writer moved since makes that try
+    refused, and the group's keys are forgotten; any failure forgets them all."""
 
     LIMIT = 100_000  # keys remembered at most; past it the cache starts over
 
-    BACK_OFF = 64  # at most this many groups read the log between two tries after refusals
-
     def __init__(self) -> None:
-        self.last: int | None = None
         self.heads: dict[str, int] = {}
-        self.skip = 0  # groups still to send the two-trip way after a refused try
-        self.wait = 0  # how many that was last time: doubled by each refusal in a row
 
-    def refused(self) -> None:
-        """Another writer committed before this one's one-trip try: forget, and try less
-        often while other writers are busy (a refused try costs a round trip)."""
-        self.forget()
-        self.wait = min(self.BACK_OFF, self.wait * 2 or 1)
-        self.skip = self.wait
-
-    def forget(self) -> None:
-        """Know nothing: the next transaction reads the log."""
-        self.last = None
-        self.heads.clear()
-
-    def covers(self, keys: Sequence[str]) -> bool:
-        """Whether to try the group in one trip: every one of `keys` has a remembered head
-        and no recent refusal says to wait."""
-        if self.skip:
-            self.skip -= 1
-            return False
-        return self.last is not None and all(k in self.heads for k in keys)
-
-    def learn(self, since: int, last: int, heads: Mapping[str, int]) -> None:
-        """A transaction found the log ending at `since` and left it ending at `last`, with
-        `heads` (read or written by it); what was known of an older log is forgotten."""
-        if self.last != since or len(self.heads) > self.LIMIT:
+    def forget(self, keys: Sequence[str] | None = None) -> None:
+        """Forget `keys` (default: all): the next transaction naming them reads the log."""
+        if keys is None:
             self.heads.clear()
-        self.last = last
+        for key in keys or ():
+            self.heads.pop(key, None)
+
+    def assumed(self, keys: Sequence[str], appends: Sequence[PreparedAppend]
+                ) -> dict[str, int]:
+        """The head to assume for each of `keys`: the remembered one, else the version the
+        first append expecting it expects, else 0 (a new key)."""
+        heads = self.heads
+        assumed: dict[str, int] = {}
+        for key in keys:
+            version = heads.get(key)
+            if version is None:
+                version = next((a.expect[key] for a in appends if key in a.expect), 0)
+            assumed[key] = version
+        return assumed
+
+    def learn(self, heads: Mapping[str, int]) -> None:
+        """A transaction read or left `heads`."""
+        if len(self.heads) > self.LIMIT:
+            self.heads.clear()
         self.heads.update(heads)
 
 
@@ -171,19 +177,19 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     """Store `appends` in one transaction on `conn`: each one's outcome, in order (a
     VersionConflict, IdempotencyConflict or InvalidEvent fails that append alone).
 
-    When `known` covers every key and no draft has an idempotency key, the group is staged
-    against it and sent with a server-side check in one round trip; if another writer
-    committed meanwhile, that transaction is rolled back and the group staged again from
-    what the log holds (two round trips). Raises CommitUnknown when the connection fails
-    once rows were sent, and the driver's error for any other failure (then nothing was
-    stored).
+    When no draft has an idempotency key, the group is staged against the heads `known`
+    assumes and sent in one round trip, the server checking those heads; if one differs
+    (another writer moved it), nothing is stored and the group is staged again from what the
+    log holds (two round trips), as it is when an append fails against the assumed heads.
+    Raises CommitUnknown when the connection fails once rows were sent, and the driver's
+    error for any other failure (then nothing was stored).
     """
     keys = sorted({d.key for a in appends for d in a.drafts}
                   | {k for a in appends for k in a.expect})
     idems = [d.idem for a in appends for d in a.drafts if d.idem is not None]
     try:
-        if not idems and known.covers(keys) and quiet(conn):
-            done = await _commit_known(conn, sql, appends, clock, known)
+        if not idems and quiet(conn):
+            done = await _commit_assumed(conn, sql, appends, clock, known, keys=keys)
             if done is not None:
                 return done
         return await _commit_read(conn, sql, appends, clock, known, keys=keys, idems=idems)
@@ -192,13 +198,13 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
         raise
 
 
-async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
-                        clock: Clock, known: Known) -> list[Outcome] | None:
-    """The group staged against `known` and committed in one round trip; None (nothing
-    stored) when an append fails against it or another writer committed since."""
-    assert known.last is not None
-    last = known.last
-    staged = _Staged(last + 1, known.heads, {})
+async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
+                          clock: Clock, known: Known, *, keys: Sequence[str]
+                          ) -> list[Outcome] | None:
+    """The group staged against the heads `known` assumes and committed in one round trip;
+    None (nothing stored) when an append fails against them or the log's heads differ."""
+    assumed = known.assumed(keys, appends)
+    staged = _Staged(1, assumed, {})
     now = clock.now_ms()
     outcomes: list[Outcome] = []
     for append in appends:
@@ -210,23 +216,22 @@ async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[Prepare
     if not rows:
         return None
     try:
-        cur = await conn.execute(sql.commit_if_last, [last, json_of(rows)])
+        cur = await conn.execute(sql.commit_if_heads, [json_of(rows), json_of(assumed), now])
         found = await cur.fetchone()
-        stored = bool(found and found[0] is True)
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if is_disconnect(exc):
-            raise CommitUnknown(outcomes, rows[0][0], rows[0][1]) from exc
+            raise CommitUnknown(outcomes, rows[0][3], rows[0][1], relative=True) from exc
         raise
     except BaseException:
         await roll_back(conn)
         raise
-    if not stored:  # another writer committed first: nothing stored
-        known.refused()
+    if not found or found[0] is None:  # another writer moved a head: nothing stored
+        known.forget(keys)
         return None
-    known.wait = 0
-    known.learn(last, rows[-1][0], staged.heads)
-    return outcomes
+    base, ts = found[0]
+    known.learn(staged.heads)
+    return rebased(outcomes, base, ts)
 
 
 async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
@@ -241,16 +246,17 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
             # that writer committed: the newest seq, the heads, the idempotency keys.
             await conn.execute(BEGIN)
             await conn.execute(sql.lock)
-            last = await conn.execute(sql.last)
+            newest = await conn.execute(sql.newest)
             heads = await conn.execute(sql.heads, (list(keys),))
             stored = await conn.execute(sql.idems, (list(idems),)) if idems else None
-            row = await last.fetchone()
+            row = await newest.fetchone()
             read = {str(k): int(v) for k, v in await heads.fetchall()}
             staged = _Staged(
                 int(row[0]) + 1 if row else 1, read,
                 {str(r[9]): r for r in await stored.fetchall()} if stored else {})
-        first = staged.next_seq
-        now = clock.now_ms()  # read under the writer lock: ts follows seq on one clock
+        # Read under the writer lock, and never before the newest row's: ts follows seq
+        # (whatever the clocks of the hosts writing disagree by).
+        now = max(clock.now_ms(), int(row[1]) if row else 0)
         for append in appends:
             try:
                 outcomes.append(staged.apply(append, now))
@@ -261,13 +267,12 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if rows and is_disconnect(exc):
-            raise CommitUnknown(outcomes, rows[0][0], rows[0][1]) from exc
+            raise CommitUnknown(outcomes, rows[0][3], rows[0][1], relative=False) from exc
         raise
     except BaseException:
         await roll_back(conn)
         raise
-    known.learn(first - 1, rows[-1][0] if rows else first - 1,
-                {k: read.get(k, 0) for k in keys} | staged.heads)
+    known.learn({k: read.get(k, 0) for k in keys} | staged.heads)
     return outcomes
 
 
@@ -304,9 +309,9 @@ async def _write(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
         await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(written[-1][0])))
 
 
-def json_of(rows: Sequence[Sequence[Any]]) -> str:
-    """`rows` as `ROWS_OF_JSON` reads them."""
-    return _JSON.encode(rows).decode()
+def json_of(value: Sequence[Sequence[Any]] | Mapping[str, int]) -> str:
+    """Rows (as `rows_of_json` reads them) or heads as JSON text."""
+    return _JSON.encode(value).decode()
 
 
 _JSON = msgspec.json.Encoder()

@@ -133,28 +133,38 @@ CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops,
 """
 
 # Version 4: an append in one statement, and the principals checked once per statement.
-# `commit_if_last` is the one-round-trip commit of a writer that knows where the log ends:
-# under the writer lock, the rows go in only if the log still ends at `last` (no other writer
-# committed since), the heads of their keys move and the channel is notified; false (nothing
-# stored) when another writer came first. The rows come as one JSON document (see
-# `ROWS_OF_JSON`): one parameter, encoded in C, parsed in C. Its statements are planned once
-# per session and the call is one prepared statement: the round trip of a raw INSERT. The
-# principals trigger reads the statement's new rows at once rather than running per row.
+# `commit_if_heads` is the one-round-trip commit of a writer that staged its group against
+# the heads it assumes (`assumed`: {key: version} for every key the group reads or writes):
+# under the writer lock, unless a head differs from what was assumed (nothing stored: NULL),
+# the rows go in after the newest seq (their seqs in `rows` count from 1), stamped with
+# `stamp` or, if later, the newest row's ts (ts follows seq); the heads of their keys move
+# and the channel is notified; it returns the seq before the first row and the ts given.
+# The rows come as one JSON document (see `ROWS_OF_JSON`): one parameter, encoded and parsed
+# in C. The statements are planned once per session and the call is one prepared statement:
+# the round trip of a raw INSERT, and the writer lock held only while the server works.
+# The principals trigger reads a statement's new rows at once rather than once per row.
 APPEND_IN_ONE = """
-CREATE FUNCTION {s}.commit_if_last(last bigint, rows jsonb) RETURNS boolean
-LANGUAGE plpgsql AS $$
+CREATE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    base bigint;
+    stamped bigint;
 BEGIN
     PERFORM FROM {s}.writer_lock FOR UPDATE;
-    IF (SELECT coalesce(max(seq), 0) FROM {s}.events) <> last THEN
-        RETURN false;
+    IF EXISTS (SELECT FROM jsonb_each_text(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key
+               WHERE coalesce(h.version, 0) <> a.value::bigint) THEN
+        RETURN NULL;
     END IF;
+    SELECT e.seq, e.ts INTO base, stamped FROM {s}.events e ORDER BY e.seq DESC LIMIT 1;
+    base := coalesce(base, 0);
+    stamped := greatest(stamp, stamped);
     WITH added AS (
         INSERT INTO {s}.events ({columns}) {rows_of_json} RETURNING key, version)
     INSERT INTO {s}.heads (key, version)
         SELECT DISTINCT ON (key) key, version FROM added ORDER BY key, version DESC
         ON CONFLICT (key) DO UPDATE SET version = excluded.version;
-    PERFORM pg_notify({channel}, rows -> -1 ->> 0);
-    RETURN true;
+    PERFORM pg_notify({channel}, (base + jsonb_array_length(rows))::text);
+    RETURN ARRAY[base, stamped];
 END $$;
 DROP TRIGGER events_check_principal ON {s}.events;
 DROP FUNCTION {s}.check_principal();
@@ -216,12 +226,18 @@ def channel_of(schema: str) -> str:
 
 
 ROWS_OF_JSON = (
-    "SELECT (r->>0)::bigint, r->>1, r->>2, r->>3, (r->>4)::bigint, (r->>5)::bigint, r->>6, "
-    "(r->>7)::bigint, r->>8, r->>9, decode(r->>10, 'base64'), r->>11 "
-    "FROM jsonb_array_elements({rows}) r")
+    "SELECT {seq}, r->>1, r->>2, r->>3, (r->>4)::bigint, {ts}, r->>6, (r->>7)::bigint, "
+    "r->>8, r->>9, decode(r->>10, 'base64'), r->>11 FROM jsonb_array_elements({rows}) r")
 """A SELECT of log rows (COLUMNS order) from `rows`, a jsonb array holding each row as an
 array of its values, data in base64 (as msgspec encodes bytes): the cheapest way found to
-send many rows as one parameter (psycopg dumps arrays element by element in Python)."""
+send many rows as one parameter (psycopg dumps arrays element by element in Python). `seq`
+and `ts` are the expressions of those columns."""
+
+
+def rows_of_json(rows: str, *, seq: str = "(r->>0)::bigint", ts: str = "(r->>5)::bigint"
+                 ) -> str:
+    """`ROWS_OF_JSON` for the jsonb expression `rows`."""
+    return ROWS_OF_JSON.format(rows=rows, seq=seq, ts=ts)
 
 
 def append_in_one_sql(schema: str) -> str:
@@ -229,7 +245,8 @@ def append_in_one_sql(schema: str) -> str:
     s = quoted(schema)
     channel = "'" + channel_of(schema).replace("'", "''") + "'"
     return APPEND_IN_ONE.format(s=s, columns=COLUMNS, channel=channel,
-                                rows_of_json=ROWS_OF_JSON.format(rows="rows"),
+                                rows_of_json=rows_of_json(
+                                    "rows", seq="base + (r->>0)::bigint", ts="stamped"),
                                 person_kinds=_person_kinds())
 
 

@@ -202,11 +202,11 @@ class PostgresRecorder(Recorder):
             except CommitUnknown as exc:
                 await self._pool.discard_idle()
                 ended = await self._ended(backend)
-                committed = await self._committed(exc.seq, exc.event_id)
-                if committed:
-                    return exc.outcomes
+                stored = await self._stored(exc.key, exc.event_id)
+                if stored:
+                    return exc.settled(*stored)
                 cause = exc.__cause__ or exc
-                if ended and committed is False:  # rolled back with its session
+                if ended and stored == ():  # rolled back with its session
                     if attempt == 1:
                         continue
                     raise StoreUnavailable(
@@ -243,15 +243,16 @@ class PostgresRecorder(Recorder):
             return False
         return not found or found[0][0] is True
 
-    async def _committed(self, seq: int, event_id: str) -> bool | None:
-        """Whether the event `event_id` is stored at `seq` (None when that cannot be read
-        now)."""
+    async def _stored(self, key: str, event_id: str) -> tuple[int, int] | tuple[()] | None:
+        """The seq and ts of the event `event_id` of `key` if it is stored, () if it is
+        not, None when that cannot be read now."""
         try:
-            found = await self._fetch("checking a commit",
-                                      f"SELECT id FROM {self._s}.events WHERE seq = %s", [seq])
+            found = await self._fetch(
+                "checking a commit", f"SELECT seq, ts FROM {self._s}.events WHERE key = %s "
+                "AND id = %s ORDER BY seq DESC LIMIT 1", [key, event_id])
         except StoreError:
             return None
-        return bool(found) and found[0][0] == event_id
+        return (int(found[0][0]), int(found[0][1])) if found else ()
 
     async def _one_by_one(self, appends: list[PreparedAppend]) -> list[Outcome]:
         """Each append in its own transaction, after the database refused their group, so

@@ -33,7 +33,7 @@ async def back_to_version_3(url: str) -> None:
     """Make the (version-4) log at `url` what version 3 made: version 4's objects dropped,
     version 2's row-by-row principals trigger as that version created it."""
     v2 = principals_sql('"pulse"')
-    await run(url, "DROP FUNCTION pulse.commit_if_last",
+    await run(url, "DROP FUNCTION pulse.commit_if_heads",
               "DROP TRIGGER events_check_principals ON pulse.events",
               "DROP FUNCTION pulse.check_principals()",
               v2[v2.index("CREATE FUNCTION"):],  # its trigger, without its table

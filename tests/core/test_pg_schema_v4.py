@@ -16,7 +16,7 @@ OBJECTS = ("SELECT string_agg(x, ',' ORDER BY x) FROM (SELECT tgname::text AS x 
            "SELECT proname FROM pg_proc WHERE pronamespace = 'pulse'::regnamespace) o")
 V3_OBJECTS = ("check_principal,events_check_principal,events_refuse_truncate,"
               "events_refuse_update_delete,refuse_change")
-V4_OBJECTS = ("check_principals,commit_if_last,events_check_principals,"
+V4_OBJECTS = ("check_principals,commit_if_heads,events_check_principals,"
               "events_refuse_truncate,events_refuse_update_delete,refuse_change")
 
 
