@@ -84,8 +84,8 @@ class LogSQL:
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
         # The one-round-trip commit (the schema's function): the rows, the heads, the NOTIFY
-        # if the heads are as assumed; the seq before the rows and their ts, or NULL.
-        self.commit_if_heads = f"SELECT {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s)"
+        # if the heads are as assumed; the seq before the rows and their ts, or the heads.
+        self.commit_if_heads = f"SELECT * FROM {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s)"
 
 
 class _Staged(Batch):
@@ -201,37 +201,49 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
 async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
                           clock: Clock, known: Known, *, keys: Sequence[str]
                           ) -> list[Outcome] | None:
-    """The group staged against the heads `known` assumes and committed in one round trip;
-    None (nothing stored) when an append fails against them or the log's heads differ."""
-    assumed = known.assumed(keys, appends)
-    staged = _Staged(1, assumed, {})
+    """The group staged against the heads `known` assumes and committed in one round trip.
+    When the log's heads differ, the server says what they are, and the group is staged
+    against those and tried once more: an append that then fails (VersionConflict) fails
+    for good, as against any head read under the writer lock. None (nothing stored) when
+    that try is refused too, or an append fails against heads not read so."""
     now = clock.now_ms()
-    outcomes: list[Outcome] = []
-    for append in appends:
+    fresh = False  # whether every head the group names is as the server just said
+    for _ in range(2):
+        staged = _Staged(1, known.assumed(keys, appends), {})
+        outcomes: list[Outcome] = []
+        for append in appends:
+            try:
+                outcomes.append(staged.apply(append, now))
+            except VersionConflict as exc:
+                if not fresh:
+                    return None  # said only against what the log holds: read it
+                outcomes.append(exc)
+            except (IdempotencyConflict, InvalidEvent):
+                return None
+        rows = staged.rows
+        if not rows:
+            return outcomes if fresh else None
+        assumed = staged.known
         try:
-            outcomes.append(staged.apply(append, now))
-        except (VersionConflict, IdempotencyConflict, InvalidEvent):
-            return None  # said only against what the log holds: read it
-    rows = staged.rows
-    if not rows:
-        return None
-    try:
-        cur = await conn.execute(sql.commit_if_heads, [json_of(rows), json_of(assumed), now])
-        found = await cur.fetchone()
-    except (psycopg.Error, OSError) as exc:
-        await roll_back(conn)
-        if is_disconnect(exc):
-            raise CommitUnknown(outcomes, rows[0][3], rows[0][1], relative=True) from exc
-        raise
-    except BaseException:
-        await roll_back(conn)
-        raise
-    if not found or found[0] is None:  # another writer moved a head: nothing stored
-        known.forget(keys)
-        return None
-    base, ts = found[0]
-    known.learn(staged.heads)
-    return rebased(outcomes, base, ts)
+            cur = await conn.execute(sql.commit_if_heads,
+                                     [json_of(rows), json_of(assumed), now])
+            found = await cur.fetchone()
+        except (psycopg.Error, OSError) as exc:
+            await roll_back(conn)
+            if is_disconnect(exc):
+                raise CommitUnknown(outcomes, rows[0][3], rows[0][1], relative=True) from exc
+            raise
+        except BaseException:
+            await roll_back(conn)
+            raise
+        assert found is not None
+        base, ts, actual = found
+        if base is not None:
+            known.learn(staged.heads)
+            return rebased(outcomes, base, ts)
+        known.learn({str(k): int(v) for k, v in actual.items()})  # another writer moved one
+        fresh = True
+    return None
 
 
 async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],

@@ -135,26 +135,26 @@ CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops,
 # Version 4: an append in one statement, and the principals checked once per statement.
 # `commit_if_heads` is the one-round-trip commit of a writer that staged its group against
 # the heads it assumes (`assumed`: {key: version} for every key the group reads or writes):
-# under the writer lock, unless a head differs from what was assumed (nothing stored: NULL),
-# the rows go in after the newest seq (their seqs in `rows` count from 1), stamped with
-# `stamp` or, if later, the newest row's ts (ts follows seq); the heads of their keys move
-# and the channel is notified; it returns the seq before the first row and the ts given.
-# The rows come as one JSON document (see `ROWS_OF_JSON`): one parameter, encoded and parsed
-# in C. The statements are planned once per session and the call is one prepared statement:
-# the round trip of a raw INSERT, and the writer lock held only while the server works.
+# under the writer lock, if a head differs from what was assumed, nothing is stored and
+# `actual` holds the heads of those keys as they are; otherwise the rows go in after the
+# newest seq (their seqs in `rows` count from 1), stamped with `stamp` or, if later, the
+# newest row's ts (ts follows seq), the heads of their keys move, the channel is notified,
+# and `base` is the seq before the first row, `stamped` their ts. The rows come as one JSON
+# document (see `ROWS_OF_JSON`): one parameter, encoded and parsed in C. The statements are
+# planned once per session and the call is one prepared statement: the round trip of a raw
+# INSERT, the writer lock held only while the server works.
 # The principals trigger reads a statement's new rows at once rather than once per row.
 APPEND_IN_ONE = """
-CREATE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint)
-RETURNS bigint[] LANGUAGE plpgsql AS $$
-DECLARE
-    base bigint;
-    stamped bigint;
+CREATE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint,
+    OUT base bigint, OUT stamped bigint, OUT actual jsonb) LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM FROM {s}.writer_lock FOR UPDATE;
-    IF EXISTS (SELECT FROM jsonb_each_text(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key
-               WHERE coalesce(h.version, 0) <> a.value::bigint) THEN
-        RETURN NULL;
+    SELECT jsonb_object_agg(a.key, coalesce(h.version, 0)) INTO actual
+        FROM jsonb_each(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key;
+    IF actual <> assumed THEN
+        RETURN;
     END IF;
+    actual := NULL;
     SELECT e.seq, e.ts INTO base, stamped FROM {s}.events e ORDER BY e.seq DESC LIMIT 1;
     base := coalesce(base, 0);
     stamped := greatest(stamp, stamped);
@@ -164,7 +164,6 @@ BEGIN
         SELECT DISTINCT ON (key) key, version FROM added ORDER BY key, version DESC
         ON CONFLICT (key) DO UPDATE SET version = excluded.version;
     PERFORM pg_notify({channel}, (base + jsonb_array_length(rows))::text);
-    RETURN ARRAY[base, stamped];
 END $$;
 DROP TRIGGER events_check_principal ON {s}.events;
 DROP FUNCTION {s}.check_principal();
