@@ -15,15 +15,8 @@ import psycopg
 from pulse_core._clock import Clock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
 from pulse_core.store._commit import Batch
-from pulse_core.store._pg_schema import (
-    COLUMNS,
-    Connection,
-    channel_of,
-    is_disconnect,
-    pipeline,
-    quoted,
-    rows_of_json,
-)
+from pulse_core.store._pg_ddl import COLUMNS, channel_of, quoted, rows_of_json
+from pulse_core.store._pg_schema import Connection, is_disconnect, pipeline
 from pulse_core.store._recorder import AppendResult, PreparedAppend
 
 Outcome = AppendResult | Exception

@@ -32,9 +32,9 @@ from pulse_core.store._pg_commit import (
     commit_group,
     copy_chunk,
 )
+from pulse_core.store._pg_ddl import COLUMNS
 from pulse_core.store._pg_listen import Listener, advisory_lock, check_held
 from pulse_core.store._pg_schema import (
-    COLUMNS,
     Connection,
     ConnectionPool,
     NoAnswer,

@@ -13,7 +13,7 @@ import pytest
 from pulse_core import EventDraft, EventStore, Principal, StoreError
 from pulse_core.maintenance import Authority
 from pulse_core.store import open_event_store, parse_store_url
-from pulse_core.store._pg_schema import principals_sql
+from pulse_core.store._pg_ddl import principals_sql
 from tests.servers import PostgresServer
 
 
