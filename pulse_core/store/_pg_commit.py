@@ -78,7 +78,8 @@ class LogSQL:
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
         # The one-round-trip commit (the schema's function): the rows, the heads, the NOTIFY
         # if the heads are as assumed; the seq before the rows and their ts, or the heads.
-        self.commit_if_heads = f"SELECT * FROM {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s)"
+        self.commit_if_heads = (
+            f"SELECT * FROM {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s::bigint, %s::bigint)")
 
 
 class _Staged(Batch):
@@ -105,22 +106,24 @@ class _Staged(Batch):
 
 
 class Known:
-    """The heads of the keys this recorder read or wrote in its recent transactions, as
-    they were then: what a group is staged against to try it in one round trip (the server
-    checks them under the writer lock). A head another writer moved since makes that try
-    refused, and the group's keys are forgotten; any failure forgets them all."""
+    """The heads of the keys this recorder read or wrote in its recent transactions: what a
+    group is staged against to try it in one round trip. The server checks them under the
+    writer lock, unless every key of the group is `vouched`: known as of `last`, the newest
+    seq this recorder saw, and the log still ends there (no other writer since). A head
+    another writer moved makes the try refused; any failure forgets everything."""
 
     LIMIT = 100_000  # keys remembered at most; past it the cache starts over
 
     def __init__(self) -> None:
         self.heads: dict[str, int] = {}
+        self.last: int | None = None
+        self.vouched: set[str] = set()
 
-    def forget(self, keys: Sequence[str] | None = None) -> None:
-        """Forget `keys` (default: all): the next transaction naming them reads the log."""
-        if keys is None:
-            self.heads.clear()
-        for key in keys or ():
-            self.heads.pop(key, None)
+    def forget(self) -> None:
+        """Know nothing: the next transaction checks or reads every head it names."""
+        self.heads.clear()
+        self.vouched.clear()
+        self.last = None
 
     def assumed(self, keys: Sequence[str], appends: Sequence[PreparedAppend]
                 ) -> dict[str, int]:
@@ -135,11 +138,21 @@ class Known:
             assumed[key] = version
         return assumed
 
-    def learn(self, heads: Mapping[str, int]) -> None:
-        """A transaction read or left `heads`."""
+    def vouches(self, keys: Sequence[str]) -> int | None:
+        """`last` if every one of `keys` is known as of it, else None."""
+        vouched = self.vouched
+        return self.last if all(k in vouched for k in keys) else None
+
+    def learn(self, since: int, last: int, heads: Mapping[str, int]) -> None:
+        """A transaction found the log ending at `since` and left it ending at `last`, with
+        `heads` (read under the writer lock or written by it)."""
+        if since != self.last or len(self.heads) > self.LIMIT:
+            self.vouched.clear()  # another writer came between: the rest may have moved
         if len(self.heads) > self.LIMIT:
             self.heads.clear()
         self.heads.update(heads)
+        self.vouched.update(heads)
+        self.last = last
 
 
 def quiet(conn: Connection) -> bool:
@@ -218,8 +231,8 @@ async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[Prepa
             return outcomes if fresh else None
         assumed = staged.known
         try:
-            cur = await conn.execute(sql.commit_if_heads,
-                                     [json_of(rows), json_of(assumed), now])
+            cur = await conn.execute(sql.commit_if_heads, [
+                json_of(rows), json_of(assumed), now, known.vouches(keys)])
             found = await cur.fetchone()
         except (psycopg.Error, OSError) as exc:
             await roll_back(conn)
@@ -231,10 +244,11 @@ async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[Prepa
             raise
         assert found is not None
         base, ts, actual = found
-        if base is not None:
-            known.learn(staged.heads)
+        if actual is None:
+            known.learn(base, base + len(rows), {**assumed, **staged.heads})
             return rebased(outcomes, base, ts)
-        known.learn({str(k): int(v) for k, v in actual.items()})  # another writer moved one
+        # Another writer moved a head: nothing stored.
+        known.learn(base, base, {str(k): int(v) for k, v in actual.items()})
         fresh = True
     return None
 
@@ -259,6 +273,7 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
             staged = _Staged(
                 int(row[0]) + 1 if row else 1, read,
                 {str(r[9]): r for r in await stored.fetchall()} if stored else {})
+        staged_from = staged.next_seq
         # Read under the writer lock, and never before the newest row's: ts follows seq
         # (whatever the clocks of the hosts writing disagree by).
         now = max(clock.now_ms(), int(row[1]) if row else 0)
@@ -277,7 +292,9 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     except BaseException:
         await roll_back(conn)
         raise
-    known.learn({k: read.get(k, 0) for k in keys} | staged.heads)
+    since = staged_from - 1
+    known.learn(since, rows[-1][0] if rows else since,
+                {k: read.get(k, 0) for k in keys} | staged.heads)
     return outcomes
 
 

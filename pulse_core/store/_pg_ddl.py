@@ -112,29 +112,33 @@ CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops,
 
 # Version 4: an append in one statement, and the principals checked once per statement.
 # `commit_if_heads` is the one-round-trip commit of a writer that staged its group against
-# the heads it assumes (`assumed`: {key: version} for every key the group reads or writes):
-# under the writer lock, if a head differs from what was assumed, nothing is stored and
-# `actual` holds the heads of those keys as they are; otherwise the rows go in after the
-# newest seq (their seqs in `rows` count from 1), stamped with `stamp` or, if later, the
-# newest row's ts (ts follows seq), the heads of their keys move, the channel is notified,
-# and `base` is the seq before the first row, `stamped` their ts. The rows come as one JSON
-# document (see `ROWS_OF_JSON`): one parameter, encoded and parsed in C. The statements are
-# planned once per session and the call is one prepared statement: the round trip of a raw
-# INSERT, the writer lock held only while the server works.
+# the heads it assumes (`assumed`: {key: version} for every key the group reads or writes).
+# Under the writer lock, `base` is the newest seq; unless it is `last` (the writer knows every
+# assumed head as of that seq, and none has moved since), the assumed heads are checked: if
+# one differs, nothing is stored and `actual` holds those keys' heads as they are. Otherwise
+# the rows go in after `base` (their seqs in `rows` count from 1), stamped with `stamp` or,
+# if later, the newest row's ts (`stamped`: ts follows seq), the heads of their keys move
+# and the channel is notified. The rows come as one JSON document (see `ROWS_OF_JSON`): one
+# parameter, encoded and parsed in C. The statements are planned once per session and the
+# call is one prepared statement: the round trip of a raw INSERT, the writer lock held only
+# while the server works.
 # The principals trigger reads a statement's new rows at once rather than once per row.
 APPEND_IN_ONE = """
-CREATE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint,
+CREATE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint, last bigint,
     OUT base bigint, OUT stamped bigint, OUT actual jsonb) LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM FROM {s}.writer_lock FOR UPDATE;
-    SELECT jsonb_object_agg(a.key, coalesce(h.version, 0)) INTO actual
-        FROM jsonb_each(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key;
-    IF actual <> assumed THEN
-        RETURN;
-    END IF;
-    actual := NULL;
     SELECT e.seq, e.ts INTO base, stamped FROM {s}.events e ORDER BY e.seq DESC LIMIT 1;
     base := coalesce(base, 0);
+    IF last IS DISTINCT FROM base THEN
+        SELECT jsonb_object_agg(a.key, coalesce(h.version, 0)) INTO actual
+            FROM jsonb_each(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key;
+        IF actual <> assumed THEN
+            stamped := NULL;
+            RETURN;
+        END IF;
+        actual := NULL;
+    END IF;
     stamped := greatest(stamp, stamped);
     WITH added AS (
         INSERT INTO {s}.events ({columns}) {rows_of_json} RETURNING key, version)
