@@ -143,6 +143,11 @@ class Known:
         vouched = self.vouched
         return self.last if all(k in vouched for k in keys) else None
 
+    def saw(self, heads: Mapping[str, int]) -> None:
+        """`heads` as the log held them a moment ago (not read under the writer lock)."""
+        self.heads.update(heads)
+        self.vouched.difference_update(heads)
+
     def learn(self, since: int, last: int, heads: Mapping[str, int]) -> None:
         """A transaction found the log ending at `since` and left it ending at `last`, with
         `heads` (read under the writer lock or written by it)."""
@@ -248,7 +253,11 @@ async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[Prepa
             known.learn(base, base + len(rows), {**assumed, **staged.heads})
             return rebased(outcomes, base, ts)
         # Another writer moved a head: nothing stored.
-        known.learn(base, base, {str(k): int(v) for k, v in actual.items()})
+        heads = {str(k): int(v) for k, v in actual.items()}
+        if base is None:
+            known.saw(heads)
+        else:
+            known.learn(base, base, heads)
         fresh = True
     return None
 

@@ -115,7 +115,9 @@ CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops,
 # the heads it assumes (`assumed`: {key: version} for every key the group reads or writes).
 # Under the writer lock, `base` is the newest seq; unless it is `last` (the writer knows every
 # assumed head as of that seq, and none has moved since), the assumed heads are checked: if
-# one differs, nothing is stored and `actual` holds those keys' heads as they are. Otherwise
+# one differs, nothing is stored and `actual` holds those keys' heads as they are (without
+# `last`, they are first read before the lock, so that a claim another engine already won is
+# refused without queueing for it: `base` is then NULL). Otherwise
 # the rows go in after `base` (their seqs in `rows` count from 1), stamped with `stamp` or,
 # if later, the newest row's ts (`stamped`: ts follows seq), the heads of their keys move
 # and the channel is notified. The rows come as one JSON document (see `ROWS_OF_JSON`): one
@@ -127,6 +129,14 @@ APPEND_IN_ONE = """
 CREATE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint, last bigint,
     OUT base bigint, OUT stamped bigint, OUT actual jsonb) LANGUAGE plpgsql AS $$
 BEGIN
+    IF last IS NULL THEN  -- a head already moved refuses without waiting for the lock
+        SELECT jsonb_object_agg(a.key, coalesce(h.version, 0)) INTO actual
+            FROM jsonb_each(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key;
+        IF actual <> assumed THEN
+            RETURN;
+        END IF;
+        actual := NULL;
+    END IF;
     PERFORM FROM {s}.writer_lock FOR UPDATE;
     SELECT e.seq, e.ts INTO base, stamped FROM {s}.events e ORDER BY e.seq DESC LIMIT 1;
     base := coalesce(base, 0);
