@@ -114,10 +114,30 @@ class Known:
 
     LIMIT = 100_000  # keys remembered at most; past it the cache starts over
 
+    BACK_OFF = 64  # at most this many groups read the log between two tries after refusals
+
     def __init__(self) -> None:
         self.heads: dict[str, int] = {}
         self.last: int | None = None
         self.vouched: set[str] = set()
+        self.skip = 0  # groups still to send the two-trip way after a try was refused twice
+        self.wait = 0  # how many that was last time: doubled by each such try in a row
+
+    def trying(self) -> bool:
+        """Whether to try the next group in one round trip: not while other writers keep
+        moving the heads this recorder's groups name (each refused try costs a round trip)."""
+        if self.skip:
+            self.skip -= 1
+            return False
+        return True
+
+    def settled(self, by_one_trip: bool) -> None:
+        """A try in one round trip settled its group, or was refused twice."""
+        if by_one_trip:
+            self.wait = 0
+        else:
+            self.wait = min(self.BACK_OFF, self.wait * 2 or 1)
+            self.skip = self.wait
 
     def forget(self) -> None:
         """Know nothing: the next transaction checks or reads every head it names."""
@@ -189,9 +209,9 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     VersionConflict, IdempotencyConflict or InvalidEvent fails that append alone).
 
     When no draft has an idempotency key, the group is staged against the heads `known`
-    assumes and sent in one round trip, the server checking those heads; if one differs
-    (another writer moved it), nothing is stored and the group is staged again from what the
-    log holds (two round trips), as it is when an append fails against the assumed heads.
+    assumes and sent in one round trip, the server checking those heads (see
+    `_commit_assumed`). Otherwise, or when that does not settle it, the group is staged
+    against what the log holds, read under the writer lock (two round trips).
     Raises CommitUnknown when the connection fails once rows were sent, and the driver's
     error for any other failure (then nothing was stored).
     """
@@ -199,8 +219,9 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
                   | {k for a in appends for k in a.expect})
     idems = [d.idem for a in appends for d in a.drafts if d.idem is not None]
     try:
-        if not idems and quiet(conn):
+        if not idems and known.trying() and quiet(conn):
             done = await _commit_assumed(conn, sql, appends, clock, known, keys=keys)
+            known.settled(done is not None)
             if done is not None:
                 return done
         return await _commit_read(conn, sql, appends, clock, known, keys=keys, idems=idems)
