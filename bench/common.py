@@ -413,7 +413,7 @@ CREATE INDEX raw_events_kind ON raw_events (kind, seq);
 CREATE INDEX raw_events_origin ON raw_events (origin text_pattern_ops, seq);
 """
 """The raw limit's table, made anew: the columns and indexes of pulse's PostgreSQL events
-table (pulse_core/store/_pg_schema.py, schema 3; tests/bench pins them), seq from an identity
+table (pulse_core/store/_pg_ddl.py, schema 4; tests/bench pins them), seq from an identity
 column (no ordering, versions or idempotency)."""
 RAW_INSERT = f"INSERT INTO raw_events ({RAW_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
 """One raw row (psycopg placeholders, `RAW_COLUMNS` order)."""

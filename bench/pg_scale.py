@@ -35,7 +35,7 @@ from bench.common import Figure, Floor, Report, fmt, median, on_postgres
 from pulse_core._effects import EFFECT_KINDS
 from pulse_core._events import EventDraft
 from pulse_core.store import EventStore, open_event_store
-from pulse_core.store._pg_schema import COLUMNS, quoted
+from pulse_core.store._pg_ddl import COLUMNS, quoted
 
 FLOOR_RATIO = 2.0
 FILL_CHUNK = 1_000_000

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import socket
+import select
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 import psycopg
 
 from pulse_core._clock import Clock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
 from pulse_core.store._commit import Batch
-from pulse_core.store._pg_schema import COLUMNS, Connection, is_disconnect, pipeline, quoted
+from pulse_core.store._pg_ddl import COLUMNS, channel_of, quoted, rows_of_json
+from pulse_core.store._pg_schema import Connection, is_disconnect, pipeline
 from pulse_core.store._recorder import AppendResult, PreparedAppend
 
 Outcome = AppendResult | Exception
@@ -29,15 +30,28 @@ REPEATABLE READ or SERIALIZABLE would give them the snapshot of before the wait)
 class CommitUnknown(Exception):
     """The connection failed after the rows were sent: whether they committed is unknown.
 
-    `outcomes` are the group's outcomes had it committed; `seq` and `event_id` name its
-    first row, so that a look at the log can tell.
+    `outcomes` are the group's outcomes had it committed; `key` and `event_id` name its
+    first row, so that a look at the log can tell (`settled` then gives the outcomes).
     """
 
-    def __init__(self, outcomes: list[Outcome], seq: int, event_id: str) -> None:
-        super().__init__(f"commit of seq {seq} unknown")
+    def __init__(self, outcomes: list[Outcome], key: str, event_id: str, *,
+                 relative: bool) -> None:
+        super().__init__(f"commit of event {event_id} unknown")
         self.outcomes = outcomes
-        self.seq = seq
+        self.key = key
         self.event_id = event_id
+        self.relative = relative  # seqs counted from 1 and ts to be given by the server
+
+    def settled(self, seq: int, ts: int) -> list[Outcome]:
+        """The outcomes, the first row found stored at `seq` with `ts`."""
+        return rebased(self.outcomes, seq - 1, ts) if self.relative else self.outcomes
+
+
+def rebased(outcomes: list[Outcome], base: int, ts: int) -> list[Outcome]:
+    """`outcomes` of a group staged with seqs from 1, stored after seq `base` at `ts`."""
+    return [AppendResult(o.tx, tuple(msgspec.structs.replace(e, seq=base + e.seq, ts=ts)
+                                     for e in o.events), o.replayed)
+            if isinstance(o, AppendResult) else o for o in outcomes]
 
 
 class LogSQL:
@@ -47,41 +61,25 @@ class LogSQL:
         s = quoted(schema)
         self.schema = schema
         self.s = s
-        self.channel = f"pulse:{schema}"
+        self.channel = channel_of(schema)
         # Waits for the writer before this one to commit, and keeps the next one waiting
         # until this transaction ends: seqs are taken in commit order.
         self.lock = f"SELECT FROM {s}.writer_lock FOR UPDATE"
         self.last = f"SELECT coalesce(max(seq), 0) FROM {s}.events"
+        self.newest = f"SELECT seq, ts FROM {s}.events ORDER BY seq DESC LIMIT 1"
         self.heads = f"SELECT key, version FROM {s}.heads WHERE key = ANY(%b)"
         self.idems = f"SELECT {COLUMNS} FROM {s}.events WHERE idem = ANY(%b)"
         self.copy = f"COPY {s}.events ({COLUMNS}) FROM STDIN"
-        # The group's rows as one array per column, in the commit's pipeline: no round trip
+        # The group's rows as one JSON parameter, in the commit's pipeline: no round trip
         # of their own (COPY takes two), one plan the server keeps prepared.
-        self.insert = (
-            f"INSERT INTO {s}.events ({COLUMNS}) SELECT * FROM unnest(%b::bigint[], "
-            "%b::text[], %b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::text[], "
-            "%b::bigint[], %b::text[], %b::text[], %b::bytea[], %b::text[])")
-        # The one-round-trip commit: the rows go in only if the log still ends at the
-        # given seq (no other writer committed since this process's last commit); the heads
-        # and the NOTIFY follow only if its first row went in.
-        self.insert_if_last = self.insert + (
-            f" WHERE (SELECT coalesce(max(seq), 0) FROM {s}.events) = %s")
-        self.inserted = f"EXISTS (SELECT FROM {s}.events WHERE seq = %s AND id = %s)"
+        self.insert = f"INSERT INTO {s}.events ({COLUMNS}) " + rows_of_json("%s::jsonb")
         self.upsert_heads = (
             f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
             "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
-        # Heads moved only if the conditional insert went in (the condition on the rows to
-        # insert: after ON CONFLICT ... DO UPDATE a WHERE would bind the update alone).
-        self.upsert_heads_if = (
-            f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
-            f"%b::bigint[]) WHERE {self.inserted} ON CONFLICT (key) DO UPDATE "
-            "SET version = excluded.version")
-        # The one-round-trip commit as one message, the values bound in it: one send.
-        self.one_trip = "; ".join([
-            BEGIN, self.lock, self.insert_if_last.replace("%b", "%s"),
-            self.upsert_heads_if.replace("%b", "%s"),
-            f"SELECT pg_notify(%s, %s) WHERE {self.inserted}",
-            f"SELECT {self.inserted}", "COMMIT"])
+        # The one-round-trip commit (the schema's function): the rows, the heads, the NOTIFY
+        # if the heads are as assumed; the seq before the rows and their ts, or the heads.
+        self.commit_if_heads = (
+            f"SELECT * FROM {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s::bigint, %s::bigint)")
 
 
 class _Staged(Batch):
@@ -108,48 +106,78 @@ class _Staged(Batch):
 
 
 class Known:
-    """What this recorder knows of the log as of its last transaction: the seq it ended at
-    and the heads of the keys it read or wrote then. Valid only while no other writer has
-    committed since, which the one-round-trip commit checks on the server under the writer
-    lock; any doubt (a failure, another writer seen) forgets it all."""
+    """The heads of the keys this recorder read or wrote in its recent transactions: what a
+    group is staged against to try it in one round trip. The server checks them under the
+    writer lock, unless every key of the group is `vouched`: known as of `last`, the newest
+    seq this recorder saw, and the log still ends there (no other writer since). A head
+    another writer moved makes the try refused; any failure forgets everything."""
 
     LIMIT = 100_000  # keys remembered at most; past it the cache starts over
 
     BACK_OFF = 64  # at most this many groups read the log between two tries after refusals
 
     def __init__(self) -> None:
-        self.last: int | None = None
         self.heads: dict[str, int] = {}
-        self.skip = 0  # groups still to send the two-trip way after a refused try
-        self.wait = 0  # how many that was last time: doubled by each refusal in a row
+        self.last: int | None = None
+        self.vouched: set[str] = set()
+        self.skip = 0  # groups still to send the two-trip way after a try was refused twice
+        self.wait = 0  # how many that was last time: doubled by each such try in a row
 
-    def refused(self) -> None:
-        """Another writer committed before this one's one-trip try: forget, and try less
-        often while other writers are busy (a refused try costs a round trip)."""
-        self.forget()
-        self.wait = min(self.BACK_OFF, self.wait * 2 or 1)
-        self.skip = self.wait
-
-    def forget(self) -> None:
-        """Know nothing: the next transaction reads the log."""
-        self.last = None
-        self.heads.clear()
-
-    def covers(self, keys: Sequence[str]) -> bool:
-        """Whether to try the group in one trip: every one of `keys` has a remembered head
-        and no recent refusal says to wait."""
+    def trying(self) -> bool:
+        """Whether to try the next group in one round trip: not while other writers keep
+        moving the heads this recorder's groups name (each refused try costs a round trip)."""
         if self.skip:
             self.skip -= 1
             return False
-        return self.last is not None and all(k in self.heads for k in keys)
+        return True
+
+    def settled(self, by_one_trip: bool) -> None:
+        """A try in one round trip settled its group, or was refused twice."""
+        if by_one_trip:
+            self.wait = 0
+        else:
+            self.wait = min(self.BACK_OFF, self.wait * 2 or 1)
+            self.skip = self.wait
+
+    def forget(self) -> None:
+        """Know nothing: the next transaction checks or reads every head it names."""
+        self.heads.clear()
+        self.vouched.clear()
+        self.last = None
+
+    def assumed(self, keys: Sequence[str], appends: Sequence[PreparedAppend]
+                ) -> dict[str, int]:
+        """The head to assume for each of `keys`: the remembered one, else the version the
+        first append expecting it expects, else 0 (a new key)."""
+        heads = self.heads
+        assumed: dict[str, int] = {}
+        for key in keys:
+            version = heads.get(key)
+            if version is None:
+                version = next((a.expect[key] for a in appends if key in a.expect), 0)
+            assumed[key] = version
+        return assumed
+
+    def vouches(self, keys: Sequence[str]) -> int | None:
+        """`last` if every one of `keys` is known as of it, else None."""
+        vouched = self.vouched
+        return self.last if all(k in vouched for k in keys) else None
+
+    def saw(self, heads: Mapping[str, int]) -> None:
+        """`heads` as the log held them a moment ago (not read under the writer lock)."""
+        self.heads.update(heads)
+        self.vouched.difference_update(heads)
 
     def learn(self, since: int, last: int, heads: Mapping[str, int]) -> None:
         """A transaction found the log ending at `since` and left it ending at `last`, with
-        `heads` (read or written by it); what was known of an older log is forgotten."""
-        if self.last != since or len(self.heads) > self.LIMIT:
+        `heads` (read under the writer lock or written by it)."""
+        if since != self.last or len(self.heads) > self.LIMIT:
+            self.vouched.clear()  # another writer came between: the rest may have moved
+        if len(self.heads) > self.LIMIT:
             self.heads.clear()
-        self.last = last
         self.heads.update(heads)
+        self.vouched.update(heads)
+        self.last = last
 
 
 def quiet(conn: Connection) -> bool:
@@ -158,13 +186,11 @@ def quiet(conn: Connection) -> bool:
     the group then takes the path whose first round trip finds that out before any row is
     sent (so it can be sent again on a new connection)."""
     try:
-        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
-            sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except BlockingIOError:
-        return True
-    except (psycopg.Error, OSError):
+        poll = select.poll()
+        poll.register(conn.pgconn.socket, select.POLLIN | select.POLLPRI)
+        return not poll.poll(0)
+    except (psycopg.Error, OSError, ValueError):
         return False
-    return False
 
 
 async def roll_back(conn: Connection) -> None:
@@ -182,19 +208,20 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     """Store `appends` in one transaction on `conn`: each one's outcome, in order (a
     VersionConflict, IdempotencyConflict or InvalidEvent fails that append alone).
 
-    When `known` covers every key and no draft has an idempotency key, the group is staged
-    against it and sent with a server-side check in one round trip; if another writer
-    committed meanwhile, that transaction is rolled back and the group staged again from
-    what the log holds (two round trips). Raises CommitUnknown when the connection fails
-    once rows were sent, and the driver's error for any other failure (then nothing was
-    stored).
+    When no draft has an idempotency key, the group is staged against the heads `known`
+    assumes and sent in one round trip, the server checking those heads (see
+    `_commit_assumed`). Otherwise, or when that does not settle it, the group is staged
+    against what the log holds, read under the writer lock (two round trips).
+    Raises CommitUnknown when the connection fails once rows were sent, and the driver's
+    error for any other failure (then nothing was stored).
     """
     keys = sorted({d.key for a in appends for d in a.drafts}
                   | {k for a in appends for k in a.expect})
     idems = [d.idem for a in appends for d in a.drafts if d.idem is not None]
     try:
-        if not idems and known.covers(keys) and quiet(conn):
-            done = await _commit_known(conn, sql, appends, clock, known)
+        if not idems and known.trying() and quiet(conn):
+            done = await _commit_assumed(conn, sql, appends, clock, known, keys=keys)
+            known.settled(done is not None)
             if done is not None:
                 return done
         return await _commit_read(conn, sql, appends, clock, known, keys=keys, idems=idems)
@@ -203,61 +230,57 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
         raise
 
 
-async def _commit_known(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
-                        clock: Clock, known: Known) -> list[Outcome] | None:
-    """The group staged against `known` and committed in one round trip; None (nothing
-    stored) when an append fails against it or another writer committed since."""
-    assert known.last is not None
-    last = known.last
-    staged = _Staged(last + 1, known.heads, {})
+async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
+                          clock: Clock, known: Known, *, keys: Sequence[str]
+                          ) -> list[Outcome] | None:
+    """The group staged against the heads `known` assumes and committed in one round trip.
+    When the log's heads differ, the server says what they are, and the group is staged
+    against those and tried once more: an append that then fails (VersionConflict) fails
+    for good, as against any head read under the writer lock. None (nothing stored) when
+    that try is refused too, or an append fails against heads not read so."""
     now = clock.now_ms()
-    outcomes: list[Outcome] = []
-    for append in appends:
+    fresh = False  # whether every head the group names is as the server just said
+    for _ in range(2):
+        staged = _Staged(1, known.assumed(keys, appends), {})
+        outcomes: list[Outcome] = []
+        for append in appends:
+            try:
+                outcomes.append(staged.apply(append, now))
+            except VersionConflict as exc:
+                if not fresh:
+                    return None  # said only against what the log holds: read it
+                outcomes.append(exc)
+            except (IdempotencyConflict, InvalidEvent):
+                return None
+        rows = staged.rows
+        if not rows:
+            return outcomes if fresh else None
+        assumed = staged.known
         try:
-            outcomes.append(staged.apply(append, now))
-        except (VersionConflict, IdempotencyConflict, InvalidEvent):
-            return None  # said only against what the log holds: read it
-    rows = staged.rows
-    if not rows:
-        return None
-    moved = sorted({r[3] for r in rows})
-    mine = (rows[0][0], rows[0][1])
-    try:
-        if len(rows) <= ONE_MESSAGE:
-            async with psycopg.AsyncClientCursor(conn) as cur:
-                await cur.execute(sql.one_trip, [
-                    *columns_of(rows), last, moved, [staged.heads[k] for k in moved], *mine,
-                    sql.channel, str(rows[-1][0]), *mine, *mine])
-                stored = False
-                while cur.nextset():
-                    if cur.description and len(cur.description) == 1 and cur.rowcount == 1:
-                        found = await cur.fetchone()
-                        stored = bool(found and found[0] is True)
+            cur = await conn.execute(sql.commit_if_heads, [
+                json_of(rows), json_of(assumed), now, known.vouches(keys)])
+            found = await cur.fetchone()
+        except (psycopg.Error, OSError) as exc:
+            await roll_back(conn)
+            if is_disconnect(exc):
+                raise CommitUnknown(outcomes, rows[0][3], rows[0][1], relative=True) from exc
+            raise
+        except BaseException:
+            await roll_back(conn)
+            raise
+        assert found is not None
+        base, ts, actual = found
+        if actual is None:
+            known.learn(base, base + len(rows), {**assumed, **staged.heads})
+            return rebased(outcomes, base, ts)
+        # Another writer moved a head: nothing stored.
+        heads = {str(k): int(v) for k, v in actual.items()}
+        if base is None:
+            known.saw(heads)
         else:
-            async with pipeline(conn):
-                await conn.execute(BEGIN)
-                await conn.execute(sql.lock)
-                inserted = await conn.execute(sql.insert_if_last, [*columns_of(rows), last])
-                await conn.execute(sql.upsert_heads_if,
-                                   (moved, [staged.heads[k] for k in moved], *mine))
-                await conn.execute(f"SELECT pg_notify(%s, %s) WHERE {sql.inserted}",
-                                   (sql.channel, str(rows[-1][0]), *mine))
-                await conn.execute("COMMIT")
-            stored = inserted.rowcount == len(rows)
-    except (psycopg.Error, OSError) as exc:
-        await roll_back(conn)
-        if is_disconnect(exc):
-            raise CommitUnknown(outcomes, rows[0][0], rows[0][1]) from exc
-        raise
-    except BaseException:
-        await roll_back(conn)
-        raise
-    if not stored:  # another writer committed first: nothing stored
-        known.refused()
-        return None
-    known.wait = 0
-    known.learn(last, rows[-1][0], staged.heads)
-    return outcomes
+            known.learn(base, base, heads)
+        fresh = True
+    return None
 
 
 async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
@@ -272,16 +295,18 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
             # that writer committed: the newest seq, the heads, the idempotency keys.
             await conn.execute(BEGIN)
             await conn.execute(sql.lock)
-            last = await conn.execute(sql.last)
+            newest = await conn.execute(sql.newest)
             heads = await conn.execute(sql.heads, (list(keys),))
             stored = await conn.execute(sql.idems, (list(idems),)) if idems else None
-            row = await last.fetchone()
+            row = await newest.fetchone()
             read = {str(k): int(v) for k, v in await heads.fetchall()}
             staged = _Staged(
                 int(row[0]) + 1 if row else 1, read,
                 {str(r[9]): r for r in await stored.fetchall()} if stored else {})
-        first = staged.next_seq
-        now = clock.now_ms()  # read under the writer lock: ts follows seq on one clock
+        staged_from = staged.next_seq
+        # Read under the writer lock, and never before the newest row's: ts follows seq
+        # (whatever the clocks of the hosts writing disagree by).
+        now = max(clock.now_ms(), int(row[1]) if row else 0)
         for append in appends:
             try:
                 outcomes.append(staged.apply(append, now))
@@ -292,20 +317,16 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if rows and is_disconnect(exc):
-            raise CommitUnknown(outcomes, rows[0][0], rows[0][1]) from exc
+            raise CommitUnknown(outcomes, rows[0][3], rows[0][1], relative=False) from exc
         raise
     except BaseException:
         await roll_back(conn)
         raise
-    known.learn(first - 1, rows[-1][0] if rows else first - 1,
+    since = staged_from - 1
+    known.learn(since, rows[-1][0] if rows else since,
                 {k: read.get(k, 0) for k in keys} | staged.heads)
     return outcomes
 
-
-ONE_MESSAGE = 16
-"""Groups of up to this many rows go in one message with their values bound in it (one
-send, parsed anew each time); larger ones as prepared statements in a pipeline (one round
-trip too, a send per statement), where quoting the values would cost more."""
 
 COPY_FROM = 512
 """Groups of at least this many rows are sent by COPY (two round trips of their own, the
@@ -333,18 +354,19 @@ async def _write(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
     `written` (default `rows`) and NOTIFY its last seq."""
     written = rows if written is None else written
     if rows:
-        await conn.execute(sql.insert, columns_of(rows))
+        await conn.execute(sql.insert, [json_of(rows)])
     if written:
         moved = sorted({r[3] for r in written})
         await conn.execute(sql.upsert_heads, (moved, [heads[k] for k in moved]))
         await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(written[-1][0])))
 
 
-def columns_of(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """`rows` as one list per column, data as bytes."""
-    columns = [list(column) for column in zip(*rows, strict=True)]
-    columns[10] = [None if d is None else bytes(d) for d in columns[10]]
-    return columns
+def json_of(value: Sequence[Sequence[Any]] | Mapping[str, int]) -> str:
+    """Rows (as `rows_of_json` reads them) or heads as JSON text."""
+    return _JSON.encode(value).decode()
+
+
+_JSON = msgspec.json.Encoder()
 
 
 async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any]],

@@ -14,6 +14,7 @@ import psycopg
 
 from pulse_core._backoff import Backoff
 from pulse_core._errors import StoreError, StoreUnavailable
+from pulse_core.store._pg_ddl import quoted
 from pulse_core.store._pg_schema import (
     Connection,
     ConnectionPool,
@@ -24,7 +25,6 @@ from pulse_core.store._pg_schema import (
     is_disconnect,
     lock_key,
     pg_errors,
-    quoted,
     store_error,
 )
 

@@ -24,125 +24,19 @@ from pulse_core._errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
-from pulse_core._principals import PERSON_KINDS
 from pulse_core._redact import redact_urls
+from pulse_core.store._pg_ddl import (
+    APPLICATION,
+    INDEXES,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UPGRADES,
+    append_in_one_sql,
+    principals_sql,
+    quoted,
+)
 
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
-
-SCHEMA_VERSION = 3
-APPLICATION = "pulse event log"
-COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
-
-# {s} is the quoted schema name. The writer_lock row serialises appends: each append
-# transaction locks it first and holds it to its commit, so seq order is commit order and a
-# reader following the log never passes over a seq that a slower transaction commits later.
-# `data` is bytea: the JSON bytes exactly as encoded, so hashes and bytes round-trip.
-SCHEMA = """
-CREATE SCHEMA IF NOT EXISTS {s};
-CREATE TABLE {s}.meta (name text PRIMARY KEY, value text NOT NULL);
-CREATE TABLE {s}.writer_lock (one boolean PRIMARY KEY DEFAULT true CHECK (one));
-INSERT INTO {s}.writer_lock VALUES (true);
-CREATE TABLE {s}.events (
-    seq     bigint PRIMARY KEY,
-    id      text NOT NULL,
-    kind    text NOT NULL,
-    key     text NOT NULL,
-    version bigint NOT NULL,
-    ts      bigint NOT NULL,
-    origin  text NOT NULL,
-    cause   bigint,
-    tx      text NOT NULL,
-    idem    text,
-    data    bytea,
-    hash    text
-);
-CREATE UNIQUE INDEX events_idem ON {s}.events (idem) WHERE idem IS NOT NULL;
-CREATE INDEX events_key ON {s}.events (key, seq);
-CREATE TABLE {s}.heads (key text PRIMARY KEY, version bigint NOT NULL);
-CREATE FUNCTION {s}.refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'pulse events are append-only: % refused', TG_OP
-        USING ERRCODE = 'insufficient_privilege';
-END $$;
-CREATE TRIGGER events_refuse_update_delete BEFORE UPDATE OR DELETE ON {s}.events
-    FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change();
-CREATE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON {s}.events
-    FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change();
-REVOKE UPDATE, DELETE, TRUNCATE ON {s}.events FROM PUBLIC;
-REVOKE UPDATE, DELETE, TRUNCATE ON {s}.events FROM CURRENT_USER;
-"""
-
-# Version 2: principals the database enforces. Each role that writes the log is listed in
-# {s}.principals as a person's (human), an engine's or an agent's (with its name); the
-# schema's owner always counts as a person's. Every inserted row is checked against the
-# inserting role, as pulse_core._principals checks drafts in the process.
-PRINCIPALS = """
-CREATE TABLE {s}.principals (
-    role  text PRIMARY KEY,
-    kind  text NOT NULL CHECK (kind IN ('human', 'engine', 'agent')),
-    agent text NOT NULL DEFAULT '' CHECK (kind <> 'agent' OR agent <> '')
-);
-REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {s}.principals FROM PUBLIC;
-GRANT SELECT ON {s}.principals TO PUBLIC;
-CREATE FUNCTION {s}.check_principal() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    who record;
-    head text := split_part(NEW.origin, ':', 1);
-BEGIN
-    SELECT kind, agent INTO who FROM {s}.principals WHERE role = current_user::text;
-    IF NOT FOUND THEN
-        IF current_user::text = (SELECT nspowner::regrole::text FROM pg_namespace
-                                 WHERE nspname = TG_TABLE_SCHEMA) THEN
-            RETURN NEW;
-        END IF;
-        RAISE EXCEPTION 'role % is not a pulse principal of schema %', current_user,
-            TG_TABLE_SCHEMA USING ERRCODE = 'insufficient_privilege',
-            HINT = 'the schema''s owner lists it in principals (docs/security.md)';
-    END IF;
-    IF who.kind = 'human' THEN
-        RETURN NEW;
-    END IF;
-    IF NEW.kind IN ({person_kinds}) THEN
-        RAISE EXCEPTION 'role % (%) may not write an event of kind %: only a person does',
-            current_user, who.kind, NEW.kind USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF who.kind = 'engine' AND head IN ('human', 'cli') THEN
-        RAISE EXCEPTION 'role % (engine) may not write origin %: only a person does',
-            current_user, NEW.origin USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    IF who.kind = 'agent' AND NOT (
-            NEW.origin = 'agent' OR NEW.origin = 'agent:' || who.agent
-            OR starts_with(NEW.origin, 'agent:' || who.agent || '-')
-            OR starts_with(NEW.origin, 'agent:' || who.agent || ':')) THEN
-        RAISE EXCEPTION 'role % (agent %) may not write origin %', current_user, who.agent,
-            NEW.origin USING ERRCODE = 'insufficient_privilege';
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE TRIGGER events_check_principal BEFORE INSERT ON {s}.events
-    FOR EACH ROW EXECUTE FUNCTION {s}.check_principal();
-"""
-
-
-# Version 3: indexes for the events page's filters, so that reading the newest events of a
-# rare kind, or of an origin (a prefix: text_pattern_ops matches `LIKE 'agent:%'` whatever
-# the database's collation), reads only those rows instead of walking the log backwards.
-INDEXES = """
-CREATE INDEX IF NOT EXISTS events_kind ON {s}.events (kind, seq);
-CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops, seq);
-"""
-
-
-def principals_sql(s: str) -> str:
-    """The version-2 statements for the quoted schema `s`."""
-    kinds = ", ".join(f"'{kind}'" for kind in sorted(PERSON_KINDS))
-    return PRINCIPALS.format(s=s, person_kinds=kinds)
-
-
-def quoted(name: str) -> str:
-    """`name` as a quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
 
 def lock_key(*parts: str) -> int:
     """A signed 64-bit advisory-lock key for `parts` (stable across processes and hosts)."""
@@ -296,18 +190,17 @@ async def prepare(conn: Connection, schema: str, *, read_only: bool, location: s
                     await conn.execute(SCHEMA.format(s=s))
                     await conn.execute(principals_sql(s))
                     await conn.execute(INDEXES.format(s=s))
+                    await conn.execute(append_in_one_sql(schema))
                     await conn.execute(
                         f"INSERT INTO {s}.meta VALUES ('application', %s), "
                         "('schema_version', %s)", (APPLICATION, str(SCHEMA_VERSION)))
         meta = await _meta(conn, s)
-        if meta.get("application") == APPLICATION and meta.get("schema_version") == "1" \
-                and not read_only:
-            await _upgrade_to_2(conn, schema, location)
-            meta = await _meta(conn, s)
-        if meta.get("application") == APPLICATION and meta.get("schema_version") == "2" \
-                and not read_only:
-            await _upgrade_to_3(conn, schema, location)
-            meta = await _meta(conn, s)
+        for version, (adds, sql) in enumerate(UPGRADES, start=2):
+            if meta.get("application") == APPLICATION and not read_only \
+                    and meta.get("schema_version") == str(version - 1):
+                await _upgrade(conn, schema, location, version=version, adds=adds,
+                               sql=sql(schema))
+                meta = await _meta(conn, s)
     if meta.get("application") != APPLICATION:
         raise NotAPulseDatabase(
             f"{location}: schema {schema!r} holds a 'meta' table of another program, not a "
@@ -325,42 +218,24 @@ async def _meta(conn: Connection, s: str) -> dict[str, str]:
     return {str(name): str(value) for name, value in await cur.fetchall()}
 
 
-async def _upgrade_to_2(conn: Connection, schema: str, location: str) -> None:
-    """Add the principals table and trigger to a version-1 log (as the schema's owner: a
-    role that may not is told to let the owner open it once)."""
+async def _upgrade(conn: Connection, schema: str, location: str, *, version: int,
+                   adds: str, sql: str) -> None:
+    """Bring a log at `version - 1` to `version` by `sql`, in one transaction, as the
+    schema's owner (a role that may not is told to let the owner open it once); nothing
+    stored changes."""
     s = quoted(schema)
     try:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)",
                                (lock_key("pulse-schema", schema),))
-            if (await _meta(conn, s)).get("schema_version") == "1":
-                await conn.execute(principals_sql(s))
-                await conn.execute(f"UPDATE {s}.meta SET value = '2' "
-                                   "WHERE name = 'schema_version'")
+            if (await _meta(conn, s)).get("schema_version") == str(version - 1):
+                await conn.execute(sql)
+                await conn.execute(f"UPDATE {s}.meta SET value = %s "
+                                   "WHERE name = 'schema_version'", (str(version),))
     except psycopg.errors.InsufficientPrivilege:
         raise StoreError(
-            f"{location}: the event log (schema {schema!r}) is at version 1 and this role may "
-            "not add version 2's principals table — open it once as the schema's owner "
-            "(any pulse command that writes, such as `upulse daemon start`)") from None
-
-
-async def _upgrade_to_3(conn: Connection, schema: str, location: str) -> None:
-    """Add the kind and origin indexes to a version-2 log (as the schema's owner). Building
-    them reads the whole table and holds back appends meanwhile (seconds per million
-    events); nothing stored changes."""
-    s = quoted(schema)
-    try:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)",
-                               (lock_key("pulse-schema", schema),))
-            if (await _meta(conn, s)).get("schema_version") == "2":
-                await conn.execute(INDEXES.format(s=s))
-                await conn.execute(f"UPDATE {s}.meta SET value = '3' "
-                                   "WHERE name = 'schema_version'")
-    except psycopg.errors.InsufficientPrivilege:
-        raise StoreError(
-            f"{location}: the event log (schema {schema!r}) is at version 2 and this role may "
-            "not add version 3's indexes — open it once as the schema's owner (any pulse "
+            f"{location}: the event log (schema {schema!r}) is at version {version - 1} and "
+            f"this role may not add {adds} — open it once as the schema's owner (any pulse "
             "command that writes, such as `upulse daemon start`)") from None
 
 

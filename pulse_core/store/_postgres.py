@@ -32,9 +32,9 @@ from pulse_core.store._pg_commit import (
     commit_group,
     copy_chunk,
 )
+from pulse_core.store._pg_ddl import COLUMNS
 from pulse_core.store._pg_listen import Listener, advisory_lock, check_held
 from pulse_core.store._pg_schema import (
-    COLUMNS,
     Connection,
     ConnectionPool,
     NoAnswer,
@@ -117,12 +117,15 @@ class PostgresRecorder(Recorder):
     async def _connect(self) -> Connection:
         """A new session, with TCP keepalives so a silently dropped link is noticed:
         read-only ones refuse every write; in writable ones a transaction left idle (a
-        stopped process holding the writer lock) is ended by the server, and no statement
+        stopped process holding the writer lock) is ended by the server, no statement
         or lock timeout set on the database or role cuts a wait for the writer lock or an
-        exclusive lock (a wait is as long as the transaction before it)."""
+        exclusive lock (a wait is as long as the transaction before it), and a commit in
+        one statement reads what the writer it waited for committed (READ COMMITTED, whatever
+        the database's default)."""
         options = ("-c default_transaction_read_only=on" if self.read_only
                    else f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} "
-                        "-c statement_timeout=0 -c lock_timeout=0")
+                        "-c statement_timeout=0 -c lock_timeout=0 "
+                        "-c default_transaction_isolation=read\\ committed")
         with pg_errors(self.location, "connecting"):
             given = conninfo_to_dict(self.url.dsn)  # keepalives set in the URL are kept
             conninfo = make_conninfo(self.url.dsn, **{k: v for k, v in KEEPALIVES.items()
@@ -199,11 +202,11 @@ class PostgresRecorder(Recorder):
             except CommitUnknown as exc:
                 await self._pool.discard_idle()
                 ended = await self._ended(backend)
-                committed = await self._committed(exc.seq, exc.event_id)
-                if committed:
-                    return exc.outcomes
+                stored = await self._stored(exc.key, exc.event_id)
+                if stored:
+                    return exc.settled(*stored)
                 cause = exc.__cause__ or exc
-                if ended and committed is False:  # rolled back with its session
+                if ended and stored == ():  # rolled back with its session
                     if attempt == 1:
                         continue
                     raise StoreUnavailable(
@@ -240,15 +243,16 @@ class PostgresRecorder(Recorder):
             return False
         return not found or found[0][0] is True
 
-    async def _committed(self, seq: int, event_id: str) -> bool | None:
-        """Whether the event `event_id` is stored at `seq` (None when that cannot be read
-        now)."""
+    async def _stored(self, key: str, event_id: str) -> tuple[int, int] | tuple[()] | None:
+        """The seq and ts of the event `event_id` of `key` if it is stored, () if it is
+        not, None when that cannot be read now."""
         try:
-            found = await self._fetch("checking a commit",
-                                      f"SELECT id FROM {self._s}.events WHERE seq = %s", [seq])
+            found = await self._fetch(
+                "checking a commit", f"SELECT seq, ts FROM {self._s}.events WHERE key = %s "
+                "AND id = %s ORDER BY seq DESC LIMIT 1", [key, event_id])
         except StoreError:
             return None
-        return bool(found) and found[0][0] == event_id
+        return (int(found[0][0]), int(found[0][1])) if found else ()
 
     async def _one_by_one(self, appends: list[PreparedAppend]) -> list[Outcome]:
         """Each append in its own transaction, after the database refused their group, so

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pulse_core import VersionConflict
+from pulse_core import ManualClock, VersionConflict
 from pulse_core.store import open_event_store
 from tests.core.store_contract import draft
 from tests.servers import PostgresServer
@@ -89,3 +89,28 @@ async def test_a_refused_one_trip_commit_moves_no_head(pg_url: str) -> None:
     finally:
         await a.close()
         await b.close()
+
+
+async def test_writers_on_other_keys_leave_a_writers_events_at_the_seqs_and_ts_it_returns(
+        pg_url: str, postgres_server: PostgresServer) -> None:
+    """Each writer's commits interleave with the other's (each in one round trip: the heads
+    it names are as it knows them); the events an append returns are the ones stored, and ts
+    follows seq though the second writer's clock runs a second ahead of the first's."""
+    slow, fast = ManualClock(1_700_000_000_000), ManualClock(1_700_000_001_000)
+    a = await open_event_store(pg_url, clock=slow)
+    b = await open_event_store(pg_url, clock=fast)
+    returned = []
+    try:
+        for n in range(6):
+            writer, key = (a, "a") if n % 2 == 0 else (b, "b")
+            result = await writer.append([draft(key, n), draft(key, n)], expect={key: n - n % 2})
+            returned += [(e.seq, e.key, e.version, e.ts) for e in result.events]
+        stored = [(e.seq, e.key, e.version, e.ts) for e in await a.read()]
+    finally:
+        await a.close()
+        await b.close()
+    assert returned == stored
+    assert [seq for seq, *_ in stored] == list(range(1, 13))
+    assert [ts for *_, ts in stored] == [slow.now_ms()] * 2 + [fast.now_ms()] * 10
+    assert postgres_server.sql("SELECT string_agg(key || version, ',' ORDER BY key) FROM "
+                               "pulse.heads", database(pg_url)) == "a6,b6"

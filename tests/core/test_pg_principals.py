@@ -13,6 +13,7 @@ import pytest
 from pulse_core import EventDraft, EventStore, Principal, StoreError
 from pulse_core.maintenance import Authority
 from pulse_core.store import open_event_store, parse_store_url
+from pulse_core.store._pg_ddl import principals_sql
 from tests.servers import PostgresServer
 
 
@@ -26,6 +27,17 @@ async def run(url: str, *statements: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         for statement in statements:
             await conn.execute(statement)  # type: ignore[arg-type]
+
+
+async def back_to_version_3(url: str) -> None:
+    """Make the (version-4) log at `url` what version 3 made: version 4's objects dropped,
+    version 2's row-by-row principals trigger as that version created it."""
+    v2 = principals_sql('"pulse"')
+    await run(url, "DROP FUNCTION pulse.commit_if_heads",
+              "DROP TRIGGER events_check_principals ON pulse.events",
+              "DROP FUNCTION pulse.check_principals()",
+              v2[v2.index("CREATE FUNCTION"):],  # its trigger, without its table
+              "UPDATE pulse.meta SET value = '3' WHERE name = 'schema_version'")
 
 
 async def make_role(url: str, kind: str, agent: str = "", *, listed: bool = True) -> str:
@@ -113,6 +125,7 @@ async def test_a_version_1_log_gains_the_principals_check_when_its_owner_opens_i
     store = await open_event_store(pg_url)
     await store.append([task(1, "agent")])
     await store.close()
+    await back_to_version_3(pg_url)
     await run(pg_url, "DROP TRIGGER events_check_principal ON pulse.events",
               "DROP FUNCTION pulse.check_principal()", "DROP TABLE pulse.principals",
               "UPDATE pulse.meta SET value = '1' WHERE name = 'schema_version'")
@@ -125,7 +138,7 @@ async def test_a_version_1_log_gains_the_principals_check_when_its_owner_opens_i
     await store.close()
     database = pg_url.rsplit("/", 1)[1]
     assert postgres_server.sql("SELECT value FROM pulse.meta WHERE name = 'schema_version'",
-                               database) == "3"
+                               database) == "4"
     await run(pg_url, f"INSERT INTO pulse.principals VALUES ('{role}', 'agent', 'x')")
     agent = await open_event_store(as_role(pg_url, role))
     try:

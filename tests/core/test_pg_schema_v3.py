@@ -7,7 +7,7 @@ import pytest
 
 from pulse_core import EventDraft, StoreError
 from pulse_core.store import open_event_store
-from tests.core.test_pg_principals import as_role, make_role, run
+from tests.core.test_pg_principals import as_role, back_to_version_3, make_role, run
 from tests.servers import PostgresServer
 
 INDEXES = "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes " \
@@ -28,6 +28,7 @@ async def test_a_version_2_log_gains_the_kind_and_origin_indexes_when_its_owner_
                                    origin="agent:scout")])
     before = [(e.seq, e.id, e.kind, e.hash) for e in await store.read()]
     await store.close()
+    await back_to_version_3(pg_url)
     await run(pg_url, "DROP INDEX pulse.events_kind", "DROP INDEX pulse.events_origin",
               "UPDATE pulse.meta SET value = '2' WHERE name = 'schema_version'")
     role = await make_role(pg_url, "engine")
@@ -39,7 +40,7 @@ async def test_a_version_2_log_gains_the_kind_and_origin_indexes_when_its_owner_
     store = await open_event_store(pg_url)
     try:
         assert postgres_server.sql(
-            "SELECT value FROM pulse.meta WHERE name = 'schema_version'", database) == "3"
+            "SELECT value FROM pulse.meta WHERE name = 'schema_version'", database) == "4"
         assert postgres_server.sql(INDEXES, database) == \
             "events_idem,events_key,events_kind,events_origin,events_pkey"
         assert [(e.seq, e.id, e.kind, e.hash) for e in await store.read()] == before
@@ -55,15 +56,13 @@ async def test_a_version_2_log_gains_the_kind_and_origin_indexes_when_its_owner_
         await store.append([tick(9)])  # and it is written as before
     finally:
         await store.close()
-    again = await open_event_store(as_role(pg_url, role))  # at version 3: nothing to do
+    again = await open_event_store(as_role(pg_url, role))  # at version 4: nothing to do
     await again.close()
 
 
-async def test_a_new_log_is_created_at_version_3_with_the_indexes(
+async def test_a_new_log_is_created_with_the_indexes(
         pg_url: str, postgres_server: PostgresServer) -> None:
     store = await open_event_store(pg_url)
     await store.close()
     database = pg_url.rsplit("/", 1)[1]
-    assert postgres_server.sql(
-        "SELECT value FROM pulse.meta WHERE name = 'schema_version'", database) == "3"
     assert "events_kind,events_origin" in postgres_server.sql(INDEXES, database)

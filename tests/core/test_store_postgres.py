@@ -26,7 +26,7 @@ from pulse_core import (
     StoreUnavailable,
 )
 from pulse_core.store import PostgresURL, Recorder, StoredRow, open_event_store, parse_store_url
-from pulse_core.store._pg_schema import SCHEMA_VERSION
+from pulse_core.store._pg_ddl import SCHEMA_VERSION
 from pulse_core.store._postgres import PostgresRecorder
 from tests.core.store_contract import RecorderContract, draft
 from tests.servers import PostgresServer, free_port

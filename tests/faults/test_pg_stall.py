@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -80,15 +81,16 @@ class StallingProxy:
 
     def _pipe(self, src: socket.socket, dst: socket.socket, doomed: threading.Event,
               upstream: bool) -> None:
+        commits = Commits()
         try:
             while data := src.recv(65536):
                 self.flowing.wait()
-                if upstream and b"COMMIT\x00" in data and self.lose_commit:
+                if upstream and commits.found_in(data) and self.lose_commit:
                     self.lose_commit = False
                     doomed.set()
                     self._cut(dst, src)  # the server never gets the COMMIT
                     return
-                if upstream and b"COMMIT\x00" in data and self.lose_commit_reply:
+                if upstream and commits.found_in(data) and self.lose_commit_reply:
                     self.lose_commit_reply = False
                     doomed.set()
                 elif not upstream and doomed.is_set():
@@ -113,6 +115,22 @@ class StallingProxy:
         self._listener.close()
         for sock in self._sockets:
             _shut(sock)
+
+
+class Commits:
+    """Tells the messages a client sends on one connection that commit: a COMMIT, or a call
+    of the log's one-statement commit (`commit_if_heads`), by its text or, once the driver
+    has prepared it, by the name it was prepared under."""
+
+    PREPARED = re.compile(rb"P[\s\S]{4}([^\x00]+)\x00[^\x00]*commit_if_heads")
+
+    def __init__(self) -> None:
+        self.names: list[bytes] = []
+
+    def found_in(self, data: bytes) -> bool:
+        self.names += self.PREPARED.findall(data)
+        return b"COMMIT\x00" in data or b"commit_if_heads" in data or any(
+            b"\x00" + name + b"\x00" in data for name in self.names)
 
 
 def _shut(sock: socket.socket) -> None:
