@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from bench.disk import WriteGate
 from pulse_core import (
     EventDraft,
     NotAPulseDatabase,
@@ -225,6 +227,40 @@ async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_t
         lone = [e for e in await store.read() if e.key == "lone"]
         assert [e.version for e in lone] == list(range(1, 21))
         assert len({e.ts for e in lone}) == 20  # one commit each
+    finally:
+        await store.close()
+
+
+async def test_a_lone_append_whose_commit_meets_a_stalled_disk_leaves_the_loop_turning(
+    tmp_path: Path
+) -> None:
+    """A lone append whose COMMIT waits for the disk holds the loop at most inline_commit:
+    the loop goes on while the write waits, the append returns once the disk lets it through,
+    and the appends after it are stored in order."""
+    if not WriteGate.available():
+        pytest.skip("SQLite's write hooks cannot be reached through ctypes here")
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        await store.append([draft("k", 0)])  # a quick commit first: the next one is lone
+        with WriteGate() as gate:
+            # Only if the loop itself were stuck in the write would this open the gate.
+            rescue = threading.Timer(60, gate.open)
+            rescue.start()
+            try:
+                gate.shut()
+                waiting = asyncio.create_task(store.append([draft("k", 1)]))
+                # Awaiting a thread needs the loop to turn while the commit waits.
+                assert await asyncio.to_thread(gate.held.wait, 60)
+                assert gate.is_shut, "the loop stood still until the disk came back"
+                assert not waiting.done()
+                gate.open()
+                result = await waiting
+            finally:
+                rescue.cancel()
+        assert [e.version for e in result.events] == [2]
+        for n in range(2, 5):
+            await store.append([draft("k", n)])
+        assert [e.version for e in await store.read()] == [1, 2, 3, 4, 5]
     finally:
         await store.close()
 
