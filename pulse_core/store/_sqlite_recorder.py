@@ -260,18 +260,21 @@ class SqliteRecorder(Recorder):
         went to the thread, which waits for it) or the wait ran out (the thread delivers the
         outcomes to the request's future, as for any thread commit)."""
         assert self._writer is not None
-        conn = self._connection()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                self._writer.submit(lambda: self._commit_and_deliver([request]))
-                return None
-            return classify(exc, self.path)
-        try:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    self._writer.submit(lambda: self._commit_and_deliver([request]))
+                    return None
+                return classify(exc, self.path)
             staged, outcomes = self._stage(conn, [request.append])
         except Exception as exc:
             return exc
+        except BaseException:  # interrupted before the hand-off: nothing is under way
+            self._submit()
+            raise
         handoff = _Handoff()
         self._writer.submit(lambda: self._finish_and_deliver(request, staged, outcomes, handoff))
         try:
