@@ -29,8 +29,8 @@ class _Insert(NamedTuple):
 
 
 _EVENTS = _Insert(f"INSERT INTO events ({COLUMNS}) VALUES ", "(?,?,?,?,?,?,?,?,?,?,?,?)", "")
-_HEADS = _Insert("INSERT INTO heads (key, version) VALUES ", "(?,?)",
-                 " ON CONFLICT(key) DO UPDATE SET version = excluded.version")
+HEAD = "SELECT version FROM events WHERE key = ? ORDER BY seq DESC LIMIT 1"
+"""A key's version: its newest event's (the `(key, seq)` index finds it)."""
 # Rows per multi-row statement, largest first: an INSERT of 64 rows costs about half of
 # executemany's 64 steps, and these four sizes are the only statement texts (each prepared
 # once, then taken from the connection's statement cache).
@@ -60,7 +60,7 @@ class Batch:
         if version is None:
             version = self.known.get(key)
         if version is None:
-            found = self.conn.execute("SELECT version FROM heads WHERE key = ?", (key,)).fetchone()
+            found = self.conn.execute(HEAD, (key,)).fetchone()
             version = found[0] if found else 0
         self.heads[key] = version
         return version
@@ -122,11 +122,9 @@ class Batch:
         return AppendResult(tx, tuple(events), False)
 
     def write(self) -> None:
-        """Insert the staged rows and move the heads of the keys they touch."""
+        """Insert the staged rows."""
         if self.rows:
             _insert_rows(self.conn, _EVENTS, self.rows)
-            written = dict.fromkeys(row[3] for row in self.rows)  # each key once, in order
-            _insert_rows(self.conn, _HEADS, [(key, self.heads[key]) for key in written])
 
 
 def _insert_rows(conn: sqlite3.Connection, insert: _Insert,
@@ -149,15 +147,14 @@ def _many_rows_sql(insert: _Insert, rows: int) -> str:
 
 
 def copy_chunk(conn: sqlite3.Connection, chunk: Sequence[StoredRow], location: str) -> None:
-    """Store already-stored rows exactly as given, and the versions they bring their keys to,
-    in one transaction on the writer connection `conn`; StoreError (nothing stored) unless
-    their seqs are consecutive and continue the log."""
+    """Store already-stored rows exactly as given in one transaction on the writer connection
+    `conn`; StoreError (nothing stored) unless their seqs are consecutive and continue the
+    log."""
     seqs = [row.seq for row in chunk]
     if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
         gap = next(b for a, b in itertools.pairwise(seqs) if b != a + 1)
         raise StoreError(f"{location}: rows to copy jump to seq {gap} — copy a log whole, "
                          "its seqs consecutive")
-    heads = {row.key: row.version for row in chunk}
     conn.execute("BEGIN IMMEDIATE")
     try:
         last = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
@@ -166,7 +163,6 @@ def copy_chunk(conn: sqlite3.Connection, chunk: Sequence[StoredRow], location: s
                 f"{location}: the rows to copy start at seq {seqs[0]} but this log ends at "
                 f"seq {last} — copy into an empty log (or continue from seq {last + 1})")
         _insert_rows(conn, _EVENTS, [msgspec.structs.astuple(row) for row in chunk])
-        _insert_rows(conn, _HEADS, list(heads.items()))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -24,7 +24,7 @@ from pulse_core._errors import (
     VersionConflict,
 )
 from pulse_core._waits import reject, resolve
-from pulse_core.store._commit import COLUMNS, Batch, copy_chunk
+from pulse_core.store._commit import COLUMNS, HEAD, Batch, copy_chunk
 from pulse_core.store._recorder import (
     AppendResult,
     Page,
@@ -43,7 +43,7 @@ from pulse_core.store._sqlite import (
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     seq     INTEGER PRIMARY KEY,
@@ -62,7 +62,6 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE UNIQUE INDEX IF NOT EXISTS events_idem ON events(idem) WHERE idem IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_key ON events(key, seq);
 CREATE INDEX IF NOT EXISTS events_kind ON events(kind, seq);
-CREATE TABLE IF NOT EXISTS heads (key TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS events_refuse_update BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'pulse events are append-only: UPDATE refused'); END;
 CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
@@ -70,12 +69,15 @@ BEGIN SELECT RAISE(ABORT, 'pulse events are append-only: DELETE refused'); END
 """
 UPGRADES: dict[int, tuple[str, ...]] = {
     1: ("CREATE INDEX IF NOT EXISTS events_kind ON events(kind, seq)",),
+    2: ("DROP TABLE IF EXISTS heads",),
 }
 """The statements that take an events.db from schema v to v + 1 (run when the writer opens
 it). 2: the index a kind-filtered read walks newest first (the Events page's kind= filter,
-a rare kind found without reading the whole log)."""
+a rare kind found without reading the whole log). 3: no `heads` table: a key's version is
+its newest event's, found through the `(key, seq)` index (a table of versions written beside
+every commit cost a commit more pages to write and fsync than its rows)."""
 
-INLINE_COMMIT = 0.005  # seconds: a commit slower than this sends appends to the thread
+INLINE_COMMIT = 0.005  # seconds the loop's thread may wait for a lone append's commit
 COPY_CHUNK = 2_000  # rows per transaction of copy_rows
 _KNOWN_HEADS = 16_384  # key versions the writer remembers between transactions
 _Outcome = AppendResult | Exception
@@ -87,19 +89,54 @@ class _Request:
     future: asyncio.Future[AppendResult]
 
 
+class _Handoff:
+    """A lone append's commit in the writer thread, which the loop's thread waits for only
+    so long: the thread hands the outcomes to the waiting loop thread, or, once that has
+    stopped waiting, to the loop like any other commit's."""
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()  # released when the outcomes are here for the waiting loop
+        self.outcomes: list[_Outcome] | Exception | None = None
+        self._guard = threading.Lock()
+        self._abandoned = False
+
+    def deliver(self, outcomes: list[_Outcome] | Exception) -> bool:
+        """In the writer thread: hand `outcomes` to the waiting loop thread; False when it
+        stopped waiting (the loop must be told)."""
+        with self._guard:
+            if self._abandoned:
+                return False
+            self.outcomes = outcomes
+            self.done.release()
+            return True
+
+    def abandon(self) -> bool:
+        """On the loop, its wait over: stop waiting; False if the outcomes are not here
+        (the writer thread then delivers them to the loop), True if they just came."""
+        with self._guard:
+            if self.done.acquire(blocking=False):
+                return True
+            self._abandoned = True
+            return False
+
+
 class SqliteRecorder(Recorder):
-    """events.db: append-only, gap-free seq, per-key versions kept in a `heads` table.
+    """events.db: append-only, gap-free seq, a key's version that of its newest event.
 
     Inserts from any number of coroutines go to one writer thread that commits them in
     groups: many appends, one fsync. A lone append (no other append waiting once the loop
-    has run the coroutines ready beside it) is committed on the loop's own thread instead,
-    when that cannot wait: the write lock is taken without waiting (another process holding
-    it sends the append to the thread) and the previous commit took under `inline_commit`
-    seconds (a slow disk sends appends to the thread until a commit is quick again);
-    `inline_commit=0` sends every append to the thread. Selects use their own connections
-    in worker threads. `busy_timeout` (seconds) is how long a write waits for another
-    process's lock before StoreUnavailable. Read-only, the file is opened for reading only
-    and never created.
+    has run the coroutines ready beside it) is written on the loop's own thread instead, the
+    write lock taken without waiting (another process holding it sends the append to the
+    thread, which waits for it), and only its COMMIT, where the disk is met, goes to the
+    writer thread, which the loop's thread waits for, at most `inline_commit` seconds: a
+    commit slower than that (a stalled disk) is delivered to the loop like a thread commit,
+    so the loop never waits longer for a disk, and after it appends go to the thread until
+    a commit is quick again. The wait saves the two hops through the loop that a thread
+    commit costs (a wake-up of the loop and a turn of it). `inline_commit=0` sends every
+    append to the thread. Selects use their own connections in worker threads.
+    `busy_timeout` (seconds) is how long a write waits for another process's lock before
+    StoreUnavailable. Read-only, the file is opened for reading only and never created.
     """
 
     def __init__(
@@ -206,40 +243,65 @@ class SqliteRecorder(Recorder):
             self._submit()
             raise
         if len(self._pending) == 1 and self._pending[0] is request:
-            try:
-                outcomes = self._commit_inline(append)
-            except BaseException:
-                self._pending.popleft()
-                self._submit()
-                raise
-            if outcomes is not None:
-                self._pending.popleft()
-                self._submit()  # nothing waits: marks the recorder idle
-                outcome = outcomes[0]
-                if isinstance(outcome, Exception):
-                    raise outcome
-                return outcome
+            self._pending.popleft()
+            outcomes = self._commit_waiting(request)
+            if outcomes is None:
+                return await future  # slower than inline_commit: the thread delivers it
+            self._submit()  # nothing waits: marks the recorder idle
+            outcome = outcomes if isinstance(outcomes, Exception) else outcomes[0]
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
         self._submit()
         return await future
 
-    def _commit_inline(self, append: PreparedAppend) -> list[_Outcome] | None:
-        """On the loop: commit `append` now if the write lock is free (its outcomes), or None
-        (nothing done) when taking the lock would wait. Errors other than a busy lock are
-        raised as a thread commit would."""
-        conn = self._wconn
-        if conn is None:
-            raise StoreClosed(f"{self.path}: the writer is closed")
+    def _commit_waiting(self, request: _Request) -> list[_Outcome] | Exception | None:
+        """On the loop: take the write lock without waiting and write `request`, then hand
+        its COMMIT to the writer thread and wait for it, at most `inline_commit` seconds.
+        Its outcomes (or the error that refused it); None when the lock was held (the append
+        went to the thread, which waits for it) or the wait ran out (the thread delivers the
+        outcomes to the request's future, as for any thread commit)."""
+        assert self._writer is not None
+        try:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    self._writer.submit(lambda: self._commit_and_deliver([request]))
+                    return None
+                return classify(exc, self.path)
+            staged, outcomes = self._stage(conn, [request.append])
+        except Exception as exc:
+            return exc
+        except BaseException:  # interrupted before the hand-off: nothing is under way
+            self._submit()
+            raise
+        handoff = _Handoff()
+        self._writer.submit(lambda: self._finish_and_deliver(request, staged, outcomes, handoff))
+        try:
+            if handoff.done.acquire(timeout=self._inline_commit):
+                return handoff.outcomes
+        except BaseException:  # interrupted while waiting: the loop settles the append
+            if handoff.abandon():
+                assert handoff.outcomes is not None
+                self._deliver([request], handoff.outcomes)
+            raise
+        return handoff.outcomes if handoff.abandon() else None
+
+    def _finish_and_deliver(self, request: _Request, staged: Batch, outcomes: list[_Outcome],
+                            handoff: _Handoff) -> None:
+        """In the writer thread: commit what the loop wrote for `request`, then hand the
+        outcomes to the loop's thread if it still waits for them, or else to the loop."""
+        result: list[_Outcome] | Exception = outcomes
         started = time.perf_counter()
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                return None  # another connection holds the lock: the thread waits for it
-            raise classify(exc, self.path) from exc
-        try:
-            return self._commit([append], begun=True)
-        finally:
-            self._slow = time.perf_counter() - started > self._inline_commit
+            self._finish(staged)
+        except Exception as exc:
+            result = exc
+        self._slow = time.perf_counter() - started > self._inline_commit
+        if not handoff.deliver(result):
+            self._deliver_on_loop([request], result)
 
     def _submit(self) -> None:
         """Hand the next group of waiting appends to the writer thread (on the loop)."""
@@ -259,16 +321,21 @@ class SqliteRecorder(Recorder):
         self._writer.submit(lambda: self._commit_and_deliver(batch))
 
     def _commit_and_deliver(self, batch: list[_Request]) -> None:
-        """In the writer thread: commit `batch`, then hand the outcomes back to the loop."""
+        """In the writer thread: commit `batch`, then hand the outcomes to the loop."""
         outcomes: list[_Outcome] | Exception
         started = time.perf_counter()
         try:
             outcomes = self._commit([req.append for req in batch])
         except Exception as exc:
             outcomes = exc
-        # Read on the loop, one commit at a time: whether the next lone append may commit
-        # there (a wait for another process's lock counts as slow: the next one waits here).
+        # Read on the loop, one commit at a time: whether the next lone append may wait for
+        # its commit there (a wait for another process's lock counts as slow).
         self._slow = time.perf_counter() - started > self._inline_commit
+        self._deliver_on_loop(batch, outcomes)
+
+    def _deliver_on_loop(self, batch: list[_Request], outcomes: list[_Outcome] | Exception
+                         ) -> None:
+        """In the writer thread: have the loop settle `batch` with `outcomes`."""
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             self._loop.call_soon_threadsafe(self._deliver, batch, outcomes)
@@ -283,25 +350,33 @@ class SqliteRecorder(Recorder):
                 resolve(req.future, outcome)
         self._submit()
 
-    def _set_wait(self, wait: bool) -> None:
-        """Let the writer connection wait busy_timeout for a lock, or not wait at all."""
-        assert self._wconn is not None
-        ms = int(self.busy_timeout * 1000) if wait else 0
-        self._wconn.execute(f"PRAGMA busy_timeout={ms}")
-
-    def _commit(self, appends: list[PreparedAppend], *, begun: bool = False) -> list[_Outcome]:
-        """Commit `appends` in one transaction (already begun, when `begun`), waiting up to
+    def _commit(self, appends: list[PreparedAppend]) -> list[_Outcome]:
+        """In the writer thread: commit `appends` in one transaction, waiting up to
         busy_timeout for the write lock."""
-        conn = self._wconn
-        if conn is None:
+        conn = self._connection()
+        try:
+            self._set_wait(True)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                self._set_wait(False)
+        except sqlite3.Error as exc:
+            raise classify(exc, self.path) from exc
+        staged, outcomes = self._stage(conn, appends)
+        self._finish(staged)
+        return outcomes
+
+    def _connection(self) -> sqlite3.Connection:
+        """The writer connection (StoreClosed once it is closed)."""
+        if self._wconn is None:
             raise StoreClosed(f"{self.path}: the writer is closed")
+        return self._wconn
+
+    def _stage(self, conn: sqlite3.Connection, appends: list[PreparedAppend]
+               ) -> tuple[Batch, list[_Outcome]]:
+        """Stage and write `appends` in the transaction begun on `conn`, uncommitted (rolled
+        back when this raises)."""
         try:  # (not sqlite_errors: a try costs less than a context manager per commit)
-            if not begun:
-                self._set_wait(True)
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                finally:
-                    self._set_wait(False)
             try:
                 # Another connection's commit changes data_version: then seq and heads are
                 # read again; otherwise what this writer knows is still the truth.
@@ -320,9 +395,23 @@ class SqliteRecorder(Recorder):
                     except (VersionConflict, IdempotencyConflict) as exc:
                         outcomes.append(exc)
                 staged.write()
-                conn.execute("COMMIT")
             except BaseException:
                 self._data_version = -1  # read everything again next time
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise classify(exc, self.path) from exc
+        return staged, outcomes
+
+    def _finish(self, staged: Batch) -> None:
+        """Commit the transaction `staged` was written in, and remember what it moved."""
+        conn = staged.conn
+        try:
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                self._data_version = -1
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
@@ -332,7 +421,12 @@ class SqliteRecorder(Recorder):
         if len(self._heads) + len(staged.heads) > _KNOWN_HEADS:
             self._heads.clear()
         self._heads.update(staged.heads)
-        return outcomes
+
+    def _set_wait(self, wait: bool) -> None:
+        """Let the writer connection wait busy_timeout for a lock, or not wait at all."""
+        assert self._wconn is not None
+        ms = int(self.busy_timeout * 1000) if wait else 0
+        self._wconn.execute(f"PRAGMA busy_timeout={ms}")
 
     # -- selecting -------------------------------------------------------------------------
 
@@ -400,8 +494,7 @@ class SqliteRecorder(Recorder):
         return page_of(rows, last)
 
     def _head(self, key: str) -> int:
-        row = self._read(lambda conn: conn.execute(
-            "SELECT version FROM heads WHERE key = ?", (key,)).fetchone())
+        row = self._read(lambda conn: conn.execute(HEAD, (key,)).fetchone())
         return int(row[0]) if row else 0
 
     def _last_seq(self) -> int:

@@ -62,7 +62,6 @@ def unreadable_row(db: Path, key: str) -> None:
         conn.execute("INSERT INTO events VALUES (?, ?, 'notification', ?, 1, 1700000000000, "
                      "'agent', NULL, 'tx-corrupt', NULL, ?, NULL)",
                      (seq, f"id-corrupt-{seq}", key, b"\xff\xfe not json"))
-        conn.execute("INSERT INTO heads VALUES (?, 1)", (key,))
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -357,7 +356,6 @@ def nul_rows(db: Path) -> list[int]:
             conn.execute("INSERT INTO events VALUES (?, ?, 'notification', ?, 1, "
                          "1700000000000, ?, NULL, 'tx-nul', ?, ?, NULL)",
                          (seq + n, f"id-nul-{n}", key, origin, idem, b'{"text":"nul"}'))
-            conn.execute("INSERT INTO heads VALUES (?, 1)", (key,))
         conn.execute("COMMIT")
     finally:
         conn.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from bench.disk import WriteGate
 from pulse_core import (
     EventDraft,
     NotAPulseDatabase,
@@ -17,6 +19,7 @@ from pulse_core import (
     SchemaTooNew,
     SqliteEventStore,
     StoreError,
+    VersionConflict,
 )
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
@@ -229,10 +232,44 @@ async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_t
         await store.close()
 
 
+async def test_a_lone_append_whose_commit_meets_a_stalled_disk_leaves_the_loop_turning(
+    tmp_path: Path
+) -> None:
+    """A lone append whose COMMIT waits for the disk holds the loop at most inline_commit:
+    the loop goes on while the write waits, the append returns once the disk lets it through,
+    and the appends after it are stored in order."""
+    if not WriteGate.available():
+        pytest.skip("SQLite's write hooks cannot be reached through ctypes here")
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        await store.append([draft("k", 0)])  # a quick commit first: the next one is lone
+        with WriteGate() as gate:
+            # Only if the loop itself were stuck in the write would this open the gate.
+            rescue = threading.Timer(60, gate.open)
+            rescue.start()
+            try:
+                gate.shut()
+                waiting = asyncio.create_task(store.append([draft("k", 1)]))
+                # Awaiting a thread needs the loop to turn while the commit waits.
+                assert await asyncio.to_thread(gate.held.wait, 60)
+                assert gate.is_shut, "the loop stood still until the disk came back"
+                assert not waiting.done()
+                gate.open()
+                result = await waiting
+            finally:
+                rescue.cancel()
+        assert [e.version for e in result.events] == [2]
+        for n in range(2, 5):
+            await store.append([draft("k", n)])
+        assert [e.version for e in await store.read()] == [1, 2, 3, 4, 5]
+    finally:
+        await store.close()
+
+
 async def test_appends_of_every_size_store_each_row_and_move_each_head(tmp_path: Path) -> None:
-    """Rows and heads are written as a few multi-row statements (64, 16, 4, 1 rows): every
-    size around those, keys repeated inside an append, stores each row once, gap-free and in
-    draft order, and leaves each key's head at its last version, in the file itself."""
+    """Rows are written as a few multi-row statements (64, 16, 4, 1 rows): every size around
+    those, keys repeated inside an append, stores each row once, gap-free and in draft order,
+    and leaves each key's head at its last version, as a new writer reads it from the file."""
     store = await SqliteEventStore.open(tmp_path / "events.db")
     sizes = [1, 2, 3, 4, 5, 15, 16, 17, 63, 64, 65, 85, 100, 129, 300]
     try:
@@ -252,11 +289,12 @@ async def test_appends_of_every_size_store_each_row_and_move_each_head(tmp_path:
         assert {key: await store.head(key) for key in versions} == versions
     finally:
         await store.close()
-    conn = sqlite3.connect(tmp_path / "events.db")
+    store = await SqliteEventStore.open(tmp_path / "events.db")  # knows no version yet
     try:
-        assert dict(conn.execute("SELECT key, version FROM heads").fetchall()) == versions
+        result = await store.append([draft(key, 0) for key in versions], expect=versions)
+        assert [e.version for e in result.events] == [v + 1 for v in versions.values()]
     finally:
-        conn.close()
+        await store.close()
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])
@@ -310,11 +348,12 @@ async def test_a_schema_1_home_is_upgraded_when_the_writer_opens_it_and_keeps_ev
     assert _schema(path)[0] == 1
     store = await SqliteEventStore.open(path)
     try:
-        assert _schema(path) == (2, {"events_idem", "events_key", "events_kind"})
+        assert _schema(path) == (3, {"events_idem", "events_key", "events_kind"})
         errors = await store.read(kinds=["error"], newest_first=True, limit=3)
         assert [e.seq for e in errors] == [451, 401, 351]
-        await store.append([draft("k0", 500)])  # the upgraded log goes on where it was
-        assert await store.last_seq() == 501
+        # the upgraded log goes on where it was
+        stored = await store.append([draft("k0", 500)], expect={"k0": 72})
+        assert [(e.seq, e.version) for e in stored.events] == [(501, 73)]
     finally:
         await store.close()
     conn = sqlite3.connect(path)
@@ -329,7 +368,41 @@ async def test_a_schema_1_home_is_upgraded_when_the_writer_opens_it_and_keeps_ev
         conn.close()
     again = await SqliteEventStore.open(path)  # opened again: nothing left to do
     await again.close()
-    assert _schema(path)[0] == 2
+    assert _schema(path)[0] == 3
+
+
+async def test_a_schema_2_home_loses_its_heads_table_and_its_keys_keep_their_versions(
+        tmp_path: Path) -> None:
+    """Schema 3 reads a key's version from its newest event: the `heads` table a schema-2
+    log kept beside its events is dropped, and every key goes on from its version."""
+    path = tmp_path / "events.db"
+    store = await SqliteEventStore.open(path)
+    await store.append([draft(f"k{n % 3}", n) for n in range(10)])
+    await store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:  # as pulse with schema 2 left it
+        conn.execute("CREATE TABLE heads (key TEXT PRIMARY KEY, version INTEGER NOT NULL) "
+                     "WITHOUT ROWID")
+        conn.execute("INSERT INTO heads SELECT key, max(version) FROM events GROUP BY key")
+        conn.execute("PRAGMA user_version=2")
+    finally:
+        conn.close()
+    store = await SqliteEventStore.open(path)
+    try:
+        assert [await store.head(k) for k in ("k0", "k1", "k2", "k3")] == [4, 3, 3, 0]
+        with pytest.raises(VersionConflict):
+            await store.append([draft("k1", 10)], expect={"k1": 2})
+        stored = await store.append([draft("k1", 10), draft("k3", 11)], expect={"k1": 3})
+        assert [e.version for e in stored.events] == [4, 1]
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'heads'"
+                            ).fetchone()[0] == 0
+    finally:
+        conn.close()
 
 
 def test_an_upgrade_that_fails_changes_nothing_and_names_the_file(tmp_path: Path) -> None:
