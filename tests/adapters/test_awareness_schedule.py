@@ -229,6 +229,25 @@ configs = st.builds(
     calls_per_identity_per_day=st.integers(0, 4), calls_per_day=st.integers(1, 12))
 
 
+def happen(world: World, events: list[tuple[object, ...]]) -> None:
+    """What a round's `events` do to `world`: someone speaks, an observation, a review settles
+    (one, or every pending one), a review pending on another engine, the route's health."""
+    for op, *args in events:
+        if op == "say":
+            world.say(str(args[0]))
+        elif op == "observe":
+            world.observe(str(args[0]), bool(args[1]))
+        elif op == "settle":
+            world.settle(str(args[0]), bool(args[1]))
+        elif op == "settle pending":
+            for key in sorted(world.pending):
+                world.settle(key.removeprefix("awareness-review:"), bool(args[0]))
+        elif op == "elsewhere":
+            world.pending.add(f"awareness-review:{args[0]}")
+        else:
+            world.healthy = bool(args[0])
+
+
 @settings(max_examples=300, deadline=None)
 @given(config=configs, steps=rounds)
 def test_the_kept_schedule_picks_what_a_full_scan_picks(
@@ -242,20 +261,7 @@ def test_the_kept_schedule_picks_what_a_full_scan_picks(
     async def run() -> None:
         prev = world.snapshot()
         for events, ms in steps:
-            for op, *args in events:
-                if op == "say":
-                    world.say(str(args[0]))
-                elif op == "observe":
-                    world.observe(str(args[0]), bool(args[1]))
-                elif op == "settle":
-                    world.settle(str(args[0]), bool(args[1]))
-                elif op == "settle pending":
-                    for key in sorted(world.pending):
-                        world.settle(key.removeprefix("awareness-review:"), bool(args[0]))
-                elif op == "elsewhere":
-                    world.pending.add(f"awareness-review:{args[0]}")
-                else:
-                    world.healthy = bool(args[0])
+            happen(world, events)
             world.now += ms
             curr = world.snapshot()
             decision = await rule(prev, curr, nothing_inside)
@@ -303,18 +309,7 @@ def test_checks_deemed_made_are_the_checks_made_when_ticks_come_at_due_times(
     async def run() -> None:
         prev = world.snapshot()
         for events, ms in steps:
-            for op, *args in events:
-                if op == "say":
-                    world.say(str(args[0]))
-                elif op == "observe":
-                    world.observe(str(args[0]), bool(args[1]))
-                elif op == "settle":
-                    world.settle(str(args[0]), bool(args[1]))
-                elif op == "settle pending":
-                    for key in sorted(world.pending):
-                        world.settle(key.removeprefix("awareness-review:"), bool(args[0]))
-                else:
-                    world.healthy = bool(args[0])
+            happen(world, events)
             later = [at for at in made.due(world.snapshot()).values() if at > world.now]
             world.now = min([world.now + ms, *later])
             curr = world.snapshot()
