@@ -190,7 +190,7 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
         final = await _final(run)
     except StoreError as exc:
         return await _fail(run, exc)
-    saving = asyncio.ensure_future(_checkpoint(run))  # written while the cycle ends
+    saving = asyncio.create_task(_checkpoint(run))  # written while the cycle ends
     try:
         return await _complete(run, final)
     finally:
