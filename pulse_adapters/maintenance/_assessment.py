@@ -3,7 +3,7 @@ second). It reads folded states only: no access counter, no strength, nothing is
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -16,6 +16,7 @@ from pulse_core.maintenance import (
     SleepTask,
     Watch,
     contested,
+    imported,
     sleep_task_counts,
 )
 
@@ -87,14 +88,23 @@ class Census:
     revised: tuple[Element, ...]
     stale: tuple[str, ...]
     corrected: frozenset[str]
+    imported: tuple[Element, ...] = ()
+    commitments: tuple[Element, ...] = ()
 
 
 def census(elements: ElementsState, *, now: int, archive_after_days: float,
-           floor: float) -> Census:
+           floor: float, import_origins: Iterable[str] = ()) -> Census:
     """The census of `elements` at `now` (see Census). `revised` holds the elements revised
-    at some point that others cite (roots of derived items), oldest revision first."""
+    at some point that others cite (roots of derived items), oldest revision first;
+    `imported` the live (active or archived) elements a writer under one of
+    `import_origins` wrote, oldest first; `commitments` the open (pending or blocked)
+    commitments, in no particular order."""
+    origins = tuple(import_origins)
+    writers: dict[str, bool] = {}  # few writers, many elements: each judged once
+    outside: list[Element] = []
     stages: dict[str, int] = dict.fromkeys(("active", "archived", "tombstoned"), 0)
-    unconsolidated = unconsolidated_old = open_commitments = 0
+    unconsolidated = unconsolidated_old = 0
+    commitments: list[Element] = []
     strength = 0.0
     old = now - UNCONSOLIDATED_AGE_MS
     late: list[Element] = []
@@ -112,7 +122,7 @@ def census(elements: ElementsState, *, now: int, archive_after_days: float,
             elif archive_candidate(e, now, archive_after_days, floor):
                 candidates.append(e)
         if e.commitment is not None and e.commitment.status in ("pending", "blocked"):
-            open_commitments += 1
+            commitments.append(e)
             if overdue(e, now):
                 late.append(e)
         if e.stale:
@@ -121,13 +131,21 @@ def census(elements: ElementsState, *, now: int, archive_after_days: float,
             corrected.add(e.id)
         if e.revised_seq is not None and e.referenced_by:
             revised.append(e)
+        if origins:
+            by = writers.get(e.writer)
+            if by is None:
+                by = writers[e.writer] = imported(e.writer, origins)
+            if by and e.stage in ("active", "archived"):
+                outside.append(e)
     late.sort(key=lambda e: (e.commitment.due_at if e.commitment else 0) or 0)
     candidates.sort(key=lambda e: e.created_seq)
     revised.sort(key=lambda e: e.revised_seq or 0)
+    outside.sort(key=lambda e: (e.created_at, e.id))
     counts = {"elements": len(elements.elements), **stages, "unconsolidated": unconsolidated,
-              "unconsolidated_old": unconsolidated_old, "open_commitments": open_commitments}
+              "unconsolidated_old": unconsolidated_old, "open_commitments": len(commitments)}
     return Census(counts, strength, tuple(late), tuple(candidates), tuple(revised),
-                  tuple(stale), frozenset(corrected))
+                  tuple(stale), frozenset(corrected), tuple(outside),
+                  tuple(commitments))
 
 
 def assess(found: Census, *, now: int, beliefs: Mapping[str, IdentityBeliefs] | None = None,

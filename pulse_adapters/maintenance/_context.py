@@ -115,7 +115,8 @@ class CycleRun:
         if self._census is None or self._census[0] != cursor:
             found = census(state, now=self.cycle_start,
                            archive_after_days=self.settings.retention.archive_after_days,
-                           floor=self.settings.decay.floor)
+                           floor=self.settings.decay.floor,
+                           import_origins=self.settings.imports.origins)
             self._census = (cursor, found)
         return self._census[1]
 

@@ -11,6 +11,7 @@ _work), every attempt's writes, and a resumed attempt's budgets start from there
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -158,7 +159,7 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
     stored report if it ended. `proposer` proposes consolidated insights (None: the
     consolidation step does nothing). `reader` is an ElementsReader of `store` kept from an
     earlier cycle, so only what is new is folded (default: a new one, folding the whole log);
-    a reader with a checkpoints folder is saved there when the cycle completes.
+    a reader with a checkpoints folder is saved there once the steps ran, as the cycle ends.
     `steps` replaces the steps after assessment (tests).
     `authority` defaults to the settings' standing grants for the
     principal "maintenance" plus the grants humans issued in the log.
@@ -189,23 +190,38 @@ async def run_cycle(store: EventStore, settings: MaintenanceSettings | None = No
         final = await _final(run)
     except StoreError as exc:
         return await _fail(run, exc)
+    saving = asyncio.create_task(_checkpoint(run))  # written while the cycle ends
+    try:
+        return await _complete(run, final)
+    finally:
+        await saving
+
+
+async def _complete(run: CycleRun, final: Assessment) -> CycleReport:
+    """End the cycle completed with its report (the stored one when a concurrent run of
+    this same cycle ended it first; failed when the store fails)."""
     try:
         report = await _report(run, "completed", final)
-        await end_activity(store, cycle, "completed", ended_at=report.ended_at, origin=ORIGIN,
-                           report=msgspec.to_builtins(report))
+        await end_activity(run.store, run.cycle, "completed", ended_at=report.ended_at,
+                           origin=ORIGIN, report=msgspec.to_builtins(report))
     except InvalidTransition:  # a concurrent run of this same cycle ended it first
-        ended = await read_activity(store, cycle)
+        ended = await read_activity(run.store, run.cycle)
         assert ended is not None
         return stored_report(ended)
     except StoreError as exc:
         return await _fail(run, exc)
-    try:  # a checkpoint is only a cache: a disk that refuses costs a longer fold later
+    return report
+
+
+async def _checkpoint(run: CycleRun) -> None:
+    """Save the elements' fold the steps read (only a cache: a disk that refuses costs a
+    longer fold at the next engine start)."""
+    try:
         await run.reader.checkpoint()
     except OSError as exc:
         log.warning("pulse: maintenance cycle %s could not checkpoint the elements' fold in "
-                    "%s (%s): the next engine start folds more of the log", cycle,
+                    "%s (%s): the next engine start folds more of the log", run.cycle,
                     run.reader.checkpoints, exc)
-    return report
 
 
 async def _close_abandoned(run: CycleRun) -> None:

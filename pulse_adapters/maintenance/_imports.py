@@ -13,10 +13,9 @@ authority does not transfer).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import msgspec
 
+from pulse_adapters.maintenance._assessment import Census
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_adapters.maintenance._settings import ORIGIN
 from pulse_core import Event, EventDraft, PersistentMap, Projection, register_kind
@@ -24,8 +23,6 @@ from pulse_core.maintenance import (
     HUMAN,
     IMPORT_VERIFIED,
     Element,
-    ElementsState,
-    imported,
     rank,
 )
 from pulse_core.maintenance import import_review_key as review_key
@@ -74,27 +71,14 @@ class ImportReviews(Projection[PersistentMap[str, str]]):
         return state
 
 
-def unverified(elements: ElementsState, reviews: PersistentMap[str, str],
-               origins: Iterable[str]) -> list[Element]:
+def unverified(found: Census, reviews: PersistentMap[str, str]) -> list[Element]:
     """Live imported elements (active or archived) no person has verified, oldest first."""
-    origins = tuple(origins)
-    if not origins:
-        return []
-    writers: dict[str, bool] = {}  # few writers, many elements: each origin judged once
-    found = []
-    for e in elements.elements.values():
-        outside = writers.get(e.writer)
-        if outside is None:
-            outside = writers[e.writer] = imported(e.writer, origins)
-        if outside and e.stage in ("active", "archived") and reviews.get(e.id) != "verified":
-            found.append(e)
-    return sorted(found, key=lambda e: (e.created_at, e.id))
+    return [e for e in found.imported if reviews.get(e.id) != "verified"]
 
 
-def flagged_count(elements: ElementsState, reviews: PersistentMap[str, str],
-                  origins: Iterable[str]) -> int:
+def flagged_count(found: Census, reviews: PersistentMap[str, str]) -> int:
     """Flagged imports still live and unverified: the health table's quarantine backlog."""
-    return sum(1 for e in unverified(elements, reviews, origins) if e.id in reviews)
+    return sum(1 for e in unverified(found, reviews) if e.id in reviews)
 
 
 async def imported_review(run: CycleRun) -> None:
@@ -106,7 +90,7 @@ async def imported_review(run: CycleRun) -> None:
         return
     reviews = await run.fold(ImportReviews())
     cutoff = run.cycle_start - int(settings.review_after_days * DAY_MS)
-    due = [e for e in unverified(await run.reader.current(), reviews, settings.origins)
+    due = [e for e in unverified(await run.census(), reviews)
            if e.id not in reviews and e.created_at <= cutoff]
     due = due[:run.budget.review(len(due))]
     while due:

@@ -70,8 +70,7 @@ async def _assess(run: CycleRun) -> Assessment:
     counts = assess(found, now=run.cycle_start, beliefs=beliefs, sleep=tasks,
                     watches=watching, reviewing=reviewing, kept=await run.restored(),
                     skills=await skill_health(run.store))
-    flagged = flagged_count(await run.reader.current(), await run.fold(ImportReviews()),
-                            run.settings.imports.origins)
+    flagged = flagged_count(found, await run.fold(ImportReviews()))
     return msgspec.structs.replace(counts, imports_flagged=flagged)
 
 

@@ -94,10 +94,9 @@ async def working_state(run: CycleRun) -> None:
     if not run.budget.allows(writes=1, transactions=1):
         run.deferred.append("working state: not refreshed (budget)")
         return
-    state = await run.reader.current()
-    late = {e.id for e in (await run.census()).overdue}
-    open_ = sorted((e for e in state.elements.values() if e.commitment is not None
-                    and e.commitment.status in ("pending", "blocked") and e.stage == "active"),
+    found = await run.census()
+    late = {e.id for e in found.overdue}
+    open_ = sorted((e for e in found.commitments if e.stage == "active"),
                    key=lambda e: ((e.commitment.due_at if e.commitment else None) or 2**62,
                                   e.id))
     armed = sorted((w for w in (await run.fold(Watches())).values() if w.status == "armed"),

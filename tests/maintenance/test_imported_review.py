@@ -19,9 +19,9 @@ from pulse_adapters.maintenance import (
     run_cycle,
     verify_import,
 )
-from pulse_adapters.maintenance._imports import FLAGGED, imported, review_key
+from pulse_adapters.maintenance._imports import FLAGGED, review_key
 from pulse_core import EventDraft, EventStore, ManualClock, MemoryBoard, NotAuthorized
-from pulse_core.maintenance import ElementsReader, rank
+from pulse_core.maintenance import ElementsReader, imported, rank
 from tests.maintenance.conftest import OpenStore
 
 DAY = 86_400_000
