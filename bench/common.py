@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import psutil
 
@@ -31,6 +31,9 @@ from pulse_core._events import EventDraft, encode_data, uuid7
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core.store import open_event_store
 from pulse_core.store._sqlite_recorder import SCHEMA
+
+if TYPE_CHECKING:
+    from tests.servers import PostgresServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -374,18 +377,25 @@ def cpu_count() -> int:
 
 
 @contextmanager
-def postgres_database() -> Iterator[str]:
-    """The URL of a new database in a PostgreSQL server of this run's own (Debian's, as the
-    tests start it: tests/servers.py), with fsync on as a deployment has it; stopped after."""
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this run's own (Debian's, as the tests start it:
+    tests/servers.py), with fsync on as a deployment has it; stopped after."""
     from tests.servers import PostgresServer
 
     with tempfile.TemporaryDirectory(prefix="pulse-bench-pg-") as root:
         os.chmod(root, 0o755)  # the server runs as the postgres user under root
         server = PostgresServer(Path(root) / "pg", fsync=True).init()
         try:
-            yield server.create_database()
+            yield server
         finally:
             server.stop("immediate")
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """The URL of a new database in a server of this run's own (`postgres_server`)."""
+    with postgres_server() as server:
+        yield server.create_database()
 
 
 def on_postgres(url: str | None, run: Callable[[str], Awaitable[Report]]) -> int:
