@@ -318,9 +318,8 @@ class PostgresRecorder(Recorder):
         return page_of([row for row in found if row[0] is not None], last)
 
     async def head(self, key: str) -> int:
-        found = await self._fetch("reading a key's version",
-                                  f"SELECT version FROM {self._s}.heads WHERE key = %s", [key])
-        return int(found[0][0]) if found else 0
+        found = await self._fetch("reading a key's version", self._sql.head, [key])
+        return int(found[0][0])
 
     async def last_seq(self) -> int:
         found = await self._fetch("reading the newest seq",
