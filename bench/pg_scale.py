@@ -80,10 +80,7 @@ async def build(url: str, schema: str, size: int) -> float:
         for lo in range(1, size + 1, FILL_CHUNK):
             hi = min(size, lo + FILL_CHUNK - 1)
             await conn.execute(FILL.format(s=s, columns=COLUMNS, keys=KEYS), (lo, hi))
-        await conn.execute(f"INSERT INTO {s}.heads (key, version) SELECT key, max(version) "
-                           f"FROM {s}.events GROUP BY key")
         await conn.execute(f"VACUUM ANALYZE {s}.events")
-        await conn.execute(f"VACUUM ANALYZE {s}.heads")
     return time.perf_counter() - started
 
 

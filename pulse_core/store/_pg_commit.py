@@ -15,7 +15,7 @@ import psycopg
 from pulse_core._clock import Clock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
 from pulse_core.store._commit import Batch
-from pulse_core.store._pg_ddl import COLUMNS, channel_of, quoted, rows_of_json
+from pulse_core.store._pg_ddl import COLUMNS, HEAD_OF_EVENTS, channel_of, quoted, rows_of_json
 from pulse_core.store._pg_schema import Connection, is_disconnect, pipeline
 from pulse_core.store._recorder import AppendResult, PreparedAppend
 
@@ -67,17 +67,18 @@ class LogSQL:
         self.lock = f"SELECT FROM {s}.writer_lock FOR UPDATE"
         self.last = f"SELECT coalesce(max(seq), 0) FROM {s}.events"
         self.newest = f"SELECT seq, ts FROM {s}.events ORDER BY seq DESC LIMIT 1"
-        self.heads = f"SELECT key, version FROM {s}.heads WHERE key = ANY(%b)"
+        # Each key's head: its newest event's version (keys without events are left out).
+        self.heads = (f"SELECT u.key, e.version FROM unnest(%b::text[]) u(key) CROSS JOIN "
+                      f"LATERAL (SELECT version FROM {s}.events WHERE key = u.key "
+                      "ORDER BY seq DESC LIMIT 1) e")
+        self.head = f"SELECT {HEAD_OF_EVENTS.format(s=s, key='%s')}"
         self.idems = f"SELECT {COLUMNS} FROM {s}.events WHERE idem = ANY(%b)"
         self.copy = f"COPY {s}.events ({COLUMNS}) FROM STDIN"
         # The group's rows as one JSON parameter, in the commit's pipeline: no round trip
         # of their own (COPY takes two), one plan the server keeps prepared.
         self.insert = f"INSERT INTO {s}.events ({COLUMNS}) " + rows_of_json("%s::jsonb")
-        self.upsert_heads = (
-            f"INSERT INTO {s}.heads (key, version) SELECT * FROM unnest(%b::text[], "
-            "%b::bigint[]) ON CONFLICT (key) DO UPDATE SET version = excluded.version")
-        # The one-round-trip commit (the schema's function): the rows, the heads, the NOTIFY
-        # if the heads are as assumed; the seq before the rows and their ts, or the heads.
+        # The one-round-trip commit (the schema's function): the rows and the NOTIFY if the
+        # heads are as assumed; the seq before the rows and their ts, or the heads.
         self.commit_if_heads = (
             f"SELECT * FROM {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s::bigint, %s::bigint)")
 
@@ -313,7 +314,7 @@ async def _commit_read(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
             except (VersionConflict, IdempotencyConflict, InvalidEvent) as exc:
                 outcomes.append(exc)
         rows = staged.rows
-        await write_and_commit(conn, sql, rows, staged.heads)
+        await write_and_commit(conn, sql, rows)
     except (psycopg.Error, OSError) as exc:
         await roll_back(conn)
         if rows and is_disconnect(exc):
@@ -333,32 +334,21 @@ COPY_FROM = 512
 cheapest per row); smaller ones ride in the commit's pipeline as arrays."""
 
 
-async def write_and_commit(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
-                           heads: Mapping[str, int]) -> None:
-    """Insert `rows`, move the heads of their keys, NOTIFY, and COMMIT the transaction open
-    on `conn`: one round trip unless the group is large."""
+async def write_and_commit(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]]
+                           ) -> None:
+    """Insert `rows`, NOTIFY, and COMMIT the transaction open on `conn`: one round trip
+    unless the group is large."""
     copied = len(rows) >= COPY_FROM
     if copied:
         async with conn.cursor() as cur, cur.copy(sql.copy) as copy:
             for row in rows:
                 await copy.write_row(row)
     async with pipeline(conn):
-        await _write(conn, sql, [] if copied else rows, heads, rows)
+        if rows and not copied:
+            await conn.execute(sql.insert, [json_of(rows)])
+        if rows:
+            await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(rows[-1][0])))
         await conn.execute("COMMIT")
-
-
-async def _write(conn: Connection, sql: LogSQL, rows: Sequence[Sequence[Any]],
-                 heads: Mapping[str, int], written: Sequence[Sequence[Any]] | None = None
-                 ) -> None:
-    """Inside a pipeline: insert `rows` as arrays, then move the heads of the keys of
-    `written` (default `rows`) and NOTIFY its last seq."""
-    written = rows if written is None else written
-    if rows:
-        await conn.execute(sql.insert, [json_of(rows)])
-    if written:
-        moved = sorted({r[3] for r in written})
-        await conn.execute(sql.upsert_heads, (moved, [heads[k] for k in moved]))
-        await conn.execute("SELECT pg_notify(%s, %s)", (sql.channel, str(written[-1][0])))
 
 
 def json_of(value: Sequence[Sequence[Any]] | Mapping[str, int]) -> str:
@@ -378,9 +368,6 @@ async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any
         gap = next(b for a, b in itertools.pairwise(seqs) if b != a + 1)
         raise StoreError(f"{location}: rows to copy jump to seq {gap} — copy a log whole, "
                          "its seqs consecutive")
-    heads: dict[str, int] = {}
-    for row in chunk:
-        heads[row[3]] = max(heads.get(row[3], 0), row[4])
     try:
         await conn.execute(BEGIN)
         await conn.execute(sql.lock)
@@ -391,7 +378,7 @@ async def copy_chunk(conn: Connection, sql: LogSQL, chunk: Sequence[Sequence[Any
             raise StoreError(
                 f"{location}: the rows to copy start at seq {seqs[0]} but this log ends at "
                 f"seq {last} — copy into an empty log (or continue from seq {last + 1})")
-        await write_and_commit(conn, sql, chunk, heads)
+        await write_and_commit(conn, sql, chunk)
     except BaseException:
         await roll_back(conn)
         raise

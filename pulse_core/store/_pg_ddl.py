@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from pulse_core._principals import PERSON_KINDS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION = "pulse event log"
 COLUMNS = "seq, id, kind, key, version, ts, origin, cause, tx, idem, data, hash"
 
@@ -125,13 +125,12 @@ CREATE INDEX IF NOT EXISTS events_origin ON {s}.events (origin text_pattern_ops,
 # call is one prepared statement: the round trip of a raw INSERT, the writer lock held only
 # while the server works.
 # The principals trigger reads a statement's new rows at once rather than once per row.
-APPEND_IN_ONE = """
-CREATE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint, last bigint,
-    OUT base bigint, OUT stamped bigint, OUT actual jsonb) LANGUAGE plpgsql AS $$
+COMMIT_IF_HEADS = """
+CREATE OR REPLACE FUNCTION {s}.commit_if_heads(rows jsonb, assumed jsonb, stamp bigint,
+    last bigint, OUT base bigint, OUT stamped bigint, OUT actual jsonb) LANGUAGE plpgsql AS $$
 BEGIN
     IF last IS NULL THEN  -- a head already moved refuses without waiting for the lock
-        SELECT jsonb_object_agg(a.key, coalesce(h.version, 0)) INTO actual
-            FROM jsonb_each(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key;
+        SELECT jsonb_object_agg(a.key, {head}) INTO actual FROM jsonb_each(assumed) a{join};
         IF actual <> assumed THEN
             RETURN;
         END IF;
@@ -141,8 +140,7 @@ BEGIN
     SELECT e.seq, e.ts INTO base, stamped FROM {s}.events e ORDER BY e.seq DESC LIMIT 1;
     base := coalesce(base, 0);
     IF last IS DISTINCT FROM base THEN
-        SELECT jsonb_object_agg(a.key, coalesce(h.version, 0)) INTO actual
-            FROM jsonb_each(assumed) a LEFT JOIN {s}.heads h ON h.key = a.key;
+        SELECT jsonb_object_agg(a.key, {head}) INTO actual FROM jsonb_each(assumed) a{join};
         IF actual <> assumed THEN
             stamped := NULL;
             RETURN;
@@ -150,13 +148,15 @@ BEGIN
         actual := NULL;
     END IF;
     stamped := greatest(stamp, stamped);
-    WITH added AS (
-        INSERT INTO {s}.events ({columns}) {rows_of_json} RETURNING key, version)
-    INSERT INTO {s}.heads (key, version)
-        SELECT DISTINCT ON (key) key, version FROM added ORDER BY key, version DESC
-        ON CONFLICT (key) DO UPDATE SET version = excluded.version;
+    {write};
     PERFORM pg_notify({channel}, (base + jsonb_array_length(rows))::text);
 END $$;
+"""
+"""`commit_if_heads` (versions 4 and 5): `head` is the expression of the head of `a.key`
+(an assumed key) after `join`, `write` the statement storing the rows."""
+
+APPEND_IN_ONE = """
+{commit_if_heads}
 DROP TRIGGER events_check_principal ON {s}.events;
 DROP FUNCTION {s}.check_principal();
 CREATE FUNCTION {s}.check_principals() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -206,6 +206,18 @@ CREATE TRIGGER events_check_principals AFTER INSERT ON {s}.events
     REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION {s}.check_principals();
 """
 
+# Version 5: no heads table. A key's head is the version of its newest event, read through
+# the `events_key (key, seq)` index as cheaply as a row of `heads` was; an append no longer
+# moves a row of `heads` per key it writes (on the server, as much again as inserting the
+# events). A log at version 4 loses the table and gains the function that does without it.
+HEADS_OF_EVENTS = """
+{commit_if_heads}
+DROP TABLE {s}.heads;
+"""
+HEAD_OF_EVENTS = ("coalesce((SELECT e.version FROM {s}.events e WHERE e.key = {key} "
+                  "ORDER BY e.seq DESC LIMIT 1), 0)")
+"""The head of the key `{key}` (an SQL expression): its newest event's version, else 0."""
+
 
 def _person_kinds() -> str:
     return ", ".join(f"'{kind}'" for kind in sorted(PERSON_KINDS))
@@ -231,14 +243,39 @@ def rows_of_json(rows: str, *, seq: str = "(r->>0)::bigint", ts: str = "(r->>5):
     return ROWS_OF_JSON.format(rows=rows, seq=seq, ts=ts)
 
 
+def _commit_if_heads(schema: str, *, head: str, join: str, write: str) -> str:
+    """`COMMIT_IF_HEADS` for `schema`."""
+    rows = rows_of_json("rows", seq="base + (r->>0)::bigint", ts="stamped")
+    return COMMIT_IF_HEADS.format(
+        s=quoted(schema), head=head, join=join, channel=quoted_text(channel_of(schema)),
+        write=write.format(s=quoted(schema), columns=COLUMNS, rows_of_json=rows))
+
+
 def append_in_one_sql(schema: str) -> str:
     """The version-4 statements for `schema`."""
     s = quoted(schema)
-    channel = "'" + channel_of(schema).replace("'", "''") + "'"
-    return APPEND_IN_ONE.format(s=s, columns=COLUMNS, channel=channel,
-                                rows_of_json=rows_of_json(
-                                    "rows", seq="base + (r->>0)::bigint", ts="stamped"),
-                                person_kinds=_person_kinds())
+    function = _commit_if_heads(
+        schema, head="coalesce(h.version, 0)", join=f" LEFT JOIN {s}.heads h ON h.key = a.key",
+        write="""WITH added AS (
+        INSERT INTO {s}.events ({columns}) {rows_of_json} RETURNING key, version)
+    INSERT INTO {s}.heads (key, version)
+        SELECT DISTINCT ON (key) key, version FROM added ORDER BY key, version DESC
+        ON CONFLICT (key) DO UPDATE SET version = excluded.version""")
+    return APPEND_IN_ONE.format(commit_if_heads=function, s=s, person_kinds=_person_kinds())
+
+
+def heads_of_events_sql(schema: str) -> str:
+    """The version-5 statements for `schema`."""
+    s = quoted(schema)
+    function = _commit_if_heads(
+        schema, head=HEAD_OF_EVENTS.format(s=s, key="a.key"), join="",
+        write="INSERT INTO {s}.events ({columns}) {rows_of_json}")
+    return HEADS_OF_EVENTS.format(commit_if_heads=function, s=s)
+
+
+def quoted_text(text: str) -> str:
+    """`text` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def principals_sql(s: str) -> str:
@@ -257,5 +294,6 @@ UPGRADES: list[tuple[str, Callable[[str], str]]] = [
     # per million events).
     ("version 3's indexes", lambda schema: INDEXES.format(s=quoted(schema))),
     ("version 4's append function and principals trigger", append_in_one_sql),
+    ("version 5's heads read from the events", heads_of_events_sql),
 ]
 """What each version adds (from version 2 on, in order) and its statements for a schema."""

@@ -27,12 +27,9 @@ from pulse_core._errors import (
 from pulse_core._redact import redact_urls
 from pulse_core.store._pg_ddl import (
     APPLICATION,
-    INDEXES,
     SCHEMA,
     SCHEMA_VERSION,
     UPGRADES,
-    append_in_one_sql,
-    principals_sql,
     quoted,
 )
 
@@ -188,9 +185,8 @@ async def prepare(conn: Connection, schema: str, *, read_only: bool, location: s
                 if not await _has_meta(conn, schema):
                     await _refuse_foreign(conn, schema, location)
                     await conn.execute(SCHEMA.format(s=s))
-                    await conn.execute(principals_sql(s))
-                    await conn.execute(INDEXES.format(s=s))
-                    await conn.execute(append_in_one_sql(schema))
+                    for _, sql in UPGRADES:
+                        await conn.execute(sql(schema))
                     await conn.execute(
                         f"INSERT INTO {s}.meta VALUES ('application', %s), "
                         "('schema_version', %s)", (APPLICATION, str(SCHEMA_VERSION)))

@@ -95,6 +95,8 @@ class PostgresRecorder(Recorder):
                                   probe=url.operation_timeout)
         self._pending: collections.deque[_Request] = collections.deque()
         self._committer: asyncio.Task[None] | None = None
+        self._alone: asyncio.Future[None] | None = None  # set while a caller commits its own
+        self._solo = True  # whether the last group was one append and none waited after it
         self._closed = False
 
     def __repr__(self) -> str:
@@ -144,12 +146,40 @@ class PostgresRecorder(Recorder):
         if self._closed:
             raise StoreClosed(f"{self.location}: append after close")
         await check_held(self._locks)  # inside `exclusive`: never write under a lost lock
+        if self._solo and self._committer is None and self._alone is None:
+            return await self._commit_alone(append)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[AppendResult] = loop.create_future()
         self._pending.append(_Request(append, future))
-        if self._committer is None:
+        if self._committer is None and self._alone is None:
             self._committer = loop.create_task(self._commit_waiting())
         return await future
+
+    async def _commit_alone(self, append: PreparedAppend) -> AppendResult:
+        """A lone writer (no group being committed, and the last one was a lone append)
+        commits its append itself: a group of one, without the hand-over to the committing
+        task and back. Appends arriving meanwhile wait for the next group, as they would
+        behind any group, and the appends after that are grouped again."""
+        loop = asyncio.get_running_loop()
+        alone = self._alone = loop.create_future()
+        outcomes: list[Outcome] | Exception
+        try:
+            outcomes = await self._commit([append])
+        except Exception as exc:
+            outcomes = exc
+        finally:
+            self._alone = None
+            self._solo = not self._pending
+            alone.set_result(None)
+            if self._pending and self._committer is None:
+                self._committer = loop.create_task(self._commit_waiting())
+        if self._closed and isinstance(outcomes, StoreUnavailable):
+            self._refuse_waiting(outcomes)
+        outcome = outcomes if isinstance(outcomes, Exception) else outcomes[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        assert isinstance(outcome, AppendResult)
+        return outcome
 
     async def _commit_waiting(self) -> None:
         """Commit the waiting appends, a group per transaction, until none wait."""
@@ -169,6 +199,7 @@ class PostgresRecorder(Recorder):
                     outcomes = await self._commit([req.append for req in batch])
                 except Exception as exc:
                     outcomes = exc
+                self._solo = len(batch) == 1 and not self._pending
                 if self._closed and isinstance(outcomes, StoreUnavailable):
                     self._refuse_waiting(outcomes)
                 for index, req in enumerate(batch):
@@ -318,9 +349,8 @@ class PostgresRecorder(Recorder):
         return page_of([row for row in found if row[0] is not None], last)
 
     async def head(self, key: str) -> int:
-        found = await self._fetch("reading a key's version",
-                                  f"SELECT version FROM {self._s}.heads WHERE key = %s", [key])
-        return int(found[0][0]) if found else 0
+        found = await self._fetch("reading a key's version", self._sql.head, [key])
+        return int(found[0][0])
 
     async def last_seq(self) -> int:
         found = await self._fetch("reading the newest seq",
@@ -385,8 +415,9 @@ class PostgresRecorder(Recorder):
         if self._closed:
             return
         self._closed = True
-        while self._committer is not None:  # appends already handed in are committed first
-            await asyncio.shield(self._committer)
+        while self._committer is not None or self._alone is not None:
+            # appends already handed in are committed first
+            await asyncio.shield(self._committer or self._alone)  # type: ignore[arg-type]
         await self._listener.close()
         await self._pool.close()
         await self._locks.close()

@@ -13,7 +13,7 @@ import pytest
 from pulse_core import EventDraft, EventStore, Principal, StoreError
 from pulse_core.maintenance import Authority
 from pulse_core.store import open_event_store, parse_store_url
-from pulse_core.store._pg_ddl import principals_sql
+from pulse_core.store._pg_ddl import append_in_one_sql, principals_sql
 from tests.servers import PostgresServer
 
 
@@ -29,9 +29,20 @@ async def run(url: str, *statements: str) -> None:
             await conn.execute(statement)  # type: ignore[arg-type]
 
 
+async def back_to_version_4(url: str) -> None:
+    """Make the (version-5) log at `url` what version 4 made: the heads table, filled from
+    the events, and version 4's append function, which moves it."""
+    function = append_in_one_sql("pulse")
+    await run(url, "CREATE TABLE pulse.heads (key text PRIMARY KEY, version bigint NOT NULL)",
+              "INSERT INTO pulse.heads SELECT key, max(version) FROM pulse.events GROUP BY key",
+              function[:function.index("DROP TRIGGER")],
+              "UPDATE pulse.meta SET value = '4' WHERE name = 'schema_version'")
+
+
 async def back_to_version_3(url: str) -> None:
-    """Make the (version-4) log at `url` what version 3 made: version 4's objects dropped,
-    version 2's row-by-row principals trigger as that version created it."""
+    """Make the (version-5) log at `url` what version 3 made: version 4's and 5's objects
+    dropped, version 2's row-by-row principals trigger as that version created it."""
+    await back_to_version_4(url)
     v2 = principals_sql('"pulse"')
     await run(url, "DROP FUNCTION pulse.commit_if_heads",
               "DROP TRIGGER events_check_principals ON pulse.events",
@@ -46,7 +57,7 @@ async def make_role(url: str, kind: str, agent: str = "", *, listed: bool = True
     await run(url, f"CREATE ROLE {role} LOGIN",
               f"GRANT USAGE ON SCHEMA pulse TO {role}",
               f"GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA pulse TO {role}",
-              f"GRANT UPDATE ON pulse.heads, pulse.writer_lock TO {role}",
+              f"GRANT UPDATE ON pulse.writer_lock TO {role}",
               *([f"INSERT INTO pulse.principals VALUES ('{role}', '{kind}', '{agent}')"]
                 if listed else []))
     return role
@@ -138,7 +149,7 @@ async def test_a_version_1_log_gains_the_principals_check_when_its_owner_opens_i
     await store.close()
     database = pg_url.rsplit("/", 1)[1]
     assert postgres_server.sql("SELECT value FROM pulse.meta WHERE name = 'schema_version'",
-                               database) == "4"
+                               database) == "5"
     await run(pg_url, f"INSERT INTO pulse.principals VALUES ('{role}', 'agent', 'x')")
     agent = await open_event_store(as_role(pg_url, role))
     try:

@@ -40,7 +40,7 @@ async def test_a_version_2_log_gains_the_kind_and_origin_indexes_when_its_owner_
     store = await open_event_store(pg_url)
     try:
         assert postgres_server.sql(
-            "SELECT value FROM pulse.meta WHERE name = 'schema_version'", database) == "4"
+            "SELECT value FROM pulse.meta WHERE name = 'schema_version'", database) == "5"
         assert postgres_server.sql(INDEXES, database) == \
             "events_idem,events_key,events_kind,events_origin,events_pkey"
         assert [(e.seq, e.id, e.kind, e.hash) for e in await store.read()] == before
@@ -56,7 +56,7 @@ async def test_a_version_2_log_gains_the_kind_and_origin_indexes_when_its_owner_
         await store.append([tick(9)])  # and it is written as before
     finally:
         await store.close()
-    again = await open_event_store(as_role(pg_url, role))  # at version 4: nothing to do
+    again = await open_event_store(as_role(pg_url, role))  # at version 5: nothing to do
     await again.close()
 
 
