@@ -97,11 +97,13 @@ def _as_text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def _candidates(mem: IdentityMemory
-                ) -> list[tuple[str, str, str, str, float, str, int, Any]]:
+_Candidate = tuple[str, str, str, str, float, str, int, Any]
+
+
+def _candidates(mem: IdentityMemory) -> list[_Candidate]:
     """(record, type, text, topic words, confidence, writer, at, the stored text value) of
     one identity's memory; the stored value is a sealed token when the keys sealed it."""
-    found: list[tuple[str, str, str, str, float, str, int, Any]] = []
+    found: list[_Candidate] = []
     for x in mem.exchanges:
         found.append((x.record, "exchange", x.text, "", 1.0, "", x.ts, x.text))
     for name, item in mem.state.items():
@@ -126,16 +128,11 @@ def _holds(text: str, words: tuple[str, ...]) -> bool:
     return all(any(t.startswith(w) for t in found) for w in words)
 
 
-def _rank(r: Recalled) -> tuple[int, float, int, str, str]:
-    return -r.authority, -r.score, -r.at, r.identity, r.record
-
-
-def rank_recalled(items: list[Recalled], limit: int | None = None) -> list[Recalled]:
-    """`items` best first: authority, then confidence x strength, then the newest; the
-    first `limit` of them (all with None) without sorting the rest."""
-    if limit is None:
-        return sorted(items, key=_rank)
-    return heapq.nsmallest(limit, items, key=_rank)
+def rank_key(authority: int, score: float, at: int, identity: str, record: str
+             ) -> tuple[int, float, int, str, str]:
+    """Where a recalled element sorts, best first: authority, then confidence x strength,
+    then the newest (identity and record make the order total)."""
+    return -authority, -score, -at, identity, record
 
 
 class Observed(NamedTuple):
@@ -180,14 +177,18 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     identities, found = _where(memory, query.identity, indexed, observed)
     topic = query.topic.strip().lower() if query.topic else None
     stages = ("active", "archived") if query.include_archived else ("active",)
+    verified = verified or {}
     nothing: set[str] = set()
-    out: list[Recalled] = []
-    stored: dict[tuple[str, str], Any] = {}  # (identity, record): the stored text value
+    authorities: dict[tuple[str, bool], int] = {}
+    # what matched, as (rank key, candidate, authority, strength, stage, score): a Recalled
+    # is made only for what is returned
+    out: list[tuple[tuple[int, float, int, str, str], _Candidate, int, float, str, float]] = []
     for identity in identities:
         mem = memory[identity]
         hits = found.get(identity, nothing) if indexed is not None else None
         opened = None
-        for record, kind, text, topics, conf, writer, at, sealed in _candidates(mem):
+        for candidate in _candidates(mem):
+            record, kind, text, topics, conf, writer, at, sealed = candidate
             if hits is not None and record not in hits and is_sealed(sealed):
                 continue  # the cheapest test first: most of a found identity's records
             if query.types and kind not in query.types:
@@ -209,21 +210,35 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                     if not _holds(opened[record], words):
                         continue
             strength = element.strength if element is not None else 1.0
-            by = writer or (element.writer if element is not None else "")
-            stored[(identity, record)] = sealed
-            out.append(Recalled(identity=identity, record=record, type=kind, text=text,
-                                authority=import_rank(by, eid in (verified or ())),
-                                confidence=conf, strength=strength,
-                                stage=stage, at=at, score=round(conf * strength, 6)))
-    best = rank_recalled(out, query.limit)
-    if not best or keys is None:
-        return best
-    values = [stored[(r.identity, r.record)] for r in best]
+            by = (writer or (element.writer if element is not None else ""), eid in verified)
+            authority = authorities.get(by)
+            if authority is None:
+                authority = authorities[by] = import_rank(*by)
+            score = round(conf * strength, 6)
+            out.append((rank_key(authority, score, at, identity, record), candidate,
+                        authority, strength, stage, score))
+    best = heapq.nsmallest(query.limit, out, key=_first)
     # only what is returned is opened: its keys read in one statement, a decryption each
-    known = keys.keys_of(sealed_element(s) for s in values if is_sealed(s))
-    return [msgspec.structs.replace(r, text=r.text[: len(r.text) - len(_as_text(s))]
-                                    + _as_text(reveal(s, keys, known=known)))
-            for r, s in zip(best, values, strict=True)]
+    known = None if keys is None else keys.keys_of(
+        sealed_element(m[1][7]) for m in best if is_sealed(m[1][7]))
+    return [Recalled(identity=key[3], record=key[4], type=kind,
+                     text=_opened(text, stored, keys, known), authority=authority,
+                     confidence=conf, strength=strength, stage=stage, at=at, score=score)
+            for key, (_, kind, text, _, conf, _, at, stored), authority, strength, stage, score
+            in best]
+
+
+def _first(match: tuple[Any, ...]) -> Any:
+    return match[0]
+
+
+def _opened(text: str, stored: Any, keys: ElementKeys | None, known: Mapping[str, bytes] | None
+            ) -> str:
+    """`text`, a candidate's text ending with its stored value, with that value opened."""
+    if keys is None or (isinstance(stored, str) and not is_sealed(stored)):
+        return text
+    opened = _as_text(reveal(stored, keys, known=known))
+    return text[: len(text) - len(_as_text(stored))] + opened
 
 
 def _where(memory: PersistentMap[str, IdentityMemory], identity: str | None,

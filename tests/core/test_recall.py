@@ -150,12 +150,13 @@ async def test_bad_queries_are_refused_by_field(store: EventStore) -> None:
 @given(st.lists(st.tuples(st.integers(0, 2), st.floats(0, 1), st.integers(0, 10**6)),
                 max_size=30))
 def test_ranking_puts_authority_first_then_score(rows: list[tuple[int, float, int]]) -> None:
-    from pulse_core._recall import rank_recalled
+    from pulse_core._recall import rank_key
 
     items = [Recalled(identity="a", record=str(i), type="state", text="", authority=a,
                       confidence=1.0, strength=s, stage="active", at=t, score=s)
              for i, (a, s, t) in enumerate(rows)]
-    ranked = rank_recalled(items)
+    ranked = sorted(items, key=lambda r: rank_key(r.authority, r.score, r.at, r.identity,
+                                                  r.record))
     for better, worse in itertools.pairwise(ranked):
         assert (better.authority, better.score) >= (worse.authority, worse.score)
 
@@ -271,3 +272,4 @@ async def test_an_unverified_import_ranks_below_the_agents_own_word_until_a_pers
     for found in (await recall(store, RecallQuery(text="lisbon")),
                   await recaller.recall(RecallQuery(text="lisbon"))):
         assert [(r.record, r.authority) for r in found] == [("home", AGENT), ("city", AGENT)]
+
