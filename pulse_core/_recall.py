@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -14,6 +15,7 @@ import msgspec
 from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
+from pulse_core._waits import JobThread
 from pulse_core.store import (
     ElementKeys,
     EventStore,
@@ -342,9 +344,10 @@ class Recaller:
     """Recall that keeps its fold: each call folds only the events appended since the last
     one (the first folds the whole log); where the store reads its newest seq blocking
     (SQLite), a call that finds the log where its fold left it selects at once, in the
-    same worker thread. Keep one per store, used from one event loop, for repeated recalls
-    (a turn's offer, a server's recall tool); `recall(store, query)` is a one-shot
-    Recaller."""
+    same thread. Selections run in a thread of the Recaller's own, one after another
+    (started at the first recall, ended when the Recaller is dropped). Keep one per store,
+    used from one event loop, for repeated recalls (a turn's offer, a server's recall
+    tool); `recall(store, query)` is a one-shot Recaller."""
 
     def __init__(self, store: EventStore) -> None:
         from pulse_core.maintenance import MemoryElements, VerifiedImports
@@ -355,26 +358,33 @@ class Recaller:
         self._folding = asyncio.Lock()
         self._observed = NOTHING_OBSERVED
         self._folded: Folded | None = None  # kept when the store reads its seq blocking
+        self._thread: JobThread | None = None
+
+    def _worker(self) -> JobThread:
+        if self._thread is None:
+            self._thread = JobThread("pulse-recall")
+            weakref.finalize(self, self._thread.stop_soon)
+        return self._thread
 
     async def recall(self, query: RecallQuery) -> list[Recalled]:
         """As `recall(self.store, query)`; concurrent calls fold one at a time."""
         _check(query)
-        folded = self._folded
+        kept = self._folded
         # one hop: the log's seq is read where the selection runs (an append through this
         # store since the fold sends the call to fold again at once)
-        if folded is not None and folded.wakes == self.store.wakes:
-            kept = await asyncio.to_thread(self._select_unless_moved, folded, query)
-            if kept is not None:
-                return kept
+        if kept is not None and kept.wakes == self.store.wakes:
+            found = await self._worker().call(lambda: self._select_unless_moved(kept, query))
+            if found is not None:
+                return found
         async with self._folding:
             wakes = self.store.wakes
             states = await self._projector.catch_up()
             folded = Folded(self._projector.seq, wakes, states["memory"], states["elements"],
                             states["verified-imports"])
-        found, keep = await asyncio.to_thread(self._select_new, folded, query)
+        selected, keep = await self._worker().call(lambda: self._select_new(folded, query))
         if keep and (self._folded is None or self._folded.seq <= folded.seq):
             self._folded = folded
-        return found
+        return selected
 
     def _select_unless_moved(self, folded: Folded, query: RecallQuery
                              ) -> list[Recalled] | None:
@@ -390,7 +400,6 @@ class Recaller:
         return self._select(folded, query), self.store.last_seq_blocking() is not None
 
     def _select(self, folded: Folded, query: RecallQuery) -> list[Recalled]:
-        # any (memory, identities) pair is consistent: a race only repeats a diff
         self._observed = self._observed.of(folded.memory)
         return select(folded.memory, folded.elements, query, self.store.keys,
                       observed=self._observed, verified=folded.verified)

@@ -273,3 +273,30 @@ async def test_an_unverified_import_ranks_below_the_agents_own_word_until_a_pers
                   await recaller.recall(RecallQuery(text="lisbon"))):
         assert [(r.record, r.authority) for r in found] == [("home", AGENT), ("city", AGENT)]
 
+
+async def test_a_recallers_thread_ends_when_the_recaller_is_dropped(store: EventStore) -> None:
+    import asyncio
+    import gc
+    import threading
+
+    from pulse_core.memory import Recaller
+
+    async def recall_threads(settled_at: int) -> int:
+        """The live recall threads, once they are `settled_at` (or after 2 s)."""
+        for _ in range(200):
+            found = sum(t.name == "pulse-recall" and t.is_alive() for t in threading.enumerate())
+            if found == settled_at:
+                break
+            await asyncio.sleep(0.01)
+        return found
+
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    before = await recall_threads(0)
+    recaller = Recaller(store)
+    for _ in range(2):  # a fold, then the kept fold
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+    assert records(await recall(store, RecallQuery(text="lisbon"))) == ["city"]  # one-shot
+    assert await recall_threads(before + 1) == before + 1  # the one-shot's ended with it
+    del recaller
+    gc.collect()
+    assert await recall_threads(before) == before
