@@ -5,6 +5,7 @@ jobs in order (a SQLite file's writer, a kept recall's reads)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -43,6 +44,14 @@ def reject(future: asyncio.Future[Any], error: BaseException) -> None:
         future.set_exception(error)
 
 
+def _settle(loop: asyncio.AbstractEventLoop, settle: Callable[[asyncio.Future[T], Any], None],
+            future: asyncio.Future[T], value: Any) -> None:
+    """`settle(future, value)` on `loop`, from another thread; nothing once the loop is
+    closed (no one waits for `future` any more)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(settle, future, value)
+
+
 class JobThread:
     """One daemon thread that runs jobs in order. A daemon, so that a program which ends
     without stopping it still exits (a SQLite commit cut short is never acknowledged, and
@@ -73,9 +82,9 @@ class JobThread:
             try:
                 result = fn()
             except BaseException as exc:  # handed to the awaiting coroutine
-                loop.call_soon_threadsafe(reject, future, exc)
+                _settle(loop, reject, future, exc)
             else:
-                loop.call_soon_threadsafe(resolve, future, result)
+                _settle(loop, resolve, future, result)
 
         self.submit(job)
         return await future

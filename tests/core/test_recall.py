@@ -300,3 +300,32 @@ async def test_a_recallers_thread_ends_when_the_recaller_is_dropped(store: Event
     del recaller
     gc.collect()
     assert await recall_threads(before) == before
+
+
+def test_a_recall_thread_outlives_an_event_loop_closed_while_its_job_ran() -> None:
+    import asyncio
+    import threading
+
+    from pulse_core._waits import JobThread
+
+    thread = JobThread("pulse-recall-test")
+    started, release = threading.Event(), threading.Event()
+
+    def blocked() -> int:
+        started.set()
+        release.wait(5)
+        return 1
+
+    async def first() -> None:
+        waiting = asyncio.ensure_future(thread.call(blocked))
+        await asyncio.to_thread(started.wait, 5)
+        assert not waiting.done()
+
+    asyncio.run(first())  # its loop closes while the job runs: no one waits for its result
+    release.set()
+
+    async def second() -> int:
+        return await asyncio.wait_for(thread.call(lambda: 2), 5)
+
+    assert asyncio.run(second()) == 2
+    thread.stop_soon()
