@@ -4,9 +4,7 @@ ordinary recall, a tombstoned, purged, forgotten or quarantined one never return
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -14,8 +12,6 @@ import msgspec
 
 from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._pmap import PersistentMap
-from pulse_core._projector import Projector
-from pulse_core._waits import JobThread
 from pulse_core.store import (
     ElementKeys,
     EventStore,
@@ -73,7 +69,9 @@ class Recalled(msgspec.Struct, frozen=True, kw_only=True):
     score: float
 
 
-def _check(query: RecallQuery) -> tuple[str, ...]:
+def query_words(query: RecallQuery) -> tuple[str, ...]:
+    """The words `query.text` searches for (none without a text); RecallRefused names a
+    malformed field."""
     if not isinstance(query.limit, int) or not 1 <= query.limit <= MAX_LIMIT:
         raise RecallRefused("limit", f"limit {query.limit!r} is outside 1..{MAX_LIMIT}")
     for field in ("identity", "topic", "text"):
@@ -172,7 +170,7 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     from pulse_core._memory_text import reveal_memory
     from pulse_core.maintenance import element_id, import_rank
 
-    words = _check(query)
+    words = query_words(query)
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
     # observations, a store without keys) is matched word by word here, the same way
     indexed = keys.search(words) if words and keys is not None else None
@@ -327,97 +325,3 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
     for event in await store.read(key=identity_key(memory.identity)):
         elements = fold.apply(elements, event)
     return recallable_form(memory, elements, include_archived=include_archived)
-
-
-class Folded(NamedTuple):
-    """What a Recaller folded: the memory and elements states, the imports a person
-    verified, the log's seq they reflect, and the store's `wakes` before the fold."""
-
-    seq: int
-    wakes: int
-    memory: PersistentMap[str, IdentityMemory]
-    elements: ElementsState
-    verified: PersistentMap[str, bool]
-
-
-class Recaller:
-    """Recall that keeps its fold: each call folds only the events appended since the last
-    one (the first folds the whole log); where the store reads its newest seq blocking
-    (SQLite), a call that finds the log where its fold left it selects at once, in the
-    same thread. Selections run in a thread of the Recaller's own, one after another
-    (started at the first recall, ended when the Recaller is dropped). Keep one per store,
-    used from one event loop, for repeated recalls (a turn's offer, a server's recall
-    tool); `recall(store, query)` is a one-shot Recaller."""
-
-    def __init__(self, store: EventStore) -> None:
-        from pulse_core.maintenance import MemoryElements, VerifiedImports
-        from pulse_core.memory import Memory
-
-        self.store = store
-        self._projector = Projector(store, [Memory(), MemoryElements(), VerifiedImports()])
-        self._folding = asyncio.Lock()
-        self._observed = NOTHING_OBSERVED
-        self._folded: Folded | None = None  # kept when the store reads its seq blocking
-        self._thread: JobThread | None = None
-
-    def _worker(self) -> JobThread:
-        if self._thread is None:
-            self._thread = JobThread("pulse-recall")
-            weakref.finalize(self, self._thread.stop_soon)
-        return self._thread
-
-    async def recall(self, query: RecallQuery) -> list[Recalled]:
-        """As `recall(self.store, query)`; concurrent calls fold one at a time."""
-        _check(query)
-        kept = self._folded
-        # one hop: the log's seq is read where the selection runs (an append through this
-        # store since the fold sends the call to fold again at once)
-        if kept is not None and kept.wakes == self.store.wakes:
-            found = await self._worker().call(lambda: self._select_unless_moved(kept, query))
-            if found is not None:
-                return found
-        async with self._folding:
-            wakes = self.store.wakes
-            states = await self._projector.catch_up()
-            folded = Folded(self._projector.seq, wakes, states["memory"], states["elements"],
-                            states["verified-imports"])
-        selected, keep = await self._worker().call(lambda: self._select_new(folded, query))
-        if keep and (self._folded is None or self._folded.seq <= folded.seq):
-            self._folded = folded
-        return selected
-
-    def _select_unless_moved(self, folded: Folded, query: RecallQuery
-                             ) -> list[Recalled] | None:
-        """The recall of `query` over `folded` while the log holds nothing newer; None
-        once it does."""
-        if self.store.last_seq_blocking() != folded.seq:
-            return None
-        return self._select(folded, query)
-
-    def _select_new(self, folded: Folded, query: RecallQuery) -> tuple[list[Recalled], bool]:
-        """The recall of `query` over a fold just made, and whether to keep that fold for
-        `_select_unless_moved` (the store reads its seq blocking)."""
-        return self._select(folded, query), self.store.last_seq_blocking() is not None
-
-    def _select(self, folded: Folded, query: RecallQuery) -> list[Recalled]:
-        self._observed = self._observed.of(folded.memory)
-        return select(folded.memory, folded.elements, query, self.store.keys,
-                      observed=self._observed, verified=folded.verified)
-
-
-async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
-    """The elements the agent recalls for `query`, best first, at most `query.limit`.
-
-    Ranked by the writer's authority (a person's word first), then confidence x memory
-    strength (a reinforced element outranks a decayed one), then the newest. Archived
-    elements are left out unless `query.include_archived`; tombstoned, purged, forgotten,
-    quarantined, retracted and resolved ones never appear. A legal hold changes nothing here:
-    it keeps an element from being purged, and the element is recalled as its stage says.
-    Text is searched in the keys' FTS5 index and opened with the store's element keys (a
-    purged element's text is gone).
-
-    RecallRefused names a malformed field; UnknownIdentity an identity with no memory.
-    Folds the memory and the elements from the whole log each call (a Recaller keeps its
-    fold between calls).
-    """
-    return await Recaller(store).recall(query)

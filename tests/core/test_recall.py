@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -329,3 +330,32 @@ def test_a_recall_thread_outlives_an_event_loop_closed_while_its_job_ran() -> No
 
     assert asyncio.run(second()) == 2
     thread.stop_soon()
+
+
+async def test_a_recall_does_not_wait_for_another_still_selecting(store: EventStore) -> None:
+    import asyncio
+    import threading
+
+    from pulse_core.memory import Recaller
+
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    recaller = Recaller(store)
+    assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+    selecting, release = threading.Event(), threading.Event()
+    select = recaller._select
+
+    def slow(folded: Any, query: RecallQuery) -> list[Recalled]:
+        if query.limit == 7:  # the slow one: a common word's selection, say
+            selecting.set()
+            release.wait(5)
+        return select(folded, query)
+
+    recaller._select = slow  # type: ignore[method-assign]
+    slow_one = asyncio.ensure_future(recaller.recall(RecallQuery(text="lisbon", limit=7)))
+    try:
+        assert await asyncio.to_thread(selecting.wait, 5)
+        found = await asyncio.wait_for(recaller.recall(RecallQuery(text="lisbon")), 2)
+        assert records(found) == ["city"] and not slow_one.done()
+    finally:
+        release.set()
+    assert records(await slow_one) == ["city"]
