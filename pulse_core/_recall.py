@@ -4,7 +4,6 @@ ordinary recall, a tombstoned, purged, forgotten or quarantined one never return
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -13,7 +12,6 @@ import msgspec
 
 from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._pmap import PersistentMap
-from pulse_core._projector import Projector
 from pulse_core.store import (
     ElementKeys,
     EventStore,
@@ -71,7 +69,9 @@ class Recalled(msgspec.Struct, frozen=True, kw_only=True):
     score: float
 
 
-def _check(query: RecallQuery) -> tuple[str, ...]:
+def query_words(query: RecallQuery) -> tuple[str, ...]:
+    """The words `query.text` searches for (none without a text); RecallRefused names a
+    malformed field."""
     if not isinstance(query.limit, int) or not 1 <= query.limit <= MAX_LIMIT:
         raise RecallRefused("limit", f"limit {query.limit!r} is outside 1..{MAX_LIMIT}")
     for field in ("identity", "topic", "text"):
@@ -97,11 +97,13 @@ def _as_text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def _candidates(mem: IdentityMemory
-                ) -> list[tuple[str, str, str, str, float, str, int, Any]]:
+_Candidate = tuple[str, str, str, str, float, str, int, Any]
+
+
+def _candidates(mem: IdentityMemory) -> list[_Candidate]:
     """(record, type, text, topic words, confidence, writer, at, the stored text value) of
     one identity's memory; the stored value is a sealed token when the keys sealed it."""
-    found: list[tuple[str, str, str, str, float, str, int, Any]] = []
+    found: list[_Candidate] = []
     for x in mem.exchanges:
         found.append((x.record, "exchange", x.text, "", 1.0, "", x.ts, x.text))
     for name, item in mem.state.items():
@@ -126,16 +128,11 @@ def _holds(text: str, words: tuple[str, ...]) -> bool:
     return all(any(t.startswith(w) for t in found) for w in words)
 
 
-def _rank(r: Recalled) -> tuple[int, float, int, str, str]:
-    return -r.authority, -r.score, -r.at, r.identity, r.record
-
-
-def rank_recalled(items: list[Recalled], limit: int | None = None) -> list[Recalled]:
-    """`items` best first: authority, then confidence x strength, then the newest; the
-    first `limit` of them (all with None) without sorting the rest."""
-    if limit is None:
-        return sorted(items, key=_rank)
-    return heapq.nsmallest(limit, items, key=_rank)
+def rank_key(authority: int, score: float, at: int, identity: str, record: str
+             ) -> tuple[int, float, int, str, str]:
+    """Where a recalled element sorts, best first: authority, then confidence x strength,
+    then the newest (identity and record make the order total)."""
+    return -authority, -score, -at, identity, record
 
 
 class Observed(NamedTuple):
@@ -173,21 +170,25 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     from pulse_core._memory_text import reveal_memory
     from pulse_core.maintenance import element_id, import_rank
 
-    words = _check(query)
+    words = query_words(query)
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
     # observations, a store without keys) is matched word by word here, the same way
     indexed = keys.search(words) if words and keys is not None else None
     identities, found = _where(memory, query.identity, indexed, observed)
     topic = query.topic.strip().lower() if query.topic else None
     stages = ("active", "archived") if query.include_archived else ("active",)
+    verified = verified or {}
     nothing: set[str] = set()
-    out: list[Recalled] = []
-    stored: dict[tuple[str, str], Any] = {}  # (identity, record): the stored text value
+    authorities: dict[tuple[str, bool], int] = {}
+    # what matched, as (rank key, candidate, authority, strength, stage, score): a Recalled
+    # is made only for what is returned
+    out: list[tuple[tuple[int, float, int, str, str], _Candidate, int, float, str, float]] = []
     for identity in identities:
         mem = memory[identity]
         hits = found.get(identity, nothing) if indexed is not None else None
         opened = None
-        for record, kind, text, topics, conf, writer, at, sealed in _candidates(mem):
+        for candidate in _candidates(mem):
+            record, kind, text, topics, conf, writer, at, sealed = candidate
             if hits is not None and record not in hits and is_sealed(sealed):
                 continue  # the cheapest test first: most of a found identity's records
             if query.types and kind not in query.types:
@@ -209,21 +210,35 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                     if not _holds(opened[record], words):
                         continue
             strength = element.strength if element is not None else 1.0
-            by = writer or (element.writer if element is not None else "")
-            stored[(identity, record)] = sealed
-            out.append(Recalled(identity=identity, record=record, type=kind, text=text,
-                                authority=import_rank(by, eid in (verified or ())),
-                                confidence=conf, strength=strength,
-                                stage=stage, at=at, score=round(conf * strength, 6)))
-    best = rank_recalled(out, query.limit)
-    if not best or keys is None:
-        return best
-    values = [stored[(r.identity, r.record)] for r in best]
+            by = (writer or (element.writer if element is not None else ""), eid in verified)
+            authority = authorities.get(by)
+            if authority is None:
+                authority = authorities[by] = import_rank(*by)
+            score = round(conf * strength, 6)
+            out.append((rank_key(authority, score, at, identity, record), candidate,
+                        authority, strength, stage, score))
+    best = heapq.nsmallest(query.limit, out, key=_first)
     # only what is returned is opened: its keys read in one statement, a decryption each
-    known = keys.keys_of(sealed_element(s) for s in values if is_sealed(s))
-    return [msgspec.structs.replace(r, text=r.text[: len(r.text) - len(_as_text(s))]
-                                    + _as_text(reveal(s, keys, known=known)))
-            for r, s in zip(best, values, strict=True)]
+    known = None if keys is None else keys.keys_of(
+        sealed_element(m[1][7]) for m in best if is_sealed(m[1][7]))
+    return [Recalled(identity=key[3], record=key[4], type=kind,
+                     text=_opened(text, stored, keys, known), authority=authority,
+                     confidence=conf, strength=strength, stage=stage, at=at, score=score)
+            for key, (_, kind, text, _, conf, _, at, stored), authority, strength, stage, score
+            in best]
+
+
+def _first(match: tuple[Any, ...]) -> Any:
+    return match[0]
+
+
+def _opened(text: str, stored: Any, keys: ElementKeys | None, known: Mapping[str, bytes] | None
+            ) -> str:
+    """`text`, a candidate's text ending with its stored value, with that value opened."""
+    if keys is None or (isinstance(stored, str) and not is_sealed(stored)):
+        return text
+    opened = _as_text(reveal(stored, keys, known=known))
+    return text[: len(text) - len(_as_text(stored))] + opened
 
 
 def _where(memory: PersistentMap[str, IdentityMemory], identity: str | None,
@@ -310,90 +325,3 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
     for event in await store.read(key=identity_key(memory.identity)):
         elements = fold.apply(elements, event)
     return recallable_form(memory, elements, include_archived=include_archived)
-
-
-class Folded(NamedTuple):
-    """What a Recaller folded: the memory and elements states, the imports a person
-    verified, the log's seq they reflect, and the store's `wakes` before the fold."""
-
-    seq: int
-    wakes: int
-    memory: PersistentMap[str, IdentityMemory]
-    elements: ElementsState
-    verified: PersistentMap[str, bool]
-
-
-class Recaller:
-    """Recall that keeps its fold: each call folds only the events appended since the last
-    one (the first folds the whole log); where the store reads its newest seq blocking
-    (SQLite), a call that finds the log where its fold left it selects at once, in the
-    same worker thread. Keep one per store, used from one event loop, for repeated recalls
-    (a turn's offer, a server's recall tool); `recall(store, query)` is a one-shot
-    Recaller."""
-
-    def __init__(self, store: EventStore) -> None:
-        from pulse_core.maintenance import MemoryElements, VerifiedImports
-        from pulse_core.memory import Memory
-
-        self.store = store
-        self._projector = Projector(store, [Memory(), MemoryElements(), VerifiedImports()])
-        self._folding = asyncio.Lock()
-        self._observed = NOTHING_OBSERVED
-        self._folded: Folded | None = None  # kept when the store reads its seq blocking
-
-    async def recall(self, query: RecallQuery) -> list[Recalled]:
-        """As `recall(self.store, query)`; concurrent calls fold one at a time."""
-        _check(query)
-        folded = self._folded
-        # one hop: the log's seq is read where the selection runs (an append through this
-        # store since the fold sends the call to fold again at once)
-        if folded is not None and folded.wakes == self.store.wakes:
-            kept = await asyncio.to_thread(self._select_unless_moved, folded, query)
-            if kept is not None:
-                return kept
-        async with self._folding:
-            wakes = self.store.wakes
-            states = await self._projector.catch_up()
-            folded = Folded(self._projector.seq, wakes, states["memory"], states["elements"],
-                            states["verified-imports"])
-        found, keep = await asyncio.to_thread(self._select_new, folded, query)
-        if keep and (self._folded is None or self._folded.seq <= folded.seq):
-            self._folded = folded
-        return found
-
-    def _select_unless_moved(self, folded: Folded, query: RecallQuery
-                             ) -> list[Recalled] | None:
-        """The recall of `query` over `folded` while the log holds nothing newer; None
-        once it does."""
-        if self.store.last_seq_blocking() != folded.seq:
-            return None
-        return self._select(folded, query)
-
-    def _select_new(self, folded: Folded, query: RecallQuery) -> tuple[list[Recalled], bool]:
-        """The recall of `query` over a fold just made, and whether to keep that fold for
-        `_select_unless_moved` (the store reads its seq blocking)."""
-        return self._select(folded, query), self.store.last_seq_blocking() is not None
-
-    def _select(self, folded: Folded, query: RecallQuery) -> list[Recalled]:
-        # any (memory, identities) pair is consistent: a race only repeats a diff
-        self._observed = self._observed.of(folded.memory)
-        return select(folded.memory, folded.elements, query, self.store.keys,
-                      observed=self._observed, verified=folded.verified)
-
-
-async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
-    """The elements the agent recalls for `query`, best first, at most `query.limit`.
-
-    Ranked by the writer's authority (a person's word first), then confidence x memory
-    strength (a reinforced element outranks a decayed one), then the newest. Archived
-    elements are left out unless `query.include_archived`; tombstoned, purged, forgotten,
-    quarantined, retracted and resolved ones never appear. A legal hold changes nothing here:
-    it keeps an element from being purged, and the element is recalled as its stage says.
-    Text is searched in the keys' FTS5 index and opened with the store's element keys (a
-    purged element's text is gone).
-
-    RecallRefused names a malformed field; UnknownIdentity an identity with no memory.
-    Folds the memory and the elements from the whole log each call (a Recaller keeps its
-    fold between calls).
-    """
-    return await Recaller(store).recall(query)

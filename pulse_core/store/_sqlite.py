@@ -1,13 +1,11 @@
 """Pulse's SQLite files: opening them (identity and schema checks, pragmas, typed errors),
-reading them without writing, and the writer thread that owns a file's write connection."""
+reading them without writing."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +22,6 @@ from pulse_core._errors import (
     StoreUnavailable,
 )
 from pulse_core._homelock import create_private
-from pulse_core._waits import reject, resolve
 
 T = TypeVar("T")
 log = logging.getLogger("pulse")
@@ -268,46 +265,6 @@ def _upgrade(conn: sqlite3.Connection, path: Path, schema_version: int,
     if found < schema_version:
         log.info("pulse: %s: %s schema %d upgraded to %d in %.1f s", path, purpose, found,
                  schema_version, time.monotonic() - started)
-
-
-class WriterThread:
-    """One daemon thread that runs jobs in order. A daemon, so that a program which ends
-    without closing its store still exits (a commit cut short is never acknowledged, and
-    SQLite's journal leaves the file as it was before it)."""
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            job()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run `job` in the thread after the jobs before it."""
-        self._jobs.put(job)
-
-    async def call(self, fn: Callable[[], T]) -> T:
-        """`fn()` in the thread, awaited."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-
-        def job() -> None:
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the awaiting coroutine
-                loop.call_soon_threadsafe(reject, future, exc)
-            else:
-                loop.call_soon_threadsafe(resolve, future, result)
-
-        self.submit(job)
-        return await future
-
-    async def stop(self) -> None:
-        """Let the jobs already submitted finish, then end the thread."""
-        self._jobs.put(None)
-        await asyncio.to_thread(self._thread.join)
 
 
 class SqliteWorkerStore:

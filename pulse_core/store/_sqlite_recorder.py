@@ -23,7 +23,7 @@ from pulse_core._errors import (
     StoreReadOnly,
     VersionConflict,
 )
-from pulse_core._waits import reject, resolve
+from pulse_core._waits import JobThread, reject, resolve
 from pulse_core.store._commit import COLUMNS, HEAD, Batch, copy_chunk
 from pulse_core.store._recorder import (
     AppendResult,
@@ -35,7 +35,6 @@ from pulse_core.store._recorder import (
 )
 from pulse_core.store._sqlite import (
     ReadOnlyConnection,
-    WriterThread,
     classify,
     open_database,
     sqlite_errors,
@@ -163,7 +162,7 @@ class SqliteRecorder(Recorder):
         self._inline_commit = inline_commit
         self._slow = False  # the last commit took longer than inline_commit
         self._copying = 0  # copy_rows chunks under way in the writer thread
-        self._writer: WriterThread | None = None
+        self._writer: JobThread | None = None
         self._reader_pool = ThreadPoolExecutor(2, thread_name_prefix="pulse-events-reader")
         self._local = threading.local()
         self._readers: list[sqlite3.Connection | ReadOnlyConnection] = []
@@ -199,7 +198,7 @@ class SqliteRecorder(Recorder):
                 raise StoreError(f"{self.path} does not exist: there is no event log to read")
             await loop.run_in_executor(self._reader_pool, self._read, lambda conn: None)
             return
-        writer = WriterThread("pulse-events-writer")
+        writer = JobThread("pulse-events-writer")
         try:
             self._wconn = await writer.call(lambda: open_database(
                 self.path, schema=SCHEMA, schema_version=SCHEMA_VERSION,

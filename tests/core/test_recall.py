@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -150,12 +151,13 @@ async def test_bad_queries_are_refused_by_field(store: EventStore) -> None:
 @given(st.lists(st.tuples(st.integers(0, 2), st.floats(0, 1), st.integers(0, 10**6)),
                 max_size=30))
 def test_ranking_puts_authority_first_then_score(rows: list[tuple[int, float, int]]) -> None:
-    from pulse_core._recall import rank_recalled
+    from pulse_core._recall import rank_key
 
     items = [Recalled(identity="a", record=str(i), type="state", text="", authority=a,
                       confidence=1.0, strength=s, stage="active", at=t, score=s)
              for i, (a, s, t) in enumerate(rows)]
-    ranked = rank_recalled(items)
+    ranked = sorted(items, key=lambda r: rank_key(r.authority, r.score, r.at, r.identity,
+                                                  r.record))
     for better, worse in itertools.pairwise(ranked):
         assert (better.authority, better.score) >= (worse.authority, worse.score)
 
@@ -271,3 +273,89 @@ async def test_an_unverified_import_ranks_below_the_agents_own_word_until_a_pers
     for found in (await recall(store, RecallQuery(text="lisbon")),
                   await recaller.recall(RecallQuery(text="lisbon"))):
         assert [(r.record, r.authority) for r in found] == [("home", AGENT), ("city", AGENT)]
+
+
+async def test_a_recallers_thread_ends_when_the_recaller_is_dropped(store: EventStore) -> None:
+    import asyncio
+    import gc
+    import threading
+
+    from pulse_core.memory import Recaller
+
+    async def recall_threads(settled_at: int) -> int:
+        """The live recall threads, once they are `settled_at` (or after 2 s)."""
+        for _ in range(200):
+            found = sum(t.name == "pulse-recall" and t.is_alive() for t in threading.enumerate())
+            if found == settled_at:
+                break
+            await asyncio.sleep(0.01)
+        return found
+
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    before = await recall_threads(0)
+    recaller = Recaller(store)
+    for _ in range(2):  # a fold, then the kept fold
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+    assert records(await recall(store, RecallQuery(text="lisbon"))) == ["city"]  # one-shot
+    assert await recall_threads(before + 1) == before + 1  # the one-shot's ended with it
+    del recaller
+    gc.collect()
+    assert await recall_threads(before) == before
+
+
+def test_a_recall_thread_outlives_an_event_loop_closed_while_its_job_ran() -> None:
+    import asyncio
+    import threading
+
+    from pulse_core._waits import JobThread
+
+    thread = JobThread("pulse-recall-test")
+    started, release = threading.Event(), threading.Event()
+
+    def blocked() -> int:
+        started.set()
+        release.wait(5)
+        return 1
+
+    async def first() -> None:
+        waiting = asyncio.ensure_future(thread.call(blocked))
+        await asyncio.to_thread(started.wait, 5)
+        assert not waiting.done()
+
+    asyncio.run(first())  # its loop closes while the job runs: no one waits for its result
+    release.set()
+
+    async def second() -> int:
+        return await asyncio.wait_for(thread.call(lambda: 2), 5)
+
+    assert asyncio.run(second()) == 2
+    thread.stop_soon()
+
+
+async def test_a_recall_does_not_wait_for_another_still_selecting(store: EventStore) -> None:
+    import asyncio
+    import threading
+
+    from pulse_core.memory import Recaller
+
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    recaller = Recaller(store)
+    assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+    selecting, release = threading.Event(), threading.Event()
+    select = recaller._select
+
+    def slow(folded: Any, query: RecallQuery) -> list[Recalled]:
+        if query.limit == 7:  # the slow one: a common word's selection, say
+            selecting.set()
+            release.wait(5)
+        return select(folded, query)
+
+    recaller._select = slow  # type: ignore[method-assign]
+    slow_one = asyncio.ensure_future(recaller.recall(RecallQuery(text="lisbon", limit=7)))
+    try:
+        assert await asyncio.to_thread(selecting.wait, 5)
+        found = await asyncio.wait_for(recaller.recall(RecallQuery(text="lisbon")), 2)
+        assert records(found) == ["city"] and not slow_one.done()
+    finally:
+        release.set()
+    assert records(await slow_one) == ["city"]
