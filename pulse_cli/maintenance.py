@@ -40,6 +40,13 @@ _NO_CYCLE = ("no maintenance cycle has ended in this home yet — with the `main
              "maintenance run` asks for one now")
 
 
+def import_origins(cfg: config_file.Config) -> tuple[str, ...]:
+    """The writers whose memory came from outside in the home `cfg` configures: its
+    maintenance layer's `imports.origins` (pulse's defaults without the layer).
+    MaintenanceSettingsError names a field of the layer's settings that is wrong."""
+    return load_settings(cfg.layers.get("maintenance")).imports.origins
+
+
 def took(ms: int | None) -> str:
     """A cycle's duration: `0.4s` under a minute, else as `span` says it; `-` while running."""
     if ms is None:

@@ -13,6 +13,7 @@ from pulse_adapters.mcp import HTTP_PORT, PulseMcp, load_settings, serve_http
 from pulse_adapters.web import read_token
 from pulse_cli import config as config_file
 from pulse_cli.home import Home
+from pulse_cli.maintenance import import_origins
 from pulse_core import Principal, open_home
 
 
@@ -23,11 +24,12 @@ async def serve(home: Home, http: bool = False, port: int | None = None) -> int:
     finds no UI token."""
     cfg = config_file.load_or_default(home.readable().config)
     settings = load_settings(None if cfg.mcp is None else dict(cfg.mcp))
+    origins = import_origins(cfg)
     token = read_token(home.root) if http else ""
     stores = await open_home(home.root, store=cfg.store, side_store=cfg.side_store,
                              principal=Principal.agent(settings.agent, settings.channel))
     try:
-        tools = PulseMcp(stores.events, settings)
+        tools = PulseMcp(stores.events, settings, import_origins=origins)
         if http:
             await serve_http(tools.server.streamable_http_app(), token, tools.calls,
                              HTTP_PORT if port is None else port,

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pulse_cli import config as config_file
 from pulse_cli.home import CliError, Home, UsageError
+from pulse_cli.maintenance import import_origins
 from pulse_cli.output import (
     ago,
     clip,
@@ -213,14 +215,16 @@ _RECALL_HEADERS = ("IDENTITY", "RECORD", "TYPE", "STAGE", "AUTH", "CONF", "STREN
 
 async def recall(home: Home, *, identity: str | None, topic: str | None, text: str | None,
                  limit: int, archived: bool, as_json: bool) -> int:
-    """Print what the agent recalls (pulse_core.memory.recall), best first. UsageError for a
+    """Print what the agent recalls (pulse_core.memory.recall), best first, imports ranked as
+    the home's maintenance settings name them (`imports.origins`). UsageError for a
     malformed query (naming the field); CliError naming the nearest known identity for an
     identity the log holds no memory of."""
     query = RecallQuery(identity=identity, topic=topic, text=text, limit=limit,
                         include_archived=archived)
+    origins = import_origins(config_file.load_or_default(home.readable().config))
     async with opened(home, read_only=True) as stores:
         try:
-            found = await recall_memory(stores.events, query)
+            found = await recall_memory(stores.events, query, import_origins=origins)
         except UnknownIdentity as exc:
             known = [s.identity for s in await read_identities(stores.events)]
             raise CliError(_unknown(exc.identity, known)) from None

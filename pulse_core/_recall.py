@@ -162,13 +162,15 @@ NOTHING_OBSERVED = Observed(PersistentMap(), frozenset())
 def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
            query: RecallQuery, keys: ElementKeys | None = None, *,
            observed: Observed = NOTHING_OBSERVED,
-           verified: Mapping[str, bool] | None = None) -> list[Recalled]:
+           verified: Mapping[str, bool] | None = None,
+           import_origins: Iterable[str] | None = None) -> list[Recalled]:
     """The recall of `query` over a folded `memory` map and elements state (blocking: it
     opens sealed text with `keys`); `observed` of an earlier fold saves finding again the
     identities with observations; `verified`: the imported elements a person verified
-    (VerifiedImports; None: none), the others ranked as a background writer's."""
+    (VerifiedImports; None: none), the others of writers under `import_origins` (default
+    pulse_core.maintenance.IMPORT_ORIGINS) ranked as a background writer's."""
     from pulse_core._memory_text import reveal_memory
-    from pulse_core.maintenance import element_id, import_rank
+    from pulse_core.maintenance import IMPORT_ORIGINS, element_id, import_rank
 
     words = query_words(query)
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
@@ -178,6 +180,7 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     topic = query.topic.strip().lower() if query.topic else None
     stages = ("active", "archived") if query.include_archived else ("active",)
     verified = verified or {}
+    origins = tuple(IMPORT_ORIGINS if import_origins is None else import_origins)
     nothing: set[str] = set()
     authorities: dict[tuple[str, bool], int] = {}
     # what matched, as (rank key, candidate, authority, strength, stage, score): a Recalled
@@ -213,7 +216,7 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             by = (writer or (element.writer if element is not None else ""), eid in verified)
             authority = authorities.get(by)
             if authority is None:
-                authority = authorities[by] = import_rank(*by)
+                authority = authorities[by] = import_rank(*by, origins)
             score = round(conf * strength, 6)
             out.append((rank_key(authority, score, at, identity, record), candidate,
                         authority, strength, stage, score))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from pulse_core._pmap import PersistentMap
@@ -46,13 +46,19 @@ class Recaller:
     recall, ended when the Recaller is dropped), or beside it in a pool's while it is busy
     with another. Keep one per store, used from one event loop, for repeated recalls (a
     turn's offer, a server's recall tool); `recall(store, query)` is a one-shot
-    Recaller."""
+    Recaller. `import_origins`: the writers whose memory came from outside
+    (pulse_core.maintenance.IMPORT_ORIGINS by default; a home's maintenance settings may name
+    others, `imports.origins`), ranked as a background writer's until a person verifies
+    it."""
 
-    def __init__(self, store: EventStore) -> None:
-        from pulse_core.maintenance import MemoryElements, VerifiedImports
+    def __init__(self, store: EventStore, *, import_origins: Iterable[str] | None = None
+                 ) -> None:
+        from pulse_core.maintenance import IMPORT_ORIGINS, MemoryElements, VerifiedImports
         from pulse_core.memory import Memory
 
         self.store = store
+        self.import_origins = tuple(IMPORT_ORIGINS if import_origins is None
+                                    else import_origins)
         self._projector = Projector(store, [Memory(), MemoryElements(), VerifiedImports()])
         self._folding = asyncio.Lock()
         self._observed = NOTHING_OBSERVED
@@ -111,10 +117,12 @@ class Recaller:
         # any (memory, identities) pair is consistent: a race only repeats a diff
         self._observed = self._observed.of(folded.memory)
         return select(folded.memory, folded.elements, query, self.store.keys,
-                      observed=self._observed, verified=folded.verified)
+                      observed=self._observed, verified=folded.verified,
+                      import_origins=self.import_origins)
 
 
-async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
+async def recall(store: EventStore, query: RecallQuery, *,
+                 import_origins: Iterable[str] | None = None) -> list[Recalled]:
     """The elements the agent recalls for `query`, best first, at most `query.limit`.
 
     Ranked by the writer's authority (a person's word first), then confidence x memory
@@ -125,8 +133,11 @@ async def recall(store: EventStore, query: RecallQuery) -> list[Recalled]:
     Text is searched in the keys' FTS5 index and opened with the store's element keys (a
     purged element's text is gone).
 
+    An imported element (its writer one of `import_origins`, as for Recaller) ranks as a
+    background writer's until a person verifies it, then as its writer's.
+
     RecallRefused names a malformed field; UnknownIdentity an identity with no memory.
     Folds the memory and the elements from the whole log each call (a Recaller keeps its
     fold between calls).
     """
-    return await Recaller(store).recall(query)
+    return await Recaller(store, import_origins=import_origins).recall(query)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mcp.server.fastmcp.exceptions import ToolError
 
 from pulse_core import EventStore
@@ -9,10 +11,11 @@ from pulse_core.memory import Recaller, RecallQuery, RecallRefused
 
 
 class Lookup:
-    """Recall for one store, used from the server's event loop."""
+    """Recall for one store, used from the server's event loop; what writers under
+    `import_origins` wrote ranks at background authority until a person verifies it."""
 
-    def __init__(self, store: EventStore) -> None:
-        self.recaller = Recaller(store)
+    def __init__(self, store: EventStore, import_origins: Iterable[str] | None = None) -> None:
+        self.recaller = Recaller(store, import_origins=import_origins)
 
     async def __call__(self, identity: str, query: str, limit: int) -> list[str]:
         """`identity`'s elements whose text holds every word of `query`, best first (ranked

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -34,14 +34,18 @@ MAX_PRIORITY = 1_000
 
 class PulseMcp:
     """The tools one agent (McpSettings.agent) calls; `store` must be opened with that
-    agent's principal, so every write passes the home's principal and origin checks."""
+    agent's principal, so every write passes the home's principal and origin checks.
+    `import_origins`: the writers recall ranks at background authority until a person
+    verifies what they wrote (the home's maintenance `imports.origins`; None: pulse's
+    defaults)."""
 
-    def __init__(self, store: EventStore, settings: McpSettings) -> None:
+    def __init__(self, store: EventStore, settings: McpSettings, *,
+                 import_origins: Iterable[str] | None = None) -> None:
         self.store = store
         self.settings = settings
         self.calls = Calls(store, settings)
         self.origin = self.calls.origin
-        self.lookup = Lookup(store)
+        self.lookup = Lookup(store, import_origins)
         self.server = FastMCP("pulse", log_level="WARNING", host="127.0.0.1")  # its Host checks
         watches = WatchTools(self.calls)
         commitments = CommitmentTools(self.calls)

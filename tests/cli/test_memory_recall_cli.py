@@ -3,10 +3,17 @@ home whose element text is sealed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pulse_core import open_home
-from pulse_core.maintenance import Authority, ElementsReader, RetentionLadder
+from pulse_core.maintenance import (
+    AGENT,
+    BACKGROUND,
+    Authority,
+    ElementsReader,
+    RetentionLadder,
+)
 from pulse_core.memory import MemoryBoard
 from tests.cli.runner import Upulse
 
@@ -42,3 +49,28 @@ async def test_recall_finds_sealed_text_leaves_archived_out_and_refuses_bad_quer
     assert zero.returncode == 2 and "limit" in zero.stderr
     nothing = upulse("memory", "recall", "--home", home, ok=False)
     assert nothing.returncode == 2 and "identity, a topic or a text" in nothing.stderr
+
+
+async def test_recall_ranks_what_the_homes_import_origins_wrote_below_the_agents_word(
+    upulse: Upulse, tmp_path: Path,
+) -> None:
+    home = upulse.init(tmp_path / "home")
+    stores = await open_home(home)
+    try:
+        await MemoryBoard(stores.events).set_state("ana", "city", "Lisbon")
+        await MemoryBoard(stores.events, origin="agent:rss:news").set_state(
+            "ana", "home", "Lisbon")  # newer: at equal authority it ranks first
+    finally:
+        await stores.close()
+
+    def ranked() -> list[tuple[str, int]]:
+        found = upulse.json("memory", "recall", "lisbon", "--home", home)
+        assert isinstance(found, list)
+        return [(r["record"], r["authority"]) for r in found]
+
+    assert ranked() == [("home", AGENT), ("city", AGENT)]  # not an import origin by default
+    config = home / "config.json"
+    settings = json.loads(config.read_text())
+    settings.setdefault("layers", {})["maintenance"] = {"imports": {"origins": ["agent:rss"]}}
+    config.write_text(json.dumps(settings))
+    assert ranked() == [("city", AGENT), ("home", BACKGROUND)]

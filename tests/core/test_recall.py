@@ -275,6 +275,25 @@ async def test_an_unverified_import_ranks_below_the_agents_own_word_until_a_pers
         assert [(r.record, r.authority) for r in found] == [("home", AGENT), ("city", AGENT)]
 
 
+async def test_recall_ranks_the_import_origins_it_is_given_as_background_writers(
+    store: EventStore,
+) -> None:
+    from pulse_core.memory import Recaller
+
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    # a feed the home's maintenance settings name as an import origin (imports.origins);
+    # pulse's defaults do not hold it, so by default it ranks as the agent's own word
+    await MemoryBoard(store, origin="agent:rss:news").set_state("ana", "home", "Lisbon")
+    by_default = await recall(store, RecallQuery(text="lisbon"))
+    assert [(r.record, r.authority) for r in by_default] == [("home", AGENT), ("city", AGENT)]
+    origins = ("agent:rss",)
+    for found in (await recall(store, RecallQuery(text="lisbon"), import_origins=origins),
+                  await Recaller(store, import_origins=origins).recall(
+                      RecallQuery(text="lisbon"))):
+        assert [(r.record, r.authority) for r in found] == [("city", AGENT),
+                                                             ("home", BACKGROUND)]
+
+
 async def test_a_recallers_thread_ends_when_the_recaller_is_dropped(store: EventStore) -> None:
     import asyncio
     import gc

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pulse_core import open_home
+from pulse_core.memory import MemoryBoard
 from tests.adapters.mcp.rig import events as _events
 from tests.adapters.mcp.rig import make_home as _home
 from tests.adapters.mcp.rig import stdio_session
@@ -28,6 +30,24 @@ async def test_remember_then_recall_through_the_sdk_client(upulse: Upulse,
         assert "Porto" not in _text(missing)
     facts = await _events(home, "temporal-fact-recorded")
     assert [e.origin for e in facts] == ["agent:ada"]
+
+
+async def test_recall_ranks_what_the_homes_import_origins_wrote_below_the_agents_word(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = _home(upulse, tmp_path)
+    stores = await open_home(home)
+    try:
+        await MemoryBoard(stores.events).set_state("ana", "city", "Porto, by the river")
+        await MemoryBoard(stores.events, origin="agent:rss:news").set_state(
+            "ana", "home", "Porto, the old town")  # newer: at equal authority it ranks first
+    finally:
+        await stores.close()
+    config = json.loads((home / "config.json").read_text())
+    config.setdefault("layers", {})["maintenance"] = {"imports": {"origins": ["agent:rss"]}}
+    (home / "config.json").write_text(json.dumps(config))
+    async with stdio_session(upulse, home) as session:
+        found = _text(await session.call_tool("recall", {"identity": "ana", "query": "porto"}))
+    assert found.index("by the river") < found.index("the old town"), found
 
 
 async def test_refusals_name_the_field_and_store_nothing(upulse: Upulse,
