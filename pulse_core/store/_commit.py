@@ -44,13 +44,16 @@ class Batch:
     """The state of one group-commit transaction, shared by the appends it carries.
 
     `known` holds key versions read in earlier transactions of this connection and still
-    current (the caller drops it when another connection may have written).
+    current (the caller drops it when another connection may have written); `complete` says
+    it holds every key the log has, so a key it lacks has no events yet.
     """
 
-    def __init__(self, conn: sqlite3.Connection, next_seq: int, known: Mapping[str, int]) -> None:
+    def __init__(self, conn: sqlite3.Connection, next_seq: int, known: Mapping[str, int],
+                 complete: bool) -> None:
         self.conn = conn
         self.next_seq = next_seq
         self.known = known
+        self.complete = complete
         self.heads: dict[str, int] = {}
         self.idem: dict[str, Row] = {}
         self.rows: list[Row] = []
@@ -60,8 +63,11 @@ class Batch:
         if version is None:
             version = self.known.get(key)
         if version is None:
-            found = self.conn.execute(HEAD, (key,)).fetchone()
-            version = found[0] if found else 0
+            if self.complete:
+                version = 0
+            else:
+                found = self.conn.execute(HEAD, (key,)).fetchone()
+                version = found[0] if found else 0
         self.heads[key] = version
         return version
 

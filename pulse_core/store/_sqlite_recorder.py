@@ -176,6 +176,7 @@ class SqliteRecorder(Recorder):
         self._data_version = -1
         self._next_seq = 0
         self._heads: dict[str, int] = {}
+        self._heads_complete = False  # _heads holds every key of the log (found empty)
         # Appends waiting for the writer; touched only on the event loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: collections.deque[_Request] = collections.deque()
@@ -384,8 +385,10 @@ class SqliteRecorder(Recorder):
                     self._next_seq = conn.execute(
                         "SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0]
                     self._heads.clear()
+                    # Found empty, the log's keys are those this writer commits from now on.
+                    self._heads_complete = self._next_seq == 1
                     self._data_version = version
-                staged = Batch(conn, self._next_seq, self._heads)
+                staged = Batch(conn, self._next_seq, self._heads, self._heads_complete)
                 now = self.clock.now_ms()
                 outcomes: list[_Outcome] = []
                 for append in appends:
@@ -419,6 +422,7 @@ class SqliteRecorder(Recorder):
         self._next_seq = staged.next_seq
         if len(self._heads) + len(staged.heads) > _KNOWN_HEADS:
             self._heads.clear()
+            self._heads_complete = False
         self._heads.update(staged.heads)
 
     def _set_wait(self, wait: bool) -> None:

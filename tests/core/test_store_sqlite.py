@@ -297,6 +297,28 @@ async def test_appends_of_every_size_store_each_row_and_move_each_head(tmp_path:
         await store.close()
 
 
+async def test_a_writer_that_found_the_log_empty_versions_keys_right_past_what_it_keeps(
+    tmp_path: Path
+) -> None:
+    """A writer that found the log empty knows every key's version without reading it; once
+    more keys were written than it keeps in memory, or another writer wrote, a key it no
+    longer holds is read from the file again, never taken for a new one."""
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    other = await SqliteEventStore.open(tmp_path / "events.db")  # as another process would
+    try:
+        assert [e.version for e in (await store.append([draft("old", 0)])).events] == [1]
+        many = await store.append([draft(f"k{i}", i) for i in range(17_000)])
+        assert {e.version for e in many.events} == {1}
+        again = await store.append([draft("old", 1)], expect={"old": 1})
+        assert [e.version for e in again.events] == [2]
+        await other.append([draft("theirs", 0)])
+        mine = await store.append([draft("theirs", 1)], expect={"theirs": 1})
+        assert [e.version for e in mine.events] == [2]
+    finally:
+        await other.close()
+        await store.close()
+
+
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])
 async def test_a_negative_inline_bound_is_refused_naming_the_option(
     tmp_path: Path, bad: float
