@@ -10,11 +10,13 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pulse_core._backoff import Backoff
 from pulse_core._errors import (
     EventUnreadable,
     IdempotencyConflict,
     InvalidEvent,
     StoreReadOnly,
+    StoreUnavailable,
 )
 from pulse_core._events import (
     QUARANTINED,
@@ -45,6 +47,8 @@ log = logging.getLogger("pulse.events")
 
 #: seconds between reads of a cursor that is woken by other processes' commits anyway (a
 #: backend that listens): only a safety net, should a wake ever be lost
+CURSOR_RETRY = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.2)
+"""How long a cursor (`changes`) that could not read waits before it reads again."""
 SAFETY_POLL_S = 30.0
 
 
@@ -370,7 +374,9 @@ class EventStore:
         Commits through this store wake the cursor at once; commits by other processes do
         too where the recorder listens for them (PostgreSQL), and are otherwise seen within
         `poll_interval` seconds (where it listens, the cursor still reads every
-        SAFETY_POLL_S seconds, should a wake be lost).
+        SAFETY_POLL_S seconds, should a wake be lost). A read the store refuses as
+        unavailable (a server restarting, a disk failing) is logged and made again, from the
+        same event, until it succeeds (CURSOR_RETRY): nothing is skipped or yielded twice.
         """
 
         kind_list = list(kinds) if kinds is not None else None
@@ -379,9 +385,24 @@ class EventStore:
             poll_interval = max(poll_interval, SAFETY_POLL_S)
         try:
             cursor = after_seq
+            failures = 0
             while True:
                 signal.clear()
-                page = await self.read_page(cursor, kinds=kind_list, limit=batch)
+                try:
+                    page = await self.read_page(cursor, kinds=kind_list, limit=batch)
+                except StoreUnavailable as exc:  # a server restarting, a disk failing: wait
+                    failures += 1
+                    if failures == 1:
+                        log.warning("pulse: %s: a cursor cannot read the log (%s); it reads "
+                                    "again from event #%d until it can", self.recorder.location,
+                                    exc, cursor)
+                    await wait_signal(signal, min(poll_interval,
+                                                  CURSOR_RETRY.delay_ms(failures) / 1000))
+                    continue
+                if failures:
+                    log.info("pulse: %s: a cursor reads the log again after %d failed reads",
+                             self.recorder.location, failures)
+                    failures = 0
                 for event in page.events:
                     cursor = event.seq
                     yield event

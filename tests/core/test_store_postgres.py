@@ -30,6 +30,7 @@ from pulse_core.store._pg_ddl import SCHEMA_VERSION
 from pulse_core.store._postgres import PostgresRecorder
 from tests.core.store_contract import RecorderContract, draft
 from tests.servers import PostgresServer, free_port
+from tests.timing import eventually, scaled
 
 
 def pg(url: str) -> PostgresURL:
@@ -515,25 +516,66 @@ async def test_after_a_server_restart_a_cursor_resumes_without_a_gap_or_a_duplic
                 done.set()
 
     task = asyncio.create_task(follow())
+    listener = follower.recorder._listener  # type: ignore[attr-defined]
     try:
+        # listening before the restart (a lone writer's ten appends can be done before the
+        # listener's first connection is), so that the restart cuts a connection it holds
+        await eventually(lambda: listener.connections >= 1, 10, "the follower listening")
         for n in range(10):
             await writer.append([draft("a", n)])
         await asyncio.to_thread(postgres_server.restart)
         for n in range(10, 20):
             await writer.append([draft("a", n)])
-        await asyncio.wait_for(done.wait(), 20)
+        await asyncio.wait_for(done.wait(), scaled(20))
         assert seen == list(range(1, 21))
-        listener = follower.recorder._listener  # type: ignore[attr-defined]
-        for _ in range(200):  # the wake on the lost connection may have read them all first
-            if listener.connections >= 2:
-                break
-            await asyncio.sleep(0.05)
-        assert listener.connections >= 2
+        # the wake on the lost connection may have read them all first
+        await eventually(lambda: listener.connections >= 2, 10, "the listener reconnected")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await follower.close()
         await writer.close()
+
+
+async def test_a_cursor_that_cannot_read_waits_and_reads_on_once_the_server_lets_it(
+    pg_url: str, postgres_server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    database = pg_url.rsplit("/", 1)[1]
+    follower, writer = await open_event_store(pg_url), await open_event_store(pg_url)
+    seen: list[int] = []
+    task = asyncio.create_task(_follow(follower, seen))
+    listener = follower.recorder._listener  # type: ignore[attr-defined]
+    try:
+        await writer.append([draft("a", 0)])
+        await eventually(lambda: seen == [1], 10, "the cursor reading the first event")
+        await eventually(lambda: listener.connections >= 1, 10, "the follower listening")
+        # the database takes no new connection, and every one but the follower's listening
+        # one and `notifier` is cut: the listener hears a NOTIFY, and the read it wakes fails
+        notifier = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+        postgres_server.sql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+        postgres_server.sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+            f"'{database}' AND query NOT LIKE 'LISTEN%' AND pid <> {notifier.info.backend_pid}")
+        with caplog.at_level(logging.WARNING, logger="pulse.events"):
+            await notifier.execute("SELECT pg_notify('pulse:pulse', '1')")
+            await notifier.close()
+            await eventually(lambda: "a cursor cannot read the log" in caplog.text, 10,
+                             "the cursor failing to read")
+        assert not task.done() and seen == [1]
+        postgres_server.sql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+        await writer.append([draft("a", 1)])
+        await eventually(lambda: seen == [1, 2], 10, "the cursor reading on")
+    finally:
+        postgres_server.sql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await follower.close()
+        await writer.close()
+
+
+async def _follow(store: EventStore, seen: list[int]) -> None:
+    async for event in store.changes(poll_interval=30.0):
+        seen.append(event.seq)
 
 
 async def test_a_server_restart_costs_no_driver_warning_for_the_pooled_connections_it_cut(
