@@ -106,12 +106,22 @@ class _Staged(Batch):
         return self.idem.get(idem)
 
 
+UNSURE = -1
+"""A `last` no log ends at: `commit_if_heads` checks every assumed head under the writer
+lock, without reading them before it."""
+
+
 class Known:
     """The heads of the keys this recorder read or wrote in its recent transactions: what a
     group is staged against to try it in one round trip. The server checks them under the
     writer lock, unless every key of the group is `vouched`: known as of `last`, the newest
     seq this recorder saw, and the log still ends there (no other writer since). A head
-    another writer moved makes the try refused; any failure forgets everything."""
+    another writer moved makes the try refused; any failure forgets everything.
+
+    While this recorder is `alone` (its last transaction found the log where it had left
+    it), a group naming a head it does not know is checked under the writer lock only: no
+    other writer queues for that lock, so reading the heads before it too would only read
+    them twice."""
 
     LIMIT = 100_000  # keys remembered at most; past it the cache starts over
 
@@ -121,6 +131,7 @@ class Known:
         self.heads: dict[str, int] = {}
         self.last: int | None = None
         self.vouched: set[str] = set()
+        self.alone = False
         self.skip = 0  # groups still to send the two-trip way after a try was refused twice
         self.wait = 0  # how many that was last time: doubled by each such try in a row
 
@@ -145,6 +156,7 @@ class Known:
         self.heads.clear()
         self.vouched.clear()
         self.last = None
+        self.alone = False
 
     def assumed(self, keys: Sequence[str], appends: Sequence[PreparedAppend]
                 ) -> dict[str, int]:
@@ -160,9 +172,12 @@ class Known:
         return assumed
 
     def vouches(self, keys: Sequence[str]) -> int | None:
-        """`last` if every one of `keys` is known as of it, else None."""
+        """`last` if every one of `keys` is known as of it, else UNSURE while this recorder
+        is alone, else None (the heads read before the writer lock too)."""
         vouched = self.vouched
-        return self.last if all(k in vouched for k in keys) else None
+        if self.last is not None and all(k in vouched for k in keys):
+            return self.last
+        return UNSURE if self.alone else None
 
     def saw(self, heads: Mapping[str, int]) -> None:
         """`heads` as the log held them a moment ago (not read under the writer lock)."""
@@ -172,7 +187,8 @@ class Known:
     def learn(self, since: int, last: int, heads: Mapping[str, int]) -> None:
         """A transaction found the log ending at `since` and left it ending at `last`, with
         `heads` (read under the writer lock or written by it)."""
-        if since != self.last or len(self.heads) > self.LIMIT:
+        self.alone = since == self.last
+        if not self.alone or len(self.heads) > self.LIMIT:
             self.vouched.clear()  # another writer came between: the rest may have moved
         if len(self.heads) > self.LIMIT:
             self.heads.clear()

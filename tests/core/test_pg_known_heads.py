@@ -115,3 +115,32 @@ async def test_writers_on_other_keys_leave_a_writers_events_at_the_seqs_and_ts_i
     assert postgres_server.sql("SELECT string_agg(key || version, ',' ORDER BY key) FROM "
                                "(SELECT DISTINCT ON (key) key, version FROM pulse.events "
                                "ORDER BY key, seq DESC) h", database(pg_url)) == "a6,b6"
+
+
+async def test_a_lone_writer_checks_a_key_it_never_named_against_the_log(pg_url: str) -> None:
+    """A writer whose commits follow one another (alone) sends a key it has not seen to be
+    checked under the writer lock: a head given before it opened, or by another writer
+    since, is found."""
+    a = await open_event_store(pg_url)
+    b = await open_event_store(pg_url)
+    try:
+        await b.append([draft("w", 0)])
+        await a.append([draft("k", 1)])
+        await a.append([draft("k", 2)])  # a's second commit: the log was where it left it
+        result = await a.append([draft("w", 3)])  # no other writer since: w is still 1
+        assert [(e.seq, e.version) for e in result.events] == [(4, 2)]
+        await b.append([draft("x", 4)])
+        with pytest.raises(VersionConflict) as refused:
+            await a.append([draft("x", 5)], expect={"x": 0})
+        assert refused.value.actual == 1
+        await a.append([draft("k", 6)])
+        await b.append([draft("y", 7)])
+        result = await a.append([draft("y", 8)])  # no expectation: after b's y
+        assert [(e.seq, e.version) for e in result.events] == [(8, 2)]
+        events = await b.read()
+    finally:
+        await a.close()
+        await b.close()
+    assert [(e.seq, e.key, e.version) for e in events] == [
+        (1, "w", 1), (2, "k", 1), (3, "k", 2), (4, "w", 2), (5, "x", 1), (6, "k", 3),
+        (7, "y", 1), (8, "y", 2)]
