@@ -69,8 +69,8 @@ DECLARE
 BEGIN
     SELECT kind, agent INTO who FROM {s}.principals WHERE role = current_user::text;
     IF NOT FOUND THEN
-        IF current_user::text = (SELECT nspowner::regrole::text FROM pg_namespace
-                                 WHERE nspname = TG_TABLE_SCHEMA) THEN
+        IF current_user = (SELECT pg_get_userbyid(nspowner) FROM pg_namespace
+                           WHERE nspname = TG_TABLE_SCHEMA) THEN
             RETURN NEW;
         END IF;
         RAISE EXCEPTION 'role % is not a pulse principal of schema %', current_user,
@@ -169,8 +169,8 @@ BEGIN
     END IF;
     SELECT kind, agent INTO who FROM {s}.principals WHERE role = current_user::text;
     IF NOT FOUND THEN
-        IF current_user::text = (SELECT nspowner::regrole::text FROM pg_namespace
-                                 WHERE nspname = TG_TABLE_SCHEMA) THEN
+        IF current_user = (SELECT pg_get_userbyid(nspowner) FROM pg_namespace
+                           WHERE nspname = TG_TABLE_SCHEMA) THEN
             RETURN NULL;
         END IF;
         RAISE EXCEPTION 'role % is not a pulse principal of schema %', current_user,

@@ -157,3 +157,18 @@ async def test_a_version_1_log_gains_the_principals_check_when_its_owner_opens_i
             await agent.append([task(2, "engine")])
     finally:
         await agent.close()
+
+
+async def test_a_schema_owner_whose_name_has_capitals_writes_without_being_listed(
+        pg_url: str) -> None:
+    # the owner check must compare the role's name, not its quoted identifier ("Ops_...")
+    role = f"Ops_{uuid.uuid4().hex[:8]}"
+    database = pg_url.rsplit("/", 1)[1]
+    await run(pg_url, f'CREATE ROLE "{role}" LOGIN',
+              f'GRANT CREATE ON DATABASE {database} TO "{role}"')
+    store = await open_event_store(as_role(pg_url, role))
+    try:
+        await store.append([task(1, "agent:hermes")])
+        assert [e.key for e in await store.read()] == ["task:t-1"]
+    finally:
+        await store.close()
