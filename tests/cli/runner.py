@@ -91,3 +91,25 @@ def wait_until(probe: Callable[[], object], timeout: float, what: str) -> object
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+async def agent_then_feed(home: Path, agent_text: str, feed_text: str) -> None:
+    """ana's `city` as the agent said it, then her `home` as a news feed (`agent:rss:news`)
+    said it: newer, so at equal authority the feed's ranks first."""
+    from pulse_core import open_home
+    from pulse_core.memory import MemoryBoard
+
+    stores = await open_home(home)
+    try:
+        await MemoryBoard(stores.events).set_state("ana", "city", agent_text)
+        await MemoryBoard(stores.events, origin="agent:rss:news").set_state(
+            "ana", "home", feed_text)
+    finally:
+        await stores.close()
+
+
+def name_import_origins(home: Path, *origins: str) -> None:
+    """config.json's maintenance layer names `origins` as the writers of imported memory."""
+    config = json.loads((home / "config.json").read_text())
+    config.setdefault("layers", {})["maintenance"] = {"imports": {"origins": list(origins)}}
+    (home / "config.json").write_text(json.dumps(config))

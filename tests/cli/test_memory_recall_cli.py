@@ -3,7 +3,6 @@ home whose element text is sealed."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pulse_core import open_home
@@ -15,7 +14,7 @@ from pulse_core.maintenance import (
     RetentionLadder,
 )
 from pulse_core.memory import MemoryBoard
-from tests.cli.runner import Upulse
+from tests.cli.runner import Upulse, agent_then_feed, name_import_origins
 
 
 async def test_recall_finds_sealed_text_leaves_archived_out_and_refuses_bad_queries(
@@ -55,13 +54,7 @@ async def test_recall_ranks_what_the_homes_import_origins_wrote_below_the_agents
     upulse: Upulse, tmp_path: Path,
 ) -> None:
     home = upulse.init(tmp_path / "home")
-    stores = await open_home(home)
-    try:
-        await MemoryBoard(stores.events).set_state("ana", "city", "Lisbon")
-        await MemoryBoard(stores.events, origin="agent:rss:news").set_state(
-            "ana", "home", "Lisbon")  # newer: at equal authority it ranks first
-    finally:
-        await stores.close()
+    await agent_then_feed(home, "Lisbon", "Lisbon")
 
     def ranked() -> list[tuple[str, int]]:
         found = upulse.json("memory", "recall", "lisbon", "--home", home)
@@ -69,8 +62,5 @@ async def test_recall_ranks_what_the_homes_import_origins_wrote_below_the_agents
         return [(r["record"], r["authority"]) for r in found]
 
     assert ranked() == [("home", AGENT), ("city", AGENT)]  # not an import origin by default
-    config = home / "config.json"
-    settings = json.loads(config.read_text())
-    settings.setdefault("layers", {})["maintenance"] = {"imports": {"origins": ["agent:rss"]}}
-    config.write_text(json.dumps(settings))
+    name_import_origins(home, "agent:rss")
     assert ranked() == [("city", AGENT), ("home", BACKGROUND)]

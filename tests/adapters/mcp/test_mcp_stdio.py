@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pulse_core import open_home
-from pulse_core.memory import MemoryBoard
 from tests.adapters.mcp.rig import events as _events
 from tests.adapters.mcp.rig import make_home as _home
 from tests.adapters.mcp.rig import stdio_session
 from tests.adapters.mcp.rig import text as _text
-from tests.cli.runner import Upulse
+from tests.cli.runner import Upulse, agent_then_feed, name_import_origins
 
 
 async def test_remember_then_recall_through_the_sdk_client(upulse: Upulse,
@@ -35,16 +33,8 @@ async def test_remember_then_recall_through_the_sdk_client(upulse: Upulse,
 async def test_recall_ranks_what_the_homes_import_origins_wrote_below_the_agents_word(
         upulse: Upulse, tmp_path: Path) -> None:
     home = _home(upulse, tmp_path)
-    stores = await open_home(home)
-    try:
-        await MemoryBoard(stores.events).set_state("ana", "city", "Porto, by the river")
-        await MemoryBoard(stores.events, origin="agent:rss:news").set_state(
-            "ana", "home", "Porto, the old town")  # newer: at equal authority it ranks first
-    finally:
-        await stores.close()
-    config = json.loads((home / "config.json").read_text())
-    config.setdefault("layers", {})["maintenance"] = {"imports": {"origins": ["agent:rss"]}}
-    (home / "config.json").write_text(json.dumps(config))
+    await agent_then_feed(home, "Porto, by the river", "Porto, the old town")
+    name_import_origins(home, "agent:rss")
     async with stdio_session(upulse, home) as session:
         found = _text(await session.call_tool("recall", {"identity": "ana", "query": "porto"}))
     assert found.index("by the river") < found.index("the old town"), found
