@@ -27,8 +27,11 @@ EFFECTS = 600
 PER_APPEND = 5
 HOSTS = ("host-a", "host-b", "host-c")
 # The engines never read the log on a timer here (the scan interval outlasts the test): an
-# idle engine learns of a new effect only from a NOTIFY on its LISTEN connection.
-OPTIONS = ("--concurrency", "4", "--work-seconds", "0.02", "--timeout", "5",
+# idle engine learns of a new effect only from a NOTIFY on its LISTEN connection. Each runs
+# 4 effects at once for 0.05 s each, 240 a second for the three, fewer than the producer
+# offers: every engine is busy when the server goes down (an idle one meets no outage to
+# record, and the test asserts each recorded one).
+OPTIONS = ("--concurrency", "4", "--work-seconds", "0.05", "--timeout", "5",
            "--lease-grace-ms", "1000", "--scan-interval", "600")
 
 
