@@ -47,9 +47,9 @@ log = logging.getLogger("pulse.events")
 
 #: seconds between reads of a cursor that is woken by other processes' commits anyway (a
 #: backend that listens): only a safety net, should a wake ever be lost
+SAFETY_POLL_S = 30.0
 CURSOR_RETRY = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.2)
 """How long a cursor (`changes`) that could not read waits before it reads again."""
-SAFETY_POLL_S = 30.0
 
 
 class EventStore:
