@@ -221,8 +221,9 @@ async def recall(home: Home, *, identity: str | None, topic: str | None, text: s
     identity the log holds no memory of."""
     query = RecallQuery(identity=identity, topic=topic, text=text, limit=limit,
                         include_archived=archived)
-    origins = import_origins(config_file.load_or_default(home.readable().config))
-    async with opened(home, read_only=True) as stores:
+    cfg = config_file.load_or_default(home.readable().config)
+    origins = import_origins(cfg)
+    async with opened(home, read_only=True, cfg=cfg) as stores:
         try:
             found = await recall_memory(stores.events, query, import_origins=origins)
         except UnknownIdentity as exc:

@@ -37,16 +37,19 @@ def shown(url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def opened(home: Home, *, read_only: bool) -> AsyncIterator[HomeStores]:
+async def opened(home: Home, *, read_only: bool, cfg: config_file.Config | None = None
+                 ) -> AsyncIterator[HomeStores]:
     """The stores of `home`, closed on exit: any home with an event log, whether `upulse
     init` laid it out or an embedded engine wrote it (NotAHome for a folder with neither
-    config.json nor events.db).
+    config.json nor events.db). `cfg`: the home's config.json when the caller read it
+    already (None: read here).
 
     `read_only` opens nothing for writing: no writer thread, no schema change, no lock, so a
     query never waits for a running daemon or changes a file or a database. LogUnavailable
     when the log cannot be opened.
     """
-    cfg = config_file.load_or_default(home.readable().config)
+    if cfg is None:
+        cfg = config_file.load_or_default(home.readable().config)
     stores = await open_stores(home, cfg.store, read_only=read_only)
     try:
         yield stores
