@@ -67,10 +67,9 @@ class LogSQL:
         self.lock = f"SELECT FROM {s}.writer_lock FOR UPDATE"
         self.last = f"SELECT coalesce(max(seq), 0) FROM {s}.events"
         self.newest = f"SELECT seq, ts FROM {s}.events ORDER BY seq DESC LIMIT 1"
-        # Each key's head: its newest event's version (keys without events are left out).
-        self.heads = (f"SELECT u.key, e.version FROM unnest(%b::text[]) u(key) CROSS JOIN "
-                      f"LATERAL (SELECT version FROM {s}.events WHERE key = u.key "
-                      "ORDER BY seq DESC LIMIT 1) e")
+        # Each key's head (0 for a key without events), as the commit function reads it.
+        self.heads = (f"SELECT u.key, {HEAD_OF_EVENTS.format(s=s, key='u.key')} "
+                      "FROM unnest(%b::text[]) u(key)")
         self.head = f"SELECT {HEAD_OF_EVENTS.format(s=s, key='%s')}"
         self.idems = f"SELECT {COLUMNS} FROM {s}.events WHERE idem = ANY(%b)"
         self.copy = f"COPY {s}.events ({COLUMNS}) FROM STDIN"
