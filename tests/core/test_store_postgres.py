@@ -26,7 +26,7 @@ from pulse_core import (
     StoreUnavailable,
 )
 from pulse_core.store import PostgresURL, Recorder, StoredRow, open_event_store, parse_store_url
-from pulse_core.store._pg_ddl import SCHEMA_VERSION
+from pulse_core.store._pg_ddl import SCHEMA_VERSION, channel_of
 from pulse_core.store._postgres import PostgresRecorder
 from tests.core.store_contract import RecorderContract, draft
 from tests.servers import PostgresServer, free_port
@@ -540,7 +540,7 @@ async def test_after_a_server_restart_a_cursor_resumes_without_a_gap_or_a_duplic
 async def test_a_cursor_that_cannot_read_waits_and_reads_on_once_the_server_lets_it(
     pg_url: str, postgres_server: PostgresServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    database = pg_url.rsplit("/", 1)[1]
+    name = database(pg_url)
     follower, writer = await open_event_store(pg_url), await open_event_store(pg_url)
     seen: list[int] = []
     task = asyncio.create_task(_follow(follower, seen))
@@ -552,21 +552,21 @@ async def test_a_cursor_that_cannot_read_waits_and_reads_on_once_the_server_lets
         # the database takes no new connection, and every one but the follower's listening
         # one and `notifier` is cut: the listener hears a NOTIFY, and the read it wakes fails
         notifier = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
-        postgres_server.sql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+        postgres_server.sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
         postgres_server.sql(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
-            f"'{database}' AND query NOT LIKE 'LISTEN%' AND pid <> {notifier.info.backend_pid}")
+            f"'{name}' AND query NOT LIKE 'LISTEN%' AND pid <> {notifier.info.backend_pid}")
         with caplog.at_level(logging.WARNING, logger="pulse.events"):
-            await notifier.execute("SELECT pg_notify('pulse:pulse', '1')")
+            await notifier.execute("SELECT pg_notify(%s, '1')", (channel_of("pulse"),))
             await notifier.close()
             await eventually(lambda: "a cursor cannot read the log" in caplog.text, 10,
                              "the cursor failing to read")
         assert not task.done() and seen == [1]
-        postgres_server.sql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+        postgres_server.sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         await writer.append([draft("a", 1)])
         await eventually(lambda: seen == [1, 2], 10, "the cursor reading on")
     finally:
-        postgres_server.sql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+        postgres_server.sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await follower.close()
