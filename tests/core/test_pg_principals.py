@@ -4,6 +4,7 @@ own process is still refused by the server."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
 
@@ -60,6 +61,16 @@ async def make_role(url: str, kind: str, agent: str = "", *, listed: bool = True
               f"GRANT UPDATE ON pulse.writer_lock TO {role}",
               *([f"INSERT INTO pulse.principals VALUES ('{role}', '{kind}', '{agent}')"]
                 if listed else []))
+    return role
+
+
+async def upgrade_refused(url: str, adds: str, kind: str = "engine", agent: str = "") -> str:
+    """A role that is not the schema's owner (a `kind` principal), refused the upgrade that
+    `adds` its objects (an UPGRADES name) when it opens the log at `url`; the role."""
+    role = await make_role(url, kind, agent)
+    with pytest.raises(StoreError, match=f"may not add {re.escape(adds)} — open it once as "
+                                         "the schema's owner"):
+        await open_event_store(as_role(url, role))
     return role
 
 
