@@ -3,8 +3,10 @@ returns, on a home whose element text is sealed, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,14 @@ async def store(store_url: str, tmp_path: Path) -> AsyncIterator[EventStore]:
     assert stores.events.keys is not None
     yield stores.events
     await stores.close()
+
+
+async def past_the_newest(store: EventStore) -> None:
+    """Wait until the clock reads past the newest event's stamp (ms), so that the next write
+    is newer: two writes in one millisecond tie, and a tie ranks by name."""
+    (newest,) = await store.read(newest_first=True, limit=1)
+    await asyncio.sleep(max((newest.ts + 2) / 1000 - time.time(), 0))
+    assert time.time_ns() // 1_000_000 > newest.ts
 
 
 def ladder(store: EventStore, origin: str = "executor:maintenance") -> RetentionLadder:
@@ -259,6 +269,7 @@ async def test_an_unverified_import_ranks_below_the_agents_own_word_until_a_pers
     from pulse_core.memory import Recaller
 
     await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    await past_the_newest(store)
     # newer, so at equal authority it would rank first
     await MemoryBoard(store, origin="agent:import:wiki").set_state("ana", "home", "Lisbon")
     recaller = Recaller(store)
@@ -281,6 +292,7 @@ async def test_recall_ranks_the_import_origins_it_is_given_as_background_writers
     from pulse_core.memory import Recaller
 
     await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    await past_the_newest(store)
     # a feed the home's maintenance settings name as an import origin (imports.origins);
     # pulse's defaults do not hold it, so by default it ranks as the agent's own word
     await MemoryBoard(store, origin="agent:rss:news").set_state("ana", "home", "Lisbon")
@@ -295,31 +307,34 @@ async def test_recall_ranks_the_import_origins_it_is_given_as_background_writers
 
 
 async def test_a_recallers_thread_ends_when_the_recaller_is_dropped(store: EventStore) -> None:
-    import asyncio
     import gc
     import threading
 
     from pulse_core.memory import Recaller
 
-    async def recall_threads(settled_at: int) -> int:
-        """The live recall threads, once they are `settled_at` (or after 2 s)."""
-        for _ in range(200):
-            found = sum(t.name == "pulse-recall" and t.is_alive() for t in threading.enumerate())
-            if found == settled_at:
-                break
+    def recall_threads() -> set[threading.Thread]:
+        """The live recall threads (an earlier test's may still be ending: only the ones
+        this test started are judged)."""
+        return {t for t in threading.enumerate() if t.name == "pulse-recall"}
+
+    async def settled(done: Callable[[], bool]) -> None:
+        for _ in range(400):
+            if done():
+                return
             await asyncio.sleep(0.01)
-        return found
+        raise AssertionError("the recall threads did not settle in 4 s")
 
     await MemoryBoard(store).set_state("ana", "city", "Lisbon")
-    before = await recall_threads(0)
+    before = recall_threads()
     recaller = Recaller(store)
     for _ in range(2):  # a fold, then the kept fold
         assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+    (kept,) = recall_threads() - before  # the Recaller's own, started at its first recall
     assert records(await recall(store, RecallQuery(text="lisbon"))) == ["city"]  # one-shot
-    assert await recall_threads(before + 1) == before + 1  # the one-shot's ended with it
+    await settled(lambda: recall_threads() - before == {kept})  # the one-shot's ended with it
     del recaller
     gc.collect()
-    assert await recall_threads(before) == before
+    await settled(lambda: not kept.is_alive())
 
 
 def test_a_recall_thread_outlives_an_event_loop_closed_while_its_job_ran() -> None:

@@ -24,6 +24,7 @@ from pulse_survival import (
 from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
+CRASHER = "raise SystemExit(3)"
 
 
 def pid_in(pidfile: Path) -> int:
@@ -140,7 +141,7 @@ async def test_a_process_that_keeps_dying_is_given_up_with_one_notice(
     tmp_path: Path, policy: ProcessPolicy, why: str
 ) -> None:
     pidfile = tmp_path / "crasher.pid"
-    spec = Essential(name="crasher", argv=(sys.executable, "-c", "raise SystemExit(3)"),
+    spec = Essential(name="crasher", argv=(sys.executable, "-c", CRASHER, str(tmp_path)),
                      pidfile=str(pidfile))
     clock = ManualClock()
     engine = Engine(tmp_path / "home", clock=clock,
@@ -164,7 +165,7 @@ async def test_a_process_that_keeps_dying_is_given_up_with_one_notice(
 
 
 async def test_restarts_back_off_exponentially(tmp_path: Path) -> None:
-    spec = Essential(name="crasher", argv=(sys.executable, "-c", "raise SystemExit(3)"),
+    spec = Essential(name="crasher", argv=(sys.executable, "-c", CRASHER, str(tmp_path)),
                      pidfile=str(tmp_path / "c.pid"))
     clock = ManualClock()
     engine = Engine(tmp_path / "home", clock=clock, survival=SurvivalConfig(

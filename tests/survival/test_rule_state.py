@@ -204,7 +204,7 @@ async def test_failed_starts_backoff_and_giving_up_carry_on_across_engine_restar
 ) -> None:
     home = tmp_path / "home"
     config = SurvivalConfig(
-        processes=(Essential(name="crasher", argv=(sys.executable, "-c", CRASHER),
+        processes=(Essential(name="crasher", argv=(sys.executable, "-c", CRASHER, str(tmp_path)),
                              pidfile=str(tmp_path / "crasher.pid")),),
         process=ProcessPolicy(startretries=3, budget_per_hour=50, backoff_initial_s=1,
                               backoff_max_s=60))
