@@ -55,6 +55,18 @@ def find_process(spec: Essential) -> psutil.Process | None:
     return by_argv
 
 
+def uptime_s(proc: psutil.Process) -> float:
+    """How long `proc` has run, in seconds. Read on the clock that counts from boot where
+    there is one: the start time psutil gives is the boot time in whole seconds plus the
+    process's start on that clock, so the wall clock minus it runs up to 1 s long, enough to
+    judge a process that died at once as having stayed up `startsecs`."""
+    since_boot = getattr(time, "CLOCK_BOOTTIME", None)
+    if since_boot is None:
+        return max(0.0, time.time() - proc.create_time())
+    started = proc.create_time() - psutil.boot_time()
+    return max(0.0, time.clock_gettime(since_boot) - started)
+
+
 class ProcessAliveWatcher(Watcher):
     """For each essential process: alive, pid, uptime, and how many restarts were seen."""
 
@@ -70,7 +82,6 @@ class ProcessAliveWatcher(Watcher):
 
     def _read(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        now = time.time()
         for spec in self.processes:
             proc = find_process(spec)
             if proc is None:
@@ -82,7 +93,7 @@ class ProcessAliveWatcher(Watcher):
                 self._restarts[spec.name] = self._restarts.get(spec.name, 0) + 1
             self._last_pid[spec.name] = proc.pid
             try:
-                uptime = max(0.0, now - proc.create_time())
+                uptime = uptime_s(proc)
             except psutil.Error:
                 uptime = 0.0
             out[spec.name] = {"alive": True, "pid": proc.pid, "uptime_s": round(uptime, 3),

@@ -7,6 +7,7 @@ import itertools
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from pulse_survival import (
     SurvivalConfig,
     SurvivalLedger,
 )
+from pulse_survival.watchers import ProcessAliveWatcher
 from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
@@ -118,6 +120,25 @@ async def test_a_restart_takes_its_env_from_the_config_and_never_writes_the_valu
     finally:
         await engine.close()
     assert b"s3cr3t-value" not in (tmp_path / "home" / "events.db").read_bytes()
+
+
+async def test_a_process_just_started_is_seen_up_only_as_long_as_it_has_run(
+    tmp_path: Path, reaper: list[int]
+) -> None:
+    # psutil's start time is the boot time in whole seconds plus the start since boot: read
+    # against the wall clock it made a process up to 1 s older, enough to judge one that
+    # dies at once as having stayed up startsecs
+    argv = (sys.executable, "-c", SLEEPER, str(tmp_path))
+    started = time.monotonic()
+    child = subprocess.Popen(argv)  # noqa: ASYNC220 - returns at once
+    reaper.append(child.pid)
+    pidfile = tmp_path / "w.pid"
+    pidfile.write_text(f"{child.pid}\n")
+    sample = await ProcessAliveWatcher([Essential(name="w", argv=argv,
+                                                  pidfile=str(pidfile))]).collect()
+    lived = time.monotonic() - started
+    assert sample["w"]["alive"] and sample["w"]["pid"] == child.pid
+    assert sample["w"]["uptime_s"] <= lived + 0.02  # the kernel counts starts in 10 ms ticks
 
 
 def test_a_layer_essential_named_like_a_survival_process_is_refused(tmp_path: Path) -> None:
