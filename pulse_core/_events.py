@@ -142,16 +142,18 @@ def _check_plain(value: Any, where: str, depth: int = 1) -> None:
     kind = type(value)
     if kind in _PLAIN:
         return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise PayloadNotEncodable(f"{where}: {value!r} is not a JSON number — store null, "
-                                      "a string or a flag that says what it meant")
-        return
-    if isinstance(value, (str, int)):
-        return
-    if isinstance(value, _BYTES):
-        raise PayloadNotEncodable(f"{where}: bytes are not JSON — give them as the draft's "
-                                  "attachment, or encode them as text yourself")
+    container = kind is dict or kind is list or kind is tuple  # the usual data: asked first
+    if not container:
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise PayloadNotEncodable(f"{where}: {value!r} is not a JSON number — store "
+                                          "null, a string or a flag that says what it meant")
+            return
+        if isinstance(value, (str, int)):
+            return
+        if isinstance(value, _BYTES):
+            raise PayloadNotEncodable(f"{where}: bytes are not JSON — give them as the "
+                                      "draft's attachment, or encode them as text yourself")
     if depth > MAX_DATA_DEPTH:
         raise _unencodable(where, RecursionError())
     finite = math.isfinite
@@ -162,7 +164,7 @@ def _check_plain(value: Any, where: str, depth: int = 1) -> None:
             item_kind = type(item)
             if item_kind not in _PLAIN and not (item_kind is float and finite(item)):
                 _check_plain(item, where, depth + 1)
-    elif kind is list or kind is tuple:
+    elif container:
         for item in value:
             item_kind = type(item)
             if item_kind not in _PLAIN and not (item_kind is float and finite(item)):
