@@ -114,7 +114,7 @@ from pulse_core._layer import (
     load_survival_layer,
     settings_problem,
 )
-from pulse_core._lease import MAX_HOST_LENGTH, check_host, process_started
+from pulse_core._lease import MAX_HOST_LENGTH, check_host, process_started, still_running
 from pulse_core._memory_view import (
     IdentityRecords,
     IdentitySummary,
@@ -382,6 +382,7 @@ __all__ = [
     "retry_effect",
     "rule_name",
     "settings_problem",
+    "still_running",
     "summarise_identities",
     "uuid7",
     "wait_signal",

@@ -31,16 +31,43 @@ from pulse_core._events import uuid7
 MAX_HOST_LENGTH = 255
 
 
+_SINCE_BOOT = hasattr(time, "CLOCK_BOOTTIME")
+_WALL_CLOCK_STARTS = 1e9
+"""Starts above this were read on the wall clock (2001 on): claims written before starts were
+read on the clock since boot hold those."""
+
+
 def process_started(pid: int) -> float:
-    """When process `pid` started, or 0.0 if there is none, or it is dead: a zombie with no
+    """When process `pid` started, in seconds on the clock that counts from boot (where the
+    system has one; else the wall clock): a value no step of the wall clock moves, which
+    with the pid names one process. 0.0 if there is none, or it is dead: a zombie with no
     thread left only waits for its parent to reap it."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE and process.num_threads() <= 1:
             return 0.0
-        return float(process.create_time())
+        if not _SINCE_BOOT:
+            return float(process.create_time())
+        # psutil's start is the boot time (read now, on the wall clock, in whole seconds)
+        # plus the start since boot: the difference is the latter, to the kernel's tick
+        return round(process.create_time() - psutil.boot_time(), 3)
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):  # ValueError: pid < 0
         return 0.0
+
+
+def still_running(pid: int, started: float) -> bool:
+    """Whether process `pid` is the live process that `process_started` said started at
+    `started` (False: it died, or the pid names another process now). A start read on the
+    wall clock, as claims written by earlier versions hold it, is recognised too."""
+    now = process_started(pid)
+    if now == 0.0:
+        return False
+    if now == started or not _SINCE_BOOT or started < _WALL_CLOCK_STARTS:
+        return now == started
+    try:
+        return float(psutil.Process(pid).create_time()) == started
+    except psutil.Error:
+        return False
 
 
 def check_host(host: object) -> str:
@@ -85,7 +112,7 @@ class Owner(msgspec.Struct, frozen=True):
             return False
         if entry.owner_pid == self.pid and entry.owner_started == self.started:
             return False
-        return process_started(entry.owner_pid) != entry.owner_started
+        return not still_running(entry.owner_pid, entry.owner_started)
 
 
 def _monotonic_ms() -> int:

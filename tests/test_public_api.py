@@ -50,6 +50,7 @@ EXPECTED_CORE = {
     "read_identities", "read_identity", "redact_urls", "register_kind",
     "retry_effect",
     "settings_problem",
+    "still_running",
     "summarise_identities",
     "wait_signal",
     # what the CLI and the layers use of the kernel: kinds, ids, text and host checks, the

@@ -59,6 +59,7 @@ from pulse_core import (
     process_started,
     redact_urls,
     register_kind,
+    still_running,
 )
 
 if TYPE_CHECKING:
@@ -277,8 +278,10 @@ class NoticeDelivery:
     def _held_elsewhere(self, claim: Any) -> bool:
         if not isinstance(claim, dict) or claim.get("owner") == self.owner:
             return False
-        if claim.get("host") == self.host and process_started(int(claim.get("pid", 0))) != \
-                claim.get("started"):
+        started = claim.get("started")
+        if claim.get("host") == self.host and not (
+                isinstance(started, (int, float))
+                and still_running(int(claim.get("pid", 0)), float(started))):
             return False  # its process on this host is gone (or the pid is another's now)
         return bool(int(claim.get("until_ms", 0)) > time.time() * 1000)
 

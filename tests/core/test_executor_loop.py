@@ -24,6 +24,7 @@ from pulse_core import (
     PulseError,
     SqliteEventStore,
     StoreUnavailable,
+    process_started,
 )
 from pulse_core._effects import effect_draft
 from pulse_core._projector import INLINE_FOLD
@@ -482,12 +483,18 @@ async def test_of_two_loops_that_judged_one_effect_claimable_only_one_claims(
     assert kinds == ["effect", "effect-executing", "effect-acked"]
 
 
+def started_on_the_wall_clock(pid: int) -> float:
+    """A process's start as claims written by earlier versions of pulse hold it."""
+    import psutil
+
+    return float(psutil.Process(pid).create_time())
+
+
+@pytest.mark.parametrize("started", [process_started, started_on_the_wall_clock])
 async def test_a_claim_whose_owner_process_died_is_taken_over_before_its_lease_ends(
-    store: SqliteEventStore,
+    store: SqliteEventStore, started: Callable[[int], float]
 ) -> None:
     import socket
-
-    import psutil
 
     clock = ManualClock()
     result = await store.append([effect_draft(Job(n=n), origin="agent") for n in (1, 2)])
@@ -501,7 +508,7 @@ async def test_a_claim_whose_owner_process_died_is_taken_over_before_its_lease_e
                 "effect-executing", effect_id,
                 {"attempt": 1, "lease_until": clock.now_ms() + 3_600_000, "lease_ms": 3_600_000,
                  "owner": f"{socket.gethostname()}:{child.pid}:abc", "pid": child.pid,
-                 "started": psutil.Process(child.pid).create_time()},
+                 "started": started(child.pid)},
                 origin="executor:other")], expect={effect_id: 1})
         children[0].kill()
         await children[0].wait()  # reaped: its pid names no process now

@@ -6,6 +6,8 @@ still taken over once its lease has run out."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,8 @@ from pulse_core import (
     ExecutorLoop,
     SqliteEventStore,
     SystemClock,
+    process_started,
+    still_running,
 )
 from pulse_core._effects import effect_draft
 from pulse_core.store import open_event_store
@@ -57,6 +61,25 @@ class Gate(Executor):
         self.entered.set()
         if self.hold:
             await self.gate.wait()
+
+
+def test_a_process_start_is_read_on_the_clock_since_boot_which_no_step_of_the_wall_clock_moves(
+) -> None:
+    # psutil's start is the boot time, read on the wall clock when asked, plus the start
+    # since boot: a step of the wall clock (NTP, a VM resumed) moved it, and a claim's owner
+    # on this host, alive, no longer matched the start its claim holds
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        started = process_started(child.pid)
+        assert since_boot - 0.011 <= started <= time.clock_gettime(time.CLOCK_BOOTTIME)
+        assert still_running(child.pid, started)
+        assert not still_running(child.pid, started + 0.01)  # another process, this pid
+    finally:
+        child.kill()
+        child.wait()
+    assert process_started(child.pid) == 0.0 and not still_running(child.pid, started)
 
 
 @pytest.mark.parametrize("skew_ms", [DAY_MS, -DAY_MS], ids=["ahead", "behind"])
