@@ -3,7 +3,7 @@ process-alive samples of real processes."""
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psutil
 
 from pulse_core import Engine, ManualClock
 from pulse_survival import (
@@ -22,6 +23,7 @@ from pulse_survival import (
     process_states,
     supervised_states,
 )
+from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
 CRASHER = "raise SystemExit(3)"
@@ -54,9 +56,21 @@ async def only(engine: Engine) -> ProcessState:
     return state
 
 
+def exited(pid: int) -> bool:
+    """Whether process `pid` has exited (a zombie counts)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 async def step_after_exit(engine: Engine, clock: ManualClock) -> None:
-    """Let a started crasher exit, move the clock on, and run one step."""
-    await asyncio.sleep(0.3)
+    """Wait until every process the engine started has exited (a crasher takes as long as a
+    Python start on this machine), move the clock on, and run one step."""
+    for acked in await engine.events.read(kinds=["effect-acked"]):
+        pid = (acked.data["result"] or {}).get("pid")
+        if pid is not None:
+            await eventually(functools.partial(exited, pid), what=f"the exit of process {pid}")
     clock.advance(100)
     await engine.step()
 
