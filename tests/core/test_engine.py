@@ -282,17 +282,20 @@ async def test_shutdown_drains_or_leaves_effects_claimable(tmp_path: Path) -> No
         handles = (Slow,)
         timeout = 30.0
         runs: ClassVar[list[int]] = []
+        slept: ClassVar[list[float]] = []
 
         async def execute(self, effect: Slow, ctx: ExecutionContext) -> None:
             Sleeper.runs.append(ctx.attempt)
             await asyncio.sleep(effect.seconds if ctx.attempt == 1 else 0)
+            Sleeper.slept.append(effect.seconds)
 
     async def emit(prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
         return Decision([Slow(seconds=0.05), Slow(seconds=30)] if curr.number == 1 else [], 100)
 
     engine = Engine(tmp_path, rules=[emit], executors=[Sleeper()], drain_timeout=0.3)
-    async with engine:
-        await asyncio.sleep(0.2)
+    async with engine:  # closed with the short attempt done and the long one running
+        await eventually(lambda: len(Sleeper.runs) == 2 and Sleeper.slept == [0.05],
+                         what="both attempts started and the short one done")
     failed = read_events(tmp_path / "events.db", {"effect-failed"})
     assert [f.data["interrupted"] for f in failed] == [True]
     assert failed[0].data["final"] is False
