@@ -28,6 +28,7 @@ from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
 from pulse_core._effects import effect_draft
 from pulse_core.memory import reveal_memory
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
+from tests.timing import eventually
 
 
 @dataclass
@@ -249,8 +250,8 @@ async def test_forgetting_the_source_while_the_model_streams_prevents_any_mutati
     rig.server.script(reply(change=True, verbs=[
         {"verb": "adjust_confidence", "target": "state:city", "delta": 0.1}], delay_s=0.4))
 
-    async def forget_soon() -> None:
-        await asyncio.sleep(0.2)
+    async def forget_soon() -> None:  # once the model was asked: while it streams
+        await eventually(rig.server.chat_bodies, what="the review's request to the model")
         await rig.board.forget("ana", source, "the user asked")
 
     forgetting = asyncio.create_task(forget_soon())
@@ -267,8 +268,8 @@ async def test_foreground_work_preempts_a_review_on_the_fallback_route(make_rig:
     await rig.engine.vitals.record("llm-route", {"ok": False})
     rig.server.script(reply(delay_s=0.5))
 
-    async def foreground_arrives() -> None:
-        await asyncio.sleep(0.2)
+    async def foreground_arrives() -> None:  # once the model was asked: while it streams
+        await eventually(rig.server.chat_bodies, what="the review's request to the model")
         rig.reviewer.foreground.begin()
 
     arriving = asyncio.create_task(foreground_arrives())
