@@ -1,6 +1,7 @@
 """Fixtures for every test: a hard time limit, so nothing can hang the suite (scaled by
 PULSE_TEST_SLOWNESS, tests/timing.py); real PostgreSQL and Redis servers on loopback for the
-tests that need them (tests/servers.py)."""
+tests that need them (tests/servers.py). Hypothesis runs without a per-example deadline: the
+time limit bounds a hang, and a loaded machine's pauses are not the code's."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+from hypothesis import settings
 
 from tests.e2e.support import Child
 from tests.servers import PostgresServer, RedisServer
 from tests.timing import scaled
+
+settings.register_profile("pulse", deadline=None)
+settings.load_profile("pulse")
 
 DEFAULT_TIME_LIMIT_S = 60
 ROOT = Path(__file__).resolve().parents[1]
