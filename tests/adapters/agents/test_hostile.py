@@ -167,15 +167,14 @@ async def test_cancelling_a_run_whose_helper_escaped_does_not_hang(tmp_path: Pat
 async def test_a_flood_of_empty_lines_is_bounded_and_does_not_stall_the_loop() -> None:
     code = ("import sys\nsys.stdout.buffer.write(b'\\n' * 8_000_000)\n"
             "sys.stdout.buffer.write(b'x\\n' * 2_000_000)\nsys.stdout.flush()\n")
-    loop = asyncio.get_running_loop()
-    worst = 0.0
+    worst = 0.0  # the most CPU time the loop's thread spent elsewhere between two probes
 
-    async def probe() -> None:
+    async def probe() -> None:  # CPU time, not wall: a busy machine's pauses are not stalls
         nonlocal worst
         while True:
-            began = loop.time()
+            began = time.thread_time()
             await asyncio.sleep(0.005)
-            worst = max(worst, loop.time() - began - 0.005)
+            worst = max(worst, time.thread_time() - began)
 
     watching = asyncio.create_task(probe())
     began = time.monotonic()
@@ -188,7 +187,7 @@ async def test_a_flood_of_empty_lines_is_bounded_and_does_not_stall_the_loop() -
     assert outcome.truncated and outcome.exit_code == 0
     assert len(outcome.lines) <= StreamLimits().max_lines
     assert len(outcome.stdout) == 12_000_000  # the transcript keeps every byte within its bound
-    assert worst < 0.25
+    assert worst < 0.1  # the whole flood fed in one go costs the loop 0.2 s
 
 
 async def test_binary_garbage_and_bad_utf_8_are_read_without_failing(tmp_path: Path) -> None:
