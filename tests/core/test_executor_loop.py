@@ -30,6 +30,7 @@ from pulse_core._effects import effect_draft
 from pulse_core._projector import INLINE_FOLD
 from pulse_core._supervisor import wait_signal
 from pulse_core.store import AppendResult, Page, PreparedAppend, SqliteRecorder
+from tests.timing import eventually
 
 
 class Task(Effect, tag="loop-task"):
@@ -194,12 +195,11 @@ async def test_the_loop_sees_effects_written_by_another_process_on_its_scan(
     other = await SqliteEventStore.open(tmp_path / "events.db")  # a second writer
     await other.append([effect_draft(Task(n=9), origin="agent")])
     await other.close()
-    for _ in range(100):
-        if worker.calls:
-            break
-        await asyncio.sleep(0.01)
-    runner.cancel()
-    assert worker.calls and worker.calls[0][0] == 9
+    try:
+        await eventually(lambda: worker.calls, what="the other writer's effect run")
+    finally:
+        runner.cancel()
+    assert worker.calls[0][0] == 9
 
 
 def test_two_executors_for_one_effect_type_are_refused(tmp_path: Path) -> None:
