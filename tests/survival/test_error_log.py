@@ -16,7 +16,7 @@ from pulse_core import Engine, ManualClock, Sample, VitalsStore
 from pulse_core._watchers import watch_forever
 from pulse_survival import ErrorLogPolicy, SurvivalConfig
 from pulse_survival.watchers import ErrorLogWatcher
-from tests.timing import scaled
+from tests.timing import eventually, scaled
 
 PATTERNS = ("ERROR", "CRITICAL", "Traceback")
 MB = 1024 * 1024
@@ -454,12 +454,13 @@ async def test_a_file_watch_that_dies_is_reported_in_a_sample_and_started_again(
     watcher = errorlog.ErrorLogWatcher([str(log)], ["ERROR"])
     try:
         assert (await watcher.collect())["matches"] == 0
-        await asyncio.sleep(0.05)
+        # the watch starts after a hop to a thread: on a loaded machine, not at once
+        await eventually(lambda: starts == 1, what="the watch's first start (and its death)")
         with pytest.raises(RuntimeError, match="inotify watch limit reached"):
             await watcher.collect()
         assert (await watcher.collect())["matches"] == 0
-        await asyncio.sleep(0.05)
-        assert starts == 2, "the watch is started again after its failure was reported"
+        await eventually(lambda: starts == 2,
+                         what="the watch started again after its failure was reported")
     finally:
         await watcher.aclose()
 
