@@ -9,6 +9,9 @@ something that is not happening.
 
 `until_progress` waits for work that is known to take long on a loaded machine (thousands of
 reviews): it fails when the work stops moving for a while, not when it is slow.
+
+`past_the_newest` waits for the wall clock to pass an event log's newest stamp, for a test
+whose next write must be newer (stamps are in milliseconds: two writes in one of them tie).
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pulse_core import EventStore
 
 ENV = "PULSE_TEST_SLOWNESS"
 
@@ -80,3 +87,11 @@ async def until_progress(done: Callable[[], Awaitable[bool]], progress: Callable
                           f"{now - began:.0f} s in)")
         await asyncio.sleep(poll_s)
     return time.monotonic() - began
+
+
+async def past_the_newest(store: EventStore) -> None:
+    """Wait until the clock reads past the newest event's stamp (ms), so that the next write
+    is newer: two writes in one millisecond tie, and a tie ranks by name."""
+    (newest,) = await store.read(newest_first=True, limit=1)
+    await asyncio.sleep(max((newest.ts + 2) / 1000 - time.time(), 0))
+    assert time.time_ns() // 1_000_000 > newest.ts

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.timing import past_the_newest
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT_S = 30
 
@@ -102,6 +104,7 @@ async def agent_then_feed(home: Path, agent_text: str, feed_text: str) -> None:
     stores = await open_home(home)
     try:
         await MemoryBoard(stores.events).set_state("ana", "city", agent_text)
+        await past_the_newest(stores.events)  # not in the same millisecond: that would tie
         await MemoryBoard(stores.events, origin="agent:rss:news").set_state(
             "ana", "home", feed_text)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from pulse_core.memory import (
     UnknownIdentity,
     recall,
 )
+from tests.timing import past_the_newest
 
 GRANTS = ("archive", "retention", "purge", "maintain")
 
@@ -47,14 +47,6 @@ async def store(store_url: str, tmp_path: Path) -> AsyncIterator[EventStore]:
     assert stores.events.keys is not None
     yield stores.events
     await stores.close()
-
-
-async def past_the_newest(store: EventStore) -> None:
-    """Wait until the clock reads past the newest event's stamp (ms), so that the next write
-    is newer: two writes in one millisecond tie, and a tie ranks by name."""
-    (newest,) = await store.read(newest_first=True, limit=1)
-    await asyncio.sleep(max((newest.ts + 2) / 1000 - time.time(), 0))
-    assert time.time_ns() // 1_000_000 > newest.ts
 
 
 def ladder(store: EventStore, origin: str = "executor:maintenance") -> RetentionLadder:
