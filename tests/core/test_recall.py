@@ -117,15 +117,16 @@ async def test_purged_and_forgotten_never_return(store: EventStore) -> None:
 
 async def test_a_reinforced_element_outranks_a_decayed_one(store: EventStore) -> None:
     board = MemoryBoard(store)
-    await board.set_state("ana", "tea", "green tea")          # older
-    await board.set_state("ana", "coffee", "black coffee")    # newer: ranks first at equal
-    assert records(await recall(store, RecallQuery(identity="ana"))) == ["coffee", "tea"]
+    await board.set_state("ana", "coffee", "black coffee")    # older
+    await past_the_newest(store)
+    await board.set_state("ana", "tea", "green tea")          # newer: ranks first at equal
+    assert records(await recall(store, RecallQuery(identity="ana"))) == ["tea", "coffee"]
     reader = ElementsReader(store)
     policy = DecayPolicy(factor=0.5, floor=0.05, protection=0.9)
     await sweep(store, reader, cycle_start=1, policy=policy)
-    await reinforce(store, reader, "ana", "tea", strength=1.0, reason="used today")
+    await reinforce(store, reader, "ana", "coffee", strength=1.0, reason="used today")
     found = await recall(store, RecallQuery(identity="ana"))
-    assert records(found) == ["tea", "coffee"]
+    assert records(found) == ["coffee", "tea"]
     assert found[0].strength == 1.0 and found[1].strength == 0.5
 
 
