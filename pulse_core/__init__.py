@@ -114,7 +114,13 @@ from pulse_core._layer import (
     load_survival_layer,
     settings_problem,
 )
-from pulse_core._lease import MAX_HOST_LENGTH, check_host, process_started, still_running
+from pulse_core._lease import (
+    MAX_HOST_LENGTH,
+    check_host,
+    process_started,
+    started_on_wall_clock,
+    still_running,
+)
 from pulse_core._memory_view import (
     IdentityRecords,
     IdentitySummary,
@@ -382,6 +388,7 @@ __all__ = [
     "retry_effect",
     "rule_name",
     "settings_problem",
+    "started_on_wall_clock",
     "still_running",
     "summarise_identities",
     "uuid7",

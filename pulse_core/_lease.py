@@ -32,21 +32,20 @@ MAX_HOST_LENGTH = 255
 
 
 _SINCE_BOOT = hasattr(time, "CLOCK_BOOTTIME")
-_WALL_CLOCK_STARTS = 1e9
-"""Starts above this were read on the wall clock (2001 on): claims written before starts were
-read on the clock since boot hold those."""
 
 
-def process_started(pid: int) -> float:
+def process_started(pid: int, *, zombie: bool = False, wall_clock: bool = False) -> float:
     """When process `pid` started, in seconds on the clock that counts from boot (where the
-    system has one; else the wall clock): a value no step of the wall clock moves, which
-    with the pid names one process. 0.0 if there is none, or it is dead: a zombie with no
-    thread left only waits for its parent to reap it."""
+    system has one; else, or with `wall_clock`, on the wall clock): a value no step of the
+    wall clock moves, which with the pid names one process. 0.0 if there is none, or it is
+    dead: a zombie with no thread left only waits for its parent to reap it (`zombie`: a
+    zombie counts as there)."""
     try:
         process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE and process.num_threads() <= 1:
+        if not zombie and process.status() == psutil.STATUS_ZOMBIE \
+                and process.num_threads() <= 1:
             return 0.0
-        if not _SINCE_BOOT:
+        if wall_clock or not _SINCE_BOOT:
             return float(process.create_time())
         # psutil's start is the boot time (read now, on the wall clock, in whole seconds)
         # plus the start since boot: the difference is the latter, to the kernel's tick
@@ -55,19 +54,18 @@ def process_started(pid: int) -> float:
         return 0.0
 
 
+def started_on_wall_clock(started: float) -> bool:
+    """Whether `started`, a start `process_started` gave, was read on the wall clock: as
+    records written by versions before starts were read on the clock since boot hold it
+    (a start since boot is below 1e9 s, 31 years of uptime)."""
+    return started >= 1e9 or not _SINCE_BOOT
+
+
 def still_running(pid: int, started: float) -> bool:
     """Whether process `pid` is the live process that `process_started` said started at
-    `started` (False: it died, or the pid names another process now). A start read on the
-    wall clock, as claims written by earlier versions hold it, is recognised too."""
-    now = process_started(pid)
-    if now == 0.0:
-        return False
-    if now == started or not _SINCE_BOOT or started < _WALL_CLOCK_STARTS:
-        return now == started
-    try:
-        return float(psutil.Process(pid).create_time()) == started
-    except psutil.Error:
-        return False
+    `started` (False: it died, or the pid names another process now)."""
+    now = process_started(pid, wall_clock=started_on_wall_clock(started))
+    return now != 0.0 and now == started
 
 
 def check_host(host: object) -> str:

@@ -50,6 +50,7 @@ EXPECTED_CORE = {
     "read_identities", "read_identity", "redact_urls", "register_kind",
     "retry_effect",
     "settings_problem",
+    "started_on_wall_clock",
     "still_running",
     "summarise_identities",
     "wait_signal",

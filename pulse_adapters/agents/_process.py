@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import msgspec
 import psutil
 
+from pulse_core import process_started, started_on_wall_clock
+
 _POLL_S = 0.02
 GONE_WITHIN_S = 10.0
 """How long a killed group's members are waited for after SIGKILL."""
@@ -212,14 +214,11 @@ async def end_group(proc: _Child) -> None:
     await asyncio.to_thread(_wait_group_gone, pgid)
 
 
-def started_at(pid: int) -> float | None:
-    """When process `pid` started (psutil's create_time), None when there is none. A zombie
-    counts, unlike pulse_core.process_started: a dead engine's group leader may wait unreaped
-    as one while the rest of its group still runs."""
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
+def started_at(pid: int, *, wall_clock: bool = False) -> float | None:
+    """When process `pid` started (pulse_core.process_started: on the clock since boot, or
+    with `wall_clock` on the wall clock), None when there is none. A zombie counts: a dead
+    engine's group leader may wait unreaped as one while the rest of its group still runs."""
+    return process_started(pid, zombie=True, wall_clock=wall_clock) or None
 
 
 async def end_leftover(pid: int, started: float, grace_s: float) -> bool:
@@ -241,9 +240,11 @@ def _left_by(pid: int, started: float) -> bool:
     members of its group started since run on (the kernel gives no process a pid still
     naming a group). A pid another process holds now is left alone. Blocking: run it in a
     thread."""
-    now = started_at(pid)
+    wall_clock = started_on_wall_clock(started)  # as runs spawned by earlier versions hold it
+    now = started_at(pid, wall_clock=wall_clock)
     if now is None:
-        return any((started_at(member) or 0.0) >= started - 0.01 for member in _members(pid))
+        return any((started_at(member, wall_clock=wall_clock) or 0.0) >= started - 0.01
+                   for member in _members(pid))
     try:
         return abs(now - started) < 0.01 and os.getpgid(pid) == pid
     except ProcessLookupError:

@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -19,7 +19,7 @@ import pytest
 
 from pulse_adapters.agents import AgentSpec, DispatchPolicy, StreamLimits, TaskDispatcher
 from pulse_adapters.agents._executor import SPAWNED, RunSpawned
-from pulse_core import Engine, EventDraft, ManualClock, TaskBoard
+from pulse_core import Engine, EventDraft, ManualClock, TaskBoard, process_started
 from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
 
 TEST_TIME_LIMIT_S = 60
@@ -116,9 +116,15 @@ async def test_a_pid_now_used_by_another_process_is_left_alone(
         await engine.close()
 
 
+def wall_clock_start(pid: int) -> float:
+    """A process's start as runs spawned by earlier versions of pulse hold it."""
+    return float(psutil.Process(pid).create_time())
+
+
+@pytest.mark.parametrize("start_of", [process_started, wall_clock_start])
 async def test_a_task_s_next_run_ends_the_group_a_dead_engine_left_and_spares_a_reused_pid(
         tmp_path: Path, orphan: subprocess.Popen[bytes],
-        stranger: subprocess.Popen[bytes]) -> None:
+        stranger: subprocess.Popen[bytes], start_of: Callable[[int], float]) -> None:
     executor = ScriptExecutor(tmp_path / "pids")
     agent = AgentSpec(name="a", concurrency=2)
     engine = Engine(tmp_path / "home", rules=[TaskDispatcher(ScriptRun, [agent])],
@@ -139,9 +145,9 @@ async def test_a_task_s_next_run_ends_the_group_a_dead_engine_left_and_spares_a_
             await board.start(task)
             await board.requeue(task, "the engine died")
         await engine.events.append([
-            _spawned("t-orphaned", orphan.pid, psutil.Process(orphan.pid).create_time()),
+            _spawned("t-orphaned", orphan.pid, start_of(orphan.pid)),
             # the pid its run had is another process's now (started later)
-            _spawned("t-reused", stranger.pid, psutil.Process(stranger.pid).create_time() - 5)])
+            _spawned("t-reused", stranger.pid, start_of(stranger.pid) - 5)])
         await engine.step()
         for task in ("t-orphaned", "t-reused"):
             assert (await board.state(task)).status == "closed"  # type: ignore[union-attr]
