@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 
-from pulse_core import Essential, Sample, Watcher
+from pulse_core import Essential, Sample, Watcher, process_started
 
 
 def same_command(cmdline: Sequence[str], argv: Sequence[str]) -> bool:
@@ -56,15 +56,15 @@ def find_process(spec: Essential) -> psutil.Process | None:
 
 
 def uptime_s(proc: psutil.Process) -> float:
-    """How long `proc` has run, in seconds. Read on the clock that counts from boot where
-    there is one: the start time psutil gives is the boot time in whole seconds plus the
-    process's start on that clock, so the wall clock minus it runs up to 1 s long, enough to
-    judge a process that died at once as having stayed up `startsecs`."""
+    """How long `proc` has run, in seconds, counted on the clock since boot where there is
+    one (pulse_core.process_started): the wall clock minus psutil's start runs up to 1 s
+    long (that start holds the boot time in whole seconds), enough to judge a process that
+    died at once as having stayed up `startsecs`, and a step of the wall clock moved it."""
     since_boot = getattr(time, "CLOCK_BOOTTIME", None)
     if since_boot is None:
         return max(0.0, time.time() - proc.create_time())
-    started = proc.create_time() - psutil.boot_time()
-    return max(0.0, time.clock_gettime(since_boot) - started)
+    started = process_started(proc.pid)
+    return max(0.0, time.clock_gettime(since_boot) - started) if started else 0.0
 
 
 class ProcessAliveWatcher(Watcher):
