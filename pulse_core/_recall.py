@@ -122,6 +122,47 @@ def _candidates(mem: IdentityMemory) -> list[_Candidate]:
     return found
 
 
+class _Split(NamedTuple):
+    """One identity's candidates as a text recall visits them: the sealed ones by record
+    (the index names those it found), the plain ones apart (the index does not hold them),
+    for the memory they were made of."""
+
+    memory: IdentityMemory
+    sealed: dict[str, list[_Candidate]]
+    plain: tuple[_Candidate, ...]
+
+
+def _split(mem: IdentityMemory) -> _Split:
+    sealed: dict[str, list[_Candidate]] = {}
+    plain: list[_Candidate] = []
+    for candidate in _candidates(mem):
+        if is_sealed(candidate[7]):
+            sealed.setdefault(candidate[0], []).append(candidate)
+        else:
+            plain.append(candidate)
+    return _Split(mem, sealed, tuple(plain))
+
+
+class Candidates:
+    """Each identity's candidates for a text recall, kept for the memory they were made of:
+    a Recaller keeps one, so an identity's are made again only once a fold changed its
+    memory (at most `keep` identities' at a time: all are let go once that many are kept)."""
+
+    def __init__(self, keep: int = 256) -> None:
+        self.keep = keep
+        self._made: dict[str, _Split] = {}
+
+    def of(self, identity: str, mem: IdentityMemory) -> _Split:
+        """`identity`'s candidates, its memory being `mem`."""
+        made = self._made.get(identity)
+        if made is None or made.memory is not mem:
+            made = _split(mem)
+            if len(self._made) >= self.keep:
+                self._made = {}  # rebound, not cleared: a selection beside this one reads on
+            self._made[identity] = made
+        return made
+
+
 def _holds(text: str, words: tuple[str, ...]) -> bool:
     """Whether every one of `words` starts a word of `text` (the index's prefix match)."""
     found = text_words(text)
@@ -161,12 +202,13 @@ NOTHING_OBSERVED = Observed(PersistentMap(), frozenset())
 
 def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
            query: RecallQuery, keys: ElementKeys | None = None, *,
-           observed: Observed = NOTHING_OBSERVED,
+           observed: Observed = NOTHING_OBSERVED, candidates: Candidates | None = None,
            verified: Mapping[str, bool] | None = None,
            import_origins: Iterable[str] | None = None) -> list[Recalled]:
     """The recall of `query` over a folded `memory` map and elements state (blocking: it
     opens sealed text with `keys`); `observed` of an earlier fold saves finding again the
-    identities with observations; `verified`: the imported elements a person verified
+    identities with observations, `candidates` making again the candidates of an identity
+    whose memory did not change; `verified`: the imported elements a person verified
     (VerifiedImports; None: none), the others of writers under `import_origins` (default
     pulse_core.maintenance.IMPORT_ORIGINS) ranked as a background writer's."""
     from pulse_core._memory_text import reveal_memory
@@ -186,14 +228,19 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     # what matched, as (rank key, candidate, authority, strength, stage, score): a Recalled
     # is made only for what is returned
     out: list[tuple[tuple[int, float, int, str, str], _Candidate, int, float, str, float]] = []
+    made = candidates or Candidates()
     for identity in identities:
         mem = memory[identity]
-        hits = found.get(identity, nothing) if indexed is not None else None
         opened = None
-        for candidate in _candidates(mem):
+        if indexed is None:
+            visited: Iterable[_Candidate] = _candidates(mem)
+        else:  # the sealed records the index found, and the plain ones
+            split = made.of(identity, mem)
+            visited = [c for record in found.get(identity, nothing)
+                       for c in split.sealed.get(record, ())]
+            visited.extend(split.plain)
+        for candidate in visited:
             record, kind, text, topics, conf, writer, at, sealed = candidate
-            if hits is not None and record not in hits and is_sealed(sealed):
-                continue  # the cheapest test first: most of a found identity's records
             if query.types and kind not in query.types:
                 continue
             if topic is not None and topic not in topics.lower().split("\n"):

@@ -12,6 +12,7 @@ from pulse_core._pmap import PersistentMap
 from pulse_core._projector import Projector
 from pulse_core._recall import (
     NOTHING_OBSERVED,
+    Candidates,
     Recalled,
     RecallQuery,
     query_words,
@@ -62,6 +63,7 @@ class Recaller:
         self._projector = Projector(store, [Memory(), MemoryElements(), VerifiedImports()])
         self._folding = asyncio.Lock()
         self._observed = NOTHING_OBSERVED
+        self._candidates = Candidates()
         self._folded: Folded | None = None  # kept when the store reads its seq blocking
         self._thread: JobThread | None = None
         self._selecting = False  # the thread runs a selection
@@ -117,7 +119,8 @@ class Recaller:
         # any (memory, identities) pair is consistent: a race only repeats a diff
         self._observed = self._observed.of(folded.memory)
         return select(folded.memory, folded.elements, query, self.store.keys,
-                      observed=self._observed, verified=folded.verified,
+                      observed=self._observed, candidates=self._candidates,
+                      verified=folded.verified,
                       import_origins=self.import_origins)
 
 

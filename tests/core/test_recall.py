@@ -211,6 +211,19 @@ async def test_a_kept_recaller_sees_what_was_appended_and_archived_since(
         await recaller.recall(RecallQuery(limit=5))
 
 
+async def test_a_kept_recaller_opens_a_state_items_revised_value(store: EventStore) -> None:
+    from pulse_core.memory import Recaller
+
+    board = MemoryBoard(store)
+    await board.set_state("ana", "city", "Lisbon harbour")
+    recaller = Recaller(store)
+    assert [r.text for r in await recaller.recall(RecallQuery(text="harbour"))] == [
+        "city: Lisbon harbour"]
+    await board.set_state("ana", "city", "Porto harbour")  # the same record, a new value
+    assert [r.text for r in await recaller.recall(RecallQuery(text="harbour"))] == [
+        "city: Porto harbour"]
+
+
 async def test_a_kept_recaller_finds_an_observation_recorded_after_its_first_recall(
     store: EventStore,
 ) -> None:
