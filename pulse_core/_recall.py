@@ -217,7 +217,9 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     words = query_words(query)
     # sealed text is searched in the keys' FTS5 index; what it does not hold (plain text:
     # observations, a store without keys) is matched word by word here, the same way
-    indexed = keys.search(words) if words and keys is not None else None
+    # (and when it finds no more than the recall returns, their keys in the same statement)
+    search = keys.search_keyed(words, query.limit) if words and keys is not None else None
+    indexed = None if search is None else search.elements
     identities, found = _where(memory, query.identity, indexed, observed)
     topic = query.topic.strip().lower() if query.topic else None
     stages = ("active", "archived") if query.include_archived else ("active",)
@@ -268,9 +270,11 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
             out.append((rank_key(authority, score, at, identity, record), candidate,
                         authority, strength, stage, score))
     best = heapq.nsmallest(query.limit, out, key=_first)
-    # only what is returned is opened: its keys read in one statement, a decryption each
-    known = None if keys is None else keys.keys_of(
-        sealed_element(m[1][7]) for m in best if is_sealed(m[1][7]))
+    # only what is returned is opened: its keys read in one statement (unless the search
+    # read them), a decryption each
+    known = search.keys if search is not None else None
+    if known is None and keys is not None:
+        known = keys.keys_of(sealed_element(m[1][7]) for m in best if is_sealed(m[1][7]))
     return [Recalled(identity=key[3], record=key[4], type=kind,
                      text=_opened(text, stored, keys, known), authority=authority,
                      confidence=conf, strength=strength, stage=stage, at=at, score=score)

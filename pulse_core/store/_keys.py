@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -72,6 +72,19 @@ CREATE TABLE IF NOT EXISTS element_text_rows (
 ) WITHOUT ROWID;
 """
 _WORD = re.compile(r"\w+")
+_FOUND = "SELECT element FROM element_text WHERE element_text MATCH ?"
+# a few found elements' keys are joined as they are found (LIMIT: a common word is not
+# joined to all its elements' keys, and costs the FTS5 prefix lookup once more)
+_FOUND_KEYED = ("SELECT t.element, k.key FROM element_text t LEFT JOIN element_keys k "
+                "ON k.element = t.element WHERE element_text MATCH ?1 LIMIT ?2")
+
+
+class Found(NamedTuple):
+    """What a text search of the element index found: the elements, and the keys of those
+    that have one when the search read them (None: not read)."""
+
+    elements: set[str]
+    keys: dict[str, bytes] | None
 
 
 def text_words(text: str) -> list[str]:
@@ -368,17 +381,27 @@ class ElementKeys:
         """The elements whose indexed text holds a word starting with each of `words`
         (FTS5, all words); None when this file has no text index (an older keys.db opened
         read-only, or no keys.db)."""
+        found = self.search_keyed(words, 0)
+        return None if found is None else found.elements
+
+    def search_keyed(self, words: Sequence[str], keys_up_to: int) -> Found | None:
+        """As `search`, with the keys of the elements found (those that have one) read in
+        the same statement when they are at most `keys_up_to`."""
         query = " ".join('"' + w.replace('"', '""') + '"*' for w in words)
 
-        def find(db: sqlite3.Connection) -> set[str] | None:
+        def find(db: sqlite3.Connection) -> Found | None:
             try:
-                return {row[0] for row in db.execute(
-                    "SELECT element FROM element_text WHERE element_text MATCH ?", (query,))}
+                if keys_up_to > 0:
+                    rows = db.execute(_FOUND_KEYED, (query, keys_up_to + 1)).fetchall()
+                    if len(rows) <= keys_up_to:
+                        return Found({row[0] for row in rows},
+                                     {e: bytes(key) for e, key in rows if key is not None})
+                return Found({row[0] for row in db.execute(_FOUND, (query,))}, None)
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):
                     return None
                 raise
-        found: set[str] | None = self._run(find)
+        found: Found | None = self._run(find)
         return found
 
     def export(self) -> dict[str, str]:

@@ -114,3 +114,18 @@ def test_keys_read_in_one_statement_open_their_texts_and_a_purged_one_reads_as_p
     with pytest.raises(ElementTextUnreadable, match="'id:a/x-0' does not open"):
         reveal(tokens[0], keys, known={"id:a/x-0": known["id:a/x-1"]})  # the key given is used
     assert keys.keys_of([]) == {}
+
+
+def test_a_search_reads_the_keys_of_what_it_found_when_they_are_few(tmp_path: Path) -> None:
+    keys = ElementKeys(tmp_path / "keys.db")
+    keys.index([(f"id:a/x-{i}", f"note {i} about the sea") for i in range(3)]
+               + [("id:a/x-3", "a rare zanzibar note")])
+    made = keys.keys_for(["id:a/x-0", "id:a/x-1", "id:a/x-3"])  # x-2 has no key
+    few = keys.search_keyed(["sea"], 3)
+    assert few is not None and few.elements == {"id:a/x-0", "id:a/x-1", "id:a/x-2"}
+    assert few.keys == {e: made[e] for e in ("id:a/x-0", "id:a/x-1")}
+    many = keys.search_keyed(["sea"], 2)  # more than asked for: no key read
+    assert many is not None and many.elements == few.elements and many.keys is None
+    assert keys.search_keyed(["note"], 0) == (keys.search(["note"]), None)
+    keys.destroy("id:a/x-3")  # its index row goes with its key
+    assert keys.search_keyed(["zanzibar"], 3) == (set(), {})
