@@ -5,7 +5,7 @@ ordinary recall, a tombstoned, purged, forgotten or quarantined one never return
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
@@ -146,7 +146,8 @@ def _split(mem: IdentityMemory) -> _Split:
 class Candidates:
     """Each identity's candidates for a text recall, kept for the memory they were made of:
     a Recaller keeps one, so an identity's are made again only once a fold changed its
-    memory (at most `keep` identities' at a time: all are let go once that many are kept)."""
+    memory. Kept for a recall that visits at most `keep` identities, and for at most `keep`
+    at a time (all are let go once that many are kept)."""
 
     def __init__(self, keep: int = 256) -> None:
         self.keep = keep
@@ -230,17 +231,24 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     # what matched, as (rank key, candidate, authority, strength, stage, score): a Recalled
     # is made only for what is returned
     out: list[tuple[tuple[int, float, int, str, str], _Candidate, int, float, str, float]] = []
-    made = candidates or Candidates()
+    # a few identities' candidates are kept (`candidates`) with their sealed ones by record:
+    # only the records the index found are visited; more are visited record by record
+    kept = candidates if candidates is not None and indexed is not None \
+        and len(identities) <= candidates.keep else None
     for identity in identities:
         mem = memory[identity]
         opened = None
-        if indexed is None:
-            visited: Iterable[_Candidate] = _candidates(mem)
-        else:  # the sealed records the index found, and the plain ones
-            split = made.of(identity, mem)
+        visited: Iterable[_Candidate]
+        if kept is not None:  # the sealed records the index found, and the plain ones
+            split = kept.of(identity, mem)
             visited = [c for record in found.get(identity, nothing)
                        for c in split.sealed.get(record, ())]
             visited.extend(split.plain)
+        elif indexed is not None:
+            hits = found.get(identity, nothing)
+            visited = [c for c in _candidates(mem) if c[0] in hits or not is_sealed(c[7])]
+        else:
+            visited = _candidates(mem)
         for candidate in visited:
             record, kind, text, topics, conf, writer, at, sealed = candidate
             if query.types and kind not in query.types:
@@ -297,7 +305,7 @@ def _opened(text: str, stored: Any, keys: ElementKeys | None, known: Mapping[str
 
 def _where(memory: PersistentMap[str, IdentityMemory], identity: str | None,
            indexed: set[str] | None, observed: Observed
-           ) -> tuple[Iterable[str], dict[str, set[str]]]:
+           ) -> tuple[Collection[str], dict[str, set[str]]]:
     """The identities a recall visits (`identity`, or all of them, or those the index found
     and those holding plain text), and the records of each the index found."""
     if identity is not None:
