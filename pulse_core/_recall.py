@@ -231,25 +231,16 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
     # what matched, as (rank key, candidate, authority, strength, stage, score): a Recalled
     # is made only for what is returned
     out: list[tuple[tuple[int, float, int, str, str], _Candidate, int, float, str, float]] = []
-    # a few identities' candidates are kept (`candidates`) with their sealed ones by record:
-    # only the records the index found are visited; more are visited record by record
+    # the candidates of a few identities are kept (`candidates`), their sealed ones by
+    # record: only the records the index found are looked up; a recall visiting more
+    # identities (a common word) filters each one's records instead
     kept = candidates if candidates is not None and indexed is not None \
         and len(identities) <= candidates.keep else None
     for identity in identities:
         mem = memory[identity]
         opened = None
-        visited: Iterable[_Candidate]
-        if kept is not None:  # the sealed records the index found, and the plain ones
-            split = kept.of(identity, mem)
-            visited = [c for record in found.get(identity, nothing)
-                       for c in split.sealed.get(record, ())]
-            visited.extend(split.plain)
-        elif indexed is not None:
-            hits = found.get(identity, nothing)
-            visited = [c for c in _candidates(mem) if c[0] in hits or not is_sealed(c[7])]
-        else:
-            visited = _candidates(mem)
-        for candidate in visited:
+        hits = None if indexed is None else found.get(identity, nothing)
+        for candidate in _visited(identity, mem, hits, kept):
             record, kind, text, topics, conf, writer, at, sealed = candidate
             if query.types and kind not in query.types:
                 continue
@@ -288,6 +279,20 @@ def select(memory: PersistentMap[str, IdentityMemory], elements: ElementsState,
                      confidence=conf, strength=strength, stage=stage, at=at, score=score)
             for key, (_, kind, text, _, conf, _, at, stored), authority, strength, stage, score
             in best]
+
+
+def _visited(identity: str, mem: IdentityMemory, hits: set[str] | None,
+             kept: Candidates | None) -> list[_Candidate]:
+    """The candidates of `identity` (its memory `mem`) a recall looks at: with `hits` (the
+    records the index found) the sealed ones among them and the plain ones, else all."""
+    if hits is None:
+        return _candidates(mem)
+    if kept is None:
+        return [c for c in _candidates(mem) if c[0] in hits or not is_sealed(c[7])]
+    split = kept.of(identity, mem)
+    visited = [c for record in hits for c in split.sealed.get(record, ())]
+    visited.extend(split.plain)
+    return visited
 
 
 def _first(match: tuple[Any, ...]) -> Any:
