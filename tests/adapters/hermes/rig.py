@@ -52,11 +52,13 @@ def hermes_rig(tmp_path: Path, server: ChatServer, *, model: bool = True,
                plugin: bool = False) -> HermesRig:
     """Hermes configured (config.yaml, the keys `hermes config set` writes) to use `server`
     as its model when `model`, with the pulse plugin enabled when `plugin`; one attempt per
-    model call (agent.api_max_retries: 1), no runtime pip installs."""
+    model call (agent.api_max_retries: 1), no runtime pip installs, no tirith scanner (absent
+    here, which `hermes chat` would report on stdout)."""
     home = tmp_path / "home"
     hermes_home = home / ".hermes"
     hermes_home.mkdir(parents=True)
-    lines = ["agent:", "  api_max_retries: 1", "security:", "  allow_lazy_installs: false"]
+    lines = ["agent:", "  api_max_retries: 1", "security:", "  allow_lazy_installs: false",
+             "  tirith_enabled: false"]
     if model:
         lines += ["model:", "  provider: custom", f"  base_url: {server.base_url}",
                   "  default: stand-in", "  api_key: x"]

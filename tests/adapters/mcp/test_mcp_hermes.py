@@ -2,7 +2,11 @@
 mcp` from its `mcp_servers` config, `hermes mcp test` lists pulse's tools, and Hermes offers
 them to its model; when the model (a loopback stand-in) calls them, the fact lands in pulse's
 log, each tool's answer (a refusal too) is in the model's next request, and `upulse mcp`
-ends with Hermes."""
+ends with Hermes.
+
+The turn runs as `hermes chat -Q -q`, which waits for MCP discovery (up to
+`mcp_discovery_timeout`) before the agent takes its tools; `hermes -z` does not wait, and offers
+the model no pulse tools whenever `upulse mcp` answers after the turn has begun."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from tests.adapters.mcp.rig import UPULSE, facts, mcp_home, server_args, servers
 from tests.timing import eventually
 
 TEST_TIME_LIMIT_S = 300  # bounds a hang only: one hermes run, bounded by HermesRig.run
+DISCOVERY_LIMIT_S = 60  # bounds a hang only: Hermes's own connect_timeout for a server
 
 
 def hermes_serving_pulse(tmp_path: Path, chat_server: ChatServer) -> tuple[HermesRig, Path]:
@@ -24,6 +29,7 @@ def hermes_serving_pulse(tmp_path: Path, chat_server: ChatServer) -> tuple[Herme
     rig = hermes_rig(tmp_path, chat_server)
     config = rig.hermes_home / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8") + "\n".join([
+        f"mcp_discovery_timeout: {DISCOVERY_LIMIT_S}",
         "mcp_servers:", "  pulse:", f"    command: {UPULSE}",
         f"    args: {json.dumps(server_args(home))}", ""]), encoding="utf-8")
     return rig, home
@@ -51,8 +57,8 @@ async def test_what_hermes_remembers_through_pulse_is_in_the_log_and_recalled_to
         ToolCall("mcp__pulse__recall", {"identity": "ana", "query": "porto"}, "call-3"),
         Stream(("noted",)))
 
-    done, _ = await asyncio.to_thread(rig.run, "-z", "remember that ana moved to Porto",
-                                      "-t", "pulse")
+    done, _ = await asyncio.to_thread(rig.run, "chat", "-Q", "-q",
+                                      "remember that ana moved to Porto", "-t", "pulse")
     requests = chat_requests(chat_server)
     assert done.returncode == 0, (done.stderr, requests)
     assert done.stdout.strip() == "noted"
