@@ -117,6 +117,7 @@ from pulse_core._layer import (
 from pulse_core._lease import (
     MAX_HOST_LENGTH,
     check_host,
+    process_age_s,
     process_started,
     started_on_wall_clock,
     still_running,
@@ -377,6 +378,7 @@ __all__ = [
     "parse_store_url",
     "placement",
     "private_folder",
+    "process_age_s",
     "process_started",
     "publish_face",
     "read_fleet",

@@ -54,6 +54,18 @@ def process_started(pid: int, *, zombie: bool = False, wall_clock: bool = False)
         return 0.0
 
 
+def process_age_s(pid: int) -> float:
+    """How long process `pid` has run, in seconds, counted on the clock `process_started`
+    reads (0.0 if there is none, or it is dead): the wall clock less psutil's start runs up
+    to 1 s long (that start holds the boot time in whole seconds), and moves with a step of
+    the wall clock."""
+    started = process_started(pid)
+    if not started:
+        return 0.0
+    now = time.clock_gettime(time.CLOCK_BOOTTIME) if _SINCE_BOOT else time.time()
+    return max(0.0, now - started)
+
+
 def started_on_wall_clock(started: float) -> bool:
     """Whether `started`, a start `process_started` gave, was read on the wall clock: as
     records written by versions before starts were read on the clock since boot hold it

@@ -46,6 +46,7 @@ EXPECTED_CORE = {
     "identity_key",
     "known_kinds", "layer_settings",
     "load_layer", "load_layers", "load_survival_layer", "open_home", "parse_store_url",
+    "process_age_s",
     "process_started",
     "read_identities", "read_identity", "redact_urls", "register_kind",
     "retry_effect",

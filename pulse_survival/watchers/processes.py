@@ -4,14 +4,13 @@ else by its configured argv (a process started by hand is adopted, never started
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from pulse_core import Essential, Sample, Watcher, process_started
+from pulse_core import Essential, Sample, Watcher, process_age_s
 
 
 def same_command(cmdline: Sequence[str], argv: Sequence[str]) -> bool:
@@ -55,18 +54,6 @@ def find_process(spec: Essential) -> psutil.Process | None:
     return by_argv
 
 
-def uptime_s(proc: psutil.Process) -> float:
-    """How long `proc` has run, in seconds, counted on the clock since boot where there is
-    one (pulse_core.process_started): the wall clock minus psutil's start runs up to 1 s
-    long (that start holds the boot time in whole seconds), enough to judge a process that
-    died at once as having stayed up `startsecs`, and a step of the wall clock moved it."""
-    since_boot = getattr(time, "CLOCK_BOOTTIME", None)
-    if since_boot is None:
-        return max(0.0, time.time() - proc.create_time())
-    started = process_started(proc.pid)
-    return max(0.0, time.clock_gettime(since_boot) - started) if started else 0.0
-
-
 class ProcessAliveWatcher(Watcher):
     """For each essential process: alive, pid, uptime, and how many restarts were seen."""
 
@@ -92,10 +79,7 @@ class ProcessAliveWatcher(Watcher):
             if last is not None and last != proc.pid:
                 self._restarts[spec.name] = self._restarts.get(spec.name, 0) + 1
             self._last_pid[spec.name] = proc.pid
-            try:
-                uptime = uptime_s(proc)
-            except psutil.Error:
-                uptime = 0.0
+            uptime = process_age_s(proc.pid)  # 0.0 once it died meanwhile
             out[spec.name] = {"alive": True, "pid": proc.pid, "uptime_s": round(uptime, 3),
                               "restarts_seen": self._restarts.get(spec.name, 0)}
         return out
