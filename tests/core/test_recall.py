@@ -269,15 +269,20 @@ async def test_a_kept_recaller_sees_what_another_handle_on_the_log_appended(
         await stores.close()
 
 
+async def agent_then(store: EventStore, origin: str) -> None:
+    """ana's `city` as the agent said it, then her `home` as `origin` said it: newer (the
+    clock moved on), so at equal authority it ranks first. Both hold "Lisbon"."""
+    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
+    await past_the_newest(store)
+    await MemoryBoard(store, origin=origin).set_state("ana", "home", "Lisbon")
+
+
 async def test_an_unverified_import_ranks_below_the_agents_own_word_until_a_person_verifies_it(
     store: EventStore,
 ) -> None:
     from pulse_core.memory import Recaller
 
-    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
-    await past_the_newest(store)
-    # newer, so at equal authority it would rank first
-    await MemoryBoard(store, origin="agent:import:wiki").set_state("ana", "home", "Lisbon")
+    await agent_then(store, "agent:import:wiki")
     recaller = Recaller(store)
     for found in (await recall(store, RecallQuery(text="lisbon")),
                   await recaller.recall(RecallQuery(text="lisbon"))):
@@ -297,11 +302,9 @@ async def test_recall_ranks_the_import_origins_it_is_given_as_background_writers
 ) -> None:
     from pulse_core.memory import Recaller
 
-    await MemoryBoard(store).set_state("ana", "city", "Lisbon")
-    await past_the_newest(store)
     # a feed the home's maintenance settings name as an import origin (imports.origins);
     # pulse's defaults do not hold it, so by default it ranks as the agent's own word
-    await MemoryBoard(store, origin="agent:rss:news").set_state("ana", "home", "Lisbon")
+    await agent_then(store, "agent:rss:news")
     by_default = await recall(store, RecallQuery(text="lisbon"))
     assert [(r.record, r.authority) for r in by_default] == [("home", AGENT), ("city", AGENT)]
     origins = ("agent:rss",)
