@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from pulse_cli.instances import process_note
 from pulse_survival import ProcessState, SupervisedState
 from tests.cli.runner import Upulse, wait_until
 from tests.cli.support import configure
+from tests.processes import alive
 
 TEST_TIME_LIMIT_S = 120
 WORKER = "import os, time; print('hello from', os.getpid(), flush=True); time.sleep(300)"
@@ -60,13 +60,6 @@ def status(home: Path) -> dict[str, Any]:
         found: dict[str, Any] = json.loads((home / "daemon.status.json").read_text())
         return found
     return {}
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def running_pid(upulse: Upulse, home: Path, started: list[int]) -> int:

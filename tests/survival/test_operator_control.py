@@ -28,6 +28,7 @@ from pulse_survival import (
     request_draft,
     request_process,
 )
+from tests.processes import alive
 from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
@@ -43,13 +44,6 @@ def worker(tmp_path: Path, code: str = SLEEPER) -> Essential:
 def config(*processes: Essential, **policy: Any) -> SurvivalConfig:
     return SurvivalConfig(processes=processes, process=ProcessPolicy(**{
         "startsecs": 0, "budget_per_hour": 50, **policy}))
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 async def state_of(engine: Engine) -> ProcessState:

@@ -23,6 +23,7 @@ from pulse_survival import (
     SurvivalLedger,
 )
 from pulse_survival.watchers import ProcessAliveWatcher
+from tests.processes import exited as exited_pid
 from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
@@ -35,12 +36,7 @@ def pid_in(pidfile: Path) -> int:
 
 def exited(pidfile: Path) -> bool:
     """Whether the process the pidfile names (if any) has exited: gone, or a zombie."""
-    if not pidfile.exists():
-        return True
-    try:
-        return psutil.Process(pid_in(pidfile)).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return not pidfile.exists() or exited_pid(pid_in(pidfile))
 
 
 async def notices(engine: Engine, topic: str) -> list[str]:

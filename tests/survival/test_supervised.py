@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import psutil
 
 from pulse_core import Engine, ManualClock
 from pulse_survival import (
@@ -23,6 +22,7 @@ from pulse_survival import (
     process_states,
     supervised_states,
 )
+from tests.processes import exited
 from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
@@ -54,14 +54,6 @@ async def engine_with(open_engine: Callable[..., Any], tmp_path: Path, clock: Ma
 async def only(engine: Engine) -> ProcessState:
     (state,) = await process_states(engine)
     return state
-
-
-def exited(pid: int) -> bool:
-    """Whether process `pid` has exited (a zombie counts)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 async def step_after_exit(engine: Engine, clock: ManualClock) -> None:
