@@ -203,23 +203,23 @@ class Home:
     def running_pid(self) -> int | None:
         """The pid of this home's daemon if it is alive, else None (a stale pidfile is ignored).
 
-        The process must exist, not be a zombie, and have started before the pidfile was
-        written, so a recycled pid is not mistaken for the daemon.
+        The process must exist and not be a zombie, and either hold this home's engine.lock
+        (as the daemon does from before it writes the pidfile) or have started before the
+        pidfile was written, so a recycled pid is not mistaken for the daemon. The lock is
+        asked first because it reads no clock: a step of the wall clock since the pidfile was
+        written moves the start psutil reports, not the file's time.
         """
-        found = _live_pid(self.pidfile)
+        found = _live_pid(self.pidfile, self.layout.lock)
         return None if found is None else found[0]
 
     def engine_pid(self) -> int | None:
         """The pid of the process whose engine holds this home's engine.lock (the daemon's,
         or an embedded `Engine`'s), else None. Read without taking the lock, so that an
         engine starting meanwhile is never refused: the pid the holder wrote in the lock
-        must be alive, have started before it wrote it and, where /proc/locks lists locks,
-        hold a lock on that file."""
-        found = _live_pid(self.layout.lock)
-        if found is None:
-            return None
-        pid, info = found
-        return pid if _holds_lock(pid, info.st_ino) else None
+        must be alive and hold a lock on that file; where /proc/locks cannot be read, it
+        must have started before it wrote the pid."""
+        found = _live_pid(self.layout.lock, self.layout.lock, must_hold=True)
+        return None if found is None else found[0]
 
     @contextlib.contextmanager
     def held(self, refused: str) -> Iterator[None]:
@@ -260,14 +260,15 @@ class Home:
                 self.pidfile.unlink()
 
 
-def _holds_lock(pid: int, inode: int) -> bool:
-    """Whether /proc/locks lists a lock of `pid` on the file with `inode` (True where
-    /proc/locks cannot be read: then the pid's liveness is all there is to go on)."""
+def _holds_lock(pid: int, lock: Path) -> bool | None:
+    """Whether /proc/locks lists a lock of `pid` on the file `lock` (None where the file or
+    /proc/locks cannot be read)."""
     try:
+        inode = lock.stat().st_ino
         with open("/proc/locks") as listed:
             lines = listed.read().splitlines()
     except OSError:
-        return True
+        return None
     for line in lines:
         fields = line.split()
         if len(fields) > 5 and fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] == str(inode):
@@ -286,9 +287,13 @@ def list_homes(base: Path | None = None) -> list[tuple[str, Home]]:
     return homes
 
 
-def _live_pid(path: Path) -> tuple[int, os.stat_result] | None:
+def _live_pid(path: Path, lock: Path, *,
+              must_hold: bool = False) -> tuple[int, os.stat_result] | None:
     """The pid written in `path` and the file's stat, when that process is alive, is no
-    zombie and started before the file was written (a recycled pid is not it)."""
+    zombie and is the one that wrote it (a recycled pid is not it): it holds a lock on
+    `lock`, or (unless `must_hold`, where /proc/locks can be read) it started before the
+    file was written. The second test reads the wall clock twice, psutil's start and the
+    file's time, so a step of the clock in between can fail it; the first reads none."""
     try:
         text = path.read_text().strip()
         info = path.stat()
@@ -299,8 +304,13 @@ def _live_pid(path: Path) -> tuple[int, os.stat_result] | None:
     pid = int(text)
     try:
         process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE or process.create_time() > info.st_mtime + 1:
+        if process.status() == psutil.STATUS_ZOMBIE:
             return None
+        holds = _holds_lock(pid, lock)
+        if holds:
+            return pid, info
+        if (holds is None or not must_hold) and process.create_time() <= info.st_mtime + 1:
+            return pid, info
     except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    return pid, info
+        pass
+    return None

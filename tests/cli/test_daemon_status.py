@@ -115,6 +115,38 @@ def test_an_embedded_engine_that_closed_leaves_no_holder(upulse: Upulse, tmp_pat
     assert report["embedded_engine_pid"] is None
 
 
+def clock_stepped_forward(*files: Path, by_s: float = 3600.0) -> None:
+    """Make `files` look written `by_s` before they were, as they look after the wall clock
+    stepped forward by that much since (psutil's process starts move with the step; a file's
+    time does not): an NTP correction, a VM resumed, a laptop woken."""
+    for path in files:
+        info = path.stat()
+        os.utime(path, (info.st_atime - by_s, info.st_mtime - by_s))
+
+
+def test_a_running_daemon_is_still_running_after_the_wall_clock_stepped_forward(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    pid = daemon_pid(home)
+    assert pid is not None
+    clock_stepped_forward(home / "daemon.pid", home / "engine.lock")
+    report = json.loads(upulse("daemon", "status", "--home", home, "--json").stdout)
+    assert report["running"] is True and report["pid"] == pid
+    refused = upulse("daemon", "start", "--home", home, ok=False)
+    assert refused.returncode == 3 and f"already running (pid {pid})" in refused.stderr
+    upulse("daemon", "stop", "--home", home)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_an_embedded_engine_is_found_after_the_wall_clock_stepped_forward(
+        upulse: Upulse, embedded: tuple[Path, int]) -> None:
+    home, pid = embedded
+    clock_stepped_forward(home / "engine.lock")
+    report = json.loads(upulse("daemon", "status", "--home", home, "--json", ok=False).stdout)
+    assert report["embedded_engine_pid"] == pid
+
+
 def test_start_stop_restart_and_logs_print_one_json_document_with_json(
         upulse: Upulse, tmp_path: Path) -> None:
     home = upulse.init(tmp_path / "home")
