@@ -83,9 +83,12 @@ class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     Found by `pidfile` first, else by `match_name` (process name), else by `match_cmdline`
     (a substring of the joined command line), else as a process of the same user whose
-    command line is `argv` (one started by hand is adopted). `argv` restarts it (never a
-    shell string), in `cwd` with `env` added, its output appended to `log`. The survival layer
-    keeps alive the processes its own settings list and every layer's `essentials`.
+    command line is `argv` (one started by hand is adopted); a process found by name,
+    command line or argv must also have each of `match_env`'s variables set to its value
+    (how to tell apart one program's processes run for different homes). `argv` restarts it
+    (never a shell string), in `cwd` with `env` added, its output appended to `log`. The
+    survival layer keeps alive the processes its own settings list and every layer's
+    `essentials`.
     """
 
     name: str
@@ -93,6 +96,7 @@ class Essential(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     pidfile: str | None = None
     match_name: str | None = None
     match_cmdline: str | None = None
+    match_env: dict[str, str] = {}
     cwd: str | None = None
     env: dict[str, str] = {}
     log: str | None = None

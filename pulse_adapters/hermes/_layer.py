@@ -28,11 +28,14 @@ def hermes_program(settings: HermesSettings) -> Program:
 
 def gateway_essential(settings: HermesSettings, context: LayerContext) -> Essential:
     """`hermes gateway run --replace` as a process the survival layer keeps alive (never
-    pip-installing a platform's package unless `lazy_installs`)."""
-    env = {**settings.hermes_env(), "HERMES_HOME": str(settings.hermes_home())}
+    pip-installing a platform's package unless `lazy_installs`): the gateway of this
+    layer's Hermes home, told from another home's by its HERMES_HOME (every gateway's
+    command line is the same)."""
+    home = {"HERMES_HOME": str(settings.hermes_home())}
     return Essential(name="hermes-gateway",
                      argv=(settings.program, "gateway", "run", "--replace"),
-                     match_cmdline="hermes gateway run", env=env,
+                     match_cmdline="hermes gateway run", match_env=home,
+                     env={**settings.hermes_env(), **home},
                      log=str(HomeLayout.at(context.home).logs / "hermes-gateway.log"))
 
 

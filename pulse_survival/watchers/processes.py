@@ -21,10 +21,23 @@ def same_command(cmdline: Sequence[str], argv: Sequence[str]) -> bool:
     return cmdline[0] == argv[0] or os.path.basename(cmdline[0]) == os.path.basename(argv[0])
 
 
+def has_env(proc: psutil.Process, wanted: dict[str, str]) -> bool:
+    """Whether `proc` has each of `wanted`'s variables set to its value (False when its
+    environment cannot be read: another user's process)."""
+    if not wanted:
+        return True
+    try:
+        env = proc.environ()
+    except psutil.Error:
+        return False
+    return all(env.get(name) == value for name, value in wanted.items())
+
+
 def find_process(spec: Essential) -> psutil.Process | None:
     """The live process `spec` describes, or None: the one its pidfile names, else the first
     whose name is `match_name` or whose command line holds `match_cmdline`, else one of this
-    user's whose command line is `argv` (as supervisord or systemd started it, or by hand)."""
+    user's whose command line is `argv` (as supervisord or systemd started it, or by hand);
+    one found other than by its pidfile must have `match_env` in its environment."""
     if spec.pidfile:
         try:
             pid = int(Path(spec.pidfile).read_text().split()[0])
@@ -41,13 +54,15 @@ def find_process(spec: Essential) -> psutil.Process | None:
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == me:
                 continue
-            if spec.match_name and proc.info["name"] == spec.match_name:
-                return proc
             argv = proc.info["cmdline"] or ()
-            if spec.match_cmdline and spec.match_cmdline in " ".join(argv):
+            named = bool(spec.match_name) and proc.info["name"] == spec.match_name
+            line = spec.match_cmdline
+            if (named or (line is not None and line != "" and line in " ".join(argv))) \
+                    and has_env(proc, spec.match_env):
                 return proc
             if by_argv is None and proc.info["uids"] is not None \
-                    and proc.info["uids"].real == uid and same_command(argv, spec.argv):
+                    and proc.info["uids"].real == uid and same_command(argv, spec.argv) \
+                    and has_env(proc, spec.match_env):
                 by_argv = proc
         except psutil.Error:
             continue

@@ -59,7 +59,7 @@ def test_an_unknown_survival_field_names_the_entry_and_the_fields_allowed_there(
     watched = {"name": "bot", "pidfile": "/run/bot.pid", "essential": True}
     assert refused({"survival": {"processes": [watched]}}) == (
         "config.json: survival.processes[0]: unknown field 'essential' — allowed: name, argv, "
-        "pidfile, match_name, match_cmdline, cwd, env, log")
+        "pidfile, match_name, match_cmdline, match_env, cwd, env, log")
     assert refused({"survival": {"process": {"startsecs": "soon"}}}) == (
         "config.json: survival.process.startsecs: expected `float`, got `str` — fix the value")
 

@@ -12,7 +12,7 @@ import pytest
 from pulse_core import Engine, PulseError
 from pulse_survival import Essential, SurvivalConfigError, load_config
 
-PROCESS_FIELDS = "name, argv, pidfile, match_name, match_cmdline, cwd, env, log"
+PROCESS_FIELDS = "name, argv, pidfile, match_name, match_cmdline, match_env, cwd, env, log"
 
 
 def refused(settings: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pulse_survival import (
     SurvivalConfig,
     SurvivalLedger,
 )
-from pulse_survival.watchers import ProcessAliveWatcher
+from pulse_survival.watchers import ProcessAliveWatcher, find_process
 from tests.processes import exited as exited_pid
 from tests.timing import eventually
 
@@ -147,6 +148,41 @@ def test_a_layer_essential_named_like_a_survival_process_is_refused(tmp_path: Pa
 def test_an_essential_with_no_way_to_find_it_is_refused_where_it_is_built() -> None:
     with pytest.raises(LayerError, match="essential process 'gw' has no way to find"):
         Essential(name="gw", argv=("gw",))
+
+
+def test_a_process_found_by_its_argv_or_command_line_must_have_the_match_env(
+        tmp_path: Path) -> None:
+    """Two workers of one command line, for two homes: each spec finds its own by the
+    environment, by argv as by match_cmdline; the pidfile's process is asked nothing."""
+    code = "import sys; print('up', flush=True); sys.stdin.read()"
+    argv = (sys.executable, "-c", code, f"worker-{tmp_path.name}")
+    workers = []
+    for home in ("a", "b"):
+        worker = subprocess.Popen(argv, env={**os.environ, "WORKER_HOME": home}, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "up"
+        workers.append(worker)
+    try:
+        for worker, home in zip(workers, ("a", "b"), strict=True):
+            by_argv = Essential(name="w", pidfile=str(tmp_path / "absent.pid"), argv=argv,
+                                match_env={"WORKER_HOME": home})
+            by_cmdline = Essential(name="w", match_cmdline=argv[-1],
+                                   match_env={"WORKER_HOME": home})
+            for spec in (by_argv, by_cmdline):
+                found = find_process(spec)
+                assert found is not None and found.pid == worker.pid
+        elsewhere = {"WORKER_HOME": "c"}
+        assert find_process(Essential(name="w", match_cmdline=argv[-1], argv=argv,
+                                      match_env=elsewhere)) is None
+        pidfile = tmp_path / "w.pid"
+        pidfile.write_text(f"{workers[1].pid}\n")
+        found = find_process(Essential(name="w", pidfile=str(pidfile), match_env=elsewhere))
+        assert found is not None and found.pid == workers[1].pid
+    finally:
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.close()
+            worker.wait(timeout=30)
 
 
 @pytest.mark.parametrize(("policy", "why"), [

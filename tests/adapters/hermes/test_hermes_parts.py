@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ from pulse_adapters.hermes import (
 )
 from pulse_core import Engine, EventStore, LayerContext, Principal, SystemClock, TaskBoard
 from pulse_core._effects import effect_draft
+from pulse_survival import find_process
 from pulse_survival.effects import Notify
 
 TEST_TIME_LIMIT_S = 30
@@ -60,6 +66,43 @@ def test_the_layer_declares_its_gateway_and_probes_the_route_it_is_given(tmp_pat
     assert [r.name for r in layer.rules] == ["hermes-run-dispatcher"]
     watch_only = build_hermes(None, LayerContext(tmp_path, SystemClock())).layer
     assert watch_only.rules == () and watch_only.essentials == ()
+
+
+@contextmanager
+def gateways(homes: list[Path]) -> Iterator[list[int]]:
+    """A stand-in gateway for each Hermes home (every command line ends `hermes gateway run`,
+    as each real gateway's is the same), each running with its HERMES_HOME: their pids."""
+    with ExitStack() as running:
+        pids = []
+        for home in homes:
+            env = {**os.environ, "HERMES_HOME": str(home)}
+            gateway = running.enter_context(subprocess.Popen(
+                [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()",
+                 "hermes", "gateway", "run"], env=env, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+            assert gateway.stdout is not None and gateway.stdout.readline().strip() == "up"
+            running.callback(gateway.wait, 30)
+            assert gateway.stdin is not None
+            running.callback(gateway.stdin.close)
+            pids.append(gateway.pid)
+        yield pids
+
+
+def test_each_instance_finds_its_own_hermes_homes_gateway_never_another_ones(
+        tmp_path: Path) -> None:
+    """Two pulse instances on one machine, each with a Hermes gateway of its own home: the
+    survival layer of each keeps its own alive, so must never take the other's for it."""
+    homes = [tmp_path / "hermes-a", tmp_path / "hermes-b", tmp_path / "hermes-c"]
+    essential = [build_hermes({"home": str(home), "gateway": True},
+                              LayerContext(tmp_path / f"pulse-{n}", SystemClock())
+                              ).layer.essentials[0] for n, home in enumerate(homes)]
+    for first in (homes[:2], homes[1::-1]):  # whichever started first
+        with gateways(first) as found:
+            pid_of = dict(zip(first, found, strict=True))
+            for home, spec in zip(homes[:2], essential[:2], strict=True):
+                process = find_process(spec)
+                assert process is not None and process.pid == pid_of[home]
+            assert find_process(essential[2]) is None  # its gateway is down: restart it
 
 
 def test_plugin_settings_take_the_environment_over_hermes_config() -> None:
