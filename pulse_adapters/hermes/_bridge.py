@@ -48,13 +48,16 @@ class PulseBridge:
     opened: jobs are skipped, and the first job `reopen_after_s` after a failed opening tries
     again), and "closed" after `close`. `embed=False` never starts an engine: the bridge is a
     client of whichever engine runs the home. `flush` and `close` stop waiting after
-    `stall_s` in which no job did its work.
+    `stall_s` in which no job did its work. `store` and `side_store` are the home's store
+    URLs (None: the embedded SQLite files in the home), as its config.json names them.
     """
 
     def __init__(self, home: Path, *, principal: Principal, embed: bool = True,
-                 name: str = "pulse", reopen_after_s: float = 30.0, stall_s: float = 0.5
-                 ) -> None:
+                 name: str = "pulse", reopen_after_s: float = 30.0, stall_s: float = 0.5,
+                 store: str | None = None, side_store: str | None = None) -> None:
         self.home = home
+        self.store = store
+        self.side_store = side_store
         self.principal = principal
         self.embed = embed
         self.name = name
@@ -230,7 +233,8 @@ class PulseBridge:
             if self.embed and await self._open_engine():
                 self.mode = "engine"
             else:
-                self._stores = await open_home(self.home, clock=self.clock,
+                self._stores = await open_home(self.home, store=self.store,
+                                               side_store=self.side_store, clock=self.clock,
                                                principal=self.principal)
                 self._store = self._stores.events
                 self.mode = "client"
@@ -251,7 +255,8 @@ class PulseBridge:
             self._problem = None
 
     async def _open_engine(self) -> bool:
-        engine = Engine(self.home, principal=Principal.engine())
+        engine = Engine(self.home, store=self.store, side_store=self.side_store,
+                        principal=Principal.engine())
         try:
             await engine.open()
         except HomeLocked:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -166,16 +167,32 @@ def _hook(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return decorate
 
 
+@dataclass(frozen=True)
+class PluginHome:
+    """What the pulse home's own configuration (its config.json) tells the plugin: the
+    store URLs of its log and side store (None: the embedded SQLite files in the home), and
+    the writers whose memory came from outside, which recall ranks at background authority
+    (None: pulse's defaults)."""
+
+    store: str | None = None
+    side_store: str | None = None
+    import_origins: tuple[str, ...] | None = None
+
+
 class HermesPlugin:
     """The plugin's state in one Hermes process: the bridge, the notice follower, and whom
-    each session talks with."""
+    each session talks with. `home` is what the pulse home's configuration says (its stores,
+    its import origins)."""
 
-    def __init__(self, settings: PluginSettings, *, hermes_profile: str = "default") -> None:
+    def __init__(self, settings: PluginSettings, *, hermes_profile: str = "default",
+                 home: PluginHome | None = None) -> None:
         self.settings = settings
         self.profile = hermes_profile
+        self.home = PluginHome() if home is None else home
         self.bridge = PulseBridge(Path(settings.home or "~/.upulse").expanduser(),
                                   embed=settings.embed, name="hermes-plugin",
-                                  principal=Principal.agent("hermes", "hermes-plugin"))
+                                  principal=Principal.agent("hermes", "hermes-plugin"),
+                                  store=self.home.store, side_store=self.home.side_store)
         self.notices = NoticeFollower(settings.notices,
                                       max_age_ms=int(settings.notice_max_age_s * 1000))
         self._late: list[str] = []
@@ -356,7 +373,8 @@ class HermesPlugin:
 
         async def job(events: EventStore) -> list[Recalled]:
             if self._recaller is None or self._recaller.store is not events:
-                self._recaller = Recaller(events)  # kept: later turns fold only what is new
+                # kept: later turns fold only what is new
+                self._recaller = Recaller(events, import_origins=self.home.import_origins)
             try:
                 return await self._recaller.recall(query)
             except UnknownIdentity:
@@ -386,11 +404,16 @@ def hermes_config() -> tuple[Any, str]:
     return config, profile
 
 
-def plugin_from_hermes(environ: Mapping[str, str] | None = None) -> HermesPlugin:
-    """The plugin configured by Hermes' config and the environment."""
+def plugin_from_hermes(environ: Mapping[str, str] | None = None, *,
+                       home: Callable[[Path], PluginHome] | None = None) -> HermesPlugin:
+    """The plugin configured by Hermes' config and the environment; `home` reads what the
+    pulse home's own configuration says, given the home's path (None: nothing read, the
+    home's embedded stores and pulse's default import origins)."""
     config, profile = hermes_config()
     plugins = config.get("plugins") if isinstance(config, dict) else None
     entries = plugins.get("entries") if isinstance(plugins, dict) else None
     entry = entries.get(PLUGIN) if isinstance(entries, dict) else None
     settings = plugin_settings(entry, os.environ if environ is None else environ)
-    return HermesPlugin(settings, hermes_profile=profile)
+    where = Path(settings.home or "~/.upulse").expanduser()
+    return HermesPlugin(settings, hermes_profile=profile,
+                        home=None if home is None else home(where))

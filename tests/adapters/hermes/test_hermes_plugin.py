@@ -12,11 +12,13 @@ from pathlib import Path
 
 from pulse_adapters.hermes._notices import NOTICE_OFFERED, notice_key
 from pulse_adapters.llm.stand_in import ChatServer, Stream
+from pulse_cli.hermes_plugin import home_config
 from pulse_core import Engine, ManualClock, open_home
 from pulse_core._effects import effect_draft
+from pulse_core.store import reveal
 from pulse_survival import ErrorLogPolicy, SurvivalConfig
 from pulse_survival.effects import Notify
-from tests.adapters.hermes.rig import chat_requests, hermes_rig, read_events
+from tests.adapters.hermes.rig import chat_requests, hermes_rig, read_events, upulse
 
 TEST_TIME_LIMIT_S = 300  # bounds a hang only: two hermes runs, each bounded by HermesRig.run
 
@@ -87,3 +89,38 @@ async def test_an_injected_log_line_reaches_the_model_only_inside_the_fence(
     assert fenced, turn["content"]
     assert fenced[2] == INJECTION  # the line is there only as quoted data
     assert "- warning (error-log): 1 error lines in the logs (ERROR 1)" in turn["content"]
+
+
+async def test_the_plugin_writes_into_the_log_the_homes_config_json_names(
+        tmp_path: Path, chat_server: ChatServer, pg_url: str) -> None:
+    """A home on PostgreSQL (`upulse init --store`): the turn lands in that log, where the
+    daemon and `upulse` read it, not in an events.db of the plugin's own."""
+    rig = hermes_rig(tmp_path, chat_server, plugin=True)
+    pulse = tmp_path / "pulse"
+    upulse(pulse, "init", "--store", pg_url)
+    chat_server.script(Stream(("noted",)))
+
+    done, _ = await asyncio.to_thread(rig.run, "-z", "the spare key is under the blue pot",
+                                      "-t", "todo", PULSE_HOME=str(pulse))
+    assert done.returncode == 0, done.stderr
+    stores = await open_home(pulse, store=pg_url)
+    try:
+        said = [(e.data["role"], reveal(e.data, stores.events.keys)["text"])
+                for e in await stores.events.read(kinds=["human-exchange"])]
+    finally:
+        await stores.close()
+    assert said == [("human", "the spare key is under the blue pot"), ("agent", "noted")]
+    assert not (pulse / "events.db").exists()
+
+
+def test_the_plugin_takes_the_stores_and_import_origins_from_config_json(tmp_path: Path
+                                                                        ) -> None:
+    home = tmp_path / "pulse"
+    home.mkdir()
+    assert home_config(home).store is None  # no config.json: the home's own files
+    (home / "config.json").write_text(json.dumps({
+        "store": "postgresql://pulse@127.0.0.1:5433/pulse",
+        "layers": {"maintenance": {"imports": {"origins": ["agent:scraper"]}}}}))
+    found = home_config(home)
+    assert found.store == "postgresql://pulse@127.0.0.1:5433/pulse"
+    assert found.import_origins == ("agent:scraper",)
