@@ -153,13 +153,15 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
         steps = self._logged - older._logged
         if steps >= 0:
             log = self._log
-            logged: list[K] = []
+            logged: builtins.set[K] = builtins.set()  # a key changed twice is compared once
             for _ in range(steps):
                 key, log = cast("tuple[K, object]", log)
-                logged.append(key)
+                logged.add(key)
             if log is older._log:
+                mine, theirs = self._buckets, older._buckets
                 return {key for key in logged
-                        if self.get(key, _MISSING) is not older.get(key, _MISSING)}
+                        if mine[hash(key) % _BUCKETS].get(key, _MISSING)
+                        is not theirs[hash(key) % _BUCKETS].get(key, _MISSING)}
         changed: builtins.set[K] = builtins.set()
         for mine, theirs in zip(self._buckets, older._buckets, strict=True):
             if mine is theirs:
