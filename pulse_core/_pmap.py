@@ -168,10 +168,10 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
         found by comparing buckets."""
         logged = self._logged_since(older)
         if logged is not None:
-            mine, theirs = self._buckets, older._buckets
+            ours, others = self._buckets, older._buckets
             return {key for key in logged
-                    if mine[hash(key) % _BUCKETS].get(key, _MISSING)
-                    is not theirs[hash(key) % _BUCKETS].get(key, _MISSING)}
+                    if ours[hash(key) % _BUCKETS].get(key, _MISSING)
+                    is not others[hash(key) % _BUCKETS].get(key, _MISSING)}
         changed: builtins.set[K] = builtins.set()
         for mine, theirs in zip(self._buckets, older._buckets, strict=True):
             if mine is theirs:
