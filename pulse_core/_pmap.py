@@ -26,9 +26,24 @@ _LOG = 4096
 
 
 class _Start:
-    """Where a line of versions begins: a token no other line shares."""
+    """Where a line of versions begins: a token no other line shares. A line begun because
+    the one before it was full keeps that line's newest change and its count (`before`), so
+    a version is diffed from the line before its own by reading logs too; only that one: the
+    link behind it is dropped, so at most two lines' keys are kept."""
 
-    __slots__ = ()
+    __slots__ = ("before",)
+
+    def __init__(self, before: tuple[object, int] | None = None) -> None:
+        self.before = before
+
+
+def _next_line(log: object, logged: int) -> _Start:
+    """A line begun after the full line whose newest change is `log`, its `logged`th."""
+    node = log
+    for _ in range(logged):  # to the full line's own start, to drop the link behind it
+        node = cast("tuple[object, object]", node)[1]
+    cast("_Start", node).before = None
+    return _Start((log, logged))
 
 
 class PersistentMap(Mapping[K, V], Generic[K, V]):
@@ -57,7 +72,7 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
         if self._logged < _LOG:
             new._log, new._logged = (key, self._log), self._logged + 1
         else:
-            new._log, new._logged = (key, _Start()), 1
+            new._log, new._logged = (key, _next_line(self._log, self._logged)), 1
         return new
 
     def __getitem__(self, key: K) -> V:
@@ -132,7 +147,8 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
             log, logged = _Start(), 0
         else:
             for key in changes:
-                log, logged = ((key, log), logged + 1) if logged < _LOG else ((key, _Start()), 1)
+                log, logged = ((key, log), logged + 1) if logged < _LOG else \
+                    ((key, _next_line(log, logged)), 1)
         new._log, new._logged = log, logged
         return new
 
@@ -148,18 +164,14 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
 
     def changed_keys(self, older: PersistentMap[K, V]) -> builtins.set[K]:
         """Keys added, removed or rebound since `older`: read from this version's log when
-        it was made from `older` (by the last `_LOG` changes at most), else found by comparing
-        buckets."""
-        steps = self._logged - older._logged
-        if steps >= 0:
-            log = self._log
-            logged: list[K] = []
-            for _ in range(steps):
-                key, log = cast("tuple[K, object]", log)
-                logged.append(key)
-            if log is older._log:
-                return {key for key in logged
-                        if self.get(key, _MISSING) is not older.get(key, _MISSING)}
+        it was made from `older` (by the last `_LOG` to 2 x `_LOG` changes at most), else
+        found by comparing buckets."""
+        logged = self._logged_since(older)
+        if logged is not None:
+            ours, others = self._buckets, older._buckets
+            return {key for key in logged
+                    if ours[hash(key) % _BUCKETS].get(key, _MISSING)
+                    is not others[hash(key) % _BUCKETS].get(key, _MISSING)}
         changed: builtins.set[K] = builtins.set()
         for mine, theirs in zip(self._buckets, older._buckets, strict=True):
             if mine is theirs:
@@ -171,6 +183,27 @@ class PersistentMap(Mapping[K, V], Generic[K, V]):
             if len(mine) - sum(key not in theirs for key in rebound) != len(theirs):
                 changed.update(theirs.keys() - mine.keys())
         return changed
+
+    def _logged_since(self, older: PersistentMap[K, V]) -> builtins.set[K] | None:
+        """The keys logged since `older`, read back through this version's line and the
+        one before it; None if `older` is in neither (it was not made from `older`, or too
+        long ago)."""
+        target = older._log
+        log, count = self._log, self._logged
+        keys: builtins.set[K] = builtins.set()  # a key changed twice is compared once
+        for _ in range(2):
+            for _ in range(count):
+                if log is target:
+                    return keys
+                key, log = cast("tuple[K, object]", log)
+                keys.add(key)
+            if log is target:
+                return keys
+            before = cast("_Start", log).before
+            if before is None:
+                return None
+            log, count = before
+        return None
 
 
 class _Values(ValuesView[V]):

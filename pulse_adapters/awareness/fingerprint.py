@@ -16,19 +16,32 @@ _TIMESTAMP = re.compile(
     r"^(\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?"
     r"|\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?)$"
 )
+_is_timestamp = _TIMESTAMP.match
 
 
 def shape(value: Any) -> Any:
     """A routine value with its jitter removed: numbers and timestamp-like strings become
-    placeholders; booleans, other strings (enums), nulls and structure are kept."""
+    placeholders; booleans, other strings (enums), nulls and structure are kept. A dict's
+    keys become strings, in the value's order (the fingerprint's encoding sorts them)."""
+    kind = type(value)  # the plain JSON types first: observed values are decoded JSON
+    if kind is str:
+        text = value.strip()
+        return TIMESTAMP if text[:1].isdigit() and _is_timestamp(text) else value
+    if kind is int or kind is float:
+        return NUMBER
+    if kind is dict:
+        shaped: dict[str, Any] = {}
+        for k, v in value.items():
+            shaped[k if type(k) is str else str(k)] = shape(v)
+        return shaped
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int | float):
         return NUMBER
     if isinstance(value, str):
-        return TIMESTAMP if _TIMESTAMP.match(value.strip()) else value
+        return TIMESTAMP if _is_timestamp(value.strip()) else value
     if isinstance(value, dict):
-        return {str(k): shape(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): shape(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [shape(v) for v in value]
     return repr(type(value))

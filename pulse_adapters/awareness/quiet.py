@@ -75,6 +75,9 @@ class QuietState(msgspec.Struct, frozen=True, gc=False):
         return bisect_right(self.deemed, as_of) if self.deemed else 0
 
 
+_NONE = QuietState()
+"""The state of an identity with no quiet bookkeeping."""
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(QuietState).decode
 
@@ -123,7 +126,7 @@ class QuietHold:
         """The identity's quiet state as of `as_of` (empty if none)."""
         state = self._states.get(identity)
         if state is None:
-            return QuietState()
+            return _NONE
         return state.at(self.as_of) if state.deemed else state
 
     @property
@@ -143,12 +146,16 @@ class QuietHold:
         self._set(identity, state)
         return state
 
-    def end_deeming(self, identity: str) -> None:
+    def end_deeming(self, identity: str) -> QuietState:
         """Make the deemed checks due by `as_of` and deem no later ones (something about the
-        identity changed)."""
+        identity changed); the state then."""
         state = self._states.get(identity)
-        if state is not None and state.deemed:
-            self._set(identity, msgspec.structs.replace(state.at(self.as_of), deemed=()))
+        if state is None:
+            return _NONE
+        if state.deemed:
+            state = msgspec.structs.replace(state.at(self.as_of), deemed=())
+            self._set(identity, state)
+        return state
 
     def lift(self, identity: str) -> None:
         """End the identity's hold (its world changed); the skip count stays."""
@@ -156,9 +163,10 @@ class QuietHold:
         if old.hold_until or old.deemed:
             self._set(identity, QuietState(old.skips, old.last_check_at, 0))
 
-    def clear(self, identity: str) -> None:
-        """Forget the identity's quiet bookkeeping (a review reported it)."""
-        self._set(identity, QuietState(), cleared=True)
+    def clear(self, identity: str) -> QuietState:
+        """Forget the identity's quiet bookkeeping (a review reported it); the state then."""
+        self._set(identity, _NONE, cleared=True)
+        return _NONE
 
     def _set(self, identity: str, state: QuietState, *, cleared: bool = False) -> None:
         if not self._loaded:  # remember which states were counted from nothing

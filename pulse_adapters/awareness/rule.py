@@ -5,6 +5,7 @@ or emits an `awareness-review` effect. It never waits on a model, nor on a side-
 from __future__ import annotations
 
 import heapq
+import math
 import os
 import zlib
 from typing import ClassVar
@@ -102,6 +103,16 @@ def _deemed_checks(human: Exchange, review: ReviewState, at: int,
     clamped = bool(last_success) and not failures
     ceiling_at, floor_at = last_success + cadence.ceiling_ms, last_cycle + _FLOOR_MS
     deemed: list[int] = []
+    if steady and step > 0 and at >= last_cycle and floor_at <= at + step:
+        # the checks from `at` on come `step` apart, each below the ceiling, while the next
+        # stays within it (clamped): those are taken at once, the rest one by one below
+        stop = last_success + math.ceil(ceiling_ms)
+        if clamped:
+            stop = min(stop, ceiling_at - step + 1)
+        run = range(at, stop, step)[:_DEEMED]
+        if run:
+            deemed.extend(run)
+            at = run[-1] + step
     while at - last_success < ceiling_ms and len(deemed) < _DEEMED:
         deemed.append(at)
         after = at + step
@@ -201,9 +212,8 @@ class AwarenessRule:
             self._cadence = (config, _Cadence.of(config))
         return self._cadence[1]
 
-    def _schedule(self, identity: str, memory: PersistentMap[str, IdentityMemory],
-                  ledger: LedgerData, interval_ms: int, cadence: _Cadence) -> None:
-        mem = memory.get(identity)
+    def _schedule(self, identity: str, mem: IdentityMemory | None, review: ReviewState | None,
+                  quiet: QuietState, *, interval_ms: int, cadence: _Cadence) -> None:
         if mem is None:
             watched = self._watched.pop(identity, None)
             if watched is not None:
@@ -213,9 +223,8 @@ class AwarenessRule:
         if watched is None:
             watched = self._watched[identity] = _Watched(
                 identity, zlib.crc32(identity.encode(), self._salt_crc))
-        watched.saw(mem, ledger.identities.get(identity))
-        self._push(identity, watched, _due(watched.human, watched.review,
-                                           self.quiet.get(identity), cadence, interval_ms))
+        watched.saw(mem, review)
+        self._push(identity, watched, _due(watched.human, review, quiet, cadence, interval_ms))
 
     def _push(self, identity: str, watched: _Watched, due: int | None) -> None:
         """Put the identity in the schedule at `due` (None: out of it)."""
@@ -246,16 +255,18 @@ class AwarenessRule:
                 self._in_flight.discard(identity)
                 changed.add(identity)
         interval_ms = int(interval_s * 1000)
+        hold, reviews, in_flight = self.quiet, ledger.identities, self._in_flight
         for identity in changed:
-            review = ledger.identities.get(identity)
-            quiet = self.quiet.get(identity)
+            review = reviews.get(identity)
+            quiet = hold.get(identity)
             if review and review.last_outcome == "reviewed" and \
                     review.last_success_at >= quiet.last_check_at and quiet.skips:
-                self.quiet.clear(identity)  # success clears quiet bookkeeping
+                quiet = hold.clear(identity)  # success clears quiet bookkeeping
             else:
-                self.quiet.end_deeming(identity)  # deemed from what has just changed
-            if identity not in self._in_flight:
-                self._schedule(identity, memory, ledger, interval_ms, cadence)
+                quiet = hold.end_deeming(identity)  # deemed from what has just changed
+            if identity not in in_flight:
+                self._schedule(identity, memory.get(identity), review, quiet,
+                               interval_ms=interval_ms, cadence=cadence)
         self._memory, self._reviews, self._interval_s = memory, ledger.identities, interval_s
 
     async def __call__(self, prev: Snapshot, curr: Snapshot, inner: Inner) -> Decision:
