@@ -23,7 +23,7 @@ import msgspec
 from pulse_core._errors import InvalidTransition, VersionConflict
 from pulse_core._events import Event, EventDraft
 from pulse_core.maintenance._activities import retry_once
-from pulse_core.maintenance._element_kinds import Metabolized, Reinforced, SalienceSet, element_id
+from pulse_core.maintenance._element_kinds import Reinforced, SalienceSet, element_id
 from pulse_core.maintenance._element_queries import decay_queue, decays
 from pulse_core.maintenance._element_state import Element, ElementsState
 from pulse_core.maintenance._elements import ElementsReader
@@ -121,9 +121,11 @@ class _Sweep:
         return dict(plan)
 
     def draft(self, identity: str, records: dict[str, float]) -> EventDraft:
-        body = Metabolized(self.cycle_start, self.policy.factor, records)
-        return EventDraft("memory-metabolized", identity_key(identity),
-                          msgspec.to_builtins(body), origin=self.origin, cause=self.cause)
+        # Metabolized as builtins, written out: the store checks it against Metabolized
+        data = {"cycle_start": self.cycle_start, "factor": self.policy.factor,
+                "strengths": records}
+        return EventDraft("memory-metabolized", identity_key(identity), data,
+                          origin=self.origin, cause=self.cause)
 
     async def batch(self, queued: list[Element]) -> None:
         """Decay `queued` (those still eligible): one append. On a conflict the log is read
