@@ -76,11 +76,15 @@ class ElementsReader:
         state: ElementsState = (await self._projector.catch_up())[MemoryElements.name]
         return state
 
-    async def take(self, events: Sequence[Event]) -> None:
+    async def take(self, events: Sequence[Event]) -> ElementsState | None:
         """Fold `events`, just appended, when nothing else came before them since the last
-        read (they are the log's next events): the read back they save. Otherwise the next
-        `current()` reads them with the rest."""
-        await self._projector.take(events)
+        read (they are the log's next events): the read back they save. The state after
+        them, or None when they were not folded (the next `current()` reads them with the
+        rest)."""
+        if not await self._projector.take(events):
+            return None
+        state: ElementsState = self._projector.states[MemoryElements.name]
+        return state
 
     async def checkpoint(self) -> None:
         """Save the fold to `checkpoints` when it moved since the last save (nothing without

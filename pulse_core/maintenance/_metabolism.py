@@ -98,7 +98,10 @@ class _Sweep:
         self.cycle_start, self.policy = cycle_start, policy
         self.decayed = self.writes = self.events = self.conflicts = 0
         self.deferred: list[str] = []
-        self.queued_from: ElementsState | None = None  # the state the queue was found in
+        # The state the queue was found in, or one that differs from it only by this sweep's
+        # own batches (which changed none of the elements still queued); None: not known.
+        self.queued_from: ElementsState | None = None
+        self.written: ElementsState | None = None  # the fold after the last write, if taken
 
     def plan(self, state: ElementsState, queued: Iterable[Element]
              ) -> dict[str, dict[str, float]]:
@@ -134,7 +137,11 @@ class _Sweep:
         guard = await self.authorize() if self.authorize is not None else {}
         state = await self.reader.current()
         plan = self.plan(state, queued)
-        if not plan or await self.write(plan, self.expect(plan, state, guard)):
+        if not plan:
+            return
+        if await self.write(plan, self.expect(plan, state, guard)):
+            if state is self.queued_from:  # nothing but this batch came since the queue:
+                self.queued_from = self.written  # the later batches' elements are as queued
             return
         fresh = await self.reader.current()
         mine: dict[str, list[Element]] = defaultdict(list)  # the queued, by identity
@@ -162,7 +169,7 @@ class _Sweep:
         except VersionConflict:
             self.conflicts += 1
             return False
-        await self.reader.take(written.events)
+        self.written = await self.reader.take(written.events)
         if self.appended is not None:
             await self.appended(written.events)
         self.decayed += sum(len(r) for r in plan.values())

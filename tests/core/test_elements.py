@@ -223,12 +223,14 @@ async def test_a_reader_takes_what_it_just_appended_only_when_nothing_came_betwe
                          {"cycle_start": 5, "factor": 0.5, "strengths": {record: 0.5}},
                          origin="executor:maintenance")]
     taken = await store.append(drafts)
-    await reader.take(taken.events)
+    folded = await reader.take(taken.events)
     assert reader.cursor == taken.last_seq  # folded without reading it back
-    assert (await reader.current()).elements[f"ana/{record}"].strength == 0.5
+    assert folded is not None
+    assert folded is await reader.current()  # the state after them, as the next read has it
+    assert folded.elements[f"ana/{record}"].strength == 0.5
     await board.exchange("bo", "between")  # another writer comes first
     late = await store.append(drafts)
-    await reader.take(late.events)
+    assert await reader.take(late.events) is None
     assert reader.cursor < late.last_seq  # left to the next read, which folds both
     assert await reader.current() == await ElementsReader(store).current()
     assert reader.cursor == late.last_seq
