@@ -39,6 +39,17 @@ def claims(task: SleepTask, now_ms: int) -> bool:
         task.assigned_to == PRINCIPAL or (not task.assigned_to and task.task_class in HANDLED))
 
 
+class Folded:
+    """Projection states caught up together, each reached by its projection."""
+
+    def __init__(self, states: Mapping[str, Any]) -> None:
+        self._states = states
+
+    def __getitem__(self, projection: Projection[S]) -> S:
+        state: S = self._states[projection.name]
+        return state
+
+
 @dataclass
 class CycleRun:
     """What the steps of one cycle share: the store, the settings, the cycle's identity and
@@ -73,7 +84,7 @@ class CycleRun:
     swept_at: int | None = None
     steps: list[str] = field(default_factory=list)
     _census: tuple[int, Census] | None = None
-    _folds: dict[str, Projector] = field(default_factory=dict)
+    _projectors: list[Projector] = field(default_factory=list)
 
     @property
     def now(self) -> int:
@@ -123,11 +134,18 @@ class CycleRun:
     async def fold(self, projection: Projection[S]) -> S:
         """`projection`'s state over the log as it is now, folded once per cycle: a later
         call folds only the events appended since (projection states are immutable)."""
-        projector = self._folds.get(projection.name)
+        return (await self.folds(projection))[projection]
+
+    async def folds(self, *projections: Projection[Any]) -> Folded:
+        """The states of `projections` over the log as it is now, caught up together (one
+        read of the log for them all), each folded once per cycle like `fold`'s."""
+        names = {p.name for p in projections}
+        projector = next((p for p in self._projectors
+                          if names <= {q.name for q in p.projections}), None)
         if projector is None:
-            projector = self._folds[projection.name] = Projector(self.store, [projection])
-        state: S = (await projector.catch_up())[projection.name]
-        return state
+            projector = Projector(self.store, list(projections))
+            self._projectors.append(projector)
+        return Folded(await projector.catch_up())
 
     async def restored(self) -> frozenset[str]:
         """Element ids somebody restored from the archive: retention leaves them active

@@ -21,6 +21,7 @@ from pulse_adapters.maintenance._context import (
     REVIEW_DERIVED,
     WATCH_REVIEW,
     CycleRun,
+    Restored,
     Step,
     claims,
     last_swept,
@@ -60,17 +61,20 @@ from pulse_core.maintenance import (
 CONSOLIDATION_MIN_AGE_MS = 3_600_000
 
 
+_TASKS, _BELIEFS, _WATCHES, _RESTORED, _REVIEWS = (
+    SleepTasks(), Beliefs(), Watches(), Restored(), ImportReviews())
+
+
 async def _assess(run: CycleRun) -> Assessment:
     found = await run.census()
-    tasks = await run.fold(SleepTasks())
+    folded = await run.folds(_TASKS, _BELIEFS, _WATCHES, _RESTORED, _REVIEWS)
+    tasks, restored = folded[_TASKS], folded[_RESTORED]
     reviewing = {t.subject for t in tasks.values()
                  if t.task_class == REVIEW_DERIVED and t.status in ("pending", "running")}
-    beliefs = await run.fold(Beliefs())
-    watching = await run.fold(Watches())
-    counts = assess(found, now=run.cycle_start, beliefs=beliefs, sleep=tasks,
-                    watches=watching, reviewing=reviewing, kept=await run.restored(),
+    counts = assess(found, now=run.cycle_start, beliefs=folded[_BELIEFS], sleep=tasks,
+                    watches=folded[_WATCHES], reviewing=reviewing, kept=restored,
                     skills=await skill_health(run.store))
-    flagged = flagged_count(found, await run.fold(ImportReviews()))
+    flagged = flagged_count(found, folded[_REVIEWS])
     return msgspec.structs.replace(counts, imports_flagged=flagged)
 
 
@@ -277,7 +281,7 @@ async def metabolism(run: CycleRun) -> None:
                for e in state.elements.values()):
             run.deferred.append("metabolism: no budget left for a batch")
         return
-    before = await run.store.last_seq()
+    before = run.reader.cursor  # the log's end as `state` was read: before any sweep event
 
     async def authorize() -> dict[str, int]:
         version = await run.authority.check(PRINCIPAL, "maintain", "decay memory strength")

@@ -23,10 +23,10 @@ from pulse_adapters.maintenance import (
 from pulse_adapters.maintenance._context import CycleRun
 from pulse_core import EventDraft, ManualClock, MemoryBoard
 from pulse_core._errors import StoreUnavailable
-from pulse_core.maintenance import Authority, ElementsReader, ElementsState
+from pulse_core.maintenance import Authority, ElementsReader, ElementsState, Watches
 from pulse_core.maintenance._activities import read_activity
 from pulse_core.maintenance._beliefs import BeliefBoard
-from pulse_core.maintenance._sleep import SleepBoard
+from pulse_core.maintenance._sleep import SleepBoard, SleepTasks
 from pulse_core.maintenance._watches import (
     WatchArmed,
     WatchCondition,
@@ -291,6 +291,31 @@ async def test_a_failing_store_ends_the_cycle_failed_with_the_reason(
     activity = await read_activity(store, "doomed")
     assert report.status == "failed" and activity is not None and activity.status == "failed"
     assert "disk is full" in activity.reason
+    await store.close()
+
+
+async def test_folds_caught_up_together_or_alone_hold_every_append_since_the_last_call(
+    open_store: OpenStore, clock: ManualClock,
+) -> None:
+    """A cycle's folds share one read of the log when caught up together; each call, together
+    or alone, still reads the log as it is then."""
+    store = await open_store(clock)
+    board = SleepBoard(store, "agent", clock=clock)
+    seen: list[tuple[int, int, int, int]] = []
+
+    async def probe(run: CycleRun) -> None:
+        tasks, watching = SleepTasks(), Watches()
+        before = await run.folds(tasks, watching)
+        await board.create("custom", task_id="t-1")
+        alone = await run.fold(tasks)
+        await board.create("custom", task_id="t-2")
+        together = await run.folds(watching, tasks)
+        seen.append((len(before[tasks]), len(alone), len(together[tasks]),
+                     len(together[watching])))
+
+    report = await run_cycle(store, clock=clock, steps=[("probe", probe)])
+    assert report.warnings == ()
+    assert seen == [(0, 1, 2, 0)]
     await store.close()
 
 
