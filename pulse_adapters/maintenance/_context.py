@@ -174,19 +174,35 @@ class CycleRun:
 Step = Callable[[CycleRun], Awaitable[None]]
 
 
+CYCLES_PAGE = 16
+"""How many of the newest `maintenance-cycle-began` events cycles_began reads first."""
+
+
 async def cycles_began(store: EventStore, *, since_ms: int | None = None
                        ) -> AsyncIterator[tuple[Event, CycleBegan]]:
     """Every cycle maintenance began, newest first, with its `maintenance-cycle-began` event;
     only those on their key from maintenance's origin are cycles (see the ledger). Stops at
-    the first that began before `since_ms`."""
-    for event in await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
-                                  newest_first=True):
-        if event.origin != ORIGIN:
-            continue
-        began = event.payload(CycleBegan)
-        if since_ms is not None and began.cycle_start < since_ms:
+    the first that began before `since_ms`. The log is read a few of the newest at a time,
+    more each time it runs on, so a caller that stops early does not read every cycle ever
+    begun; one that began during the walk is not in it."""
+    limit = CYCLES_PAGE
+    below: int | None = None  # the seq of the last event walked: the walk goes on below it
+    while True:
+        events = await store.read(key=CYCLES_KEY, kinds=["maintenance-cycle-began"],
+                                  newest_first=True, limit=limit)
+        for event in events:
+            if below is not None and event.seq >= below:
+                continue
+            below = event.seq
+            if event.origin != ORIGIN:
+                continue
+            began = event.payload(CycleBegan)
+            if since_ms is not None and began.cycle_start < since_ms:
+                return
+            yield event, began
+        if len(events) < limit:
             return
-        yield event, began
+        limit *= 4
 
 
 async def running_before(store: EventStore, before_ms: int, *, since_ms: int | None = None

@@ -20,7 +20,9 @@ from pulse_adapters.maintenance import (
     SkillProposed,
     run_cycle,
 )
-from pulse_adapters.maintenance._context import CycleRun
+from pulse_adapters.maintenance._context import CYCLES_PAGE, CycleRun, cycles_began
+from pulse_adapters.maintenance._ledger import CYCLES_KEY, CycleBegan
+from pulse_adapters.maintenance._settings import ORIGIN
 from pulse_core import EventDraft, ManualClock, MemoryBoard
 from pulse_core._errors import StoreUnavailable
 from pulse_core.maintenance import Authority, ElementsReader, ElementsState, Watches
@@ -316,6 +318,32 @@ async def test_folds_caught_up_together_or_alone_hold_every_append_since_the_las
     report = await run_cycle(store, clock=clock, steps=[("probe", probe)])
     assert report.warnings == ()
     assert seen == [(0, 1, 2, 0)]
+    await store.close()
+
+
+async def test_the_cycles_began_are_walked_newest_first_each_once_past_the_first_read(
+    open_store: OpenStore, clock: ManualClock,
+) -> None:
+    """The cycles maintenance began are read a few of the newest at a time: the walk goes
+    past the first read in order, every cycle once; one written by another origin is no
+    cycle, and one that begins during the walk is not in it."""
+    store = await open_store(clock)
+
+    def began(n: int, origin: str = ORIGIN) -> EventDraft:
+        body = CycleBegan(cycle=f"c-{n}", cycle_start=1_000 + n, trigger="test", through_seq=0)
+        return EventDraft("maintenance-cycle-began", CYCLES_KEY, msgspec.to_builtins(body),
+                          origin=origin)
+
+    count = 3 * CYCLES_PAGE
+    await store.append([began(n) for n in range(count)] + [began(count, origin="agent")])
+    walked: list[str] = []
+    async for _, cycle in cycles_began(store):
+        walked.append(cycle.cycle)
+        if len(walked) == 1:
+            await store.append([began(100)])  # begins during the walk
+    assert walked == [f"c-{n}" for n in reversed(range(count))]
+    recent = [c.cycle async for _, c in cycles_began(store, since_ms=1_000 + 2 * CYCLES_PAGE)]
+    assert recent == ["c-100", *(f"c-{n}" for n in reversed(range(2 * CYCLES_PAGE, count)))]
     await store.close()
 
 
