@@ -410,7 +410,7 @@ async def test_a_kept_recall_lets_the_loop_turn_and_a_slow_selection_never_holds
     """A kept Recaller's loop thread waits for a quick selection, yet each recall lets the
     other coroutines run; a selection that blocks (keys.db stalled, say) holds the loop at
     most INLINE_SELECTION: the loop turns while it waits, and the recall returns once it
-    ends, as do the recalls after it."""
+    ends, as do the recalls after it (and their errors)."""
     import threading
 
     from pulse_core.memory import Recaller
@@ -462,5 +462,7 @@ async def test_a_kept_recall_lets_the_loop_turn_and_a_slow_selection_never_holds
             rescue.cancel()
         for _ in range(3):  # the first after it goes to the thread, then one waits again
             assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+        with pytest.raises(UnknownIdentity):  # raised in the thread, handed to the caller
+            await recaller.recall(RecallQuery(text="lisbon", identity="bob"))
     finally:
         await stores.close()
