@@ -304,6 +304,10 @@ def _opened(text: str, stored: Any, keys: ElementKeys | None, known: Mapping[str
     """`text`, a candidate's text ending with its stored value, with that value opened."""
     if keys is None or (isinstance(stored, str) and not is_sealed(stored)):
         return text
+    if text is stored and known:  # an exchange's, a fact's...: the text is the token
+        key = known.get(sealed_element(stored))
+        if key is not None:  # as `reveal` opens it with a key at hand
+            return _as_text(keys.open(stored, key))
     opened = _as_text(reveal(stored, keys, known=known))
     return text[: len(text) - len(_as_text(stored))] + opened
 

@@ -4,6 +4,7 @@ selects in a thread of its own (docs/memory.md, "Recall")."""
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from pulse_core.memory import IdentityMemory
 
 T = TypeVar("T")
+
+INLINE_SELECTION = 0.005
+"""How long the loop's thread waits, blocked, for a kept Recaller's selection before it
+awaits it (seconds): keys.db is still read in the Recaller's thread, never on the loop's."""
 
 
 class Folded(NamedTuple):
@@ -67,18 +72,30 @@ class Recaller:
         self._folded: Folded | None = None  # kept when the store reads its seq blocking
         self._thread: JobThread | None = None
         self._selecting = False  # the thread runs a selection
+        self._slow = False  # the thread's last selection took longer than INLINE_SELECTION
 
-    async def _off_loop(self, fn: Callable[[], T]) -> T:
+    async def _off_loop(self, fn: Callable[[], T], *, wait: bool = False) -> T:
         """`fn()` in the Recaller's thread, or in the default pool's while that is busy (a
-        recall never waits for another's selection)."""
+        recall never waits for another's selection); `wait`: the loop's thread waits for it
+        at most INLINE_SELECTION, unless the thread's last selection was slower."""
         if self._selecting:
             return await asyncio.to_thread(fn)
         if self._thread is None:
             self._thread = JobThread("pulse-recall")
             weakref.finalize(self, self._thread.stop_soon)
+
+        def timed() -> T:
+            started = time.perf_counter()
+            try:
+                return fn()
+            finally:
+                self._slow = time.perf_counter() - started > INLINE_SELECTION
+
         self._selecting = True
         try:
-            return await self._thread.call(fn)
+            if wait and not self._slow:
+                return await self._thread.call_waiting(timed, INLINE_SELECTION)
+            return await self._thread.call(timed)
         finally:
             self._selecting = False
 
@@ -89,7 +106,8 @@ class Recaller:
         # one hop: the log's seq is read where the selection runs (an append through this
         # store since the fold sends the call to fold again at once)
         if kept is not None and kept.wakes == self.store.wakes:
-            found = await self._off_loop(lambda: self._select_unless_moved(kept, query))
+            found = await self._off_loop(lambda: self._select_unless_moved(kept, query),
+                                         wait=True)
             if found is not None:
                 return found
         async with self._folding:

@@ -1,6 +1,7 @@
 """Waiting on an asyncio.Event with a timeout, without losing a cancellation; settling a
 future from another thread that may find it cancelled already; a thread of one's own that runs
-jobs in order (a SQLite file's writer, a kept recall's reads)."""
+jobs in order (a SQLite file's writer, a kept recall's reads), which the loop's thread may wait
+for a bounded time (a lone append's commit, a quick selection)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -52,6 +53,38 @@ def _settle(loop: asyncio.AbstractEventLoop, settle: Callable[[asyncio.Future[T]
         loop.call_soon_threadsafe(settle, future, value)
 
 
+class Handoff(Generic[T]):
+    """A job's outcome handed from its thread to the loop's thread, which waits for it only
+    so long: the job's thread hands it over to the waiting loop thread, or, once that has
+    stopped waiting, to the loop (the job's own way to settle its future)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Lock()
+        self.done.acquire()  # released when the outcome is here for the waiting loop thread
+        self.outcome: T | None = None
+        self._guard = threading.Lock()
+        self._abandoned = False
+
+    def deliver(self, outcome: T) -> bool:
+        """In the job's thread: hand `outcome` to the waiting loop thread; False when it
+        stopped waiting (the loop must be told)."""
+        with self._guard:
+            if self._abandoned:
+                return False
+            self.outcome = outcome
+            self.done.release()
+            return True
+
+    def abandon(self) -> bool:
+        """On the loop, its wait over: stop waiting; False if the outcome is not here (the
+        job's thread then delivers it to the loop), True if it just came."""
+        with self._guard:
+            if self.done.acquire(blocking=False):
+                return True
+            self._abandoned = True
+            return False
+
+
 class JobThread:
     """One daemon thread that runs jobs in order. A daemon, so that a program which ends
     without stopping it still exits (a SQLite commit cut short is never acknowledged, and
@@ -88,6 +121,41 @@ class JobThread:
 
         self.submit(job)
         return await future
+
+    async def call_waiting(self, fn: Callable[[], T], seconds: float) -> T:
+        """`fn()` in the thread, awaited; once the loop has turned (other coroutines run
+        while the job starts), the loop's thread waits for it blocked, at most `seconds`, and
+        only then awaits it as `call` does. A quick job so saves what `call` costs beyond it:
+        waking the loop from its selector and a turn of it to resume the caller. A slow one
+        (a stalled disk) holds the loop `seconds` at most."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        handoff: Handoff[tuple[bool, Any]] = Handoff()
+
+        def job() -> None:
+            outcome: tuple[bool, Any]
+            try:
+                outcome = (True, fn())
+            except BaseException as exc:  # handed to the awaiting coroutine
+                outcome = (False, exc)
+            if not handoff.deliver(outcome):
+                _settle(loop, resolve if outcome[0] else reject, future, outcome[1])
+
+        self.submit(job)
+        try:
+            await asyncio.sleep(0)
+            came = handoff.done.acquire(timeout=seconds) or handoff.abandon()
+        except BaseException:  # cancelled or interrupted: no one takes the outcome
+            handoff.abandon()
+            future.cancel()
+            raise
+        if not came:
+            return await future  # slower than `seconds`: the job settles it through the loop
+        assert handoff.outcome is not None
+        ok, value = handoff.outcome
+        if ok:
+            return value  # type: ignore[no-any-return]
+        raise value
 
     def stop_soon(self) -> None:
         """End the thread once the jobs already submitted are done, without waiting."""

@@ -23,7 +23,7 @@ from pulse_core._errors import (
     StoreReadOnly,
     VersionConflict,
 )
-from pulse_core._waits import JobThread, reject, resolve
+from pulse_core._waits import Handoff, JobThread, reject, resolve
 from pulse_core.store._commit import COLUMNS, HEAD, Batch, copy_chunk
 from pulse_core.store._recorder import (
     AppendResult,
@@ -86,38 +86,6 @@ _Outcome = AppendResult | Exception
 class _Request:
     append: PreparedAppend
     future: asyncio.Future[AppendResult]
-
-
-class _Handoff:
-    """A lone append's commit in the writer thread, which the loop's thread waits for only
-    so long: the thread hands the outcomes to the waiting loop thread, or, once that has
-    stopped waiting, to the loop like any other commit's."""
-
-    def __init__(self) -> None:
-        self.done = threading.Lock()
-        self.done.acquire()  # released when the outcomes are here for the waiting loop
-        self.outcomes: list[_Outcome] | Exception | None = None
-        self._guard = threading.Lock()
-        self._abandoned = False
-
-    def deliver(self, outcomes: list[_Outcome] | Exception) -> bool:
-        """In the writer thread: hand `outcomes` to the waiting loop thread; False when it
-        stopped waiting (the loop must be told)."""
-        with self._guard:
-            if self._abandoned:
-                return False
-            self.outcomes = outcomes
-            self.done.release()
-            return True
-
-    def abandon(self) -> bool:
-        """On the loop, its wait over: stop waiting; False if the outcomes are not here
-        (the writer thread then delivers them to the loop), True if they just came."""
-        with self._guard:
-            if self.done.acquire(blocking=False):
-                return True
-            self._abandoned = True
-            return False
 
 
 class SqliteRecorder(Recorder):
@@ -277,20 +245,20 @@ class SqliteRecorder(Recorder):
         except BaseException:  # interrupted before the hand-off: nothing is under way
             self._submit()
             raise
-        handoff = _Handoff()
+        handoff: Handoff[list[_Outcome] | Exception] = Handoff()
         self._writer.submit(lambda: self._finish_and_deliver(request, staged, outcomes, handoff))
         try:
             if handoff.done.acquire(timeout=self._inline_commit):
-                return handoff.outcomes
+                return handoff.outcome
         except BaseException:  # interrupted while waiting: the loop settles the append
             if handoff.abandon():
-                assert handoff.outcomes is not None
-                self._deliver([request], handoff.outcomes)
+                assert handoff.outcome is not None
+                self._deliver([request], handoff.outcome)
             raise
-        return handoff.outcomes if handoff.abandon() else None
+        return handoff.outcome if handoff.abandon() else None
 
     def _finish_and_deliver(self, request: _Request, staged: Batch, outcomes: list[_Outcome],
-                            handoff: _Handoff) -> None:
+                            handoff: Handoff[list[_Outcome] | Exception]) -> None:
         """In the writer thread: commit what the loop wrote for `request`, then hand the
         outcomes to the loop's thread if it still waits for them, or else to the loop."""
         result: list[_Outcome] | Exception = outcomes

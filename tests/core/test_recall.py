@@ -402,3 +402,67 @@ async def test_a_recall_does_not_wait_for_another_still_selecting(store: EventSt
     finally:
         release.set()
     assert records(await slow_one) == ["city"]
+
+
+async def test_a_kept_recall_lets_the_loop_turn_and_a_slow_selection_never_holds_it(
+    tmp_path: Path
+) -> None:
+    """A kept Recaller's loop thread waits for a quick selection, yet each recall lets the
+    other coroutines run; a selection that blocks (keys.db stalled, say) holds the loop at
+    most INLINE_SELECTION: the loop turns while it waits, and the recall returns once it
+    ends, as do the recalls after it (and their errors)."""
+    import threading
+
+    from pulse_core.memory import Recaller
+
+    stores = await open_home(tmp_path / "home")
+    try:
+        await MemoryBoard(stores.events).set_state("ana", "city", "Lisbon")
+        recaller = Recaller(stores.events)
+        assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]  # folds
+        turns = 0
+
+        async def other() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        beside = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        for i in range(20):
+            seen = turns
+            assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+            assert turns > seen, f"recall {i} ran without letting another coroutine run"
+        beside.cancel()
+
+        selecting, release = threading.Event(), threading.Event()
+        select = recaller._select
+
+        def stalled(folded: Any, query: RecallQuery) -> list[Recalled]:
+            if query.limit == 7:
+                selecting.set()
+                release.wait(60)
+            return select(folded, query)
+
+        recaller._select = stalled  # type: ignore[method-assign]
+        # Only if the loop itself were stuck in the wait would this end the stall.
+        rescue = threading.Timer(60, release.set)
+        rescue.start()
+        try:
+            waiting = asyncio.ensure_future(recaller.recall(RecallQuery(text="lisbon",
+                                                                        limit=7)))
+            # Awaiting a thread needs the loop to turn while the selection is stalled.
+            assert await asyncio.to_thread(selecting.wait, 60)
+            assert not release.is_set(), "the loop stood still until the selection ended"
+            assert not waiting.done()
+            release.set()
+            assert records(await waiting) == ["city"]
+        finally:
+            rescue.cancel()
+        for _ in range(3):  # the first after it goes to the thread, then one waits again
+            assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+        with pytest.raises(UnknownIdentity):  # raised in the thread, handed to the caller
+            await recaller.recall(RecallQuery(text="lisbon", identity="bob"))
+    finally:
+        await stores.close()
