@@ -12,6 +12,9 @@ reviews): it fails when the work stops moving for a while, not when it is slow.
 
 `past_the_newest` waits for the wall clock to pass an event log's newest stamp, for a test
 whose next write must be newer (stamps are in milliseconds: two writes in one of them tie).
+
+`LoopTurns` counts the turns another coroutine gets, for a test of code that must let the
+event loop turn while it waits (a lone append's commit, a kept recall's selection).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -95,3 +99,27 @@ async def past_the_newest(store: EventStore) -> None:
     (newest,) = await store.read(newest_first=True, limit=1)
     await asyncio.sleep(max((newest.ts + 2) / 1000 - time.time(), 0))
     assert time.time_ns() // 1_000_000 > newest.ts
+
+
+class LoopTurns:
+    """`async with LoopTurns() as loop:` runs a coroutine beside the block that counts, in
+    `loop.turns`, the turns of the event loop it gets; cancelled when the block ends."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _count(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.turns += 1
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.create_task(self._count())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:
+        assert self._task is not None
+        self._task.cancel()

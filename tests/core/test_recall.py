@@ -34,7 +34,7 @@ from pulse_core.memory import (
     UnknownIdentity,
     recall,
 )
-from tests.timing import past_the_newest
+from tests.timing import LoopTurns, past_the_newest
 
 GRANTS = ("archive", "retention", "purge", "maintain")
 
@@ -420,21 +420,11 @@ async def test_a_kept_recall_lets_the_loop_turn_and_a_slow_selection_never_holds
         await MemoryBoard(stores.events).set_state("ana", "city", "Lisbon")
         recaller = Recaller(stores.events)
         assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]  # folds
-        turns = 0
-
-        async def other() -> None:
-            nonlocal turns
-            while True:
-                await asyncio.sleep(0)
-                turns += 1
-
-        beside = asyncio.create_task(other())
-        await asyncio.sleep(0)
-        for i in range(20):
-            seen = turns
-            assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
-            assert turns > seen, f"recall {i} ran without letting another coroutine run"
-        beside.cancel()
+        async with LoopTurns() as loop:
+            for i in range(20):
+                seen = loop.turns
+                assert records(await recaller.recall(RecallQuery(text="lisbon"))) == ["city"]
+                assert loop.turns > seen, f"recall {i} ran without letting another coroutine run"
 
         selecting, release = threading.Event(), threading.Event()
         select = recaller._select

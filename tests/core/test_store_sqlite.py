@@ -23,6 +23,7 @@ from pulse_core import (
 )
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
+from tests.timing import LoopTurns
 
 
 class TestSqliteRecorder(RecorderContract):
@@ -210,21 +211,11 @@ async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_t
         grouped = {e.ts for e in await store.read()}
         assert len(grouped) < 32, "32 concurrent appends made 32 commits"
 
-        turns = 0
-
-        async def other() -> None:
-            nonlocal turns
-            while True:
-                await asyncio.sleep(0)
-                turns += 1
-
-        beside = asyncio.create_task(other())
-        await asyncio.sleep(0)
-        for i in range(20):
-            seen = turns
-            await store.append([draft("lone", i)])
-            assert turns > seen, f"append {i} ran without letting another coroutine run"
-        beside.cancel()
+        async with LoopTurns() as loop:
+            for i in range(20):
+                seen = loop.turns
+                await store.append([draft("lone", i)])
+                assert loop.turns > seen, f"append {i} ran without letting another coroutine run"
         lone = [e for e in await store.read() if e.key == "lone"]
         assert [e.version for e in lone] == list(range(1, 21))
         assert len({e.ts for e in lone}) == 20  # one commit each
