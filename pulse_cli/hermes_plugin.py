@@ -14,6 +14,7 @@ from typing import Any
 from pulse_adapters.hermes.plugin import PluginHome
 from pulse_adapters.hermes.plugin import register as register_plugin
 from pulse_cli import config as config_file
+from pulse_cli.home import Home
 from pulse_cli.maintenance import import_origins
 
 __all__ = ["home_config", "register"]
@@ -22,7 +23,7 @@ __all__ = ["home_config", "register"]
 def home_config(home: Path) -> PluginHome:
     """What `home`'s config.json tells the plugin (every default when it has none);
     ConfigError, or MaintenanceSettingsError, names what is wrong in it."""
-    cfg = config_file.load_or_default(home / "config.json")
+    cfg = config_file.load_or_default(Home(home).config)
     return PluginHome(store=cfg.store, side_store=cfg.side_store,
                       import_origins=import_origins(cfg))
 

@@ -91,6 +91,10 @@ class PluginSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         if self.primer_chars != 0 and not 80 <= self.primer_chars <= 8_000:
             raise ValueError(f"primer_chars {self.primer_chars} is not 0 (off) or 80..8000")
 
+    def pulse_home(self) -> Path:
+        """The pulse home's folder: `home`, else ~/.upulse."""
+        return Path(self.home or "~/.upulse").expanduser()
+
 
 OFFERED_TYPES = ("state", "unresolved", "fact", "reflection", "observation")
 """What `recall: N` offers: not exchanges (the conversation itself is already in the turn)."""
@@ -189,7 +193,7 @@ class HermesPlugin:
         self.settings = settings
         self.profile = hermes_profile
         self.home = PluginHome() if home is None else home
-        self.bridge = PulseBridge(Path(settings.home or "~/.upulse").expanduser(),
+        self.bridge = PulseBridge(settings.pulse_home(),
                                   embed=settings.embed, name="hermes-plugin",
                                   principal=Principal.agent("hermes", "hermes-plugin"),
                                   store=self.home.store, side_store=self.home.side_store)
@@ -414,6 +418,5 @@ def plugin_from_hermes(environ: Mapping[str, str] | None = None, *,
     entries = plugins.get("entries") if isinstance(plugins, dict) else None
     entry = entries.get(PLUGIN) if isinstance(entries, dict) else None
     settings = plugin_settings(entry, os.environ if environ is None else environ)
-    where = Path(settings.home or "~/.upulse").expanduser()
     return HermesPlugin(settings, hermes_profile=profile,
-                        home=None if home is None else home(where))
+                        home=None if home is None else home(settings.pulse_home()))
