@@ -33,6 +33,16 @@ def has_env(proc: psutil.Process, wanted: dict[str, str]) -> bool:
     return all(env.get(name) == value for name, value in wanted.items())
 
 
+def _named(spec: Essential, name: str, cmdline: Sequence[str]) -> bool:
+    """Whether a process called `name` running `cmdline` is the one `spec`'s `match_name`
+    or `match_cmdline` names."""
+    if spec.match_name and name == spec.match_name:
+        return True
+    if spec.match_cmdline:
+        return spec.match_cmdline in " ".join(cmdline)
+    return False
+
+
 def find_process(spec: Essential) -> psutil.Process | None:
     """The live process `spec` describes, or None: the one its pidfile names, else the first
     whose name is `match_name` or whose command line holds `match_cmdline`, else one of this
@@ -55,10 +65,7 @@ def find_process(spec: Essential) -> psutil.Process | None:
             if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == me:
                 continue
             argv = proc.info["cmdline"] or ()
-            named = bool(spec.match_name) and proc.info["name"] == spec.match_name
-            line = spec.match_cmdline
-            if (named or (line is not None and line != "" and line in " ".join(argv))) \
-                    and has_env(proc, spec.match_env):
+            if _named(spec, proc.info["name"], argv) and has_env(proc, spec.match_env):
                 return proc
             if by_argv is None and proc.info["uids"] is not None \
                     and proc.info["uids"].real == uid and same_command(argv, spec.argv) \
