@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from pathlib import Path
 
+import pytest
+
 from pulse_adapters.hermes._notices import NOTICE_OFFERED, notice_key
 from pulse_adapters.llm.stand_in import ChatServer, Stream
-from pulse_cli.hermes_plugin import home_config
+from pulse_cli.hermes_plugin import home_config, register
 from pulse_core import Engine, ManualClock, open_home
 from pulse_core._effects import effect_draft
 from pulse_core.store import reveal
@@ -124,3 +127,32 @@ def test_the_plugin_takes_the_stores_and_import_origins_from_config_json(tmp_pat
     found = home_config(home)
     assert found.store == "postgresql://pulse@127.0.0.1:5433/pulse"
     assert found.import_origins == ("agent:scraper",)
+
+
+class HookRecorder:
+    """Hermes' PluginContext as far as the plugin uses it: the hooks registered on it."""
+
+    def __init__(self) -> None:
+        self.hooks: list[str] = []
+
+    def register_hook(self, name: str, callback: object) -> None:
+        self.hooks.append(name)
+
+
+def test_a_config_json_that_does_not_parse_keeps_the_plugin_from_starting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Never a fall back to another log: the plugin says why and registers nothing, and
+    Hermes runs on without it."""
+    home = tmp_path / "pulse"
+    home.mkdir()
+    (home / "config.json").write_text('{"store": ')
+    monkeypatch.setenv("PULSE_HOME", str(home))
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes"))
+    ctx = HookRecorder()
+    with caplog.at_level(logging.ERROR, logger="pulse.hermes"):
+        register(ctx)
+    assert ctx.hooks == []
+    assert "pulse plugin: not started: ConfigError" in caplog.text
+    assert str(home / "config.json") in caplog.text
+    assert not (home / "events.db").exists()
