@@ -201,9 +201,11 @@ def median(values: Sequence[float]) -> float:
 # -- limits: raw sqlite3 --------------------------------------------------------------------
 
 
-def raw_connection(path: Path, synchronous: str = "FULL") -> sqlite3.Connection:
-    """A plain sqlite3 connection in WAL mode with the events table (same columns, indexes)."""
-    conn = sqlite3.connect(path, isolation_level=None)
+def raw_connection(path: Path, synchronous: str = "FULL", *,
+                   any_thread: bool = False) -> sqlite3.Connection:
+    """A plain sqlite3 connection in WAL mode with the events table (same columns, indexes);
+    `any_thread`: usable from threads other than its creator's."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=not any_thread)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.executescript(SCHEMA)
