@@ -25,6 +25,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import IO
 
 import msgspec
 
@@ -109,6 +110,7 @@ class Daemon:
         self._requests: dict[str, str] = {}
         self._narrating: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._pidfile: IO[bytes] | None = None  # locked while open: the daemon runs
         self._beat = time.monotonic()
 
     def _settings(self, cfg: config_file.Config) -> None:
@@ -317,6 +319,8 @@ class Daemon:
                 self._watchdog.cancel()
             await self._stop_narrating()
             await self.engine.close()
+            if self._pidfile is not None:
+                self._pidfile.close()
             self.home.remove_pidfile(self.pid)
             self.status.state, self.status.stopped_at = "stopped", now_ms()
             self._write_status()
@@ -344,7 +348,7 @@ class Daemon:
                          event="reconcile-failed", level="warning")
         self.loaded_seq = await self.engine.events.last_seq()
         await self._started()
-        self.home.write_pidfile(self.pid)
+        self._pidfile = self.home.write_pidfile(self.pid)
         ready = (f"ready: home {self.home.root}, revision {self._revision()}, "
                  f"{len(self.engine.rule_names)} rules, default tick "
                  f"{self.engine.default_tick_ms} ms")

@@ -7,7 +7,7 @@ logs and lock) are named by pulse_core._home.HomeLayout; the CLI adds its own::
     ├── config.json          settings, validated on load (pulse_cli.config)
     ├── engine/              the engine directory (git; main = production)
     ├── staging/             a git worktree of engine/ on the staging branch
-    ├── daemon.pid           written once the daemon's engine is open; removed on stop
+    ├── daemon.pid           written once the daemon's engine is open, locked by it until stop
     ├── daemon.status.json   refreshed by the daemon every second (DaemonStatus)
     ├── daemon.log           the daemon's stdout and stderr
     ├── host.id              the home's host name when config.json's is null (config.home_host)
@@ -24,9 +24,10 @@ pulse_core._homelock), whatever the umask.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -203,13 +204,14 @@ class Home:
     def running_pid(self) -> int | None:
         """The pid of this home's daemon if it is alive, else None (a stale pidfile is ignored).
 
-        The process must exist and not be a zombie, and either hold this home's engine.lock
-        (as the daemon does from before it writes the pidfile) or have started before the
-        pidfile was written, so a recycled pid is not mistaken for the daemon. The lock is
-        asked first because it reads no clock: a step of the wall clock since the pidfile was
-        written moves the start psutil reports, not the file's time.
+        The process must exist and not be a zombie, and either hold a lock on the pidfile
+        (as the daemon does for its whole life, reloads included) or on this home's
+        engine.lock, or have started before the pidfile was written, so a recycled pid is
+        not mistaken for the daemon. The locks are asked first because they read no clock: a
+        step of the wall clock since the pidfile was written moves the start psutil reports,
+        not the file's time.
         """
-        found = _live_pid(self.pidfile, self.layout.lock)
+        found = _live_pid(self.pidfile, (self.pidfile, self.layout.lock))
         return None if found is None else found[0]
 
     def engine_pid(self) -> int | None:
@@ -218,7 +220,7 @@ class Home:
         engine starting meanwhile is never refused: the pid the holder wrote in the lock
         must be alive and hold a lock on that file; where /proc/locks cannot be read, it
         must have started before it wrote the pid."""
-        found = _live_pid(self.layout.lock, self.layout.lock, must_hold=True)
+        found = _live_pid(self.layout.lock, (self.layout.lock,), must_hold=True)
         return None if found is None else found[0]
 
     @contextlib.contextmanager
@@ -245,9 +247,16 @@ class Home:
         except (OSError, msgspec.DecodeError):
             return None
 
-    def write_pidfile(self, pid: int) -> None:
-        """Write the pidfile atomically (a reader never sees it half written)."""
+    def write_pidfile(self, pid: int) -> IO[bytes]:
+        """Write the pidfile atomically (a reader never sees it half written) and take a
+        shared lock on it, held while the returned file stays open: the daemon keeps it open
+        for its life, so `running_pid` knows it by its lock, with no clock read, even while a
+        reload has let go of engine.lock. Close it when stopping."""
         write_private(self.pidfile, f"{pid}\n".encode())
+        held = self.pidfile.open("rb")
+        with contextlib.suppress(OSError):  # no locks here: the start time still tells
+            fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return held
 
     def write_status(self, status: DaemonStatus) -> None:
         """Write daemon.status.json atomically."""
@@ -260,18 +269,23 @@ class Home:
                 self.pidfile.unlink()
 
 
-def _holds_lock(pid: int, lock: Path) -> bool | None:
-    """Whether /proc/locks lists a lock of `pid` on the file `lock` (None where the file or
-    /proc/locks cannot be read)."""
+def _holds_lock(pid: int, locks: Sequence[Path]) -> bool | None:
+    """Whether /proc/locks lists a lock of `pid` on one of the files `locks` (None where
+    none of them, or /proc/locks, can be read)."""
+    inodes: set[str] = set()
+    for lock in locks:
+        with contextlib.suppress(OSError):
+            inodes.add(str(lock.stat().st_ino))
+    if not inodes:
+        return None
     try:
-        inode = lock.stat().st_ino
         with open("/proc/locks") as listed:
             lines = listed.read().splitlines()
     except OSError:
         return None
     for line in lines:
         fields = line.split()
-        if len(fields) > 5 and fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] == str(inode):
+        if len(fields) > 5 and fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] in inodes:
             return True
     return False
 
@@ -287,11 +301,11 @@ def list_homes(base: Path | None = None) -> list[tuple[str, Home]]:
     return homes
 
 
-def _live_pid(path: Path, lock: Path, *,
+def _live_pid(path: Path, locks: Sequence[Path], *,
               must_hold: bool = False) -> tuple[int, os.stat_result] | None:
     """The pid written in `path` and the file's stat, when that process is alive, is no
-    zombie and is the one that wrote it (a recycled pid is not it): it holds a lock on
-    `lock`, or (unless `must_hold`, where /proc/locks can be read) it started before the
+    zombie and is the one that wrote it (a recycled pid is not it): it holds a lock on one
+    of `locks`, or (unless `must_hold`, where /proc/locks can be read) it started before the
     file was written. The second test reads the wall clock twice, psutil's start and the
     file's time, so a step of the clock in between can fail it; the first reads none."""
     try:
@@ -306,7 +320,7 @@ def _live_pid(path: Path, lock: Path, *,
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
-        holds = _holds_lock(pid, lock)
+        holds = _holds_lock(pid, locks)
         if holds:
             return pid, info
         if (holds is None or not must_hold) and process.create_time() <= info.st_mtime + 1:

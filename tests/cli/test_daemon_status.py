@@ -33,6 +33,19 @@ EMBEDDED = textwrap.dedent("""
     asyncio.run(main())
 """)
 
+# What the daemon does with its pidfile, alone: written and held locked, engine.lock not
+# held, as between the two engines of a reload.
+PIDFILE_HOLDER = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from pulse_cli.home import Home
+
+    held = Home(Path(sys.argv[1])).write_pidfile(os.getpid())
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+    held.close()
+""")
+
 
 @pytest.fixture
 def embedded(tmp_path: Path) -> Iterator[tuple[Path, int]]:
@@ -137,6 +150,51 @@ def test_a_running_daemon_is_still_running_after_the_wall_clock_stepped_forward(
     assert refused.returncode == 3 and f"already running (pid {pid})" in refused.stderr
     upulse("daemon", "stop", "--home", home)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def lock_holders(path: Path) -> set[int]:
+    """The pids /proc/locks lists a lock of on the file `path`."""
+    inode = str(path.stat().st_ino)
+    return {int(fields[4]) for fields in map(str.split, Path("/proc/locks").read_text()
+                                               .splitlines())
+            if len(fields) > 5 and fields[5].rsplit(":", 1)[-1] == inode}
+
+
+def test_the_daemon_holds_its_pidfile_locked_for_its_life_reloads_included(
+        upulse: Upulse, tmp_path: Path) -> None:
+    home = upulse.init(tmp_path / "home")
+    upulse("daemon", "start", "--home", home)
+    pid = daemon_pid(home)
+    assert pid is not None and pid in lock_holders(home / "daemon.pid")
+    os.kill(pid, signal.SIGHUP)
+    wait_until(lambda: "SIGHUP: reloaded" in (home / "daemon.log").read_text(), 60,
+               "the daemon to reload")
+    assert daemon_pid(home) == pid and pid in lock_holders(home / "daemon.pid")
+    upulse("daemon", "stop", "--home", home)
+    assert not (home / "daemon.pid").exists()
+
+
+def test_a_daemon_between_the_engines_of_a_reload_is_running_after_the_clock_stepped(
+        upulse: Upulse, tmp_path: Path) -> None:
+    """While a reload has closed one engine and not yet opened the next, nobody holds
+    engine.lock: the daemon is known by the lock on its pidfile, with no clock read."""
+    home = upulse.init(tmp_path / "home")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", PIDFILE_HOLDER, str(home)], env=env,
+                          text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as daemon:
+        assert daemon.stdout is not None and daemon.stdin is not None
+        try:
+            assert daemon.stdout.readline().strip() == "held"
+            clock_stepped_forward(home / "daemon.pid")
+            report = json.loads(upulse("daemon", "status", "--home", home, "--json",
+                                       ok=False).stdout)
+            assert report["running"] is True and report["pid"] == daemon.pid
+            refused = upulse("daemon", "start", "--home", home, ok=False)
+            assert refused.returncode == 3
+            assert f"already running (pid {daemon.pid})" in refused.stderr
+        finally:
+            daemon.stdin.close()
+            daemon.wait(timeout=30)
 
 
 def test_an_embedded_engine_is_found_after_the_wall_clock_stepped_forward(
