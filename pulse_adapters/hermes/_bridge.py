@@ -239,6 +239,10 @@ class PulseBridge:
                 self._store = self._stores.events
                 self.mode = "client"
         except Exception as exc:
+            if self._closing:  # given up by close (or torn down at exit): no more tries
+                log.info("%s: closed before the pulse home %s opened (%s: %s)", self.name,
+                         self.home, type(exc).__name__, exc)
+                return
             self.mode = "failed"
             self._reopen_at = time.monotonic() + self.reopen_after_s
             problem = f"{type(exc).__name__}: {exc}"

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -129,6 +130,26 @@ def test_a_locked_pulse_home_costs_hermes_one_bounded_wait_not_one_per_turn(
     # the plugin knows it is behind: it stops waiting (a wait at all lasts at least this)
     assert max(held[1:]) < min(settings.notice_wait_s, plugin.bridge.stall_s)
     assert closing < plugin.bridge.stall_s + 10  # one slice in which nothing moved; a hang
+
+
+@pytest.mark.filterwarnings("ignore:coroutine 'PulseBridge._close' was never awaited")
+def test_a_bridge_closed_before_its_home_opened_says_so_not_that_the_home_fails(
+        locked_home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Closed while the home's lock keeps it from opening, the bridge stops waiting; the
+    program's exit then tears the opening down (here as the interpreter does: its pending
+    coroutines closed off the loop). That is no failed opening, to be tried again."""
+    bridge = PulseBridge(locked_home, principal=Principal.agent("hermes", "cli"),
+                         name="hermes-plugin", stall_s=0.2)
+    bridge.start()
+    with caplog.at_level(logging.INFO, logger="pulse.hermes"):
+        bridge.close(0.5)
+        assert bridge.mode == "opening"  # the home never opened: the lock is still held
+        for task in asyncio.all_tasks(bridge._loop):
+            task.get_coro().close()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert not [text for level, text in said if level >= logging.ERROR], said
+    assert any(f"closed before the pulse home {locked_home} opened" in text
+               for _, text in said), said
 
 
 def settle(plugin: HermesPlugin, timeout_s: float = 60.0) -> None:
