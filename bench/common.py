@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -400,7 +400,7 @@ def postgres_database() -> Iterator[str]:
         yield server.create_database()
 
 
-def on_postgres(url: str | None, run: Callable[[str], Awaitable[Report]]) -> int:
+def on_postgres(url: str | None, run: Callable[[str], Coroutine[Any, Any, Report]]) -> int:
     """Run `run` on the database `url`, or on a server of this run's own when there is none
     (`postgres_database`); the report's exit code."""
     if url:

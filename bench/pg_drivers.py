@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.common import fmt, median, percentile
 
@@ -41,7 +42,7 @@ async def _timed(rounds: int, once: Callable[[int], Awaitable[None]]) -> list[fl
 
 
 async def asyncpg_figures(url: str, rounds: int) -> dict[str, list[float]]:
-    import asyncpg
+    asyncpg: Any = importlib.import_module("asyncpg")  # optional: not among the test extras
 
     conn = await asyncpg.connect(url)
     other = await asyncpg.connect(url)
