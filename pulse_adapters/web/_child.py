@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import uvicorn
 
-from pulse_adapters.web._connections import bounded_http, connection_cap
+from pulse_adapters.web._connections import bounded_http, connection_cap, quiet_accept_errors
 from pulse_adapters.web._pages import configured_pages
 from pulse_adapters.web._report import EngineReport
 from pulse_adapters.web._settings import load_settings, read_token
@@ -106,6 +106,7 @@ async def serve(setup: dict[str, Any]) -> None:
             app, log_config=None, access_log=False, lifespan="off", proxy_headers=False,
             server_header=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
             http=bounded_http(settings.request_timeout_s, connection_cap())))
+        quiet_accept_errors(asyncio.get_running_loop())
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not serving.done():  # noqa: ASYNC110 (no start event)
             await asyncio.sleep(0.01)

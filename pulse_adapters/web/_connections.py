@@ -10,18 +10,28 @@ bounds uvicorn does not give.
   for a request; when every connection is serving one, the newcomer is closed instead. So
   idle or half-sent connections, however many, never keep an operator's request out, and
   the process never runs out of files to accept with.
+
+Accepting can still run out of files in a burst: asyncio accepts every connection waiting (up
+to the listen backlog's count) before any of them is made and can let another go. It then
+tries again a second later, and reports each refused try; `quiet_accept_errors` makes that
+one line a second instead of a traceback a try (up to 2,048 in one go, which took the niced
+UI's whole share of a busy CPU while the operator's connection waited behind them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import resource
+import sys
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_CONNECTIONS = 1024
 MIN_CONNECTIONS = 8
+ACCEPT_REFUSED = "socket.accept() out of system resource"
+"""How asyncio's accept loop reports a try refused for want of files or memory."""
 
 
 def connection_cap() -> int:
@@ -103,3 +113,31 @@ def bounded_http(timeout_s: float, most: int) -> type[BoundedHttp]:
         cap = most
 
     return Configured
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+    """Have `loop` report accepts refused for want of files or memory in one line to stderr
+    a second, with how many there were, instead of a traceback for each; any other error
+    goes to the handler it had."""
+    before = loop.get_exception_handler()
+    refused = 0
+    said_at = -math.inf
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        nonlocal refused, said_at
+        if context.get("message") != ACCEPT_REFUSED:
+            if before is None:
+                loop.default_exception_handler(context)
+            else:
+                before(loop, context)
+            return
+        refused += 1
+        if loop.time() - said_at >= 1.0:
+            said_at = loop.time()
+            print(f"pulse web: accepting connections: {context.get('exception')} (refused "
+                  f"{refused} times since the last such line); tried again in a second, and "
+                  "the connections waiting longest for a request are let go as new ones come",
+                  file=sys.stderr, flush=True)
+            refused = 0
+
+    loop.set_exception_handler(handle)

@@ -322,13 +322,15 @@ def screenshot(request: pytest.FixtureRequest) -> Callable[[Page, str], Path]:
 class UiProcess:
     """The UI's own process (`python -m pulse_adapters.web`, as the web service starts it) on
     a home of its own, given its settings on stdin the way the service gives them, its file
-    limit (RLIMIT_NOFILE) lowered to `files` when given. Other writers append to the home's
-    log as the engine would."""
+    limit (RLIMIT_NOFILE) lowered to `files` when given, its stderr written to the file
+    `stderr` when given. Other writers append to the home's log as the engine would."""
 
-    def __init__(self, home: Path, settings: dict[str, Any], files: int | None = None) -> None:
+    def __init__(self, home: Path, settings: dict[str, Any], files: int | None = None,
+                 stderr: Path | None = None) -> None:
         self.home = home
         self.settings = settings
         self.files = files
+        self.stderr = stderr
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.token = ""
@@ -341,8 +343,10 @@ class UiProcess:
 
         run_async(make_home)
         self.token = ensure_token(self.home)
-        self.process = subprocess.Popen(self._argv(), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE)
+        with contextlib.ExitStack() as opened:
+            err = None if self.stderr is None else opened.enter_context(self.stderr.open("ab"))
+            self.process = subprocess.Popen(self._argv(), stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=err)
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps({
             "home": str(self.home), "store": None, "placement": "",

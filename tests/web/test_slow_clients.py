@@ -4,8 +4,12 @@ an operator's request is served meanwhile, even at the process's file limit."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
+import os
 import select
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -15,6 +19,7 @@ import httpx
 import psutil
 import pytest
 
+from pulse_adapters.web._connections import ACCEPT_REFUSED, quiet_accept_errors
 from pulse_core import EventDraft
 from tests.web.conftest import UiProcess, wait_for
 
@@ -142,8 +147,10 @@ def _first_data(lines: Iterator[str]) -> str:
 
 @pytest.fixture
 def limited(tmp_path: Path) -> Iterator[UiProcess]:
-    """A UI process allowed 64 files, with a request timeout far longer than the test."""
-    served = UiProcess(tmp_path / "home", {"port": 0, "request_timeout_s": 120}, files=64)
+    """A UI process allowed 64 files, with a request timeout far longer than the test, its
+    stderr in tmp_path/ui.stderr."""
+    served = UiProcess(tmp_path / "home", {"port": 0, "request_timeout_s": 120}, files=64,
+                       stderr=tmp_path / "ui.stderr")
     served.start()
     try:
         yield served
@@ -154,15 +161,21 @@ def limited(tmp_path: Path) -> Iterator[UiProcess]:
 def test_at_the_file_limit_idle_connections_make_way_for_the_operator(
         limited: UiProcess) -> None:
     idle: list[socket.socket] = []
+    assert limited.process is not None
     try:
-        for n in range(150):  # more than the process may hold files
-            sock = connect(limited)
-            if n % 2:
-                sock.sendall(half_request(limited))
-            idle.append(sock)
+        # All of them queued before the UI takes any (the kernel answers for it while it is
+        # stopped): its first accepts then run out of files, whatever the machine's speed.
+        os.kill(limited.process.pid, signal.SIGSTOP)
+        try:
+            for n in range(150):  # more than the process may hold files
+                sock = connect(limited)
+                if n % 2:
+                    sock.sendall(half_request(limited))
+                idle.append(sock)
+        finally:
+            os.kill(limited.process.pid, signal.SIGCONT)
         assert operator_served(limited)
         assert closed_by_server(idle[0]), "the connection idle longest was not let go"
-        assert limited.process is not None
         child = psutil.Process(limited.process.pid)
         assert child.rlimit(psutil.RLIMIT_NOFILE) == (64, 64) and child.num_fds() < 64
         for _ in range(3):
@@ -171,3 +184,31 @@ def test_at_the_file_limit_idle_connections_make_way_for_the_operator(
         for sock in idle:
             with contextlib.suppress(OSError):
                 sock.close()
+    # Accepts refused at the limit are told in a line a second, not a traceback a try (up
+    # to 2,048 a burst, which took a niced UI's share of a busy CPU: the operator waited).
+    assert limited.stderr is not None
+    told = limited.stderr.read_text()
+    assert "Traceback" not in told, told[-2000:]
+    assert 1 <= told.count("pulse web: accepting connections: [Errno 24]") <= 60, told[-2000:]
+
+
+def test_refused_accepts_are_told_once_a_second_and_other_errors_as_before(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    loop = asyncio.new_event_loop()
+    seen: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: seen.append(context))
+    try:
+        quiet_accept_errors(loop)
+        refused = OSError(errno.EMFILE, "Too many open files")
+        for _ in range(2048):
+            loop.call_exception_handler({"message": ACCEPT_REFUSED, "exception": refused})
+        other = {"message": "Task exception was never retrieved", "exception": ValueError()}
+        loop.call_exception_handler(other)
+    finally:
+        loop.close()
+    told = capsys.readouterr().err.splitlines()
+    assert told == [
+        "pulse web: accepting connections: [Errno 24] Too many open files (refused 1 times "
+        "since the last such line); tried again in a second, and the connections waiting "
+        "longest for a request are let go as new ones come"]
+    assert seen == [other]  # the handler the loop had
