@@ -8,14 +8,14 @@ bounds uvicorn does not give.
 - The UI holds at most `cap` connections, well below its process's file limit (half of it,
   up to MAX_CONNECTIONS). A connection beyond that closes the one that has waited longest
   for a request; when every connection is serving one, the newcomer is closed instead. So
-  idle or half-sent connections, however many, never keep an operator's request out, and
-  the process never runs out of files to accept with.
+  idle or half-sent connections, however many, never keep an operator's request out.
 
-Accepting can still run out of files in a burst: asyncio accepts every connection waiting (up
-to the listen backlog's count) before any of them is made and can let another go. It then
-tries again a second later, and reports each refused try; `quiet_accept_errors` makes that
-one line a second instead of a traceback a try (up to 2,048 in one go, which took the niced
-UI's whole share of a busy CPU while the operator's connection waited behind them).
+Accepting can still run out of files for a moment, in a burst: asyncio accepts every
+connection waiting (up to the listen backlog's count) before any of them is made and can let
+another go. It then tries again a second later, and reports each refused try;
+`quiet_accept_errors` makes that one line a second instead of a traceback a try (up to 2,048
+in one go, which took the niced UI's whole share of a busy CPU while the operator's
+connection waited behind them).
 """
 
 from __future__ import annotations
