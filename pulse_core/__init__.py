@@ -24,6 +24,7 @@ from pulse_core._effects import (
 )
 from pulse_core._engine import Engine, default_builtin_rules
 from pulse_core._errors import (
+    AppendOutcomeUnknown,
     AppendRejected,
     EffectNotFound,
     EffectStateConflict,
@@ -210,6 +211,7 @@ __all__ = [
     "TASK_KINDS",
     "AgentCapabilityStats",
     "AgentStats",
+    "AppendOutcomeUnknown",
     "AppendRejected",
     "AppendResult",
     "Backoff",

@@ -5,7 +5,9 @@ A report the store refuses as unavailable (a database restarting, a lost connect
 disk: StoreUnavailable) is kept, and recorded once the store answers again, marked `late` with
 the time it was made (`reported_at`, engine clock ms). An outage keeps at most KEEP_AT_MOST
 reports; the ones after those are counted, and one more error, recorded after the kept ones,
-says how many were not kept. Kept reports are tried again at each new report, after each
+says how many were not kept. An append of them whose outcome the store cannot tell
+(AppendOutcomeUnknown) is sent again unchanged, so nothing is recorded twice: reports counted
+after it get a count of their own. Kept reports are tried again at each new report, after each
 commit this process sees (on PostgreSQL, other processes' too) and otherwise after
 LATE_BACKOFF; at close, once more, and what still cannot be recorded is logged with its count.
 """
@@ -22,7 +24,7 @@ import msgspec
 
 from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock
-from pulse_core._errors import StoreClosed, StoreUnavailable
+from pulse_core._errors import AppendOutcomeUnknown, StoreClosed, StoreUnavailable
 from pulse_core._events import EventDraft, error_draft
 from pulse_core._waits import wait_signal
 from pulse_core.store import EventStore
@@ -54,16 +56,17 @@ class ErrorReports:
         self.events: EventStore | None = None
         self._spawn: Spawn | None = None
         self._kept: list[EventDraft] = []
-        self._not_kept = 0
-        self._not_kept_since = 0  # reported_at of the first one not kept
-        self._episode = uuid.uuid4().hex  # names the count of those not kept (its idem)
+        self._not_kept = 0  # counted, and in no count yet
+        self._not_kept_since = 0  # reported_at of the first of them
+        self._counting = 0  # of those, how many the count being appended holds
+        self._sent: list[EventDraft] = []  # counts of an append that may be stored: resent
         self._recording = asyncio.Lock()
         self._wake: asyncio.Event | None = None  # record_late's signal
 
     @property
     def waiting(self) -> int:
         """How many reports wait to be recorded (kept, or only counted)."""
-        return len(self._kept) + self._not_kept
+        return len(self._kept) + self._not_kept + self._counting + _counted(self._sent)
 
     def open(self, events: EventStore, spawn: Spawn) -> None:
         """Record reports in `events` from now on, each in a background task from `spawn`."""
@@ -110,8 +113,9 @@ class ErrorReports:
             return True
         if not self._not_kept:
             self._not_kept_since = at
-            log.warning("pulse: %d error reports wait for the store; the next ones are only "
-                        "counted until it answers again", self.limit)
+            if not self._counting and not self._sent:
+                log.warning("pulse: %d error reports wait for the store; the next ones are "
+                            "only counted until it answers again", self.limit)
         self._not_kept += 1
         return False
 
@@ -135,47 +139,55 @@ class ErrorReports:
 
     async def record_waiting(self) -> None:
         """Append what waits, in one append: the kept reports, then, if some were only
-        counted, an error saying how many.
+        counted, the errors saying how many.
 
-        Raises what the append raises. On StoreUnavailable the reports wait on; on any other
-        error (the store refused them) they are logged and given up, and the error says why.
+        Raises what the append raises. On StoreUnavailable the reports wait on (on
+        AppendOutcomeUnknown, to be sent again unchanged); on any other error (the store
+        refused them) they are logged and given up, and the error says why.
         """
         async with self._recording:
-            kept, not_kept = list(self._kept), self._not_kept
-            if not kept and not not_kept:
+            kept, sent = list(self._kept), list(self._sent)
+            counting, since = self._not_kept, self._not_kept_since
+            if not kept and not sent and not counting:
                 return
-            drafts = kept + [self._count(not_kept)] * bool(not_kept)
+            counts = sent + [self._count(counting, since)] * bool(counting)
+            # Reports counted while this append is under way get a count of their own.
+            self._counting, self._not_kept = counting, 0
             try:
-                await self._log().append(drafts)
-            except StoreUnavailable:
+                await self._log().append(kept + counts)
+            except AppendOutcomeUnknown:
+                self._sent = counts  # may be stored: only ever sent again as they are
+                raise
+            except StoreUnavailable:  # not stored: its count takes the ones counted since
+                if counting:
+                    self._not_kept += counting
+                    self._not_kept_since = since
                 raise
             except Exception:
                 log.error("pulse: %d error reports made while the store was unavailable were "
                           "refused by it and are given up%s", len(kept),
-                          f" (and {not_kept} more were only counted)" * bool(not_kept))
-                self._forget(len(kept), not_kept)
+                          f" (and {_counted(counts)} more were only counted)" * bool(counts))
+                self._forget(len(kept))
                 raise
-            self._forget(len(kept), not_kept)
+            finally:
+                self._counting = 0
+            self._forget(len(kept))
             log.info("pulse: recorded %d error reports late%s", len(kept),
-                     f" and the count of {not_kept} more" * bool(not_kept))
+                     f" and the count of {_counted(counts)} more" * bool(counts))
 
-    def _forget(self, kept: int, not_kept: int) -> None:
+    def _forget(self, kept: int) -> None:
         del self._kept[:kept]
-        self._not_kept -= not_kept
-        if not_kept:
-            self._episode = uuid.uuid4().hex
+        self._sent = []
 
-    def _count(self, not_kept: int) -> EventDraft:
-        """The error that says how many reports were not kept (its idempotency key follows the
-        count, so a retry with the same count records it at most once)."""
-        since = self._not_kept_since
+    def _count(self, not_kept: int, since: int) -> EventDraft:
+        """The error that says `not_kept` reports, the first made at `since`, were not kept
+        (its idempotency key is its own, so sent again it is recorded at most once)."""
         draft = error_draft(NOT_KEPT, StoreUnavailable(
             f"{not_kept} more error reports made while the store was unavailable (the first "
             f"at {since}, engine clock ms) were not kept: an outage keeps the first "
             f"{self.limit} and only counts the others"),
             {"late": True, "reported_at": since, "not_kept": not_kept}, host=self.host)
-        return msgspec.structs.replace(draft, idem=f"late-errors-not-kept:{self._episode}:"
-                                                   f"{not_kept}")
+        return msgspec.structs.replace(draft, idem=f"late-errors-not-kept:{uuid.uuid4().hex}")
 
     async def record_late(self) -> None:
         """Record what waits as soon as the store answers: at each new report, after each
@@ -208,3 +220,8 @@ class ErrorReports:
                 log.error("pulse: %d error reports made while the store was unavailable could "
                           "not be recorded (%s); the first: %s: %s: %s", self.waiting, exc,
                           first.get("where"), first.get("type"), first.get("message"))
+
+
+def _counted(counts: Sequence[EventDraft]) -> int:
+    """How many reports `counts` (errors counting reports not kept) count."""
+    return sum(int(count.data["not_kept"]) for count in counts)

@@ -6,7 +6,11 @@
     ├── StoreError                  a store cannot be opened or written
     │   ├── NotAPulseDatabase       the file is not SQLite, or SQLite of another program
     │   ├── SchemaTooNew            written by a newer pulse; upgrade to read it
-    │   ├── StoreUnavailable        locked by another writer too long, disk full, I/O error
+    │   ├── StoreUnavailable        locked by another writer too long, disk full, I/O error,
+    │   │   │                       a server that cannot be reached
+    │   │   └── AppendOutcomeUnknown
+    │   │                           a connection lost while an append committed: it may or
+    │   │                           may not be stored
     │   ├── StoreClosed             used after close()
     │   ├── StoreReadOnly           a write to a store opened read-only
     │   ├── EventUnreadable         a stored event's data cannot be decoded
@@ -69,7 +73,17 @@ class SchemaTooNew(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """SQLite refused the operation: locked too long, disk full, read-only, I/O error."""
+    """The store refused the operation for now: SQLite locked too long, a full disk, a
+    read-only file, an I/O error; a PostgreSQL or Redis server that cannot be reached or a
+    connection that broke."""
+
+
+class AppendOutcomeUnknown(StoreUnavailable):
+    """The connection broke while an append was being committed and the store could not be
+    asked whether it was: the append may or may not be stored. Append the same drafts again
+    once the store answers (an `idem` on each makes that safe), never changed ones: a draft
+    whose content changed under the same `idem` is refused, and one without an `idem` may be
+    stored twice."""
 
 
 class StoreClosed(StoreError):

@@ -8,7 +8,8 @@ import pulse_core
 import pulse_core.store
 
 EXPECTED_CORE = {
-    "AgentCapabilityStats", "AgentStats", "AppendRejected", "AppendResult", "Backoff",
+    "AgentCapabilityStats", "AgentStats", "AppendOutcomeUnknown", "AppendRejected",
+    "AppendResult", "Backoff",
     "CapabilityData", "Clock", "Decision", "Effect", "EffectEntry", "EffectNotFound",
     "EffectOutcome", "EffectStateConflict", "EffectStatus", "Engine", "EngineDirectory",
     "Essential", "Event", "EventDraft", "EventLogLost",

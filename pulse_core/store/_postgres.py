@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pulse_core._clock import Clock, SystemClock
 from pulse_core._errors import (
+    AppendOutcomeUnknown,
     StoreClosed,
     StoreError,
     StoreReadOnly,
@@ -244,7 +245,7 @@ class PostgresRecorder(Recorder):
                         f"{self.location}: not stored: the connection failed twice while "
                         f"the append was being committed ({first_line(cause)}) — append it "
                         "again once the server answers") from cause
-                raise StoreUnavailable(
+                raise AppendOutcomeUnknown(
                     f"{self.location}: the connection failed while the append was being "
                     f"committed ({first_line(cause)}), so it may or may not be stored — "
                     "read the log (by idempotency key) before retrying") from cause

@@ -1,9 +1,11 @@
 """A PostgreSQL commit whose reply is lost: the connection drops once the server has the
 COMMIT, and the server cannot be asked at once whether it committed. The tick that asked for
 it is completed with the same drafts, never run again: each effect it decided is recorded
-once (the documented "pay once per ctx.effect_id" holds). And a commit cut off before the
-server had its COMMIT counts as stored only if its own first event sits at its seq, not
-another writer's; once its server session has ended it is known not stored, and sent again."""
+once (the documented "pay once per ctx.effect_id" holds), and so is each error report kept
+through an outage whose late append loses its reply, and each count of those not kept. And a
+commit cut off before the server had its COMMIT counts as stored only if its own first event
+sits at its seq, not another writer's; once its server session has ended it is known not
+stored, and sent again."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pulse_core import (
+    AppendOutcomeUnknown,
     Decision,
     Effect,
     Engine,
@@ -22,7 +25,10 @@ from pulse_core import (
     Inner,
     Snapshot,
     StoreUnavailable,
+    SystemClock,
+    _error_reports,
 )
+from pulse_core._events import error_draft
 from pulse_core.store import open_event_store
 from tests.faults.test_pg_stall import StallingProxy, database, proxy, within
 from tests.servers import PostgresServer
@@ -72,7 +78,7 @@ async def test_a_tick_whose_commit_reply_is_lost_records_its_effects_once(
 
         proxy.between = refuse
         proxy.lose_commit_reply = True
-        with pytest.raises(StoreUnavailable, match="may or may not be stored"):
+        with pytest.raises(AppendOutcomeUnknown, match="may or may not be stored"):
             await within(60, "the tick whose reply is lost", engine.tick())
         assert proxy.cuts == 1
         proxy.refusing = False
@@ -131,3 +137,48 @@ async def test_a_commit_cut_before_the_server_had_it_is_not_taken_for_another_wr
         assert by == [(1, "me"), (2, "other"), (3, "me")]
     finally:
         await store.close()
+
+
+async def test_error_reports_whose_late_append_lost_its_reply_are_each_counted_once(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    name = database(postgres_server)
+    store = await open_event_store(proxy.url(name, connect_timeout="1"))
+    reports = _error_reports.ErrorReports(SystemClock())
+    reports.limit = 2
+    reports.open(store, lambda name, work: asyncio.ensure_future(work))
+
+    def reports_made(first: int, count: int) -> None:  # as the store refused them
+        reports.keep([error_draft(f"rule:r{n}", RuntimeError(f"broke {n}"))
+                      for n in range(first, first + count)])
+
+    try:
+        reports_made(0, 5)  # 2 kept, 3 only counted
+
+        def refuse() -> None:
+            proxy.refusing = True
+
+        proxy.between = refuse
+        proxy.lose_commit_reply = True
+        with pytest.raises(AppendOutcomeUnknown):
+            await within(60, "the late append whose reply is lost", reports.record_waiting())
+        assert proxy.cuts == 1
+        reports_made(5, 2)  # counted after the append that may be stored
+        assert reports.waiting == 2 + 3 + 2
+        proxy.refusing = False
+        await within(60, "the late append once the server answers", _record(reports))
+        assert reports.waiting == 0
+        errors = await store.read(kinds=["error"])
+    finally:
+        await store.close()
+    counts = [e.data["not_kept"] for e in errors if e.key == _error_reports.NOT_KEPT]
+    kept = [e.data["message"] for e in errors if e.key != _error_reports.NOT_KEPT]
+    assert kept == ["broke 0", "broke 1"]
+    assert counts == [3, 2], counts  # the stored count, then the one made after it
+
+
+async def _record(reports: _error_reports.ErrorReports) -> None:
+    while True:
+        try:
+            return await reports.record_waiting()
+        except StoreUnavailable:
+            await asyncio.sleep(0.1)
