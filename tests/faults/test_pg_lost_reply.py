@@ -23,6 +23,7 @@ from pulse_core import (
     ExecutionContext,
     Executor,
     Inner,
+    ManualClock,
     Snapshot,
     StoreUnavailable,
     SystemClock,
@@ -174,6 +175,44 @@ async def test_error_reports_whose_late_append_lost_its_reply_are_each_counted_o
     kept = [e.data["message"] for e in errors if e.key != _error_reports.NOT_KEPT]
     assert kept == ["broke 0", "broke 1"]
     assert counts == [3, 2], counts  # the stored count, then the one made after it
+
+
+async def test_reports_counted_while_their_count_is_appended_get_a_count_of_their_own(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    name = database(postgres_server)
+    store = await open_event_store(proxy.url(name))
+    clock = ManualClock()
+    reports = _error_reports.ErrorReports(clock)
+    reports.limit = 1
+    reports.open(store, lambda name, work: asyncio.ensure_future(work))
+
+    def made(n: int) -> None:
+        reports.keep([error_draft("rule:r", RuntimeError(f"broke {n}"))])
+        clock.advance(1_000)
+
+    try:
+        await store.read(kinds=["error"])  # connected: the append below only waits
+        first = clock.now_ms()
+        for n in range(3):
+            made(n)  # one kept, two counted
+        proxy.pause()
+        appending = asyncio.ensure_future(reports.record_waiting())
+        await asyncio.sleep(0.2)
+        later = clock.now_ms()
+        made(3)
+        made(4)
+        assert reports.waiting == 5
+        proxy.resume()
+        await within(60, "the late append", appending)
+        assert reports.waiting == 2
+        await within(60, "the second late append", reports.record_waiting())
+        errors = await store.read(kinds=["error"])
+    finally:
+        proxy.resume()
+        await store.close()
+    counts = [(e.data["not_kept"], e.data["reported_at"]) for e in errors
+              if e.key == _error_reports.NOT_KEPT]
+    assert counts == [(2, first + 1_000), (2, later)]
 
 
 async def _record(reports: _error_reports.ErrorReports) -> None:
