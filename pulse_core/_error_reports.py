@@ -5,11 +5,13 @@ A report the store refuses as unavailable (a database restarting, a lost connect
 disk: StoreUnavailable) is kept, and recorded once the store answers again, marked `late` with
 the time it was made (`reported_at`, engine clock ms). An outage keeps at most KEEP_AT_MOST
 reports; the ones after those are counted, and one more error, recorded after the kept ones,
-says how many were not kept. An append of them whose outcome the store cannot tell
-(AppendOutcomeUnknown) is sent again unchanged, so nothing is recorded twice: reports counted
-after it get a count of their own. Kept reports are tried again at each new report, after each
-commit this process sees (on PostgreSQL, other processes' too) and otherwise after
-LATE_BACKOFF; at close, once more, and what still cannot be recorded is logged with its count.
+says how many were not kept. Every report carries an idempotency key, and an append whose
+outcome the store cannot tell (AppendOutcomeUnknown) is sent again unchanged (a report it
+held is not marked late: it may be stored already), so nothing is recorded twice: reports
+counted after such an append get a count of their own. Kept reports are tried again at
+each new report, after each commit this process sees (on PostgreSQL, other processes' too)
+and otherwise after LATE_BACKOFF; at close, once more, and what still cannot be recorded is
+logged with its count.
 """
 
 from __future__ import annotations
@@ -92,24 +94,29 @@ class ErrorReports:
                                  "engine")):
             where = f"engine:{where}"
         at = self.clock.now_ms()
-        self._spawn(f"report:{where}", self._record(error_draft(where, exc, host=self.host), at))
+        draft = msgspec.structs.replace(error_draft(where, exc, host=self.host),
+                                        idem=f"error:{uuid.uuid4().hex}")
+        self._spawn(f"report:{where}", self._record(draft, at))
 
-    def keep(self, drafts: Sequence[EventDraft]) -> None:
-        """Keep `drafts`, error events the store refused as unavailable, to record them late."""
+    def keep(self, drafts: Sequence[EventDraft], maybe_stored: bool = False) -> None:
+        """Keep `drafts`, error events the store refused as unavailable, to record them late;
+        `maybe_stored`: refused by AppendOutcomeUnknown, so they are sent again unchanged."""
         at = self.clock.now_ms()
         for draft in drafts:
-            self._keep(draft, at)
+            self._keep(draft, at, maybe_stored)
 
-    def _keep(self, draft: EventDraft, at: int) -> bool:
-        """Keep `draft` (made at `at`) marked late, or count it past the limit; True if kept.
-        Each kept draft gets an idempotency key, so a retry of an append whose outcome the
-        store could not tell never records it twice."""
+    def _keep(self, draft: EventDraft, at: int, maybe_stored: bool = False) -> bool:
+        """Keep `draft` (made at `at`) marked late, or as it is when it may be stored already
+        (it has an idempotency key), or count it past the limit; True if kept. A draft
+        marked late gets an idempotency key of its own, so a retry of an append whose
+        outcome the store could not tell never records it twice."""
         if not self.waiting and self._wake is not None:
             self._wake.set()  # record_late starts trying
         if len(self._kept) < self.limit:
-            self._kept.append(msgspec.structs.replace(
-                draft, data={**draft.data, "late": True, "reported_at": at},
-                idem=f"late-error:{uuid.uuid4().hex}"))
+            self._kept.append(draft if maybe_stored and draft.idem is not None else
+                              msgspec.structs.replace(
+                                  draft, data={**draft.data, "late": True, "reported_at": at},
+                                  idem=f"late-error:{uuid.uuid4().hex}"))
             return True
         if not self._not_kept:
             self._not_kept_since = at
@@ -132,7 +139,7 @@ class ErrorReports:
                 await self._log().append([draft])
         except StoreUnavailable as exc:
             if not waiting:
-                kept = self._keep(draft, at)
+                kept = self._keep(draft, at, isinstance(exc, AppendOutcomeUnknown))
             fate = ("kept, to be recorded when the store answers again" if kept else
                     f"only counted: {self.limit} reports wait already")
             raise StoreUnavailable(f"{exc} (this error report is {fate})") from exc

@@ -12,7 +12,12 @@ import msgspec
 
 from pulse_core._clock import Clock
 from pulse_core._effects import Mark, effect_draft, mark_draft
-from pulse_core._errors import PayloadNotEncodable, PulseError, StoreUnavailable
+from pulse_core._errors import (
+    AppendOutcomeUnknown,
+    PayloadNotEncodable,
+    PulseError,
+    StoreUnavailable,
+)
 from pulse_core._events import EventDraft, encode_data, error_draft, uuid7
 from pulse_core._executor_loop import ExecutorLoop
 from pulse_core._instruments import Instruments
@@ -69,8 +74,9 @@ class Ticker:
         self.lock = asyncio.Lock()
         #: the host its effects and marks are bound to ('' while the log is this engine's own)
         self.host = ""
-        #: given the `error` drafts of a tick the store refused as unavailable, to record late
-        self.unrecorded: Callable[[list[EventDraft]], None] | None = None
+        #: given the `error` drafts of a tick the store refused as unavailable, to record late,
+        #: and whether that append may be stored (AppendOutcomeUnknown)
+        self.unrecorded: Callable[[list[EventDraft], bool], None] | None = None
         #: told of each tick that completes (the engine sets its instruments)
         self.instruments = Instruments()
         #: the engine directory's revision the chain runs, kept in each tick record
@@ -191,11 +197,13 @@ class Ticker:
                           for i, d in enumerate(drafts)]
                 try:
                     await events.append(drafts)
-                except StoreUnavailable:
-                    # Its errors are recorded late (marked so) by the error reports; the
-                    # rest waits for the next call.
+                except StoreUnavailable as exc:
+                    # Its errors are recorded late by the error reports (marked so, unless
+                    # they may be stored already: then sent again as they are); the rest
+                    # waits for the next call.
                     if self.unrecorded is not None:
-                        self.unrecorded([d for d in drafts if d.kind == "error"])
+                        self.unrecorded([d for d in drafts if d.kind == "error"],
+                                        isinstance(exc, AppendOutcomeUnknown))
                     done.drafts = [d for d in drafts if d.kind != "error"]
                     self._owed = done
                     raise

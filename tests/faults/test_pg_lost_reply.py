@@ -140,6 +140,72 @@ async def test_a_commit_cut_before_the_server_had_it_is_not_taken_for_another_wr
         await store.close()
 
 
+async def pay_and_break_on_first_tick(prev: Snapshot, curr: Snapshot, inner: Inner
+                                      ) -> Decision:
+    decision = await pay_on_first_tick(prev, curr, inner)
+    if curr.number == 1:
+        raise RuntimeError("broke on tick 1")
+    return decision
+
+
+async def test_the_errors_of_a_tick_whose_commit_reply_is_lost_are_recorded_once(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    name = database(postgres_server)
+    engine = Engine(tmp_path / "home", store=proxy.url(name, connect_timeout="1"),
+                    rules=[pay_and_break_on_first_tick], executors=[Payer()],
+                    default_tick_ms=100)
+    await engine.open()  # its loops not started: the test ticks it
+    try:
+        def refuse() -> None:
+            proxy.refusing = True
+
+        proxy.between = refuse
+        proxy.lose_commit_reply = True
+        with pytest.raises(AppendOutcomeUnknown):
+            await within(60, "the tick whose reply is lost", engine.tick())
+        assert proxy.cuts == 1
+        proxy.refusing = False
+        await within(60, "the tick once the server answers", _tick(engine))
+    finally:
+        await engine.close()  # records the error reports that wait
+    store = await open_event_store(postgres_server.url(name), read_only=True)
+    try:
+        broke = [e for e in await store.read(kinds=["error"])
+                 if e.data["message"] == "broke on tick 1"]
+    finally:
+        await store.close()
+    assert len(broke) == 1, [(e.seq, e.idem, e.data.get("late")) for e in broke]
+
+
+async def test_an_error_report_whose_append_lost_its_reply_is_recorded_once(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    name = database(postgres_server)
+    store = await open_event_store(proxy.url(name, connect_timeout="1"))
+    reports = _error_reports.ErrorReports(SystemClock())
+    spawned: list[asyncio.Future[None]] = []
+    reports.open(store, lambda name, work: spawned.append(asyncio.ensure_future(work)))
+    try:
+        await store.read(kinds=["error"])  # connected, so the report's append is the commit
+
+        def refuse() -> None:
+            proxy.refusing = True
+
+        proxy.between = refuse
+        proxy.lose_commit_reply = True
+        reports.report("rule:r", RuntimeError("broke once"))
+        with pytest.raises(StoreUnavailable, match="this error report is kept"):
+            await within(60, "the report whose reply is lost", spawned[0])
+        assert proxy.cuts == 1
+        proxy.refusing = False
+        await within(60, "the late append once the server answers", _record(reports))
+        assert reports.waiting == 0
+        broke = [e for e in await store.read(kinds=["error"])
+                 if e.data["message"] == "broke once"]
+    finally:
+        await store.close()
+    assert len(broke) == 1, [(e.seq, e.idem, e.data.get("late")) for e in broke]
+
+
 async def test_error_reports_whose_late_append_lost_its_reply_are_each_counted_once(
         postgres_server: PostgresServer, proxy: StallingProxy) -> None:
     name = database(postgres_server)
