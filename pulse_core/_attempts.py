@@ -14,8 +14,13 @@ from pulse_core._backoff import Backoff
 from pulse_core._clock import Clock
 from pulse_core._effect_index import foreign_head
 from pulse_core._effects import EffectEntry, EffectOutcome, Executor
-from pulse_core._errors import AppendRejected, StoreUnavailable, VersionConflict
-from pulse_core._events import EventDraft
+from pulse_core._errors import (
+    AppendOutcomeUnknown,
+    AppendRejected,
+    StoreUnavailable,
+    VersionConflict,
+)
+from pulse_core._events import EventDraft, encode_data
 from pulse_core._lease import Owner
 from pulse_core._redact import redact_urls
 from pulse_core._supervisor import Reporter, StoreOutage
@@ -78,13 +83,15 @@ async def record_outcome(store: EventStore, claim: Claim, draft: EventDraft, *, 
     """Append `claim`'s outcome `draft`, expecting the claim's version (or the key's, if only
     events foreign to the effect came since); True once written.
 
-    StoreUnavailable is retried with WRITE_BACKOFF while the lease holds (on `clock`). False
-    (after telling `outage` or `on_error`, unless another loop simply took over) leaves the
-    effect to be claimed again when the lease expires.
+    StoreUnavailable is retried with WRITE_BACKOFF while the lease holds (on `clock`); after
+    an AppendOutcomeUnknown, `draft` found stored is written. False (after telling `outage`
+    or `on_error`, unless another loop simply took over) leaves the effect to be claimed
+    again when the lease expires.
     """
     key = claim.entry.id
     where = f"executor-loop: recording {draft.kind} of effect {key}"
     failures = 0
+    maybe_stored = False  # an append of `draft` lost its reply
     expected: int | None = claim.version
     while expected is not None:
         try:
@@ -92,10 +99,14 @@ async def record_outcome(store: EventStore, claim: Claim, draft: EventDraft, *, 
             outage.answered()
             return True
         except VersionConflict:  # a note filed under the key, or another loop took over
+            if maybe_stored and await stored_after(store, key, expected, draft):
+                outage.answered()
+                return True
             expected = await foreign_head(store, key, expected)
         except AppendRejected:
             return False
         except StoreUnavailable as exc:
+            maybe_stored = maybe_stored or isinstance(exc, AppendOutcomeUnknown)
             failures += 1
             delay = WRITE_BACKOFF.delay_ms(failures)
             if clock.now_ms() + delay >= claim.until:
@@ -109,3 +120,12 @@ async def record_outcome(store: EventStore, claim: Claim, draft: EventDraft, *, 
             on_error(f"{where}: not written; it will be claimed again when its lease ends", exc)
             return False
     return False  # our lease ended and another loop took the effect over
+
+
+async def stored_after(store: EventStore, key: str, version: int, draft: EventDraft) -> bool:
+    """Whether an event of `key` after `version` is `draft` (its kind, origin and data): an
+    append of it whose reply was lost."""
+    data = encode_data(draft.data)
+    return any(e.kind == draft.kind and e.origin == draft.origin
+               and encode_data(e.data) == data
+               for e in await store.read(key=key) if e.version > version)

@@ -18,11 +18,13 @@ from pulse_core import (
     AppendOutcomeUnknown,
     Decision,
     Effect,
+    EffectOutcome,
     Engine,
     EventDraft,
     ExecutionContext,
     Executor,
     Inner,
+    Instruments,
     ManualClock,
     Snapshot,
     StoreUnavailable,
@@ -32,6 +34,7 @@ from pulse_core import (
 from pulse_core._events import error_draft
 from pulse_core.store import open_event_store
 from tests.faults.test_pg_stall import StallingProxy, database, proxy, within
+from tests.faults.test_store_outage import until
 from tests.servers import PostgresServer
 
 __all__ = ["proxy"]  # the fixture, shared with the stall tests
@@ -204,6 +207,57 @@ async def test_an_error_report_whose_append_lost_its_reply_is_recorded_once(
     finally:
         await store.close()
     assert len(broke) == 1, [(e.seq, e.idem, e.data.get("late")) for e in broke]
+
+
+class Outcomes(Instruments):
+    """The outcome of each attempt, as the executor loop tells its instruments."""
+
+    def __init__(self) -> None:
+        self.seen: list[EffectOutcome] = []
+
+    def executed(self, tag: str, outcome: EffectOutcome, duration_s: float) -> None:
+        self.seen.append(outcome)
+
+
+async def test_an_outcome_whose_commit_reply_is_lost_is_taken_as_written(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy,
+        caplog: pytest.LogCaptureFixture) -> None:
+    name = database(postgres_server)
+
+    class LosesItsOutcomesReply(Payer):
+        async def execute(self, effect: Pay, ctx: ExecutionContext) -> None:
+            await super().execute(effect, ctx)
+
+            def refuse() -> None:
+                proxy.refusing = True
+
+            proxy.between = refuse
+            proxy.lose_commit_reply = True  # the next commit is the outcome's
+
+    payer = LosesItsOutcomesReply()
+    engine = Engine(tmp_path / "home", store=proxy.url(name, connect_timeout="1"),
+                    rules=[pay_on_first_tick], executors=[payer], default_tick_ms=100)
+    outcomes = Outcomes()
+    await engine.open()  # its loops not started: the test ticks it
+    try:
+        engine.instruments.attach(outcomes)
+        await within(60, "tick 1", engine.tick())
+        running = asyncio.ensure_future(engine.executor_loop.run_until_idle())
+
+        async def retrying() -> bool:
+            return any("retrying while its lease holds" in r.getMessage()
+                       for r in caplog.records)
+
+        await until(retrying, 60, "the outcome's retry")
+        assert proxy.cuts == 1
+        proxy.refusing = False
+        await within(60, "the executor loop once the server answers", running)
+        acked = await engine.events.read(kinds=["effect-acked"])
+    finally:
+        proxy.refusing = False
+        await engine.close()
+    assert len(acked) == 1 and len(payer.paid) == 1
+    assert outcomes.seen == [EffectOutcome.ACKED]
 
 
 async def test_error_reports_whose_late_append_lost_its_reply_are_each_counted_once(
