@@ -4,7 +4,9 @@ A host subclass says only how to start its program (`argv`, and `cwd` and `env` 
 them) and what its output means (`parse`). The base assigns the task at the version it was
 dispatched at (never twice), starts it, runs the program in a new process group within the
 run timeout, stores the transcript, and moves the task on: acked and closed on success,
-requeued or given up by the DispatchPolicy on failure, each step a task event.
+requeued or given up by the DispatchPolicy on failure, each step a task event. A store that
+is unavailable as a run ends is waited for (RECORD_PATIENCE_S), so a finished run is recorded
+rather than run again once its task is found stuck.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +36,22 @@ from pulse_adapters.agents._program import ProgramCheck
 from pulse_adapters.agents._spec import DispatchPolicy
 from pulse_adapters.agents._stream import AgentOutputError, AgentResult, AgentStream
 from pulse_core import (
+    AppendOutcomeUnknown,
+    Backoff,
     Effect,
     EventDraft,
     EventStore,
     ExecutionContext,
     Executor,
     InvalidTransition,
+    StoreUnavailable,
     TaskBoard,
     TaskState,
     VersionConflict,
     register_kind,
 )
+
+log = logging.getLogger("pulse")
 
 SPAWNED = "agent-run-spawned"
 
@@ -64,6 +72,13 @@ register_kind(SPAWNED, "an agent run's process group started; key: agent-run:<ta
               RunSpawned)
 
 _MARGIN_S = 60.0  # Executor.timeout above the run's own: store writes and the kill grace
+
+RECORD_PATIENCE_S = 45.0
+"""How long the end of a run waits for an unavailable store to take the task's move (within
+the executor's timeout margin); past it the effect fails, and the task, still executing, is
+requeued when the dispatcher finds it stuck."""
+
+_RECORD_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=5_000, jitter=0.1)
 _OPEN = frozenset({"assigned", "executing"})
 _SHORTEST_SECRET = 8
 _SHORTEST_PIECE = 4  # of a secret a bound cut: a shorter piece tells nothing of it
@@ -265,7 +280,9 @@ class AgentRunExecutor(Executor):
                 result = {"result": parsed.result, "session": parsed.session,
                           "transcript": transcript, "exit_code": outcome.exit_code,
                           "duration_ms": outcome.duration_ms}
-                await board.ack_and_close(run.task_id, result, expect_version=version)
+                await _move_through_outage(
+                    lambda: board.ack_and_close(run.task_id, result, expect_version=version),
+                    board, run.task_id, version, kind="task-acked", data={"result": result})
                 return {**record, "ok": True, "task": "closed", "session": parsed.session}
             state = await self._settle(board, task, version, f"{run.agent}: {reason}")
         except (VersionConflict, InvalidTransition) as exc:  # taken back meanwhile
@@ -279,12 +296,17 @@ class AgentRunExecutor(Executor):
         ("moved-on" when another writer moved it first)."""
         try:
             if force_requeue or self.policy.requeues(task.requeues):
-                await board.requeue(task.id, reason, expect_version=version)
+                await _move_through_outage(
+                    lambda: board.requeue(task.id, reason, expect_version=version),
+                    board, task.id, version, kind="task-requeued", data={"reason": reason})
                 return "requeued"
             limit = (f"requeued {task.requeues} times (max_requeues="
                      f"{self.policy.max_requeues})" if self.policy.requeue_on_failure
                      else "requeue_on_failure is off")
-            await board.give_up(task.id, f"{reason}; {limit}", expect_version=version)
+            why = f"{reason}; {limit}"
+            await _move_through_outage(
+                lambda: board.give_up(task.id, why, expect_version=version),
+                board, task.id, version, kind="task-given-up", data={"reason": why})
         except (VersionConflict, InvalidTransition):
             return "moved-on"
         return "given-up"
@@ -299,6 +321,37 @@ class AgentRunExecutor(Executor):
             reason += "; the process group its last run left running was killed"
         state = await self._settle(board, task, task.version, reason)
         return {"timed_out": state != "moved-on", "task": state, "reason": effect.reason}
+
+
+async def _move_through_outage(move: Callable[[], Awaitable[object]], board: TaskBoard,
+                               task_id: str, version: int, *, kind: str, data: Any) -> None:
+    """`move()`, the move of task `task_id` from `version` by a `kind` event holding `data`,
+    tried again while the store is unavailable (RECORD_PATIENCE_S at most, then its
+    StoreUnavailable is raised). After an append whose reply was lost (AppendOutcomeUnknown),
+    a conflict where the task's next event is this very move counts as written."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RECORD_PATIENCE_S
+    failures, maybe_stored = 0, False
+    while True:
+        try:
+            await move()
+            return
+        except (VersionConflict, InvalidTransition):
+            if maybe_stored and any(
+                    e.version == version + 1 and e.kind == kind and e.origin == board.origin
+                    and e.data == data for e in await board.store.read(key=task_id)):
+                return
+            raise
+        except StoreUnavailable as exc:
+            maybe_stored = maybe_stored or isinstance(exc, AppendOutcomeUnknown)
+            failures += 1
+            delay = _RECORD_BACKOFF.delay_ms(failures) / 1000
+            if loop.time() + delay > deadline:
+                raise
+            if failures == 1:
+                log.warning("pulse: task %s: the store cannot take its %s yet (%s); trying "
+                            "again for up to %g s", task_id, kind, exc, RECORD_PATIENCE_S)
+            await asyncio.sleep(delay)
 
 
 def _cut_pieces(data: bytes, secret: bytes, *, start: bool, end: bool) -> bytes:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pulse_adapters.agents import AgentResult, AgentRun, AgentSpec, AgentStream, TaskDispatcher
 from pulse_core import (
     AppendOutcomeUnknown,
     Decision,
@@ -29,10 +30,12 @@ from pulse_core import (
     Snapshot,
     StoreUnavailable,
     SystemClock,
+    TaskBoard,
     _error_reports,
 )
 from pulse_core._events import error_draft
 from pulse_core.store import open_event_store
+from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
 from tests.faults.test_pg_stall import StallingProxy, database, proxy, within
 from tests.faults.test_store_outage import until
 from tests.servers import PostgresServer
@@ -341,3 +344,45 @@ async def _record(reports: _error_reports.ErrorReports) -> None:
             return await reports.record_waiting()
         except StoreUnavailable:
             await asyncio.sleep(0.1)
+
+
+async def test_a_task_whose_ack_lost_its_commit_reply_is_closed_once_not_run_again(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy,
+        caplog: pytest.LogCaptureFixture) -> None:
+    name = database(postgres_server)
+
+    class LosesTheAcksReply(ScriptExecutor):
+        def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
+            def refuse() -> None:
+                proxy.refusing = True
+
+            proxy.between = refuse
+            proxy.lose_commit_reply = True  # the next commit is the task's ack
+            return super().parse(run, stream)
+
+    executor = LosesTheAcksReply(tmp_path / "pids")
+    dispatcher = TaskDispatcher(ScriptRun, [AgentSpec(name="coder")], executor.policy,
+                                program=executor.program)
+    engine = Engine(tmp_path / "home", store=proxy.url(name, connect_timeout="1"),
+                    rules=[dispatcher], executors=[executor], default_tick_ms=100)
+    await engine.open()  # its loops not started: the test steps it
+    try:
+        await TaskBoard(engine.events).create("t-1", "say hello", prompt="ok")
+        stepping = asyncio.ensure_future(engine.step())
+
+        async def retrying() -> bool:
+            return any("the store cannot take its task-acked yet" in r.getMessage()
+                       for r in caplog.records)
+
+        await until(retrying, 60, "the ack's retry")
+        assert proxy.cuts == 1
+        proxy.refusing = False
+        await within(60, "the step once the server answers", stepping)
+        kinds = [e.kind for e in await engine.events.read(key="t-1")]
+        [acked] = await engine.events.read(kinds=["effect-acked"])
+    finally:
+        proxy.refusing = False
+        await engine.close()
+    assert kinds == ["task-created", "task-assigned", "task-executing", "task-acked",
+                     "task-closed"]
+    assert acked.data["result"]["task"] == "closed"

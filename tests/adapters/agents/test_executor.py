@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from pulse_adapters.agents import (
     AgentResult,
@@ -296,3 +300,56 @@ async def test_a_secret_cut_by_an_output_bound_leaves_no_piece_of_it_stored(
                 assert piece.encode() not in text, (piece, text)
     finally:
         await engine.close()
+
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("ROLLBACK")
+"""
+
+
+class LockedAtTheEnd(ScriptExecutor):
+    """Another process takes the log's write lock for `hold_s` as each run ends (before its
+    task is moved on)."""
+
+    def __init__(self, pids: Path, db: Path, hold_s: float) -> None:
+        super().__init__(pids)
+        self.db, self.hold_s = db, hold_s
+        self.holders: list[subprocess.Popen[str]] = []
+
+    def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
+        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(self.db),
+                                   str(self.hold_s)], stdout=subprocess.PIPE, text=True)
+        self.holders.append(holder)
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        return super().parse(run, stream)
+
+
+async def test_a_run_that_ends_while_the_store_is_locked_is_recorded_once_it_answers(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = tmp_path / "events.db"
+    executor = LockedAtTheEnd(tmp_path / "pids", db, hold_s=1.5)
+    dispatcher = TaskDispatcher(ScriptRun, [AgentSpec(name=AGENT)], executor.policy,
+                                program=executor.program)
+    engine = Engine(tmp_path / "home", store=f"sqlite:///{db}?busy_timeout=0.2",
+                    rules=[dispatcher], executors=[executor], clock=ManualClock())
+    await engine.open()
+    try:
+        await TaskBoard(engine.events).create("t-1", "say hello", prompt="ok")
+        await engine.step()
+        assert await _task_events(engine, "t-1") == [
+            "task-created", "task-assigned", "task-executing", "task-acked", "task-closed"]
+        [acked] = await engine.events.read(kinds=["effect-acked"])
+        assert acked.data["result"]["ok"] is True
+        assert not await engine.events.read(kinds=["effect-failed"])
+        assert len(executor.holders) == 1  # one run
+        assert any("the store cannot take its task-acked yet" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        await engine.close()
+        for holder in executor.holders:
+            holder.wait(30)
