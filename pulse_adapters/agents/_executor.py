@@ -296,9 +296,11 @@ class AgentRunExecutor(Executor):
         ("moved-on" when another writer moved it first)."""
         try:
             if force_requeue or self.policy.requeues(task.requeues):
+                # an interrupted run's requeue does not hold up a stop for a store outage
                 await _move_through_outage(
                     lambda: board.requeue(task.id, reason, expect_version=version),
-                    board, task.id, version, kind="task-requeued", data={"reason": reason})
+                    board, task.id, version, kind="task-requeued", data={"reason": reason},
+                    patience=0.0 if force_requeue else RECORD_PATIENCE_S)
                 return "requeued"
             limit = (f"requeued {task.requeues} times (max_requeues="
                      f"{self.policy.max_requeues})" if self.policy.requeue_on_failure
@@ -324,13 +326,14 @@ class AgentRunExecutor(Executor):
 
 
 async def _move_through_outage(move: Callable[[], Awaitable[object]], board: TaskBoard,
-                               task_id: str, version: int, *, kind: str, data: Any) -> None:
+                               task_id: str, version: int, *, kind: str, data: Any,
+                               patience: float = RECORD_PATIENCE_S) -> None:
     """`move()`, the move of task `task_id` from `version` by a `kind` event holding `data`,
-    tried again while the store is unavailable (RECORD_PATIENCE_S at most, then its
+    tried again while the store is unavailable (`patience` seconds at most, then its
     StoreUnavailable is raised). After an append whose reply was lost (AppendOutcomeUnknown),
     a conflict where the task's next event is this very move counts as written."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + RECORD_PATIENCE_S
+    deadline = loop.time() + patience
     failures, maybe_stored = 0, False
     while True:
         try:
@@ -350,7 +353,7 @@ async def _move_through_outage(move: Callable[[], Awaitable[object]], board: Tas
                 raise
             if failures == 1:
                 log.warning("pulse: task %s: the store cannot take its %s yet (%s); trying "
-                            "again for up to %g s", task_id, kind, exc, RECORD_PATIENCE_S)
+                            "again for up to %g s", task_id, kind, exc, patience)
             await asyncio.sleep(delay)
 
 
