@@ -134,6 +134,9 @@ class NoticeDelivery:
         self.open: set[int] = set()  # seqs of chosen effects being settled
         self.seen = 0  # the newest effect seq followed
         self.pushed_out: set[str] = set()  # effect ids the gateway's full queue dropped
+        # what this service queued, by effect id, until the delivery is recorded: a record
+        # the store did not take (an outage) is not taken for a notice never queued
+        self.queued: dict[str, NoticeQueued] = {}
 
     async def cursor(self, events: EventStore) -> int:
         """The seq after which effects are still to be settled (first start: the engine's
@@ -227,6 +230,7 @@ class NoticeDelivery:
             with contextlib.suppress(VersionConflict):  # another engine recorded it first
                 await events.append([EventDraft(NOTICE_DELIVERED, key, record, origin=ORIGIN,
                                                 cause=event.seq)], expect={key: 0})
+            self.queued.pop(effect_id, None)
             return
 
     def lease_s(self) -> float:
@@ -301,7 +305,7 @@ class NoticeDelivery:
         pushed_out = effect_id in self.pushed_out
         self.pushed_out.discard(effect_id)
         if not state.held and not pushed_out and (
-                before := await self._queued_before(events, where)):
+                before := self.queued.get(effect_id) or await self._queued_before(events, where)):
             if before.gateway_pid == state.pid:  # an engine queued it; a turn has read it
                 return False
             if before.turns is not None and turns > before.turns:
@@ -317,8 +321,11 @@ class NoticeDelivery:
             await self.cli.call("system-event", {"sessionKey": self.session_key, "text": text},
                                 timeout_s=notices.timeout_s)
             state = await self.queue_state(label)
+            queued = NoticeQueued(effect_id=effect_id, session_key=self.session_key,
+                                  gateway_pid=state.pid, turns=turns)
             if not state.held:
                 if await self._turns() > turns:
+                    self.queued[effect_id] = queued
                     return False  # a turn began meanwhile and read it
                 if state.pid is not None and not state.full:
                     raise NoticeNotListed(
@@ -326,11 +333,9 @@ class NoticeDelivery:
                         "status does not list it: notices need an agent's main session as "
                         "notices.session_key")
                 return None  # restarted between the two calls, or pushed out: again
-            await events.append([EventDraft(
-                NOTICE_QUEUED, where,
-                NoticeQueued(effect_id=effect_id, session_key=self.session_key,
-                             gateway_pid=state.pid, turns=turns), origin=ORIGIN,
-                cause=event.seq)])
+            self.queued[effect_id] = queued
+            await events.append([EventDraft(NOTICE_QUEUED, where, queued, origin=ORIGIN,
+                                            cause=event.seq)])
             if notices.show_in_ui:
                 await self.show(effect_id, effect)
                 turns = await self._turns()

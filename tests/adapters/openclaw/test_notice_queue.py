@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +32,15 @@ from pulse_adapters.openclaw import (
     load_settings,
     notice_label,
 )
-from pulse_core import Engine, Event, EventDraft, EventStore, Layer, effect_draft
+from pulse_core import (
+    Engine,
+    Event,
+    EventDraft,
+    EventStore,
+    Layer,
+    StoreUnavailable,
+    effect_draft,
+)
 from pulse_survival.effects import Notify
 from tests.adapters.openclaw.rig import eventually
 from tests.adapters.openclaw.test_hostile import add, agent_store, said
@@ -457,3 +467,64 @@ async def test_a_notice_still_pending_is_not_skipped_by_a_restart_after_a_later_
         await eventually(both, limit_s=30)
     assert gateway.read_by_model(notice_label(stuck.key)) == 1
     assert gateway.read_by_model(notice_label(later.key)) == 1
+
+
+LOCK_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("ROLLBACK")
+"""
+
+
+class LocksTheLogAsItQueues(Gateway):
+    """Queues the notice, then another process takes the pulse log's write lock for a
+    moment: the record that it was queued cannot be stored."""
+
+    db = Path()
+
+    def __init__(self, store: AgentStore) -> None:
+        super().__init__(store)
+        self.holders: list[subprocess.Popen[str]] = []
+
+    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
+        answer = await super().call(method, params, timeout_s=timeout_s)
+        if method == "system-event" and not self.holders:
+            holder = subprocess.Popen(  # noqa: ASYNC220 (it answers at once)
+                [sys.executable, "-c", LOCK_HOLDER, str(self.db), "1.0"],
+                stdout=subprocess.PIPE, text=True)
+            self.holders.append(holder)
+            assert holder.stdout is not None
+            assert await asyncio.to_thread(holder.stdout.readline) == "locked\n"
+        return answer
+
+
+async def test_a_notice_whose_queued_record_the_store_refused_is_not_queued_again(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+    LocksTheLogAsItQueues.db = db
+    store = agent_store(tmp_path / "state")
+    gateway = LocksTheLogAsItQueues(store)
+    service = delivery(tmp_path, store, gateway)
+    async with Engine(tmp_path / "pulse", store=f"sqlite:///{db}?busy_timeout=0.2") as engine:
+        event = await effect_of(engine.events, "disk / is 91% full")
+        body = event.data["effect"]
+        with pytest.raises(StoreUnavailable):  # its record, then its failure: not stored
+            async with asyncio.timeout(30):  # bounds a hang only
+                await service.settle(engine.events, event, body)
+        gateway.turn()  # the model reads it
+        await asyncio.to_thread(gateway.holders[0].wait, 30)
+        again = asyncio.ensure_future(service.settle(engine.events, event, body))
+        async with asyncio.timeout(30):  # the service's restart settles it again
+            while not again.done():
+                if gateway.queue:  # queued again: the next turn reads it again
+                    gateway.turn()
+                await asyncio.sleep(0.02)
+            await again
+        delivered = await read(engine.events, NOTICE_DELIVERED)
+    assert len(gateway.queued_calls()) == 1, gateway.calls
+    assert gateway.read_by_model(notice_label(event.key)) == 1
+    assert len(delivered) == 1
