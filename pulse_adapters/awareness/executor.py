@@ -5,7 +5,9 @@ source human exchange still stands, and the changes, the cycle record and any jo
 go into the log in one transaction. Each identity's whole review runs under the log's
 exclusive lock `awareness:<identity>`, so among every engine sharing the log (a fleet on one
 PostgreSQL database) at most one reviews an identity at a time, and a review whose world was
-already reviewed by another makes no model call.
+already reviewed by another makes no model call. A settlement whose commit reply was lost
+(AppendOutcomeUnknown) is sent again unchanged (stored once), never recorded over by a
+failed cycle.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any
 
 import msgspec
@@ -43,12 +46,15 @@ from pulse_adapters.llm import (
     json_schema_format,
 )
 from pulse_core import (
+    AppendOutcomeUnknown,
+    Backoff,
     Event,
     EventDraft,
     EventStore,
     ExecutionContext,
     Executor,
     StoreError,
+    StoreUnavailable,
     VersionConflict,
     error_draft,
 )
@@ -65,6 +71,11 @@ log = logging.getLogger("pulse.awareness")
 ORIGIN = WRITER
 ERROR_CHARS = 500
 """The longest error text a cycle record keeps."""
+SETTLE_PATIENCE_S = 30.0
+"""How long a settlement whose commit reply was lost is sent again while the store stays
+unavailable; then the attempt fails (the cycle may be stored, so no failed cycle is recorded
+over it) and the rule asks again."""
+_SETTLE_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=5_000, jitter=0.1)
 ALREADY_REVIEWED = "already-reviewed"
 """The outcome (in `effect-acked`, not a cycle) of a review whose world another review settled
 after this one was asked for: no model call, nothing written."""
@@ -226,6 +237,8 @@ class AwarenessExecutor(Executor):
             async with ctx.events.exclusive(f"awareness:{effect.identity}"):
                 try:
                     settled = await self._review(effect, ctx, cycle)
+                except AppendOutcomeUnknown:  # its settlement may be stored: not recorded over
+                    raise
                 except Exception as exc:  # every failure, foreseen or not, becomes the record
                     settled = await self._settle(ctx, cycle, msgspec.structs.replace(
                         cycle.record, outcome="failed", model_calls=cycle.calls,
@@ -332,6 +345,37 @@ class AwarenessExecutor(Executor):
                                          {"narration": record.narration}, origin=ORIGIN,
                                          cause=ctx.seq))
         expect = {key: version} if version is not None else None
-        await ctx.events.append(all_drafts, expect=expect)
+        token = uuid.uuid4().hex  # one settlement: sent again as it is, stored once
+        await _append_settlement(ctx.events, [
+            d if d.idem is not None else msgspec.structs.replace(d, idem=f"awareness:{token}:{i}")
+            for i, d in enumerate(all_drafts)], expect, record.identity)
         return {"outcome": record.outcome, "accepted": len(record.accepted),
                 "rejected": len(record.rejected), "error": record.error}
+
+
+async def _append_settlement(events: EventStore, drafts: list[EventDraft],
+                             expect: dict[str, int] | None, identity: str) -> None:
+    """Append a cycle's settlement; when its commit reply was lost, the same drafts again
+    (stored once) while the store is unavailable, SETTLE_PATIENCE_S at most, then
+    AppendOutcomeUnknown."""
+    try:
+        await events.append(drafts, expect=expect)
+        return
+    except AppendOutcomeUnknown as exc:
+        log.warning("pulse: awareness: the store could not tell whether the review of %s was "
+                    "stored (%s); sending it again", identity, exc)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_PATIENCE_S
+    failures = 0
+    while True:
+        failures += 1
+        await asyncio.sleep(_SETTLE_BACKOFF.delay_ms(failures) / 1000)
+        try:
+            await events.append(drafts, expect=expect)
+            return
+        except StoreUnavailable as exc:
+            if loop.time() > deadline:
+                raise AppendOutcomeUnknown(
+                    f"the review of {identity} may or may not be stored: the store did not "
+                    f"answer for {SETTLE_PATIENCE_S:g} s after its reply was lost ({exc})"
+                ) from exc

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from pulse_adapters.agents import AgentResult, AgentRun, AgentSpec, AgentStream, TaskDispatcher
+from pulse_adapters.awareness import AwarenessConfig, AwarenessLedger, build_reviewer
+from pulse_adapters.llm.stand_in import ChatServer, RecordedRequest
 from pulse_core import (
     AppendOutcomeUnknown,
     Decision,
@@ -26,7 +28,9 @@ from pulse_core import (
     Executor,
     Inner,
     Instruments,
+    LayerContext,
     ManualClock,
+    MemoryBoard,
     Snapshot,
     StoreUnavailable,
     SystemClock,
@@ -36,6 +40,7 @@ from pulse_core import (
 from pulse_core._events import error_draft
 from pulse_core.store import open_event_store
 from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
+from tests.adapters.awareness_rig import reply, settings
 from tests.faults.test_pg_stall import StallingProxy, database, proxy, within
 from tests.faults.test_store_outage import until
 from tests.servers import PostgresServer
@@ -386,3 +391,66 @@ async def test_a_task_whose_ack_lost_its_commit_reply_is_closed_once_not_run_aga
     assert kinds == ["task-created", "task-assigned", "task-executing", "task-acked",
                      "task-closed"]
     assert acked.data["result"]["task"] == "closed"
+
+
+class ArmsTheProxy(ChatServer):
+    """The scripted model; each chat request it takes arms `proxy` to lose the reply of the
+    next commit (the review's settlement), refusing new connections meanwhile."""
+
+    proxy: StallingProxy | None = None
+
+    def _record(self, request: RecordedRequest) -> None:
+        super()._record(request)
+        proxy = self.proxy
+        if proxy is not None and request.method == "POST":
+
+            def refuse() -> None:
+                proxy.refusing = True
+
+            proxy.between = refuse
+            proxy.lose_commit_reply = True
+
+
+async def test_a_review_whose_settlement_lost_its_commit_reply_is_recorded_once(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy,
+        caplog: pytest.LogCaptureFixture) -> None:
+    name = database(postgres_server)
+    chat = ArmsTheProxy()
+    with chat:
+        clock = ManualClock()
+        config = AwarenessConfig(initial_delay_s=30, backoff_base_s=600)
+        reviewer = build_reviewer(settings(chat, config), LayerContext(tmp_path / "h", clock))
+        engine = Engine(tmp_path / "h", clock=clock, layers=[reviewer.layer],
+                        store=proxy.url(name, connect_timeout="1"))
+        await engine.open()  # its loops not started: the test ticks it
+        try:
+            board = MemoryBoard(engine.events)
+            await board.register("ana", "Ana")
+            await board.exchange("ana", "I think I'll stay in Lisbon for good")
+            chat.script(reply(narration="I see she is staying"))
+            chat.proxy = proxy
+            clock.advance(60_000)
+            await engine.vitals.record("llm-route", {"ok": True})
+            await within(60, "the tick that asks for the review", engine.tick())
+            reviewing = asyncio.ensure_future(engine.executor_loop.run_until_idle())
+
+            async def sent_again_or_failed() -> bool:
+                return reviewing.done() or any(
+                    "could not tell whether the review of ana was stored" in r.getMessage()
+                    or "retrying while its lease holds" in r.getMessage()
+                    for r in caplog.records)
+
+            await until(sent_again_or_failed, 60, "the settlement to be sent again")
+            assert proxy.cuts == 1
+            proxy.refusing = False
+            await within(60, "the review once the server answers", reviewing)
+            cycles = await engine.events.read(kinds=["awareness-cycle"])
+            acked = await engine.events.read(kinds=["effect-acked"])
+            ledger = (await engine.snapshot()).state(AwarenessLedger)
+        finally:
+            proxy.refusing = False
+            await engine.close()
+            await reviewer.client.aclose()
+    assert [c.data["outcome"] for c in cycles] == ["reviewed"]
+    assert [a.data["result"]["outcome"] for a in acked] == ["reviewed"]
+    assert ledger.calls == 1 and ledger.identities["ana"].failures == 0
