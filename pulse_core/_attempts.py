@@ -43,11 +43,13 @@ class Claim(msgspec.Struct, frozen=True, gc=False):
 
 
 def claim_draft(entry: EffectEntry, owner: Owner, lease_until: int, origin: str, *,
-                lease_ms: int | None = None) -> EventDraft:
-    """The `effect-executing` event by which `owner` claims the next attempt at `entry` until
-    `lease_until` (its own clock, ms), for `lease_ms`: the length other loops count from when
-    they see the claim (None: left out, as before claims said it)."""
-    data: dict[str, Any] = {"attempt": entry.attempt + 1, "lease_until": lease_until,
+                lease_ms: int | None = None, attempt: int | None = None) -> EventDraft:
+    """The `effect-executing` event by which `owner` claims the next attempt at `entry` (or
+    `attempt`: one claimed before that never ran) until `lease_until` (its own clock, ms),
+    for `lease_ms`: the length other loops count from when they see the claim (None: left
+    out, as before claims said it)."""
+    data: dict[str, Any] = {"attempt": entry.attempt + 1 if attempt is None else attempt,
+                            "lease_until": lease_until,
                             "owner": owner.id, "pid": owner.pid, "started": owner.started}
     if lease_ms is not None:
         data["lease_ms"] = lease_ms

@@ -43,6 +43,7 @@ from pulse_core._effects import (
     executors_by_tag,
 )
 from pulse_core._errors import (
+    AppendOutcomeUnknown,
     StoreClosed,
     UnknownEffect,
     VersionConflict,
@@ -127,6 +128,9 @@ class ExecutorLoop:
         self._entries = self._index.entries
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
         self._held_back: dict[str, tuple[int, float]] = {}  # claims that failed: count, until
+        # effects whose claim lost its commit reply: one of this loop's own found in the log
+        # is no attempt under way, so it is claimed again without waiting out its lease
+        self._unknown_claims: set[str] = set()
         self._wake: asyncio.Event | None = None  # run()'s signal, also set as a slot frees
         self._checkpoint_failed = False
         self._stopping = False
@@ -178,7 +182,8 @@ class ExecutorLoop:
             return True
         if entry.status is EffectStatus.RETRYING:
             return entry.retry_at <= now
-        return self._leases.ended(entry) or self._me.outlived(entry)
+        return (self._leases.ended(entry) or self._me.outlived(entry)
+                or (entry.id in self._unknown_claims and entry.owner == self._me.id))
 
     def _fails_unhandled(self, entry: EffectEntry) -> bool:
         """Whether to fail `entry`, which no executor here handles, for good: with
@@ -293,7 +298,8 @@ class ExecutorLoop:
             return await self._claim_and_run(entry)
         except Exception as exc:
             # The claim could not be written: nothing ran and nothing is lost; the effect
-            # is tried again once READ_BACKOFF has passed (or its lease, if it was).
+            # is tried again once READ_BACKOFF has passed (if it was written after all, its
+            # reply lost, this loop's own claim does not hold it back).
             self._hold_back(entry.id)
             self._outage.failed(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
                          exc)
@@ -315,8 +321,12 @@ class ExecutorLoop:
             return EffectOutcome.LOST_CLAIM
         now = self.clock.now_ms()
         lease_ms = int((executor.timeout if executor else 0) * 1000) + self.lease_grace_ms
+        # this loop's own claim whose reply was lost never ran: claimed again, same attempt
+        attempt = entry.attempt + (0 if entry.id in self._unknown_claims
+                                   and entry.owner == self._me.id else 1)
         draft = claim_draft(entry, self._me, now + lease_ms,
-                            f"executor:{executor.name if executor else 'loop'}", lease_ms=lease_ms)
+                            f"executor:{executor.name if executor else 'loop'}", lease_ms=lease_ms,
+                            attempt=attempt)
         expected: int | None = entry.version
         while expected is not None:
             if self._stopping:  # drain began after this attempt was dispatched
@@ -326,13 +336,18 @@ class ExecutorLoop:
                 break
             except VersionConflict:
                 expected = await foreign_head(self.store, entry.id, expected)
+            except AppendOutcomeUnknown:
+                self._unknown_claims &= self._entries.keys()  # those settled since: gone
+                self._unknown_claims.add(entry.id)
+                raise
         else:  # another claim won; never retried at once (no busy loop)
             self._hold_back(entry.id)
             return EffectOutcome.LOST_CLAIM
         self._held_back.pop(entry.id, None)
+        self._unknown_claims.discard(entry.id)
         self._outage.answered()
-        claim = Claim(entry, claimed.events[0].version, now + lease_ms, entry.attempt + 1,
-                      draft.origin, executor)
+        claim = Claim(entry, claimed.events[0].version, now + lease_ms, attempt, draft.origin,
+                      executor)
         self.instruments.dispatched(entry.tag, waited_s(entry, self.clock.now_ms()))
         return await timed_attempt(self.instruments, entry.tag, self._run(claim))
 

@@ -454,3 +454,46 @@ async def test_a_review_whose_settlement_lost_its_commit_reply_is_recorded_once(
     assert [c.data["outcome"] for c in cycles] == ["reviewed"]
     assert [a.data["result"]["outcome"] for a in acked] == ["reviewed"]
     assert ledger.calls == 1 and ledger.identities["ana"].failures == 0
+
+
+async def test_a_claim_whose_commit_reply_is_lost_does_not_wait_out_its_lease(
+        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy,
+        caplog: pytest.LogCaptureFixture) -> None:
+    name = database(postgres_server)
+    payer = Payer()
+    payer.timeout = 600.0  # the lease a lost claim would have to wait out: 10 min
+    engine = Engine(tmp_path / "home", store=proxy.url(name, connect_timeout="1"),
+                    rules=[pay_on_first_tick], executors=[payer], default_tick_ms=100,
+                    executor_scan_interval=0.05)
+    await engine.open()  # its loops not started: the test ticks it
+    running: asyncio.Future[None] | None = None
+    try:
+        await within(60, "tick 1", engine.tick())
+
+        def refuse() -> None:
+            proxy.refusing = True
+
+        proxy.between = refuse
+        proxy.lose_commit_reply = True  # the next commit is the effect's claim
+        running = asyncio.ensure_future(engine.executor_loop.run())
+
+        async def claim_failed() -> bool:
+            return any("attempt 1 of effect" in r.getMessage() for r in caplog.records)
+
+        await until(claim_failed, 60, "the claim whose reply is lost to fail")
+        assert proxy.cuts == 1 and not payer.paid
+        proxy.refusing = False
+
+        async def acked() -> bool:
+            return bool(await engine.events.read(kinds=["effect-acked"]))
+
+        await until(acked, 60, "the effect to be claimed again and run")
+        claims = await engine.events.read(kinds=["effect-executing"])
+    finally:
+        proxy.refusing = False
+        if running is not None:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+        await engine.close()
+    assert len(payer.paid) == 1
+    assert [c.data["attempt"] for c in claims] == [1, 1]  # the lost one never ran: 1 again
