@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import msgspec
 
 from pulse_adapters.agents import notice_body, open_notice
 from pulse_core import (
+    AppendOutcomeUnknown,
     Event,
     EventDraft,
     EventStore,
@@ -73,6 +75,9 @@ class NoticeFollower:
         self.max_age_ms = max_age_ms
         self.scan_limit = scan_limit
         self._after: int | None = None
+        # claims whose commit reply was lost, by effect id: sent again as they were (stored
+        # once), so a claim that was stored is not taken for another turn's
+        self._unsure: dict[str, EventDraft] = {}
 
     async def claim(self, events: EventStore, now_ms: int, session: str = "", *,
                     until: float | None = None) -> list[str]:
@@ -95,15 +100,17 @@ class NoticeFollower:
                 break
             body = _notice_body(event, self.tags)
             if body is not None and now_ms - event.ts <= self.max_age_ms:
-                offer = NoticeOffered(effect=event.key, tag=str(body["type"]), session=session)
-                draft = EventDraft(NOTICE_OFFERED, notice_key(event.key),
-                                   msgspec.to_builtins(offer), origin="agent:hermes",
-                                   cause=event.seq)
+                draft = self._unsure.pop(event.key, None) or self._offer(event, body, session)
                 try:  # sealed memory text it quotes is opened only to be shown
                     shown = await asyncio.to_thread(open_notice, body, events.keys)
                     await events.append([draft], expect={draft.key: 0})
                 except VersionConflict:
                     pass  # offered already, by another turn or process
+                except AppendOutcomeUnknown as exc:  # the next turn sends it again
+                    self._unsure[event.key] = draft
+                    log.warning("pulse plugin: notice %s may or may not be claimed: %s",
+                                event.key, exc)
+                    break
                 except StoreError as exc:  # the log's or keys.db's: the next turn tries again
                     log.warning("pulse plugin: notice %s not claimed: %s", event.key, exc)
                     break
@@ -111,6 +118,14 @@ class NoticeFollower:
                     lines.append(notice_line(shown))
             self._after = event.seq
         return lines
+
+    @staticmethod
+    def _offer(event: Event, body: dict[str, Any], session: str) -> EventDraft:
+        """The claim of `event`'s notice for a turn of `session` (its own idempotency key)."""
+        offer = NoticeOffered(effect=event.key, tag=str(body["type"]), session=session)
+        return EventDraft(NOTICE_OFFERED, notice_key(event.key), msgspec.to_builtins(offer),
+                          origin="agent:hermes", cause=event.seq,
+                          idem=f"{NOTICE_OFFERED}:{uuid.uuid4().hex}")
 
 
 def _notice_body(event: Event, tags: frozenset[str]) -> dict[str, Any] | None:

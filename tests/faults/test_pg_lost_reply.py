@@ -16,6 +16,7 @@ import pytest
 
 from pulse_adapters.agents import AgentResult, AgentRun, AgentSpec, AgentStream, TaskDispatcher
 from pulse_adapters.awareness import AwarenessConfig, AwarenessLedger, build_reviewer
+from pulse_adapters.hermes import NoticeFollower
 from pulse_adapters.llm.stand_in import ChatServer, RecordedRequest
 from pulse_core import (
     AppendOutcomeUnknown,
@@ -36,9 +37,11 @@ from pulse_core import (
     SystemClock,
     TaskBoard,
     _error_reports,
+    effect_draft,
 )
 from pulse_core._events import error_draft
 from pulse_core.store import open_event_store
+from pulse_survival.effects import Notify
 from tests.adapters.agents.rig import ScriptExecutor, ScriptRun
 from tests.adapters.awareness_rig import reply, settings
 from tests.faults.test_pg_stall import StallingProxy, database, proxy, within
@@ -497,3 +500,32 @@ async def test_a_claim_whose_commit_reply_is_lost_does_not_wait_out_its_lease(
         await engine.close()
     assert len(payer.paid) == 1
     assert [c.data["attempt"] for c in claims] == [1, 1]  # the lost one never ran: 1 again
+
+
+async def test_a_hermes_notice_whose_claim_lost_its_commit_reply_is_still_offered(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    name = database(postgres_server)
+    store = await open_event_store(proxy.url(name, connect_timeout="1"))
+    follower = NoticeFollower(["notify"], max_age_ms=600_000)
+    try:
+        (effect,) = (await store.append([effect_draft(
+            Notify(topic="disk", level="critical", text="disk / is full"),
+            origin="survival")])).events
+
+        def refuse() -> None:
+            proxy.refusing = True
+
+        proxy.between = refuse
+        proxy.lose_commit_reply = True  # the next commit is the notice's claim
+        now = effect.ts + 1_000
+        assert await within(60, "the claim whose reply is lost",
+                            follower.claim(store, now, "s-1")) == []
+        assert proxy.cuts == 1
+        proxy.refusing = False
+        lines = await within(60, "the next turn's claim", follower.claim(store, now, "s-2"))
+        offers = await store.read(kinds=["hermes-notice-offered"])
+    finally:
+        proxy.refusing = False
+        await store.close()
+    assert len(lines) == 1 and "disk / is full" in lines[0]
+    assert len(offers) == 1
