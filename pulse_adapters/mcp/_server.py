@@ -99,7 +99,9 @@ class PulseMcp:
 
     async def create_task(self, task_id: str, title: str, prompt: str = "",
                           priority: int = 0) -> str:
-        """Create task `task_id`; refused when the id is taken."""
+        """Create task `task_id`; refused when the id is taken, unless by this very task
+        (the same title, prompt and priority from the same agent, nothing done with it since:
+        a retry of a call whose answer was lost)."""
         await self.calls.admit("create_task")
         self.calls.text(task_id, "task_id")
         if len(task_id) > MAX_KEY_LENGTH or task_id.startswith(("identity:", "mcp:")):
@@ -113,6 +115,11 @@ class PulseMcp:
             event = await TaskBoard(self.store, origin=self.origin).create(
                 task_id, title, prompt=prompt, priority=priority)
         except VersionConflict:
+            events = await self.store.read(key=task_id, limit=2)
+            if [(e.kind, e.origin) for e in events] == [("task-created", self.origin)] and (
+                    events[0].data.get("title"), events[0].data.get("prompt"),
+                    events[0].data.get("priority")) == (title, prompt, priority):
+                return f"task {task_id} created (event #{events[0].seq})"
             raise ToolError(f"task_id: task {task_id!r} exists already — pick a new id"
                             ) from None
         return f"task {task_id} created (event #{event.seq})"

@@ -81,6 +81,10 @@ async def test_a_task_created_over_mcp_is_on_the_board(upulse: Upulse, tmp_path:
         done = await session.call_tool("create_task", {"task_id": "t-1", "title": "tidy notes",
                                                        "priority": 2})
         assert not done.isError, _text(done)
+        # the same call again (its answer lost): the task it created, not an error
+        retried = await session.call_tool("create_task", {"task_id": "t-1",
+                                                          "title": "tidy notes", "priority": 2})
+        assert not retried.isError and _text(retried) == _text(done)
         again = await session.call_tool("create_task", {"task_id": "t-1", "title": "other"})
         assert again.isError and "task_id" in _text(again)
         state = await session.call_tool("task_state", {"task_id": "t-1"})
