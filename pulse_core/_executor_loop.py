@@ -128,9 +128,10 @@ class ExecutorLoop:
         self._entries = self._index.entries
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
         self._held_back: dict[str, tuple[int, float]] = {}  # claims that failed: count, until
-        # effects whose claim lost its commit reply: one of this loop's own found in the log
-        # is no attempt under way, so it is claimed again without waiting out its lease
-        self._unknown_claims: set[str] = set()
+        # the `lease_until` of each claim whose commit reply was lost, by effect id: that very
+        # claim found in the log is no attempt under way, so it is claimed again (same
+        # attempt) without waiting out its lease
+        self._unknown_claims: dict[str, int] = {}
         self._wake: asyncio.Event | None = None  # run()'s signal, also set as a slot frees
         self._checkpoint_failed = False
         self._stopping = False
@@ -183,7 +184,12 @@ class ExecutorLoop:
         if entry.status is EffectStatus.RETRYING:
             return entry.retry_at <= now
         return (self._leases.ended(entry) or self._me.outlived(entry)
-                or (entry.id in self._unknown_claims and entry.owner == self._me.id))
+                or self._lost_claim(entry))
+
+    def _lost_claim(self, entry: EffectEntry) -> bool:
+        """Whether `entry` is held by a claim of this loop's whose commit reply was lost."""
+        return (entry.status is EffectStatus.EXECUTING and entry.owner == self._me.id
+                and self._unknown_claims.get(entry.id) == entry.lease_until)
 
     def _fails_unhandled(self, entry: EffectEntry) -> bool:
         """Whether to fail `entry`, which no executor here handles, for good: with
@@ -291,6 +297,7 @@ class ExecutorLoop:
         self._stopping = True
 
     async def _attempt(self, entry: EffectEntry) -> EffectOutcome:
+        attempt = entry.attempt + (0 if self._lost_claim(entry) else 1)
         try:
             current = self._entries.get(entry.id)
             if current is None or current.version != entry.version:
@@ -301,8 +308,7 @@ class ExecutorLoop:
             # is tried again once READ_BACKOFF has passed (if it was written after all, its
             # reply lost, this loop's own claim does not hold it back).
             self._hold_back(entry.id)
-            self._outage.failed(f"executor-loop: attempt {entry.attempt + 1} of effect {entry.id}",
-                         exc)
+            self._outage.failed(f"executor-loop: attempt {attempt} of effect {entry.id}", exc)
             return EffectOutcome.LOST_CLAIM
         finally:
             self._inflight.pop(entry.id, None)
@@ -322,8 +328,7 @@ class ExecutorLoop:
         now = self.clock.now_ms()
         lease_ms = int((executor.timeout if executor else 0) * 1000) + self.lease_grace_ms
         # this loop's own claim whose reply was lost never ran: claimed again, same attempt
-        attempt = entry.attempt + (0 if entry.id in self._unknown_claims
-                                   and entry.owner == self._me.id else 1)
+        attempt = entry.attempt + (0 if self._lost_claim(entry) else 1)
         draft = claim_draft(entry, self._me, now + lease_ms,
                             f"executor:{executor.name if executor else 'loop'}", lease_ms=lease_ms,
                             attempt=attempt)
@@ -337,14 +342,15 @@ class ExecutorLoop:
             except VersionConflict:
                 expected = await foreign_head(self.store, entry.id, expected)
             except AppendOutcomeUnknown:
-                self._unknown_claims &= self._entries.keys()  # those settled since: gone
-                self._unknown_claims.add(entry.id)
+                for settled in self._unknown_claims.keys() - self._entries.keys():
+                    del self._unknown_claims[settled]
+                self._unknown_claims[entry.id] = int(draft.data["lease_until"])
                 raise
         else:  # another claim won; never retried at once (no busy loop)
             self._hold_back(entry.id)
             return EffectOutcome.LOST_CLAIM
         self._held_back.pop(entry.id, None)
-        self._unknown_claims.discard(entry.id)
+        self._unknown_claims.pop(entry.id, None)
         self._outage.answered()
         claim = Claim(entry, claimed.events[0].version, now + lease_ms, attempt, draft.origin,
                       executor)

@@ -10,6 +10,7 @@ stored, and sent again."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from pulse_adapters.hermes import NoticeFollower
 from pulse_adapters.llm.stand_in import ChatServer, RecordedRequest
 from pulse_core import (
     AppendOutcomeUnknown,
+    Backoff,
     Decision,
     Effect,
     EffectOutcome,
@@ -88,11 +90,7 @@ async def test_a_tick_whose_commit_reply_is_lost_records_its_effects_once(
         # The server commits tick 1; its reply is lost, and the look at the log that would
         # tell finds no server either (the proxy refuses new connections meanwhile).
 
-        def refuse() -> None:
-            proxy.refusing = True
-
-        proxy.between = refuse
-        proxy.lose_commit_reply = True
+        proxy.lose_next()
         with pytest.raises(AppendOutcomeUnknown, match="may or may not be stored"):
             await within(60, "the tick whose reply is lost", engine.tick())
         assert proxy.cuts == 1
@@ -170,11 +168,7 @@ async def test_the_errors_of_a_tick_whose_commit_reply_is_lost_are_recorded_once
                     default_tick_ms=100)
     await engine.open()  # its loops not started: the test ticks it
     try:
-        def refuse() -> None:
-            proxy.refusing = True
-
-        proxy.between = refuse
-        proxy.lose_commit_reply = True
+        proxy.lose_next()
         with pytest.raises(AppendOutcomeUnknown):
             await within(60, "the tick whose reply is lost", engine.tick())
         assert proxy.cuts == 1
@@ -201,11 +195,7 @@ async def test_an_error_report_whose_append_lost_its_reply_is_recorded_once(
     try:
         await store.read(kinds=["error"])  # connected, so the report's append is the commit
 
-        def refuse() -> None:
-            proxy.refusing = True
-
-        proxy.between = refuse
-        proxy.lose_commit_reply = True
+        proxy.lose_next()
         reports.report("rule:r", RuntimeError("broke once"))
         with pytest.raises(StoreUnavailable, match="this error report is kept"):
             await within(60, "the report whose reply is lost", spawned[0])
@@ -239,11 +229,7 @@ async def test_an_outcome_whose_commit_reply_is_lost_is_taken_as_written(
         async def execute(self, effect: Pay, ctx: ExecutionContext) -> None:
             await super().execute(effect, ctx)
 
-            def refuse() -> None:
-                proxy.refusing = True
-
-            proxy.between = refuse
-            proxy.lose_commit_reply = True  # the next commit is the outcome's
+            proxy.lose_next()  # the next commit is the outcome's
 
     payer = LosesItsOutcomesReply()
     engine = Engine(tmp_path / "home", store=proxy.url(name, connect_timeout="1"),
@@ -286,11 +272,7 @@ async def test_error_reports_whose_late_append_lost_its_reply_are_each_counted_o
     try:
         reports_made(0, 5)  # 2 kept, 3 only counted
 
-        def refuse() -> None:
-            proxy.refusing = True
-
-        proxy.between = refuse
-        proxy.lose_commit_reply = True
+        proxy.lose_next()
         with pytest.raises(AppendOutcomeUnknown):
             await within(60, "the late append whose reply is lost", reports.record_waiting())
         assert proxy.cuts == 1
@@ -361,11 +343,7 @@ async def test_a_task_whose_ack_lost_its_commit_reply_is_closed_once_not_run_aga
 
     class LosesTheAcksReply(ScriptExecutor):
         def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
-            def refuse() -> None:
-                proxy.refusing = True
-
-            proxy.between = refuse
-            proxy.lose_commit_reply = True  # the next commit is the task's ack
+            proxy.lose_next()  # the next commit is the task's ack
             return super().parse(run, stream)
 
     executor = LosesTheAcksReply(tmp_path / "pids")
@@ -407,11 +385,7 @@ class ArmsTheProxy(ChatServer):
         proxy = self.proxy
         if proxy is not None and request.method == "POST":
 
-            def refuse() -> None:
-                proxy.refusing = True
-
-            proxy.between = refuse
-            proxy.lose_commit_reply = True
+            proxy.lose_next()
 
 
 async def test_a_review_whose_settlement_lost_its_commit_reply_is_recorded_once(
@@ -459,11 +433,43 @@ async def test_a_review_whose_settlement_lost_its_commit_reply_is_recorded_once(
     assert ledger.calls == 1 and ledger.identities["ana"].failures == 0
 
 
+class PaysOnTheSecondTry(Payer):
+    """Fails its first attempt (to be retried 50 ms later) unless told it need not; `armed`
+    is called as that attempt fails."""
+
+    max_attempts = 3
+    backoff = Backoff(initial_ms=50, factor=1.0, max_ms=50, jitter=0.0)
+
+    def __init__(self, first_fails: bool, armed: Callable[[], None]) -> None:
+        super().__init__()
+        self.first_fails, self.armed = first_fails, armed
+        self.tries = 0
+
+    async def execute(self, effect: Pay, ctx: ExecutionContext) -> None:
+        self.tries += 1
+        if self.first_fails and ctx.attempt == 1:
+            self.armed()
+            raise ConnectionError("the payment service is down")
+        await super().execute(effect, ctx)
+
+
+@pytest.mark.parametrize(("first_fails", "stored", "attempts"), [
+    (False, True, [1, 1]),  # the lost claim never ran: claimed again under its number
+    (False, False, [1]),  # not stored: the claim made again is the first
+    (True, True, [1, 2, 2]),
+    (True, False, [1, 2]),  # not stored: attempt 1's claim (it ran) is no lost one
+])
 async def test_a_claim_whose_commit_reply_is_lost_does_not_wait_out_its_lease(
-        tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy,
-        caplog: pytest.LogCaptureFixture) -> None:
+        *, tmp_path: Path, postgres_server: PostgresServer, proxy: StallingProxy,
+        caplog: pytest.LogCaptureFixture, first_fails: bool, stored: bool,
+        attempts: list[int]) -> None:
     name = database(postgres_server)
-    payer = Payer()
+    lost = 2 if first_fails else 1  # the attempt whose claim is lost
+
+    def arm() -> None:  # lose the claim after the failed attempt's outcome, if any
+        proxy.lose_next(reply=stored, passing=int(first_fails))
+
+    payer = PaysOnTheSecondTry(first_fails, arm)
     payer.timeout = 600.0  # the lease a lost claim would have to wait out: 10 min
     engine = Engine(tmp_path / "home", store=proxy.url(name, connect_timeout="1"),
                     rules=[pay_on_first_tick], executors=[payer], default_tick_ms=100,
@@ -472,18 +478,14 @@ async def test_a_claim_whose_commit_reply_is_lost_does_not_wait_out_its_lease(
     running: asyncio.Future[None] | None = None
     try:
         await within(60, "tick 1", engine.tick())
-
-        def refuse() -> None:
-            proxy.refusing = True
-
-        proxy.between = refuse
-        proxy.lose_commit_reply = True  # the next commit is the effect's claim
+        if not first_fails:
+            arm()
         running = asyncio.ensure_future(engine.executor_loop.run())
 
         async def claim_failed() -> bool:
-            return any("attempt 1 of effect" in r.getMessage() for r in caplog.records)
+            return any(f"attempt {lost} of effect" in r.getMessage() for r in caplog.records)
 
-        await until(claim_failed, 60, "the claim whose reply is lost to fail")
+        await until(claim_failed, 60, f"the claim of attempt {lost} to fail")
         assert proxy.cuts == 1 and not payer.paid
         proxy.refusing = False
 
@@ -498,8 +500,8 @@ async def test_a_claim_whose_commit_reply_is_lost_does_not_wait_out_its_lease(
             running.cancel()
             await asyncio.gather(running, return_exceptions=True)
         await engine.close()
-    assert len(payer.paid) == 1
-    assert [c.data["attempt"] for c in claims] == [1, 1]  # the lost one never ran: 1 again
+    assert len(payer.paid) == 1 and payer.tries == 1 + first_fails
+    assert [c.data["attempt"] for c in claims] == attempts
 
 
 async def test_a_hermes_notice_whose_claim_lost_its_commit_reply_is_still_offered(
@@ -512,11 +514,7 @@ async def test_a_hermes_notice_whose_claim_lost_its_commit_reply_is_still_offere
             Notify(topic="disk", level="critical", text="disk / is full"),
             origin="survival")])).events
 
-        def refuse() -> None:
-            proxy.refusing = True
-
-        proxy.between = refuse
-        proxy.lose_commit_reply = True  # the next commit is the notice's claim
+        proxy.lose_next()  # the next commit is the notice's claim
         now = effect.ts + 1_000
         assert await within(60, "the claim whose reply is lost",
                             follower.claim(store, now, "s-1")) == []

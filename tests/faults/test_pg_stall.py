@@ -35,7 +35,8 @@ class StallingProxy:
     connection. `pause()` holds everything it receives (connections stay open); `resume()`
     lets it through again. `lose_commit_reply` drops the connection once the server has the
     next COMMIT, before its reply reaches the client; `lose_commit` drops it before the
-    server gets the COMMIT, calling `between()` once the server side is gone."""
+    server gets the COMMIT, calling `between()` once the server side is gone; either lets
+    `pass_commits` commits through first."""
 
     def __init__(self, target_port: int) -> None:
         self.target = target_port
@@ -44,6 +45,7 @@ class StallingProxy:
         self.refusing = False
         self.lose_commit_reply = False
         self.lose_commit = False
+        self.pass_commits = 0
         self.between: Callable[[], None] | None = None
         self.cuts = 0
         self._listener = socket.create_server((LOOPBACK, 0))
@@ -55,6 +57,21 @@ class StallingProxy:
         query = "&".join(f"{k}={v}" for k, v in options.items())
         return f"postgresql://pulse@{LOOPBACK}:{self.port}/{database}" + (
             f"?{query}" if query else "")
+
+    def lose_next(self, *, reply: bool = True, passing: int = 0) -> None:
+        """Lose the reply of the commit after `passing` more (`reply`; else the commit itself
+        before the server has it), and refuse new connections from the cut on, so the
+        client cannot ask the server what became of it (until `refusing` is cleared)."""
+
+        def refuse() -> None:
+            self.refusing = True
+
+        self.between = refuse
+        self.pass_commits = passing
+        if reply:
+            self.lose_commit_reply = True
+        else:
+            self.lose_commit = True
 
     def pause(self) -> None:
         self.flowing.clear()
@@ -85,14 +102,18 @@ class StallingProxy:
         try:
             while data := src.recv(65536):
                 self.flowing.wait()
-                if upstream and commits.found_in(data) and self.lose_commit:
-                    self.lose_commit = False
-                    doomed.set()
-                    self._cut(dst, src)  # the server never gets the COMMIT
-                    return
-                if upstream and commits.found_in(data) and self.lose_commit_reply:
-                    self.lose_commit_reply = False
-                    doomed.set()
+                committing = upstream and commits.found_in(data)  # (it learns names too)
+                if committing and (self.lose_commit or self.lose_commit_reply):
+                    if self.pass_commits:
+                        self.pass_commits -= 1
+                    elif self.lose_commit:
+                        self.lose_commit = False
+                        doomed.set()
+                        self._cut(dst, src)  # the server never gets the COMMIT
+                        return
+                    else:
+                        self.lose_commit_reply = False
+                        doomed.set()
                 elif not upstream and doomed.is_set():
                     self._cut(src, dst)  # the server has committed; its reply is lost
                     return
