@@ -100,22 +100,20 @@ class NoticeFollower:
                 break
             body = _notice_body(event, self.tags)
             if body is not None and now_ms - event.ts <= self.max_age_ms:
-                draft = self._unsure.pop(event.key, None) or self._offer(event, body, session)
+                draft = self._unsure.get(event.key) or self._offer(event, body, session)
                 try:  # sealed memory text it quotes is opened only to be shown
                     shown = await asyncio.to_thread(open_notice, body, events.keys)
                     await events.append([draft], expect={draft.key: 0})
                 except VersionConflict:
                     pass  # offered already, by another turn or process
-                except AppendOutcomeUnknown as exc:  # the next turn sends it again
-                    self._unsure[event.key] = draft
-                    log.warning("pulse plugin: notice %s may or may not be claimed: %s",
-                                event.key, exc)
-                    break
                 except StoreError as exc:  # the log's or keys.db's: the next turn tries again
+                    if isinstance(exc, AppendOutcomeUnknown):  # ...with this very claim
+                        self._unsure[event.key] = draft
                     log.warning("pulse plugin: notice %s not claimed: %s", event.key, exc)
                     break
                 else:
                     lines.append(notice_line(shown))
+            self._unsure.pop(event.key, None)  # claimed, offered already, or too old
             self._after = event.seq
         return lines
 
