@@ -100,8 +100,8 @@ class PulseMcp:
     async def create_task(self, task_id: str, title: str, prompt: str = "",
                           priority: int = 0) -> str:
         """Create task `task_id`; refused when the id is taken, unless by this very task
-        (the same title, prompt and priority from the same agent, nothing done with it since:
-        a retry of a call whose answer was lost)."""
+        (the same title, prompt and priority from the same agent: a retry of a call whose
+        answer was lost), whose status is then told."""
         await self.calls.admit("create_task")
         self.calls.text(task_id, "task_id")
         if len(task_id) > MAX_KEY_LENGTH or task_id.startswith(("identity:", "mcp:")):
@@ -115,13 +115,15 @@ class PulseMcp:
             event = await TaskBoard(self.store, origin=self.origin).create(
                 task_id, title, prompt=prompt, priority=priority)
         except VersionConflict:
-            events = await self.store.read(key=task_id, limit=2)
-            if [(e.kind, e.origin) for e in events] == [("task-created", self.origin)] and (
-                    events[0].data.get("title"), events[0].data.get("prompt"),
-                    events[0].data.get("priority")) == (title, prompt, priority):
-                return f"task {task_id} created (event #{events[0].seq})"
-            raise ToolError(f"task_id: task {task_id!r} exists already — pick a new id"
-                            ) from None
+            first = (await self.store.read(key=task_id, limit=1))[0]
+            if (first.kind, first.origin) != ("task-created", self.origin) or (
+                    first.data.get("title"), first.data.get("prompt"),
+                    first.data.get("priority")) != (title, prompt, priority):
+                raise ToolError(f"task_id: task {task_id!r} exists already — pick a new id"
+                                ) from None
+            state = await TaskBoard(self.store).state(task_id)
+            now = "" if state is None or state.status == "pending" else f"; {state.status} now"
+            return f"task {task_id} created (event #{first.seq}){now}"
         return f"task {task_id} created (event #{event.seq})"
 
     async def task_state(self, task_id: str) -> dict[str, object]:
