@@ -137,6 +137,7 @@ from pulse_core._projector import Projector
 from pulse_core._quote import Quote
 from pulse_core._recent_errors import RecentErrors
 from pulse_core._redact import redact_urls
+from pulse_core._retries import OUTAGE_BACKOFF, write_through_outage
 from pulse_core._rules import (
     Decision,
     Inner,
@@ -205,6 +206,7 @@ __all__ = [
     "MARK_KIND",
     "MAX_HOST_LENGTH",
     "MAX_KEY_LENGTH",
+    "OUTAGE_BACKOFF",
     "PRIVATE_FILE",
     "QUARANTINED",
     "SURVIVAL_GROUP",
@@ -398,6 +400,7 @@ __all__ = [
     "uuid7",
     "wait_signal",
     "write_private",
+    "write_through_outage",
 ]
 
 publish_face(__name__)

@@ -107,13 +107,15 @@ class ErrorReports:
 
     def _keep(self, draft: EventDraft, at: int, maybe_stored: bool = False) -> bool:
         """Keep `draft` (made at `at`) marked late, or as it is when it may be stored already
-        (it has an idempotency key), or count it past the limit; True if kept. A draft
+        (it has an idempotency key; at most one append's drafts, kept past the limit too, so
+        never counted as not kept), or count it past the limit; True if kept. A draft
         marked late gets an idempotency key of its own, so a retry of an append whose
         outcome the store could not tell never records it twice."""
         if not self.waiting and self._wake is not None:
             self._wake.set()  # record_late starts trying
-        if len(self._kept) < self.limit:
-            self._kept.append(draft if maybe_stored and draft.idem is not None else
+        as_is = maybe_stored and draft.idem is not None  # past the limit too: it may be stored
+        if as_is or len(self._kept) < self.limit:
+            self._kept.append(draft if as_is else
                               msgspec.structs.replace(
                                   draft, data={**draft.data, "late": True, "reported_at": at},
                                   idem=f"late-error:{uuid.uuid4().hex}"))

@@ -58,11 +58,12 @@ EXPECTED_CORE = {
     "wait_signal",
     # what the CLI and the layers use of the kernel: kinds, ids, text and host checks, the
     # home's private files, rule names
-    "EFFECT_KINDS", "MARK_KIND", "MAX_HOST_LENGTH", "MAX_KEY_LENGTH", "PRIVATE_FILE",
+    "EFFECT_KINDS", "MARK_KIND", "MAX_HOST_LENGTH", "MAX_KEY_LENGTH", "OUTAGE_BACKOFF",
+    "PRIVATE_FILE",
     "QUARANTINED",
     "SURVIVAL_GROUP", "TASK_KINDS", "check_host", "check_text", "declared_effects", "denied",
     "loose_home", "next_task_state", "open_private", "placement", "private_folder",
-    "rule_name", "uuid7", "write_private",
+    "rule_name", "uuid7", "write_private", "write_through_outage",
     # what `upulse migrate` uses: the home lock, the unfinished effects of a log
     "EffectIndex", "lock_home",
     # public names report their face as their module (the faces call it)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import logging
 import math
 import os
 import socket
@@ -36,22 +35,18 @@ from pulse_adapters.agents._program import ProgramCheck
 from pulse_adapters.agents._spec import DispatchPolicy
 from pulse_adapters.agents._stream import AgentOutputError, AgentResult, AgentStream
 from pulse_core import (
-    AppendOutcomeUnknown,
-    Backoff,
     Effect,
     EventDraft,
     EventStore,
     ExecutionContext,
     Executor,
     InvalidTransition,
-    StoreUnavailable,
     TaskBoard,
     TaskState,
     VersionConflict,
     register_kind,
+    write_through_outage,
 )
-
-log = logging.getLogger("pulse")
 
 SPAWNED = "agent-run-spawned"
 
@@ -77,8 +72,6 @@ RECORD_PATIENCE_S = 45.0
 """How long the end of a run waits for an unavailable store to take the task's move (within
 the executor's timeout margin); past it the effect fails, and the task, still executing, is
 requeued when the dispatcher finds it stuck."""
-
-_RECORD_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=5_000, jitter=0.1)
 _OPEN = frozenset({"assigned", "executing"})
 _SHORTEST_SECRET = 8
 _SHORTEST_PIECE = 4  # of a secret a bound cut: a shorter piece tells nothing of it
@@ -329,32 +322,15 @@ async def _move_through_outage(move: Callable[[], Awaitable[object]], board: Tas
                                task_id: str, version: int, *, kind: str, data: Any,
                                patience: float = RECORD_PATIENCE_S) -> None:
     """`move()`, the move of task `task_id` from `version` by a `kind` event holding `data`,
-    tried again while the store is unavailable (`patience` seconds at most, then its
-    StoreUnavailable is raised). After an append whose reply was lost (AppendOutcomeUnknown),
-    a conflict where the task's next event is this very move counts as written."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + patience
-    failures, maybe_stored = 0, False
-    while True:
-        try:
-            await move()
-            return
-        except (VersionConflict, InvalidTransition):
-            if maybe_stored and any(
-                    e.version == version + 1 and e.kind == kind and e.origin == board.origin
-                    and e.data == data for e in await board.store.read(key=task_id)):
-                return
-            raise
-        except StoreUnavailable as exc:
-            maybe_stored = maybe_stored or isinstance(exc, AppendOutcomeUnknown)
-            failures += 1
-            delay = _RECORD_BACKOFF.delay_ms(failures) / 1000
-            if loop.time() + delay > deadline:
-                raise
-            if failures == 1:
-                log.warning("pulse: task %s: the store cannot take its %s yet (%s); trying "
-                            "again for up to %g s", task_id, kind, exc, patience)
-            await asyncio.sleep(delay)
+    through a store outage of `patience` seconds at most (write_through_outage): after a
+    lost reply, a conflict where the task's next event is this very move counts as done."""
+
+    async def moved() -> bool:
+        return any(e.version == version + 1 and e.kind == kind and e.origin == board.origin
+                   and e.data == data for e in await board.store.read(key=task_id))
+
+    await write_through_outage(move, patience_s=patience, what=f"task {task_id}'s {kind}",
+                               written=moved)
 
 
 def _cut_pieces(data: bytes, secret: bytes, *, start: bool, end: bool) -> bytes:

@@ -5,9 +5,9 @@ source human exchange still stands, and the changes, the cycle record and any jo
 go into the log in one transaction. Each identity's whole review runs under the log's
 exclusive lock `awareness:<identity>`, so among every engine sharing the log (a fleet on one
 PostgreSQL database) at most one reviews an identity at a time, and a review whose world was
-already reviewed by another makes no model call. A settlement whose commit reply was lost
-(AppendOutcomeUnknown) is sent again unchanged (stored once), never recorded over by a
-failed cycle.
+already reviewed by another makes no model call. A settlement the store cannot take is sent
+again unchanged (stored once) through an outage of SETTLE_PATIENCE_S, and one that may be
+stored (AppendOutcomeUnknown) is never recorded over by a failed cycle.
 """
 
 from __future__ import annotations
@@ -47,16 +47,15 @@ from pulse_adapters.llm import (
 )
 from pulse_core import (
     AppendOutcomeUnknown,
-    Backoff,
     Event,
     EventDraft,
     EventStore,
     ExecutionContext,
     Executor,
     StoreError,
-    StoreUnavailable,
     VersionConflict,
     error_draft,
+    write_through_outage,
 )
 from pulse_core.memory import (
     IdentityMemory,
@@ -72,10 +71,9 @@ ORIGIN = WRITER
 ERROR_CHARS = 500
 """The longest error text a cycle record keeps."""
 SETTLE_PATIENCE_S = 30.0
-"""How long a settlement whose commit reply was lost is sent again while the store stays
-unavailable; then the attempt fails (the cycle may be stored, so no failed cycle is recorded
-over it) and the rule asks again."""
-_SETTLE_BACKOFF = Backoff(initial_ms=200, factor=2.0, max_ms=5_000, jitter=0.1)
+"""How long a settlement is sent again while the store is unavailable; then the attempt
+fails (a settlement that may be stored is not recorded over by a failed cycle) and the rule
+asks again."""
 ALREADY_REVIEWED = "already-reviewed"
 """The outcome (in `effect-acked`, not a cycle) of a review whose world another review settled
 after this one was asked for: no model call, nothing written."""
@@ -355,27 +353,8 @@ class AwarenessExecutor(Executor):
 
 async def _append_settlement(events: EventStore, drafts: list[EventDraft],
                              expect: dict[str, int] | None, identity: str) -> None:
-    """Append a cycle's settlement; when its commit reply was lost, the same drafts again
-    (stored once) while the store is unavailable, SETTLE_PATIENCE_S at most, then
-    AppendOutcomeUnknown."""
-    try:
-        await events.append(drafts, expect=expect)
-        return
-    except AppendOutcomeUnknown as exc:
-        log.warning("pulse: awareness: the store could not tell whether the review of %s was "
-                    "stored (%s); sending it again", identity, exc)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + SETTLE_PATIENCE_S
-    failures = 0
-    while True:
-        failures += 1
-        await asyncio.sleep(_SETTLE_BACKOFF.delay_ms(failures) / 1000)
-        try:
-            await events.append(drafts, expect=expect)
-            return
-        except StoreUnavailable as exc:
-            if loop.time() > deadline:
-                raise AppendOutcomeUnknown(
-                    f"the review of {identity} may or may not be stored: the store did not "
-                    f"answer for {SETTLE_PATIENCE_S:g} s after its reply was lost ({exc})"
-                ) from exc
+    """Append a cycle's settlement through a store outage of SETTLE_PATIENCE_S at most
+    (write_through_outage: the same drafts, each with an `idem`, so stored once)."""
+    await write_through_outage(lambda: events.append(drafts, expect=expect),
+                               patience_s=SETTLE_PATIENCE_S,
+                               what=f"awareness: the review of {identity}")

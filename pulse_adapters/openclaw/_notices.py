@@ -230,8 +230,8 @@ class NoticeDelivery:
             with contextlib.suppress(VersionConflict):  # another engine recorded it first
                 await events.append([EventDraft(NOTICE_DELIVERED, key, record, origin=ORIGIN,
                                                 cause=event.seq)], expect={key: 0})
-            self.queued.pop(effect_id, None)
-            return
+            break
+        self.queued.pop(effect_id, None)  # its delivery is recorded (here or by another)
 
     def lease_s(self) -> float:
         """How long a claim stands unless renewed: twice a gateway call's own limit."""

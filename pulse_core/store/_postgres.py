@@ -248,7 +248,8 @@ class PostgresRecorder(Recorder):
                 raise AppendOutcomeUnknown(
                     f"{self.location}: the connection failed while the append was being "
                     f"committed ({first_line(cause)}), so it may or may not be stored — "
-                    "read the log (by idempotency key) before retrying") from cause
+                    "append the same drafts again once the server answers (an idem on each makes "
+                    "that safe)") from cause
             except (psycopg.Error, OSError) as exc:
                 if is_disconnect(exc):
                     await self._pool.discard_idle()

@@ -31,6 +31,7 @@ from pulse_core._projector import INLINE_FOLD
 from pulse_core._supervisor import wait_signal
 from pulse_core.store import AppendResult, Page, PreparedAppend, SqliteRecorder
 from tests.timing import eventually
+from tests.write_lock import WriteLock
 
 
 class Task(Effect, tag="loop-task"):
@@ -289,16 +290,6 @@ class GatedWorker(Executor):
         return {"n": effect.n}
 
 
-LOCK_HOLDER = """
-import sqlite3, sys, time
-conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-conn.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-conn.execute("ROLLBACK")
-"""
-
-
 async def _until(store: EventStore, check: Callable[[], Awaitable[bool]],
                  seconds: float = 20.0) -> None:
     """Wait until `check()` holds, looking again after each commit (and every 50 ms)."""
@@ -334,18 +325,14 @@ async def test_a_write_lock_held_by_another_process_leaves_every_effect_acked_on
                     and len(await store.read(kinds=["effect-executing"])) >= 6)
 
         await _until(store, settled_first_attempts)
-        holder = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", LOCK_HOLDER, str(path), "2.0",
-            stdout=asyncio.subprocess.PIPE)
-        assert holder.stdout is not None
-        assert await holder.stdout.readline() == b"locked\n"
+        lock = await asyncio.to_thread(WriteLock, path, 2.0)  # another process's, for 2 s
         worker.gate.set()  # acks are due now, and the odd jobs' retries come due in 800 ms
 
         async def all_acked() -> bool:
             return len(await store.read(kinds=["effect-acked"])) >= 6 and not executors._inflight
 
         await _until(store, all_acked)
-        assert await holder.wait() == 0
+        await asyncio.to_thread(lock.ended)
     finally:
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)

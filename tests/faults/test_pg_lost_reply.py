@@ -357,7 +357,7 @@ async def test_a_task_whose_ack_lost_its_commit_reply_is_closed_once_not_run_aga
         stepping = asyncio.ensure_future(engine.step())
 
         async def retrying() -> bool:
-            return any("the store cannot take its task-acked yet" in r.getMessage()
+            return any("task t-1's task-acked: the store cannot take it yet" in r.getMessage()
                        for r in caplog.records)
 
         await until(retrying, 60, "the ack's retry")
@@ -413,7 +413,7 @@ async def test_a_review_whose_settlement_lost_its_commit_reply_is_recorded_once(
 
             async def sent_again_or_failed() -> bool:
                 return reviewing.done() or any(
-                    "could not tell whether the review of ana was stored" in r.getMessage()
+                    "the review of ana: the store cannot take it yet" in r.getMessage()
                     or "retrying while its lease holds" in r.getMessage()
                     for r in caplog.records)
 

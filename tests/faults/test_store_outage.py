@@ -150,6 +150,10 @@ async def test_an_outage_keeps_a_bounded_number_of_reports_and_records_how_many_
     for count in counts:
         assert count.data["not_kept"] >= 1
         assert f"{count.data['not_kept']} more error reports" in count.data["message"]
+    # each report is in one count: a later count counts only reports made after the earlier
+    # one's first (counting the same reports again would give it the same first report)
+    since = [c.data["reported_at"] for c in counts]
+    assert since == sorted(set(since)), since
 
 
 async def test_reports_the_store_never_takes_are_logged_with_their_count_at_close(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from pulse_adapters.agents import (
 )
 from pulse_core import Engine, ExecutionContext, ManualClock, SystemClock, TaskBoard
 from tests.adapters.agents.rig import ScriptExecutor, ScriptRun, gone, stand_in_pids
+from tests.write_lock import WriteLock
 
 TEST_TIME_LIMIT_S = 60
 
@@ -302,16 +301,6 @@ async def test_a_secret_cut_by_an_output_bound_leaves_no_piece_of_it_stored(
         await engine.close()
 
 
-LOCK_HOLDER = """
-import sqlite3, sys, time
-conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-conn.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-conn.execute("ROLLBACK")
-"""
-
-
 class LockedAtTheEnd(ScriptExecutor):
     """Another process takes the log's write lock for `hold_s` as each run ends (before its
     task is moved on)."""
@@ -319,13 +308,10 @@ class LockedAtTheEnd(ScriptExecutor):
     def __init__(self, pids: Path, db: Path, hold_s: float) -> None:
         super().__init__(pids)
         self.db, self.hold_s = db, hold_s
-        self.holders: list[subprocess.Popen[str]] = []
+        self.locks: list[WriteLock] = []
 
     def parse(self, run: AgentRun, stream: AgentStream) -> AgentResult:
-        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(self.db),
-                                   str(self.hold_s)], stdout=subprocess.PIPE, text=True)
-        self.holders.append(holder)
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        self.locks.append(WriteLock(self.db, self.hold_s))
         return super().parse(run, stream)
 
 
@@ -346,10 +332,10 @@ async def test_a_run_that_ends_while_the_store_is_locked_is_recorded_once_it_ans
         [acked] = await engine.events.read(kinds=["effect-acked"])
         assert acked.data["result"]["ok"] is True
         assert not await engine.events.read(kinds=["effect-failed"])
-        assert len(executor.holders) == 1  # one run
-        assert any("the store cannot take its task-acked yet" in r.getMessage()
+        assert len(executor.locks) == 1  # one run
+        assert any("task t-1's task-acked: the store cannot take it yet" in r.getMessage()
                    for r in caplog.records)
     finally:
         await engine.close()
-        for holder in executor.holders:
-            holder.wait(30)
+        for lock in executor.locks:
+            lock.ended()

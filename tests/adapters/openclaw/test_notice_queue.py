@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +43,7 @@ from pulse_survival.effects import Notify
 from tests.adapters.openclaw.rig import eventually
 from tests.adapters.openclaw.test_hostile import add, agent_store, said
 from tests.timing import eventually as until
+from tests.write_lock import WriteLock
 
 SESSION = "agent:main:main"
 
@@ -469,16 +468,6 @@ async def test_a_notice_still_pending_is_not_skipped_by_a_restart_after_a_later_
     assert gateway.read_by_model(notice_label(later.key)) == 1
 
 
-LOCK_HOLDER = """
-import sqlite3, sys, time
-conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
-conn.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-conn.execute("ROLLBACK")
-"""
-
-
 class LocksTheLogAsItQueues(Gateway):
     """Queues the notice, then another process takes the pulse log's write lock for a
     moment: the record that it was queued cannot be stored."""
@@ -487,17 +476,12 @@ class LocksTheLogAsItQueues(Gateway):
 
     def __init__(self, store: AgentStore) -> None:
         super().__init__(store)
-        self.holders: list[subprocess.Popen[str]] = []
+        self.locks: list[WriteLock] = []
 
     async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
         answer = await super().call(method, params, timeout_s=timeout_s)
-        if method == "system-event" and not self.holders:
-            holder = subprocess.Popen(  # noqa: ASYNC220 (it answers at once)
-                [sys.executable, "-c", LOCK_HOLDER, str(self.db), "1.0"],
-                stdout=subprocess.PIPE, text=True)
-            self.holders.append(holder)
-            assert holder.stdout is not None
-            assert await asyncio.to_thread(holder.stdout.readline) == "locked\n"
+        if method == "system-event" and not self.locks:  # held until the test lets it go
+            self.locks.append(await asyncio.to_thread(WriteLock, self.db))
         return answer
 
 
@@ -516,7 +500,7 @@ async def test_a_notice_whose_queued_record_the_store_refused_is_not_queued_agai
             async with asyncio.timeout(30):  # bounds a hang only
                 await service.settle(engine.events, event, body)
         gateway.turn()  # the model reads it
-        await asyncio.to_thread(gateway.holders[0].wait, 30)
+        await asyncio.to_thread(gateway.locks[0].release)
         again = asyncio.ensure_future(service.settle(engine.events, event, body))
         async with asyncio.timeout(30):  # the service's restart settles it again
             while not again.done():
