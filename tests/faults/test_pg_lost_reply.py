@@ -109,6 +109,19 @@ async def test_a_tick_whose_commit_reply_is_lost_records_its_effects_once(
     assert ticks.count(1) == 1, ticks
 
 
+async def answer_once_logged(proxy: StallingProxy, caplog: pytest.LogCaptureFixture,
+                             *texts: str) -> None:
+    """Once a log line holds one of `texts` (what lost its reply is being tried again, or
+    has failed), let the server be reached again: the proxy cut one commit."""
+
+    async def logged() -> bool:
+        return any(text in r.getMessage() for r in caplog.records for text in texts)
+
+    await until(logged, 60, f"a log line holding one of {texts}")
+    assert proxy.cuts == 1
+    proxy.refusing = False
+
+
 async def _tick(engine: Engine) -> Decision:
     while True:
         try:
@@ -241,13 +254,7 @@ async def test_an_outcome_whose_commit_reply_is_lost_is_taken_as_written(
         await within(60, "tick 1", engine.tick())
         running = asyncio.ensure_future(engine.executor_loop.run_until_idle())
 
-        async def retrying() -> bool:
-            return any("retrying while its lease holds" in r.getMessage()
-                       for r in caplog.records)
-
-        await until(retrying, 60, "the outcome's retry")
-        assert proxy.cuts == 1
-        proxy.refusing = False
+        await answer_once_logged(proxy, caplog, "retrying while its lease holds")
         await within(60, "the executor loop once the server answers", running)
         acked = await engine.events.read(kinds=["effect-acked"])
     finally:
@@ -356,13 +363,8 @@ async def test_a_task_whose_ack_lost_its_commit_reply_is_closed_once_not_run_aga
         await TaskBoard(engine.events).create("t-1", "say hello", prompt="ok")
         stepping = asyncio.ensure_future(engine.step())
 
-        async def retrying() -> bool:
-            return any("task t-1's task-acked: the store cannot take it yet" in r.getMessage()
-                       for r in caplog.records)
-
-        await until(retrying, 60, "the ack's retry")
-        assert proxy.cuts == 1
-        proxy.refusing = False
+        await answer_once_logged(proxy, caplog,
+                                 "task t-1's task-acked: the store cannot take it yet")
         await within(60, "the step once the server answers", stepping)
         kinds = [e.kind for e in await engine.events.read(key="t-1")]
         [acked] = await engine.events.read(kinds=["effect-acked"])
@@ -411,15 +413,9 @@ async def test_a_review_whose_settlement_lost_its_commit_reply_is_recorded_once(
             await within(60, "the tick that asks for the review", engine.tick())
             reviewing = asyncio.ensure_future(engine.executor_loop.run_until_idle())
 
-            async def sent_again_or_failed() -> bool:
-                return reviewing.done() or any(
-                    "the review of ana: the store cannot take it yet" in r.getMessage()
-                    or "retrying while its lease holds" in r.getMessage()
-                    for r in caplog.records)
-
-            await until(sent_again_or_failed, 60, "the settlement to be sent again")
-            assert proxy.cuts == 1
-            proxy.refusing = False
+            await answer_once_logged(proxy, caplog,  # sent again; or, unfixed, failed
+                                     "the review of ana: the store cannot take it yet",
+                                     "retrying while its lease holds")
             await within(60, "the review once the server answers", reviewing)
             cycles = await engine.events.read(kinds=["awareness-cycle"])
             acked = await engine.events.read(kinds=["effect-acked"])
@@ -482,12 +478,8 @@ async def test_a_claim_whose_commit_reply_is_lost_does_not_wait_out_its_lease(
             arm()
         running = asyncio.ensure_future(engine.executor_loop.run())
 
-        async def claim_failed() -> bool:
-            return any(f"attempt {lost} of effect" in r.getMessage() for r in caplog.records)
-
-        await until(claim_failed, 60, f"the claim of attempt {lost} to fail")
-        assert proxy.cuts == 1 and not payer.paid
-        proxy.refusing = False
+        assert not payer.paid
+        await answer_once_logged(proxy, caplog, f"attempt {lost} of effect")
 
         async def acked() -> bool:
             return bool(await engine.events.read(kinds=["effect-acked"]))
