@@ -156,12 +156,18 @@ class TranscriptIngest:
         row it refuses, which is recorded as an `error` instead."""
         drafts, messages = self._drafts(session_id, rows)
         key = transcript_key(self.store.agent, session_id)
+        held = session_id in self.holding
         turn = self._turn(session_id, drafts)
         try:
             await events.append([*drafts, *turn,
                                  self._read(session_id, rows[-1].seq, messages)],
                                 expect={key: version})
-        except InvalidEvent as exc:
+        except BaseException as exc:
+            # not stored (or not known to be): the hold is as it was, so the retry begins or
+            # ends it again (a second end after a lost reply is harmless)
+            (self.holding.add if held else self.holding.discard)(session_id)
+            if not isinstance(exc, InvalidEvent):
+                raise
             if len(rows) > 1:
                 half = len(rows) // 2
                 version, before = await self._store(events, session_id, rows[:half], version,

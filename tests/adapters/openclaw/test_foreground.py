@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pulse_adapters.awareness import AwarenessConfig, build_reviewer, foreground_of
 from pulse_adapters.llm.stand_in import ChatServer
 from pulse_adapters.openclaw import TranscriptIngest, TranscriptSettings
-from pulse_core import Engine, Event, LayerContext, SystemClock
+from pulse_core import Engine, Event, LayerContext, StoreUnavailable, SystemClock
 from tests.adapters.awareness_rig import settings
 from tests.adapters.openclaw.test_hostile import add, agent_store, said
 from tests.timing import eventually
+from tests.write_lock import WriteLock
 
 HOLDER = "openclaw:main:a"
 
@@ -59,3 +62,25 @@ async def test_no_hold_when_the_lapse_is_zero(tmp_path: Path) -> None:
         add(store, "a", said("a-2", "again"))
         assert await ingest.ingest(engine.events) == 1
         assert await engine.events.read(kinds=["foreground-began"]) == []
+
+
+async def test_an_answer_the_log_refused_once_still_ends_the_hold(tmp_path: Path) -> None:
+    store = agent_store(tmp_path / "state")
+    add(store, "a", said("a-1", "an old question"))  # the backlog: no turn under way
+    db = tmp_path / "events.db"
+    kinds = ["foreground-began", "foreground-ended"]
+    async with Engine(tmp_path / "pulse", store=f"sqlite:///{db}?busy_timeout=0.2") as engine:
+        ingest = TranscriptIngest(TranscriptSettings(identity="ana"), store)
+        await ingest.ingest(engine.events)
+        add(store, "a", said("a-2", "a new question"))
+        assert await ingest.ingest(engine.events) == 1
+        add(store, "a", said("a-3", "the answer", role="assistant"))
+        lock = WriteLock(db)  # another process writes: the answer's append is refused
+        try:
+            with pytest.raises(StoreUnavailable):
+                await ingest.ingest(engine.events)
+        finally:
+            lock.release()
+        assert await ingest.ingest(engine.events) == 1  # the next pass stores it
+        assert marks(await engine.events.read(kinds=kinds)) == [
+            ("foreground-began", HOLDER), ("foreground-ended", HOLDER)]
