@@ -137,7 +137,7 @@ from pulse_core._projector import Projector
 from pulse_core._quote import Quote
 from pulse_core._recent_errors import RecentErrors
 from pulse_core._redact import redact_urls
-from pulse_core._retries import OUTAGE_BACKOFF, write_through_outage
+from pulse_core._retries import OUTAGE_BACKOFF, stored_next, write_through_outage
 from pulse_core._rules import (
     Decision,
     Inner,
@@ -396,6 +396,7 @@ __all__ = [
     "settings_problem",
     "started_on_wall_clock",
     "still_running",
+    "stored_next",
     "summarise_identities",
     "uuid7",
     "wait_signal",

@@ -20,9 +20,10 @@ from pulse_core._errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from pulse_core._events import EventDraft, encode_data
+from pulse_core._events import EventDraft
 from pulse_core._lease import Owner
 from pulse_core._redact import redact_urls
+from pulse_core._retries import stored_next
 from pulse_core._supervisor import Reporter, StoreOutage
 from pulse_core.store import EventStore
 
@@ -101,7 +102,7 @@ async def record_outcome(store: EventStore, claim: Claim, draft: EventDraft, *, 
             outage.answered()
             return True
         except VersionConflict:  # a note filed under the key, or another loop took over
-            if maybe_stored and await stored_after(store, key, expected, draft):
+            if maybe_stored and await stored_next(store, key, expected, draft):
                 outage.answered()
                 return True
             expected = await foreign_head(store, key, expected)
@@ -123,11 +124,3 @@ async def record_outcome(store: EventStore, claim: Claim, draft: EventDraft, *, 
             return False
     return False  # our lease ended and another loop took the effect over
 
-
-async def stored_after(store: EventStore, key: str, version: int, draft: EventDraft) -> bool:
-    """Whether an event of `key` after `version` is `draft` (its kind, origin and data): an
-    append of it whose reply was lost."""
-    data = encode_data(draft.data)
-    return any(e.kind == draft.kind and e.origin == draft.origin
-               and encode_data(e.data) == data
-               for e in await store.read(key=key) if e.version > version)

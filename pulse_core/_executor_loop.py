@@ -297,12 +297,13 @@ class ExecutorLoop:
         self._stopping = True
 
     async def _attempt(self, entry: EffectEntry) -> EffectOutcome:
+        # this loop's own claim whose reply was lost never ran: claimed again, same attempt
         attempt = entry.attempt + (0 if self._lost_claim(entry) else 1)
         try:
             current = self._entries.get(entry.id)
             if current is None or current.version != entry.version:
                 return EffectOutcome.LOST_CLAIM  # moved on since it was dispatched
-            return await self._claim_and_run(entry)
+            return await self._claim_and_run(entry, attempt)
         except Exception as exc:
             # The claim could not be written: nothing ran and nothing is lost; the effect
             # is tried again once READ_BACKOFF has passed (if it was written after all, its
@@ -321,14 +322,13 @@ class ExecutorLoop:
         delay = READ_BACKOFF.delay_ms(failures) / 1000
         self._held_back[effect_id] = (failures, asyncio.get_running_loop().time() + delay)
 
-    async def _claim_and_run(self, entry: EffectEntry) -> EffectOutcome:
+    async def _claim_and_run(self, entry: EffectEntry, attempt: int) -> EffectOutcome:
+        """Claim attempt number `attempt` at `entry` and run it."""
         executor = self._by_tag.get(entry.tag)
         if executor is None and not self._fails_unhandled(entry):
             return EffectOutcome.LOST_CLAIM
         now = self.clock.now_ms()
         lease_ms = int((executor.timeout if executor else 0) * 1000) + self.lease_grace_ms
-        # this loop's own claim whose reply was lost never ran: claimed again, same attempt
-        attempt = entry.attempt + (0 if self._lost_claim(entry) else 1)
         draft = claim_draft(entry, self._me, now + lease_ms,
                             f"executor:{executor.name if executor else 'loop'}", lease_ms=lease_ms,
                             attempt=attempt)

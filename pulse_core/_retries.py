@@ -14,6 +14,8 @@ from pulse_core._errors import (
     StoreUnavailable,
     VersionConflict,
 )
+from pulse_core._events import EventDraft, encode_data
+from pulse_core.store import EventStore
 
 log = logging.getLogger("pulse")
 
@@ -70,3 +72,11 @@ async def write_through_outage(write: Callable[[], Awaitable[object]], *, patien
                 log.warning("pulse: %s: the store cannot take it yet (%s); trying again for "
                             "up to %g s", what, exc, patience_s)
             await asyncio.sleep(delay)
+
+
+async def stored_next(store: EventStore, key: str, version: int, draft: EventDraft) -> bool:
+    """Whether `key`'s event after `version` is `draft` (its kind, origin and data): an append
+    of it that expected `version` and whose reply was lost."""
+    data = encode_data(draft.data)
+    return any(e.version == version + 1 and e.kind == draft.kind and e.origin == draft.origin
+               and encode_data(e.data) == data for e in await store.read(key=key))

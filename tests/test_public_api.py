@@ -63,7 +63,7 @@ EXPECTED_CORE = {
     "QUARANTINED",
     "SURVIVAL_GROUP", "TASK_KINDS", "check_host", "check_text", "declared_effects", "denied",
     "loose_home", "next_task_state", "open_private", "placement", "private_folder",
-    "rule_name", "uuid7", "write_private", "write_through_outage",
+    "rule_name", "stored_next", "uuid7", "write_private", "write_through_outage",
     # what `upulse migrate` uses: the home lock, the unfinished effects of a log
     "EffectIndex", "lock_home",
     # public names report their face as their module (the faces call it)

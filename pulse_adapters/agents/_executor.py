@@ -45,6 +45,7 @@ from pulse_core import (
     TaskState,
     VersionConflict,
     register_kind,
+    stored_next,
     write_through_outage,
 )
 
@@ -324,13 +325,10 @@ async def _move_through_outage(move: Callable[[], Awaitable[object]], board: Tas
     """`move()`, the move of task `task_id` from `version` by a `kind` event holding `data`,
     through a store outage of `patience` seconds at most (write_through_outage): after a
     lost reply, a conflict where the task's next event is this very move counts as done."""
-
-    async def moved() -> bool:
-        return any(e.version == version + 1 and e.kind == kind and e.origin == board.origin
-                   and e.data == data for e in await board.store.read(key=task_id))
-
-    await write_through_outage(move, patience_s=patience, what=f"task {task_id}'s {kind}",
-                               written=moved)
+    mine = EventDraft(kind, task_id, data, origin=board.origin)
+    await write_through_outage(
+        move, patience_s=patience, what=f"task {task_id}'s {kind}",
+        written=lambda: stored_next(board.store, task_id, version, mine))
 
 
 def _cut_pieces(data: bytes, secret: bytes, *, start: bool, end: bool) -> bytes:

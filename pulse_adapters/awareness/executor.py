@@ -344,17 +344,12 @@ class AwarenessExecutor(Executor):
                                          cause=ctx.seq))
         expect = {key: version} if version is not None else None
         token = uuid.uuid4().hex  # one settlement: sent again as it is, stored once
-        await _append_settlement(ctx.events, [
+        settlement = [
             d if d.idem is not None else msgspec.structs.replace(d, idem=f"awareness:{token}:{i}")
-            for i, d in enumerate(all_drafts)], expect, record.identity)
+            for i, d in enumerate(all_drafts)]
+        await write_through_outage(lambda: ctx.events.append(settlement, expect=expect),
+                                   patience_s=SETTLE_PATIENCE_S,
+                                   what=f"awareness: the review of {record.identity}")
         return {"outcome": record.outcome, "accepted": len(record.accepted),
                 "rejected": len(record.rejected), "error": record.error}
 
-
-async def _append_settlement(events: EventStore, drafts: list[EventDraft],
-                             expect: dict[str, int] | None, identity: str) -> None:
-    """Append a cycle's settlement through a store outage of SETTLE_PATIENCE_S at most
-    (write_through_outage: the same drafts, each with an `idem`, so stored once)."""
-    await write_through_outage(lambda: events.append(drafts, expect=expect),
-                               patience_s=SETTLE_PATIENCE_S,
-                               what=f"awareness: the review of {identity}")

@@ -1,5 +1,5 @@
 """write_through_outage: a write tried again through a store outage, and taken as done when a
-lost reply's write is found stored (the PostgreSQL cases run for real in
+lost reply's write is found stored (stored_next) (the PostgreSQL cases run for real in
 tests/faults/test_pg_lost_reply.py)."""
 
 from __future__ import annotations
@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from pulse_core import (
     AppendOutcomeUnknown,
+    EventDraft,
+    SqliteEventStore,
     StoreUnavailable,
     VersionConflict,
+    stored_next,
     write_through_outage,
 )
 
@@ -107,3 +111,21 @@ async def test_a_try_that_hangs_is_cut_off_at_the_patience_as_maybe_stored() -> 
     with pytest.raises(AppendOutcomeUnknown, match="did not answer within 1 s"):
         async with asyncio.timeout(30):  # bounds a hang only
             await write_through_outage(write, patience_s=1, what="the thing")
+
+
+async def test_stored_next_finds_only_the_very_write_right_after_the_version(
+        tmp_path: Path) -> None:
+    store = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        mine = EventDraft("tick", "k", {"n": 1}, origin="engine")
+        await store.append([EventDraft("tick", "k", {"n": 0}, origin="engine")])
+        assert not await stored_next(store, "k", 1, mine)  # nothing after version 1 yet
+        await store.append([mine], expect={"k": 1})
+        assert await stored_next(store, "k", 1, mine)
+        assert not await stored_next(store, "k", 0, mine)  # version 1 is another write
+        assert not await stored_next(store, "k", 1, EventDraft("tick", "k", {"n": 2},
+                                                               origin="engine"))
+        assert not await stored_next(store, "k", 1, EventDraft("tick", "k", {"n": 1},
+                                                               origin="cli"))
+    finally:
+        await store.close()
