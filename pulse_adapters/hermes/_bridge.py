@@ -19,7 +19,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -71,7 +71,7 @@ class PulseBridge:
         self._stores: HomeStores | None = None
         self._store: EventStore | None = None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+        self._thread = threading.Thread(target=self._serve, daemon=True,
                                         name=f"{name}-bridge")
         self._serial = asyncio.Lock()
         self._guard = threading.Lock()
@@ -133,17 +133,22 @@ class PulseBridge:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Let the jobs handed over end, close the engine (or the stores) and stop the
-        thread, waiting at most `timeout_s` overall, and no longer than `stall_s` once no
-        job is doing its work (even when behind: the last chance to write them)."""
+        thread, waiting at most `timeout_s`, and no longer than `stall_s` once no job is
+        doing its work (even when behind: the last chance to write them). What it stops
+        waiting for (a job that does not move, and the jobs queued behind it) is cancelled,
+        and the thread ends once that is over: nothing is left pending for the host's exit
+        to tear down."""
         if self._closing or self.mode == "new":
             self._closing = True
             return
         self._closing = True
         future = self._schedule(self._close())
         if not self._await({future}, timeout_s, "close"):
+            if self.mode == "opening":
+                log.info("%s: closed before the pulse home %s opened", self.name, self.home)
             log.warning("%s: close did not finish; the jobs still waiting are dropped",
                         self.name)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        asyncio.run_coroutine_threadsafe(self._wind_down(), self._loop)
         self._thread.join(self.stall_s)
 
     def _await(self, futures: set[concurrent.futures.Future[Any]], timeout_s: float,
@@ -185,7 +190,26 @@ class PulseBridge:
 
     # -- on the bridge's loop ----------------------------------------------------------------
 
-    def _schedule(self, work: Awaitable[T]) -> concurrent.futures.Future[T]:
+    def _serve(self) -> None:
+        """The bridge's thread: its loop, until close stops it, then closed (its selector's
+        files with it)."""
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    async def _wind_down(self) -> None:
+        """Cancel every other task of the loop, and stop the loop once they have ended (a
+        cancelled job may take its time: an opening waits out its lock in a thread)."""
+        me = asyncio.current_task()
+        left = [task for task in asyncio.all_tasks() if task is not me]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+        asyncio.get_running_loop().stop()
+
+    def _schedule(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         future = asyncio.run_coroutine_threadsafe(self._in_turn(work), self._loop)
         with self._guard:
             self._pending.add(future)
@@ -196,9 +220,16 @@ class PulseBridge:
         with self._guard:
             self._pending.discard(future)
 
-    async def _in_turn(self, work: Awaitable[T]) -> T:
-        async with self._serial:
+    async def _in_turn(self, work: Coroutine[Any, Any, T]) -> T:
+        try:
+            await self._serial.acquire()
+        except BaseException:  # cancelled in the queue: `work` never starts
+            work.close()
+            raise
+        try:
             return await work
+        finally:
+            self._serial.release()
 
     async def _guarded(self, job: Job[T], what: str) -> T | None:
         if self.mode == "failed" and time.monotonic() >= self._reopen_at:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib
 import json
 import logging
@@ -132,24 +133,46 @@ def test_a_locked_pulse_home_costs_hermes_one_bounded_wait_not_one_per_turn(
     assert closing < plugin.bridge.stall_s + 10  # one slice in which nothing moved; a hang
 
 
-@pytest.mark.filterwarnings("ignore:coroutine 'PulseBridge._close' was never awaited")
 def test_a_bridge_closed_before_its_home_opened_says_so_not_that_the_home_fails(
         locked_home: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Closed while the home's lock keeps it from opening, the bridge stops waiting; the
-    program's exit then tears the opening down (here as the interpreter does: its pending
-    coroutines closed off the loop). That is no failed opening, to be tried again."""
+    """Closed while the home's lock keeps it from opening, the bridge stops waiting and
+    cancels the opening. That is no failed opening, to be tried again."""
     bridge = PulseBridge(locked_home, principal=Principal.agent("hermes", "cli"),
                          name="hermes-plugin", stall_s=0.2)
     bridge.start()
     with caplog.at_level(logging.INFO, logger="pulse.hermes"):
         bridge.close(0.5)
         assert bridge.mode == "opening"  # the home never opened: the lock is still held
-        for task in asyncio.all_tasks(bridge._loop):
-            task.get_coro().close()
     said = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert not [text for level, text in said if level >= logging.ERROR], said
     assert any(f"closed before the pulse home {locked_home} opened" in text
                for _, text in said), said
+
+
+def test_jobs_a_closing_bridge_gives_up_on_are_dropped_without_noise_on_the_host(
+        locked_home: Path, caplog: pytest.LogCaptureFixture,
+        recwarn: pytest.WarningsRecorder) -> None:
+    """A home that does not move at close: the opening and the jobs queued behind it are
+    cancelled and the bridge's loop closed, so nothing is left for the host's exit to tear
+    down ("Task was destroyed but it is pending!", "coroutine ... was never awaited")."""
+    bridge = PulseBridge(locked_home, principal=Principal.agent("hermes", "cli"),
+                         name="hermes-plugin", stall_s=0.2)
+    bridge.start()
+
+    async def job(events: EventStore) -> None:
+        await events.append([])
+
+    for n in range(3):
+        bridge.submit(job, f"job {n}")
+    with caplog.at_level(logging.DEBUG, logger="asyncio"):
+        bridge.close(0.5)
+        assert bridge.mode == "opening"  # the lock is still held: close gave up
+        del bridge
+        gc.collect()
+    torn = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert not torn, torn
+    unawaited = [str(w.message) for w in recwarn if "never awaited" in str(w.message)]
+    assert not unawaited, unawaited
 
 
 def settle(plugin: HermesPlugin, timeout_s: float = 60.0) -> None:
