@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 from mcp.server.fastmcp.exceptions import ToolError
@@ -13,17 +15,28 @@ from mcp.server.fastmcp.exceptions import ToolError
 from pulse_adapters.mcp._settings import McpSettings
 from pulse_core import (
     MAX_KEY_LENGTH,
+    Clock,
+    ElementTextUnreadable,
+    Event,
     EventDraft,
     EventStore,
     InvalidEvent,
     Memory,
+    SystemClock,
+    VersionConflict,
     check_text,
     identity_key,
     register_kind,
 )
+from pulse_core.store import reveal
 
 CALL_REFUSED = "mcp-call-refused"
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+RETRY_WINDOW_S = 600
+"""How long after a memory write the same call again is taken for a retry of it (its answer
+lost on the way), answered as the first was instead of written twice."""
+_RECENT = 50  # the agent's newest writes of one kind about an identity looked through
+_TRIES = 5  # writes raced by another writer of the same identity before giving up
 
 
 class CallRefused(msgspec.Struct, frozen=True):
@@ -58,11 +71,14 @@ class Limiter:
 
 class Calls:
     """The agent's calls over one store: who it is (`origin`, from settings), its rate limit,
-    and the argument checks every tool shares."""
+    and the argument checks every tool shares. `clock` tells the retry window's time (the
+    store's clock stamps what it stores)."""
 
-    def __init__(self, store: EventStore, settings: McpSettings) -> None:
+    def __init__(self, store: EventStore, settings: McpSettings, *,
+                 clock: Clock | None = None) -> None:
         self.store = store
         self.settings = settings
+        self.clock: Clock = clock or SystemClock()
         self.origin = f"agent:{settings.agent}"
         self.key = f"mcp:{settings.agent}"
         self.limiter = Limiter(settings.calls_per_minute)
@@ -122,3 +138,43 @@ class Calls:
             raise ToolError(f"identity: {identity!r} is not known to pulse — use only "
                             "identities pulse has memory of")
         return identity
+
+    async def write_once(self, identity: str, kind: str, body: Any,
+                         same: Callable[[Mapping[str, Any]], bool]) -> tuple[Event, bool]:
+        """Append `kind` with `body` about known `identity` as this agent, unless this agent
+        wrote a `kind` about it in the last RETRY_WINDOW_S whose data (its text revealed)
+        `same` accepts: a retry of a call whose answer was lost. The event, and whether it
+        is new. The check and the write hold the identity's version, so a retry racing the
+        first call (in this process or another) still writes once."""
+        key = identity_key(identity)
+        data = msgspec.to_builtins(body)
+        for _ in range(_TRIES):
+            version = await self.store.head(key)
+            earlier = await self._recent(key, kind, same)
+            if earlier is not None:
+                return earlier, False
+            draft = EventDraft(kind, key, data, origin=self.origin)
+            try:
+                return (await self.store.append([draft], expect={key: version})).events[0], True
+            except VersionConflict:
+                continue  # the identity moved meanwhile: look again
+        raise ToolError(f"identity: {identity!r} is being written by others all the while "
+                        "— call again in a moment")
+
+    async def _recent(self, key: str, kind: str, same: Callable[[Mapping[str, Any]], bool]
+                      ) -> Event | None:
+        """This agent's newest `kind` on `key` within RETRY_WINDOW_S that `same` accepts."""
+        since = self.clock.now_ms() - RETRY_WINDOW_S * 1000
+        for event in await self.store.read(kinds=[kind], key=key, newest_first=True,
+                                           limit=_RECENT, origin_prefix=self.origin):
+            if event.ts < since:
+                break
+            if event.origin != self.origin or not isinstance(event.data, dict):
+                continue
+            try:
+                data = reveal(event.data, self.store.keys, purged=None)
+            except ElementTextUnreadable:
+                continue  # purged (or its key gone): nothing to answer with
+            if same(data):
+                return event
+        return None

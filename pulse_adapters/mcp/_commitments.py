@@ -3,9 +3,12 @@ identity (`commitment-made`), and closed (`commitment-updated`) once kept or dro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from mcp.server.fastmcp.exceptions import ToolError
 
-from pulse_adapters.mcp._calls import Calls
+from pulse_adapters.mcp._calls import RETRY_WINDOW_S, Calls
 from pulse_core import MemoryBoard, SystemClock, identity_key, uuid7
 from pulse_core.maintenance import CommitmentMade, CommitmentUpdated
 
@@ -24,7 +27,9 @@ class CommitmentTools:
                                 due_in_minutes: int | None = None,
                                 impact: str = "normal") -> str:
         """Record that the agent promised `text` to (or about) `identity`; returns the
-        commitment's id, which close_commitment takes."""
+        commitment's id, which close_commitment takes. The same promise again within
+        RETRY_WINDOW_S (due as far ahead, give or take that window: a retry of a call whose
+        answer was lost) is answered as the first call was, and recorded once."""
         calls = self.calls
         await calls.admit("record_commitment")
         calls.text(text, "text")
@@ -35,9 +40,17 @@ class CommitmentTools:
             due_at = SystemClock().now_ms() + due_in_minutes * 60_000
         await calls.known(identity)
         body = CommitmentMade(record=f"c-{uuid7()}", text=text, due_at=due_at, impact=impact)
-        event = await MemoryBoard(calls.store, origin=calls.origin).write(
-            identity, "commitment-made", body)
-        return f"commitment {body.record} recorded (event #{event.seq})"
+
+        def same(data: Mapping[str, Any]) -> bool:  # the same promise, due as far ahead
+            if (data.get("text"), data.get("impact")) != (text, impact):
+                return False
+            made_due = data.get("due_at")
+            if due_at is None or made_due is None:
+                return made_due is due_at
+            return bool(abs(made_due - due_at) <= RETRY_WINDOW_S * 1000)
+
+        event, _ = await calls.write_once(identity, "commitment-made", body, same)
+        return f"commitment {event.data['record']} recorded (event #{event.seq})"
 
     async def close_commitment(self, identity: str, commitment: str, status: str = "fulfilled",
                                reason: str = "") -> str:

@@ -20,11 +20,12 @@ from pulse_adapters.mcp._watches import WatchTools
 from pulse_core import (
     MAX_KEY_LENGTH,
     EventStore,
-    MemoryBoard,
     Projector,
     TaskBoard,
     VersionConflict,
+    uuid7,
 )
+from pulse_core.memory import TemporalFactRecorded
 
 MAX_RECALLED = 50
 READ_ONLY = frozenset({"recall", "task_state", "maintenance_report", "list_notices"})
@@ -83,11 +84,17 @@ class PulseMcp:
                                      openWorldHint=False))
 
     async def remember(self, identity: str, text: str) -> str:
-        """Record `text` as a fact about `identity`; returns the stored record's id."""
+        """Record `text` as a fact about `identity`; returns the stored record's id. The same
+        fact again within RETRY_WINDOW_S (a retry of a call whose answer was lost) is
+        answered as the first call was, and stored once."""
         await self.calls.admit("remember")
         self.calls.text(text, "text")
         await self.calls.known(identity)
-        event = await MemoryBoard(self.store, origin=self.origin).fact(identity, text)
+        body = TemporalFactRecorded(record=f"f-{uuid7()}", text=text)
+        event, _ = await self.calls.write_once(
+            identity, "temporal-fact-recorded", body,
+            lambda data: data.get("text") == text and data.get("valid_from") is None
+            and data.get("valid_until") is None)
         return f"remembered as {event.data['record']} (event #{event.seq})"
 
     async def recall(self, identity: str, query: str, limit: int = 10) -> list[str]:

@@ -4,6 +4,7 @@ call stores nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,16 @@ from typing import Any
 import pytest
 from mcp import ClientSession
 
-from pulse_core import Projector, SystemClock, effect_draft, open_home
+from pulse_adapters.mcp import McpSettings
+from pulse_adapters.mcp._calls import RETRY_WINDOW_S, Calls
+from pulse_core import (
+    ManualClock,
+    Projector,
+    SqliteEventStore,
+    SystemClock,
+    effect_draft,
+    open_home,
+)
 from pulse_core.maintenance import (
     WatchArmed,
     WatchCondition,
@@ -20,6 +30,7 @@ from pulse_core.maintenance import (
     evaluate_watches,
 )
 from pulse_survival import Notify
+from tests.adapters.hermes.rig import read_events
 from tests.adapters.mcp.rig import events, make_home, session_over, text
 from tests.cli.runner import Upulse
 
@@ -197,3 +208,54 @@ async def test_a_notice_acknowledged_is_not_listed_again(upulse: Upulse, transpo
     acked = await events(home, "mcp-notice-acked")
     assert [(e.key, e.origin, e.data) for e in acked] == [
         (f"mcp-notice:ada:{first}", "agent:ada", {"effect": first})]
+
+
+async def test_a_memory_call_made_again_is_answered_as_before_and_stored_once(
+        upulse: Upulse, tmp_path: Path) -> None:
+    """A remember or record_commitment whose answer was lost, made again (here by two
+    server processes at once, as an agent's retry can race its first call), stores one
+    event and gives both callers the same answer; another text is a new write."""
+    home = make_home(upulse, tmp_path)
+    async with session_over("stdio", upulse, home) as one, \
+            session_over("stdio", upulse, home) as two:
+        for tool, arguments in [
+            ("remember", {"identity": "ana", "text": "ana keeps bees"}),
+            ("record_commitment", {"identity": "ana", "text": "send ana the honey recipe",
+                                   "due_in_minutes": 60}),
+        ]:
+            answers = await asyncio.gather(_ok(one, tool, arguments), _ok(two, tool, arguments))
+            assert answers[0] == answers[1], answers
+            assert await _ok(one, tool, arguments) == answers[0]
+        other = await _ok(one, "remember", {"identity": "ana", "text": "ana keeps goats"})
+        due_later = await _ok(one, "record_commitment", {
+            "identity": "ana", "text": "send ana the honey recipe", "due_in_minutes": 600})
+    facts = await read_events(home, kinds=["temporal-fact-recorded"])  # text opened
+    assert [e.data["text"] for e in facts] == ["ana keeps bees", "ana keeps goats"]
+    assert facts[1].data["record"] in other
+    made = await read_events(home, kinds=["commitment-made"])
+    assert [e.data["text"] for e in made] == ["send ana the honey recipe"] * 2
+    assert made[1].data["record"] in due_later
+
+
+async def test_the_same_memory_call_past_the_retry_window_is_a_new_write(
+        tmp_path: Path) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    store = await SqliteEventStore.open(tmp_path / "events.db", clock=clock)
+    try:
+        calls = Calls(store, McpSettings(agent="ada"), clock=clock)
+        body = {"record": "f-1", "text": "ana keeps bees"}
+
+        async def remember() -> tuple[int, bool]:
+            event, new = await calls.write_once(
+                "ana", "temporal-fact-recorded", body,
+                lambda data: data.get("text") == body["text"])
+            return event.seq, new
+
+        first = await remember()
+        clock.advance(RETRY_WINDOW_S * 1000)
+        assert await remember() == (first[0], False)  # the window's last moment: a retry
+        clock.advance(1)
+        later = await remember()
+        assert later[1] and later[0] > first[0]
+    finally:
+        await store.close()
