@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import heapq
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -28,6 +29,7 @@ _CHECKPOINT = "executor-loop"
 _CHECKPOINT_VERSION = 3  # 2: EffectEntry.attempts_before_retry; 3: lease_ms
 PAGE = 5_000
 CHECKPOINT_EVERY = 10_000
+CLAIMED = "effect-executing"
 FOLDED = EFFECT_KINDS | {QUARANTINED}
 """An effect's own events, and a quarantine of one (it moves the effect's version on)."""
 
@@ -46,6 +48,8 @@ class EffectIndex:
         self.entries: dict[str, EffectEntry] = {}
         #: ids whose entry changed, came or went since the last `take_changed`
         self.changed: set[str] = set()
+        #: (effect type, owner) of each claim folded since the last `take_claims`
+        self.claims: list[tuple[str, str]] = []
         self._timers: list[tuple[int, str]] = []  # (retry, id); stale ones too
         self.cursor = 0
         self._saved_cursor = 0
@@ -92,13 +96,10 @@ class EffectIndex:
             revived = {key: await self._refold(key, end)
                        for key in {e.key for e in page.events if e.kind == "effect-retried"}}
             if len(page.events) > INLINE_FOLD:
-                changes = await asyncio.to_thread(self._fold_apart, page.events)
+                changes, claims = await asyncio.to_thread(self._fold_apart, page.events)
             else:
-                changes = {}
-                for event in page.events:
-                    changes[event.key] = advance(
-                        changes[event.key] if event.key in changes
-                        else self.entries.get(event.key), event)
+                changes, claims = self._fold(page.events, self.entries.get)
+            self.claims.extend(claims)
             changes.update(revived)
             self.changed.update(changes)
             for key, entry in changes.items():
@@ -122,18 +123,34 @@ class EffectIndex:
             entry = fold_effect(entry, event)
         return None if entry is None or entry.finished else entry
 
-    def _fold_apart(self, events: list[Event]) -> dict[str, EffectEntry | None]:
-        """In a worker thread: the entries `events` change, folded on copies, so the index
-        the event loop reads meanwhile is never half updated."""
+    def _fold_apart(self, events: list[Event]
+                    ) -> tuple[dict[str, EffectEntry | None], list[tuple[str, str]]]:
+        """In a worker thread: `_fold` on copies of the entries, so the index the event loop
+        reads meanwhile is never half updated."""
+        def copy(key: str) -> EffectEntry | None:
+            current = self.entries.get(key)
+            return None if current is None else msgspec.structs.replace(current)
+        return self._fold(events, copy)
+
+    @staticmethod
+    def _fold(events: list[Event], entry_of: Callable[[str], EffectEntry | None]
+              ) -> tuple[dict[str, EffectEntry | None], list[tuple[str, str]]]:
+        """The entries `events` change (each first taken from `entry_of`), and the (effect
+        type, owner) of each claim among them."""
         changes: dict[str, EffectEntry | None] = {}
+        claims: list[tuple[str, str]] = []
         for event in events:
-            if event.key in changes:
-                entry = changes[event.key]
-            else:
-                current = self.entries.get(event.key)
-                entry = None if current is None else msgspec.structs.replace(current)
-            changes[event.key] = advance(entry, event)
-        return changes
+            key = event.key
+            entry = advance(changes[key] if key in changes else entry_of(key), event)
+            changes[key] = entry
+            if event.kind == CLAIMED and entry is not None:
+                claims.append((entry.tag, entry.owner))
+        return changes, claims
+
+    def take_claims(self) -> list[tuple[str, str]]:
+        """The (effect type, owner) of each claim folded since the last call, in log order."""
+        claims, self.claims = self.claims, []
+        return claims
 
     def take_changed(self) -> set[str]:
         """The ids whose entry changed, came or went since the last call."""

@@ -5,8 +5,10 @@ loops (or processes) racing for one attempt exactly one wins; an event of anothe
 under the key (an operator's note) moves the version, not the effect, and the claim or outcome
 is written again expecting the key's new version. Each loop times a claim's lease on its own
 clock (pulse_core._lease.Leases); an effect no executor here handles is left to the hosts that
-announced its type (pulse_core._roster). The loop wakes at once on a commit in its own process
-and reads the log every `scan_interval` for other writers.
+announced its type (pulse_core._roster). While `run` runs, loops sharing a log take turns
+(pulse_core._turns): each new effect is first left to one of them for a moment, so a fleet
+does not queue N claims for each effect at the log's writer lock. The loop wakes at once on a
+commit in its own process and reads the log every `scan_interval` for other writers.
 
 A store that cannot be written for a while (a lock held past its busy timeout, a full disk,
 a database restarting) never ends an attempt unobserved: the outcome is written again with
@@ -54,6 +56,7 @@ from pulse_core._lease import Leases, Owner
 from pulse_core._principals import Principal
 from pulse_core._roster import Roster, announcement
 from pulse_core._supervisor import Reporter, StoreOutage, wait_signal
+from pulse_core._turns import Turns
 from pulse_core.store import EventStore, SideStore, VitalsStore
 
 READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
@@ -124,6 +127,8 @@ class ExecutorLoop:
         self._index = EffectIndex(store, checkpoints)
         self._leases = Leases(self.clock)
         self._roster = Roster(store)
+        self._turns = Turns(self.owner)
+        self._taking_turns = False  # while `run` runs: run_until_idle claims all it can
         self._unhandled: set[str] = set()  # unfinished effects no executor here handles
         self._entries = self._index.entries
         self._inflight: dict[str, asyncio.Task[EffectOutcome]] = {}
@@ -144,6 +149,10 @@ class ExecutorLoop:
     async def refresh(self) -> None:
         """Fold every effect event committed since the last refresh into the index."""
         await self._index.refresh()
+        at = asyncio.get_running_loop().time()
+        for tag, owner in self._index.take_claims():
+            self._turns.seen(tag, owner, at)
+        self._turns.keep(self._entries)
         changed = self._index.take_changed()
         self._leases.observe(self._entries, changed)
         for effect_id in changed:
@@ -180,11 +189,19 @@ class ExecutorLoop:
         if entry.tag not in self._by_tag and not self._fails_unhandled(entry):
             return False  # another host's executors will take it
         if entry.status is EffectStatus.PENDING:
-            return True
+            return self._my_turn(entry)
         if entry.status is EffectStatus.RETRYING:
-            return entry.retry_at <= now
+            return entry.retry_at <= now and self._my_turn(entry)
         return (self._leases.ended(entry) or self._me.outlived(entry)
                 or self._lost_claim(entry))
+
+    def _my_turn(self, entry: EffectEntry) -> bool:
+        """Whether this loop is the one to claim `entry` now (pulse_core._turns), while
+        `run` runs; an effect bound to a host, or one no executor here handles, is claimed
+        by whoever sees it, and `run_until_idle` claims whatever it can."""
+        if not self._taking_turns or entry.host or entry.tag not in self._by_tag:
+            return True
+        return self._turns.mine(entry, asyncio.get_running_loop().time())
 
     def _lost_claim(self, entry: EffectEntry) -> bool:
         """Whether `entry` is held by a claim of this loop's whose commit reply was lost."""
@@ -206,6 +223,9 @@ class ExecutorLoop:
         lease = self._leases.next_end_s()
         if lease is not None:
             wait = min(wait, lease)
+        turn = self._turns.next_s(clock)
+        if turn is not None:
+            wait = min(wait, turn)
         return max(0.0, min(self.scan_interval, wait))
 
     # -- running -----------------------------------------------------------------------------
@@ -238,6 +258,7 @@ class ExecutorLoop:
         signal = self._wake = self.store.subscribe()
         scan_gap = SCAN_GAP_S if self.store.wakes_across_processes else 0.0
         failures = 0
+        self._taking_turns = True
         try:
             while not self._stopping:
                 signal.clear()
@@ -260,6 +281,7 @@ class ExecutorLoop:
                 if gap > 0:
                     await asyncio.sleep(gap)
         finally:
+            self._taking_turns = False
             self._wake = None
             self.store.unsubscribe(signal)
 

@@ -1,0 +1,225 @@
+"""Turns: one first choice per effect among the executor loops sharing a log, so a fleet
+makes about one claim per effect instead of one per loop; a first choice that does not
+claim in time (busy or gone) is passed over."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pulse_core import (
+    Effect,
+    EventStore,
+    ExecutionContext,
+    Executor,
+    ExecutorLoop,
+    SqliteEventStore,
+)
+from pulse_core._effects import EffectEntry, EffectStatus, effect_draft
+from pulse_core._supervisor import wait_signal
+from pulse_core._turns import Turns
+from tests.timing import scaled
+
+TAG = "turn-job"
+
+
+def pending(effect_id: str, version: int = 1, tag: str = TAG) -> EffectEntry:
+    return EffectEntry(effect_id, 1, {"effect": {"type": tag}}, version, EffectStatus.PENDING)
+
+
+owners = st.lists(st.text("abcdef0123", min_size=1, max_size=6), min_size=1, max_size=8,
+                  unique=True)
+
+
+@given(owners, st.text(min_size=1, max_size=20))
+def test_loops_that_see_the_same_claimers_agree_on_one_first_choice(
+        names: list[str], effect_id: str) -> None:
+    loops = [Turns(name) for name in names]
+    for turns in loops:
+        for name in names:
+            turns.seen(TAG, name, 0.0)
+    firsts = {turns.first_choice(TAG, effect_id, 1.0) for turns in loops}
+    assert len(firsts) == 1 and firsts <= set(names)
+    assert [turns.mine(pending(effect_id), 1.0) for turns in loops].count(True) == 1
+
+
+def test_a_loop_that_saw_no_other_claimer_never_waits() -> None:
+    turns = Turns("a")
+    assert all(turns.mine(pending(f"e-{n}"), 0.0) for n in range(50))
+    turns.seen(TAG, "a", 0.0)  # its own claims
+    assert all(turns.mine(pending(f"f-{n}"), 0.0) for n in range(50))
+    turns.seen("other-type", "b", 0.0)  # a claimer of another type only
+    assert all(turns.mine(pending(f"g-{n}"), 0.0) for n in range(50))
+    assert turns.next_s(0.0) is None
+
+
+def test_effects_spread_over_the_claimers_and_a_new_one_moves_only_its_share() -> None:
+    ids = [f"effect-{n}" for n in range(3_000)]
+    turns = Turns("a")
+    for name in ("a", "b", "c"):
+        turns.seen(TAG, name, 0.0)
+    before = {i: turns.first_choice(TAG, i, 0.0) for i in ids}
+    shares = {name: list(before.values()).count(name) for name in "abc"}
+    assert all(800 < share < 1_200 for share in shares.values()), shares
+    turns.seen(TAG, "d", 0.0)
+    after = {i: turns.first_choice(TAG, i, 0.0) for i in ids}
+    moved = [i for i in ids if after[i] != before[i]]
+    assert all(after[i] == "d" for i in moved)  # none moved between the loops that stayed
+    assert 500 < len(moved) < 1_000
+
+
+def test_an_effect_left_to_its_first_choice_is_taken_after_the_wait_and_that_loop_passed_over(
+        ) -> None:
+    turns = Turns("a", wait_s=0.05)
+    turns.seen(TAG, "b", 0.0)
+    theirs = next(e for e in (f"e-{n}" for n in range(100))
+                  if turns.first_choice(TAG, e, 0.0) == "b")
+    assert not turns.mine(pending(theirs), 1.0)
+    assert turns.next_s(1.0) == pytest.approx(0.05)
+    assert not turns.mine(pending(theirs), 1.04)
+    assert turns.mine(pending(theirs), 1.05)  # b did not claim it in time
+    # b is passed over now: its other effects are a's at once, until b claims again
+    others = [e for e in (f"f-{n}" for n in range(100))]
+    assert all(turns.mine(pending(e), 1.06) for e in others)
+    turns.seen(TAG, "b", 1.07)
+    assert not all(turns.mine(pending(e, version=2), 1.08) for e in others)
+
+
+def test_a_claimer_not_seen_for_the_window_is_no_first_choice() -> None:
+    turns = Turns("a", window_s=60.0)
+    turns.seen(TAG, "b", 0.0)
+    ids = [f"e-{n}" for n in range(100)]
+    assert {turns.first_choice(TAG, i, 59.0) for i in ids} == {"a", "b"}
+    assert {turns.first_choice(TAG, i, 60.5) for i in ids} == {"a"}
+
+
+def test_a_wait_ends_with_its_effect_claimed_or_moved_on() -> None:
+    turns = Turns("a", wait_s=0.05)
+    turns.seen(TAG, "b", 0.0)
+    theirs = [e for e in (f"e-{n}" for n in range(40)) if turns.first_choice(TAG, e, 0.0) == "b"]
+    for effect_id in theirs:
+        assert not turns.mine(pending(effect_id), 0.0)
+    claimed = {e: EffectEntry(e, 1, {}, 2, EffectStatus.EXECUTING) for e in theirs[:2]}
+    turns.keep({**claimed, **{e: pending(e) for e in theirs[2:]}})
+    turns.keep({e: pending(e) for e in theirs[2:]})
+    assert turns.next_s(0.0) == pytest.approx(0.05)
+    turns.keep({})
+    assert turns.next_s(0.0) is None
+
+
+# -- two loops on one log ---------------------------------------------------------------------
+
+
+class Job(Effect, tag=TAG):
+    n: int
+
+
+class Doer(Executor):
+    handles = (Job,)
+    timeout = 5.0
+
+    def __init__(self) -> None:
+        self.done: list[int] = []
+
+    async def execute(self, effect: Job, ctx: ExecutionContext) -> object:
+        self.done.append(effect.n)
+        return None
+
+
+class CountingClaims:
+    """The store a loop is given, counting the claims it tries (each append of
+    `effect-executing`, whether it wins or not); everything else is the real store's."""
+
+    def __init__(self, store: SqliteEventStore) -> None:
+        self._store = store
+        self.claims = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def append(self, drafts: Any, expect: Any = None) -> Any:
+        if drafts and drafts[0].kind == "effect-executing":
+            self.claims += 1
+        return await self._store.append(drafts, expect)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
+    store = await SqliteEventStore.open(tmp_path / "events.db", synchronous="NORMAL")
+    yield store
+    await store.close()
+
+
+async def _run(store: EventStore, *loops: ExecutorLoop) -> list[asyncio.Task[None]]:
+    return [asyncio.create_task(loop.run()) for loop in loops]
+
+
+async def _acked(store: EventStore, count: int, within: float = 30.0) -> None:
+    """Wait until `count` effects are acked, looking again after each commit."""
+    signal = store.subscribe()
+    try:
+        async with asyncio.timeout(scaled(within)):
+            while len(await store.read(kinds=["effect-acked"])) < count:
+                await wait_signal(signal, 0.05)
+                signal.clear()
+    finally:
+        store.unsubscribe(signal)
+
+
+async def test_two_loops_that_have_seen_each_other_claim_each_effect_once(
+        store: SqliteEventStore) -> None:
+    views = [CountingClaims(store), CountingClaims(store)]
+    doers = [Doer(), Doer()]
+    loops = [ExecutorLoop(view, [doer], scan_interval=0.2)  # type: ignore[arg-type]
+             for view, doer in zip(views, doers, strict=True)]
+    tasks = await _run(store, *loops)
+    try:
+        # until each loop has claimed something, each takes every effect it sees
+        n = 0
+        while not all(doer.done for doer in doers):
+            await store.append([effect_draft(Job(n=n), origin="agent")])
+            n += 1
+            await _acked(store, n)
+            assert n < 200, "one loop never claimed anything"
+        before = [view.claims for view in views]
+        for m in range(n, n + 60):  # one at a time: each lands on two idle loops
+            await store.append([effect_draft(Job(n=m), origin="agent")])
+            await _acked(store, m + 1)
+        tried = sum(view.claims for view in views) - sum(before)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    done = sorted(doers[0].done + doers[1].done)
+    assert done == list(range(n + 60))  # every effect ran once
+    assert tried == 60  # one claim an effect: none lost to the other loop
+    assert all(len([d for d in doer.done if d >= n]) > 5 for doer in doers)  # both work
+
+
+async def test_effects_whose_first_choice_stopped_are_taken_by_the_loop_that_runs(
+        store: SqliteEventStore) -> None:
+    doers = [Doer(), Doer()]
+    loops = [ExecutorLoop(store, [doer], scan_interval=0.2) for doer in doers]
+    tasks = await _run(store, *loops)
+    n = 0
+    try:
+        while not all(doer.done for doer in doers):
+            await store.append([effect_draft(Job(n=n), origin="agent")])
+            n += 1
+            await _acked(store, n)
+            assert n < 200, "one loop never claimed anything"
+        tasks[0].cancel()  # the first loop stops: half the effects would be its turn
+        await asyncio.gather(tasks[0], return_exceptions=True)
+        await store.append([effect_draft(Job(n=m), origin="agent") for m in range(n, n + 40)])
+        await _acked(store, n + 40)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert sorted(doers[1].done[-40:]) == list(range(n, n + 40))
