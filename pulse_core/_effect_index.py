@@ -48,8 +48,9 @@ class EffectIndex:
         self.entries: dict[str, EffectEntry] = {}
         #: ids whose entry changed, came or went since the last `take_changed`
         self.changed: set[str] = set()
-        #: (effect type, owner) of each claim folded since the last `take_claims`
-        self.claims: list[tuple[str, str]] = []
+        #: the stamp (ms) of the newest claim of each (effect type, owner) folded since the
+        #: last `take_claims`: one item an owner, however many claims it made
+        self.claims: dict[tuple[str, str], int] = {}
         self._timers: list[tuple[int, str]] = []  # (retry, id); stale ones too
         self.cursor = 0
         self._saved_cursor = 0
@@ -99,7 +100,7 @@ class EffectIndex:
                 changes, claims = await asyncio.to_thread(self._fold_apart, page.events)
             else:
                 changes, claims = self._fold(page.events, self.entries.get)
-            self.claims.extend(claims)
+            self.claims.update(claims)
             changes.update(revived)
             self.changed.update(changes)
             for key, entry in changes.items():
@@ -124,7 +125,7 @@ class EffectIndex:
         return None if entry is None or entry.finished else entry
 
     def _fold_apart(self, events: list[Event]
-                    ) -> tuple[dict[str, EffectEntry | None], list[tuple[str, str]]]:
+                    ) -> tuple[dict[str, EffectEntry | None], dict[tuple[str, str], int]]:
         """In a worker thread: `_fold` on copies of the entries, so the index the event loop
         reads meanwhile is never half updated."""
         def copy(key: str) -> EffectEntry | None:
@@ -134,22 +135,23 @@ class EffectIndex:
 
     @staticmethod
     def _fold(events: list[Event], entry_of: Callable[[str], EffectEntry | None]
-              ) -> tuple[dict[str, EffectEntry | None], list[tuple[str, str]]]:
-        """The entries `events` change (each first taken from `entry_of`), and the (effect
-        type, owner) of each claim among them."""
+              ) -> tuple[dict[str, EffectEntry | None], dict[tuple[str, str], int]]:
+        """The entries `events` change (each first taken from `entry_of`), and the stamp of
+        the newest claim among them of each (effect type, owner)."""
         changes: dict[str, EffectEntry | None] = {}
-        claims: list[tuple[str, str]] = []
+        claims: dict[tuple[str, str], int] = {}
         for event in events:
             key = event.key
             entry = advance(changes[key] if key in changes else entry_of(key), event)
             changes[key] = entry
             if event.kind == CLAIMED and entry is not None:
-                claims.append((entry.tag, entry.owner))
+                claims[entry.tag, entry.owner] = event.ts
         return changes, claims
 
-    def take_claims(self) -> list[tuple[str, str]]:
-        """The (effect type, owner) of each claim folded since the last call, in log order."""
-        claims, self.claims = self.claims, []
+    def take_claims(self) -> dict[tuple[str, str], int]:
+        """The stamp (ms) of the newest claim of each (effect type, owner) folded since the
+        last call."""
+        claims, self.claims = self.claims, {}
         return claims
 
     def take_changed(self) -> set[str]:

@@ -138,6 +138,11 @@ class ExecutorLoop:
         # attempt) without waiting out its lease
         self._unknown_claims: dict[str, int] = {}
         self._wake: asyncio.Event | None = None  # run()'s signal, also set as a slot frees
+        # Attempts that ended here, until a refresh begun after the end has read the log:
+        # one begun before may not hold the attempt's claim, and its entry would look
+        # claimable again (a claim sure to be refused). Effect id -> refreshes begun by then.
+        self._refreshes = 0
+        self._ended: dict[str, int] = {}
         self._checkpoint_failed = False
         self._stopping = False
         # on_error may be replaced after construction: the outage reports to the current one
@@ -148,11 +153,18 @@ class ExecutorLoop:
 
     async def refresh(self) -> None:
         """Fold every effect event committed since the last refresh into the index."""
+        self._refreshes += 1
+        begun = self._refreshes
         await self._index.refresh()
+        for ended in [i for i, during in self._ended.items() if during < begun]:
+            del self._ended[ended]  # this refresh read the log after the attempt ended
         at = asyncio.get_running_loop().time()
-        for tag, owner in self._index.take_claims():
-            self._turns.seen(tag, owner, at)
-        self._turns.keep(self._entries)
+        now_ms = self.clock.now_ms()
+        for (tag, owner), stamp in self._index.take_claims().items():
+            # when it claimed, on this loop's clock: a claim replayed from long ago (at a
+            # start, from the log or a checkpoint's tail) is no sign of a loop there now
+            self._turns.seen(tag, owner, at - max(0, now_ms - stamp) / 1000)
+        self._turns.keep(self._entries, at)
         changed = self._index.take_changed()
         self._leases.observe(self._entries, changed)
         for effect_id in changed:
@@ -181,8 +193,9 @@ class ExecutorLoop:
         return len(self._entries)
 
     def _claimable(self, entry: EffectEntry, now: int) -> bool:
-        if entry.id in self._inflight or entry.host not in ("", self.host):
-            return False  # running here already, or bound to another host's engines
+        if entry.id in self._inflight or entry.id in self._ended \
+                or entry.host not in ("", self.host):
+            return False  # running here (or ended since the last read), or bound elsewhere
         held = self._held_back.get(entry.id)
         if held is not None and asyncio.get_running_loop().time() < held[1]:
             return False
@@ -335,6 +348,7 @@ class ExecutorLoop:
             return EffectOutcome.LOST_CLAIM
         finally:
             self._inflight.pop(entry.id, None)
+            self._ended[entry.id] = self._refreshes
             if self._wake is not None:
                 self._wake.set()  # a slot is free: claim what waits for one
 

@@ -40,9 +40,15 @@ class Turns:
         self._claimers: dict[str, dict[str, float]] = {}  # type -> owner -> last seen
         self._waiting: dict[str, tuple[int, float, str]] = {}  # id -> version, until, first
 
+    @property
+    def waiting(self) -> int:
+        """How many effects this loop is leaving to their first choice."""
+        return len(self._waiting)
+
     def seen(self, tag: str, owner: str, at: float) -> None:
-        """`owner` was seen claiming an effect of type `tag` at `at`."""
-        self._claimers.setdefault(tag, {})[owner] = at
+        """`owner` claimed an effect of type `tag` at `at` (its newest claim counts)."""
+        claimers = self._claimers.setdefault(tag, {})
+        claimers[owner] = max(at, claimers.get(owner, at))
 
     def mine(self, entry: EffectEntry, at: float) -> bool:
         """Whether this loop may claim `entry` (claimable but for whose turn it is) at `at`:
@@ -68,9 +74,7 @@ class Turns:
         claimers = self._claimers.get(tag)
         if not claimers:
             return self.me
-        since = at - self.window_s
-        for owner in [o for o, seen in claimers.items() if seen < since]:
-            del claimers[owner]
+        self._forget_before(at - self.window_s, claimers)
         return max((self.me, *claimers), key=lambda owner: _rank(effect_id, owner))
 
     def next_s(self, at: float) -> float | None:
@@ -79,12 +83,21 @@ class Turns:
                       default=None)
         return None if soonest is None else soonest - at
 
-    def keep(self, entries: Mapping[str, EffectEntry]) -> None:
+    def keep(self, entries: Mapping[str, EffectEntry], at: float) -> None:
         """Forget the waits of effects no longer waiting for a claim in `entries` (the
-        index): claimed, finished, or gone."""
+        index): claimed, finished, or gone; and the claimers not seen within the window."""
         for gone in [i for i in self._waiting if (entry := entries.get(i)) is None
                      or entry.status not in _UNCLAIMED]:
             del self._waiting[gone]
+        for tag, claimers in list(self._claimers.items()):
+            self._forget_before(at - self.window_s, claimers)
+            if not claimers:
+                del self._claimers[tag]
+
+    @staticmethod
+    def _forget_before(since: float, claimers: dict[str, float]) -> None:
+        for owner in [o for o, seen in claimers.items() if seen < since]:
+            del claimers[owner]
 
 
 def _rank(effect_id: str, owner: str) -> bytes:

@@ -5,6 +5,7 @@ claim in time (busy or gone) is passed over."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from pulse_core import (
     ExecutionContext,
     Executor,
     ExecutorLoop,
+    ManualClock,
     SqliteEventStore,
 )
 from pulse_core._effects import EffectEntry, EffectStatus, effect_draft
@@ -106,10 +108,10 @@ def test_a_wait_ends_with_its_effect_claimed_or_moved_on() -> None:
     for effect_id in theirs:
         assert not turns.mine(pending(effect_id), 0.0)
     claimed = {e: EffectEntry(e, 1, {}, 2, EffectStatus.EXECUTING) for e in theirs[:2]}
-    turns.keep({**claimed, **{e: pending(e) for e in theirs[2:]}})
-    turns.keep({e: pending(e) for e in theirs[2:]})
+    turns.keep({**claimed, **{e: pending(e) for e in theirs[2:]}}, 0.0)
+    turns.keep({e: pending(e) for e in theirs[2:]}, 0.0)
     assert turns.next_s(0.0) == pytest.approx(0.05)
-    turns.keep({})
+    turns.keep({}, 0.0)
     assert turns.next_s(0.0) is None
 
 
@@ -202,24 +204,67 @@ async def test_two_loops_that_have_seen_each_other_claim_each_effect_once(
     assert all(len([d for d in doer.done if d >= n]) > 5 for doer in doers)  # both work
 
 
-async def test_effects_whose_first_choice_stopped_are_taken_by_the_loop_that_runs(
+def _counts(loop: ExecutorLoop, other: ExecutorLoop) -> bool:
+    """Whether `loop` leaves some effects to `other` now."""
+    now = asyncio.get_running_loop().time()
+    return other.owner in {loop._turns.first_choice(TAG, f"e-{n}", now) for n in range(64)}
+
+
+async def test_effects_whose_first_choice_stopped_are_taken_when_the_wait_ends(
         store: SqliteEventStore) -> None:
     doers = [Doer(), Doer()]
-    loops = [ExecutorLoop(store, [doer], scan_interval=0.2) for doer in doers]
+    # reads only on a commit of this store, or when a wait falls due: never on a scan
+    loops = [ExecutorLoop(store, [doer], scan_interval=600.0) for doer in doers]
     tasks = await _run(store, *loops)
     n = 0
     try:
-        while not all(doer.done for doer in doers):
+        # until the second loop counts the first as a claimer (a loop passed over, once
+        # busy, is counted again when it claims again)
+        while not _counts(loops[1], loops[0]):
             await store.append([effect_draft(Job(n=n), origin="agent")])
             n += 1
             await _acked(store, n)
-            assert n < 200, "one loop never claimed anything"
-        tasks[0].cancel()  # the first loop stops: half the effects would be its turn
+            assert n < 500, "the second loop never saw the first claim anything"
+        tasks[0].cancel()  # the first loop stops
         await asyncio.gather(tasks[0], return_exceptions=True)
-        await store.append([effect_draft(Job(n=m), origin="agent") for m in range(n, n + 40)])
-        await _acked(store, n + 40)
+        # only effects whose turn is the stopped loop's: no commit of the running loop's
+        # own wakes it before the wait ends, so it claims them on the wait's timer alone
+        now = asyncio.get_running_loop().time()
+        drafts: list[Any] = []
+        while len(drafts) < 20:
+            draft = effect_draft(Job(n=n + len(drafts)), origin="agent")
+            if loops[1]._turns.first_choice(TAG, draft.key, now) == loops[0].owner:
+                drafts.append(draft)
+        await store.append(drafts)
+        await _acked(store, n + 20, within=60.0)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    assert sorted(doers[1].done[-40:]) == list(range(n, n + 40))
+    assert sorted(doers[1].done[-20:]) == list(range(n, n + 20))
+    assert loops[1]._turns.waiting == 0  # every wait ended with its effect claimed
+
+
+async def test_claims_read_back_from_long_ago_make_no_first_choice(
+        store: SqliteEventStore) -> None:
+    earlier = ExecutorLoop(store, [Doer()])  # a loop that ran before this start, and left
+    await store.append([effect_draft(Job(n=n), origin="agent") for n in range(300)])
+    await earlier.run_until_idle()  # 300 claims: a new loop folds them off the event loop
+    now = asyncio.get_running_loop().time()
+    ids = [f"e-{n}" for n in range(50)]
+
+    later = ExecutorLoop(store, [Doer()], clock=ManualClock(int(time.time() * 1000) + 600_000))
+    await later.refresh()  # ten minutes on: the earlier loop's claims are old news
+    assert {later._turns.first_choice(TAG, i, now) for i in ids} == {later.owner}
+
+    now_too = ExecutorLoop(store, [Doer()])
+    await now_too.refresh()  # at once: the earlier loop may be running still
+    assert {now_too._turns.first_choice(TAG, i, now) for i in ids} == {now_too.owner,
+                                                                          earlier.owner}
+    # an effect bound to this host is claimed at once whoever's turn it would be
+    now_too._taking_turns = True
+    theirs = [i for i in ids if now_too._turns.first_choice(TAG, i, now) == earlier.owner]
+    assert not any(now_too._my_turn(pending(i)) for i in theirs)
+    bound = [EffectEntry(i, 1, {"effect": {"type": TAG}, "host": now_too.host}, 1,
+                         EffectStatus.PENDING) for i in theirs]
+    assert all(now_too._my_turn(entry) for entry in bound)
