@@ -268,3 +268,44 @@ async def test_claims_read_back_from_long_ago_make_no_first_choice(
     bound = [EffectEntry(i, 1, {"effect": {"type": TAG}, "host": now_too.host}, 1,
                          EffectStatus.PENDING) for i in theirs]
     assert all(now_too._my_turn(entry) for entry in bound)
+
+
+class HeldReads:
+    """The store a loop is given, whose reads of the log can be held after they read: a
+    refresh that read before a claim committed, and folds after the attempt ended."""
+
+    def __init__(self, store: SqliteEventStore) -> None:
+        self._store = store
+        self.read = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        got = [page async for page in self._store.pages(*args, **kwargs)]
+        self.read.set()
+        await self.release.wait()
+        for page in got:
+            yield page
+
+
+async def test_an_attempt_that_ended_during_a_read_is_not_claimed_again_from_that_read(
+        store: SqliteEventStore) -> None:
+    view = HeldReads(store)
+    doer = Doer()
+    loop = ExecutorLoop(view, [doer])  # type: ignore[arg-type]
+    await store.append([effect_draft(Job(n=1), origin="agent")])
+    await loop.refresh()
+    view.release.clear()
+    view.read.clear()
+    reading = asyncio.create_task(loop.refresh())
+    await view.read.wait()  # the refresh has read the log: the effect unclaimed
+    assert loop.dispatch() == 1
+    await _acked(store, 1)  # the attempt ran and ended meanwhile
+    view.release.set()
+    await reading  # folds what it read: the effect still pending, as far as it knows
+    assert loop.dispatch() == 0  # a claim now would be refused: the effect was acked
+    await loop.refresh()
+    assert loop.unfinished == 0 and doer.done == [1]
