@@ -62,7 +62,7 @@ from pulse_core.store import EventStore, SideStore, VitalsStore
 READ_BACKOFF = Backoff(initial_ms=100, factor=2.0, max_ms=5_000, jitter=0.1)
 """Spacing of `run`'s reads after the store failed one, and of claims after one failed."""
 
-SCAN_GAP_S = 0.01
+SCAN_GAP_S = 0.005
 """On a log that wakes its readers across processes (PostgreSQL), the least time from the end
 of one of `run`'s reads of the log to the start of the next: the wakes of a busy shared log
 (every commit of every engine sharing it wakes every loop) are taken together, one read for
