@@ -28,6 +28,7 @@ EXTRAS_OF = {
     "pulse_core.store._postgres": "postgresql",
     "pulse_core.store._pg_commit": "postgresql",
     "pulse_core.store._pg_listen": "postgresql",
+    "pulse_core.store._pg_pool": "postgresql",
     "pulse_core.store._pg_schema": "postgresql",
     "pulse_adapters.mcp": "mcp",
     "pulse_adapters.mcp._calls": "mcp",

@@ -15,12 +15,9 @@ import psycopg
 from pulse_core._backoff import Backoff
 from pulse_core._errors import StoreError, StoreUnavailable
 from pulse_core.store._pg_ddl import quoted
+from pulse_core.store._pg_pool import ConnectionPool, close_quietly, deadline, drop
 from pulse_core.store._pg_schema import (
     Connection,
-    ConnectionPool,
-    close_quietly,
-    deadline,
-    drop,
     first_line,
     is_disconnect,
     lock_key,

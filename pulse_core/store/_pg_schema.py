@@ -4,22 +4,17 @@ is opened (psycopg is an optional dependency)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
-import os
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg.pq import TransactionStatus
 
 from pulse_core._errors import (
     NotAPulseDatabase,
     SchemaTooNew,
-    StoreClosed,
     StoreError,
     StoreReadOnly,
     StoreUnavailable,
@@ -64,49 +59,6 @@ def is_disconnect(exc: BaseException) -> bool:
     """Whether `exc` means the connection (not the statement) failed."""
     return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)) and not (
         is_cancelled(exc) or is_out_of_resources(exc))
-
-
-class NoAnswer(psycopg.OperationalError):
-    """The server did not answer within the operation deadline (a storage stall, a paused
-    machine, dropped packets), so its connection was dropped: a lost connection."""
-
-
-def drop(conn: Connection) -> None:
-    """Shut `conn`'s socket without a word to the server: whatever waits on it ends at once
-    with a lost connection (closing it later sends nothing a stalled server must answer)."""
-    with (contextlib.suppress(psycopg.Error, OSError),
-          socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock):
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-@contextlib.contextmanager
-def deadline(conn: Connection, seconds: float | None) -> Iterator[None]:
-    """Bound the block's work on `conn` to `seconds` (None: unbounded): past them `conn` is
-    dropped, so the block fails as on a lost connection, with NoAnswer as the cause."""
-    if seconds is None:
-        yield
-        return
-    fired = False
-
-    def cut() -> None:
-        nonlocal fired
-        fired = True
-        drop(conn)
-
-    handle = asyncio.get_running_loop().call_later(seconds, cut)
-    try:
-        yield
-    except Exception as exc:
-        if not fired:
-            raise
-        stalled = NoAnswer(f"no answer from the server within {seconds:g} s "
-                           "(operation_timeout), so the connection was dropped")
-        if isinstance(exc, psycopg.Error | OSError):
-            raise stalled from exc
-        exc.__cause__ = stalled  # CommitUnknown: it reports its cause
-        raise
-    finally:
-        handle.cancel()
 
 
 def store_error(exc: BaseException, location: str, doing: str) -> StoreError:
@@ -255,61 +207,3 @@ async def _refuse_foreign(conn: Connection, schema: str, location: str) -> None:
         raise NotAPulseDatabase(
             f"{location}: schema {schema!r} already holds tables of another program — give "
             "pulse a schema of its own (?schema=...)")
-
-
-class ConnectionPool:
-    """Up to `size` connections made by `connect`, reused while they work.
-
-    A connection that broke, or is left inside a transaction, is closed instead of reused;
-    after a failure `discard_idle` drops the others too (a restarted server cut them all),
-    so the next call connects afresh rather than finding each dead one in turn. With
-    `bound`, each block's work on its connection is bounded by `deadline`.
-    """
-
-    def __init__(self, connect: Callable[[], Awaitable[Connection]], size: int,
-                 location: str, *, bound: float | None = None) -> None:
-        self._connect = connect
-        self._bound = bound
-        self._slots = asyncio.Semaphore(size)
-        self._idle: list[Connection] = []
-        self._location = location
-        self._closed = False
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[Connection]:
-        """A working connection for the duration of the block."""
-        if self._closed:
-            raise StoreClosed(f"{self._location}: used after close")
-        async with self._slots:
-            conn = self._idle.pop() if self._idle else await self._connect()
-            reuse = False
-            try:
-                with deadline(conn, self._bound):
-                    yield conn
-                reuse = True
-            except Exception as exc:  # a cancellation may leave the protocol mid-way: close
-                reuse = not is_disconnect(exc)
-                raise
-            finally:
-                if (reuse and not self._closed and not conn.broken and not conn.closed
-                        and conn.info.transaction_status == TransactionStatus.IDLE):
-                    self._idle.append(conn)
-                else:
-                    await close_quietly(conn)
-
-    async def discard_idle(self) -> None:
-        """Close every idle connection (after a failure that probably cut them all)."""
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await close_quietly(conn)
-
-    async def close(self) -> None:
-        """Close the idle connections; connections in use are closed when handed back."""
-        self._closed = True
-        await self.discard_idle()
-
-
-async def close_quietly(conn: Connection) -> None:
-    """Close `conn`, ignoring that it may be broken already."""
-    with contextlib.suppress(psycopg.Error, OSError):
-        await conn.close()

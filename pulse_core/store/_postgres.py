@@ -35,10 +35,9 @@ from pulse_core.store._pg_commit import (
 )
 from pulse_core.store._pg_ddl import COLUMNS
 from pulse_core.store._pg_listen import Listener, advisory_lock, check_held
+from pulse_core.store._pg_pool import ConnectionPool, NoAnswer
 from pulse_core.store._pg_schema import (
     Connection,
-    ConnectionPool,
-    NoAnswer,
     first_line,
     is_cancelled,
     is_disconnect,

@@ -18,10 +18,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
 import pytest
 
 from pulse_core import Engine, EventDraft, StoreUnavailable
 from pulse_core.store import open_event_store
+from pulse_core.store._pg_pool import Deadlines, NoAnswer
 from tests.servers import LOOPBACK, PostgresServer
 from tests.timing import scaled
 
@@ -281,3 +283,30 @@ async def test_engine_close_returns_while_the_server_is_stalled(
         await within(60, "Engine.close() on a stalled server", engine.close())
     finally:
         proxy.resume()
+
+
+async def test_one_timer_cuts_each_stalled_block_at_its_own_bound_and_no_other(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    """The pool's blocks share one timer (Deadlines): set for the oldest block, it is set
+    again for the next when it fires. A block that stalls after an earlier one ended is cut
+    a whole bound after it began, not when the earlier block's bound ran out; the earlier
+    block's connection, handed back, is never dropped by its spent bound."""
+    dsn = proxy.url(database(postgres_server), connect_timeout="1")
+    first = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    second = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    bounds = Deadlines(BOUND_S)
+    try:
+        with bounds.watch(first):
+            await first.execute("SELECT 1")  # the timer is set for this block's bound
+        await asyncio.sleep(BOUND_S / 2)
+        proxy.pause()
+        began = time.monotonic()
+        with pytest.raises(NoAnswer, match="operation_timeout"), bounds.watch(second):
+            await within(30, "a stalled round trip", second.execute("SELECT 1"))
+        assert time.monotonic() - began >= BOUND_S * 0.95
+        proxy.resume()
+        await first.execute("SELECT 1")  # still connected: its block's bound was let go
+    finally:
+        proxy.resume()
+        await first.close()
+        await second.close()
