@@ -16,6 +16,7 @@ from pulse_core._clock import Clock
 from pulse_core._errors import IdempotencyConflict, InvalidEvent, StoreError, VersionConflict
 from pulse_core.store._commit import Batch
 from pulse_core.store._pg_ddl import COLUMNS, HEAD_OF_EVENTS, channel_of, quoted, rows_of_json
+from pulse_core.store._pg_pool import RawCursor
 from pulse_core.store._pg_schema import Connection, is_disconnect, pipeline
 from pulse_core.store._recorder import AppendResult, PreparedAppend
 
@@ -77,9 +78,10 @@ class LogSQL:
         # of their own (COPY takes two), one plan the server keeps prepared.
         self.insert = f"INSERT INTO {s}.events ({COLUMNS}) " + rows_of_json("%s::jsonb")
         # The one-round-trip commit (the schema's function): the rows and the NOTIFY if the
-        # heads are as assumed; the seq before the rows and their ts, or the heads.
+        # heads are as assumed; the seq before the rows and their ts, or the heads. Written
+        # with the server's own placeholders, for a kept raw cursor (ConnectionPool).
         self.commit_if_heads = (
-            f"SELECT * FROM {s}.commit_if_heads(%s::jsonb, %s::jsonb, %s::bigint, %s::bigint)")
+            f"SELECT * FROM {s}.commit_if_heads($1::jsonb, $2::jsonb, $3::bigint, $4::bigint)")
 
 
 class _Staged(Batch):
@@ -220,9 +222,10 @@ async def roll_back(conn: Connection) -> None:
 
 
 async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
-                       clock: Clock, known: Known) -> list[Outcome]:
+                       clock: Clock, known: Known, *, cursor: RawCursor) -> list[Outcome]:
     """Store `appends` in one transaction on `conn`: each one's outcome, in order (a
     VersionConflict, IdempotencyConflict or InvalidEvent fails that append alone).
+    `cursor` is a raw cursor of `conn`, kept for the one-round-trip commit.
 
     When no draft has an idempotency key, the group is staged against the heads `known`
     assumes and sent in one round trip, the server checking those heads (see
@@ -236,7 +239,7 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     idems = [d.idem for a in appends for d in a.drafts if d.idem is not None]
     try:
         if not idems and known.trying() and quiet(conn):
-            done = await _commit_assumed(conn, sql, appends, clock, known, keys=keys)
+            done = await _commit_assumed(cursor, sql, appends, clock, known, keys=keys)
             known.settled(done is not None)
             if done is not None:
                 return done
@@ -246,7 +249,7 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
         raise
 
 
-async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
+async def _commit_assumed(cursor: RawCursor, sql: LogSQL, appends: Sequence[PreparedAppend],
                           clock: Clock, known: Known, *, keys: Sequence[str]
                           ) -> list[Outcome] | None:
     """The group staged against the heads `known` assumes and committed in one round trip.
@@ -273,16 +276,16 @@ async def _commit_assumed(conn: Connection, sql: LogSQL, appends: Sequence[Prepa
             return outcomes if fresh else None
         assumed = staged.known
         try:
-            cur = await conn.execute(sql.commit_if_heads, [
+            await cursor.execute(sql.commit_if_heads, [
                 json_of(rows), json_of(assumed), now, known.vouches(keys)])
-            found = await cur.fetchone()
+            found = await cursor.fetchone()
         except (psycopg.Error, OSError) as exc:
-            await roll_back(conn)
+            await roll_back(cursor.connection)
             if is_disconnect(exc):
                 raise CommitUnknown(outcomes, rows[0][3], rows[0][1], relative=True) from exc
             raise
         except BaseException:
-            await roll_back(conn)
+            await roll_back(cursor.connection)
             raise
         assert found is not None
         base, ts, actual = found

@@ -10,12 +10,15 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
+from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
 from pulse_core._errors import StoreClosed
 from pulse_core.store._pg_schema import Connection, is_disconnect
+
+RawCursor = psycopg.AsyncRawCursor[tuple[Any, ...]]
 
 
 class NoAnswer(psycopg.OperationalError):
@@ -129,6 +132,7 @@ class ConnectionPool:
         self._deadlines = None if bound is None else Deadlines(bound)
         self._slots = asyncio.Semaphore(size)
         self._idle: list[Connection] = []
+        self._cursors: dict[Connection, RawCursor] = {}
         self._location = location
         self._closed = False
 
@@ -136,16 +140,30 @@ class ConnectionPool:
         """A working connection for the duration of an `async with` block."""
         return _Lease(self)
 
+    def kept_cursor(self, conn: Connection) -> RawCursor:
+        """A cursor of `conn` (a connection of this pool, in use) for statements written with
+        PostgreSQL's own placeholders (`$1`), kept as long as the pool keeps `conn`: a call
+        on it makes no cursor and converts no statement (together a tenth of the client's
+        CPU in a one-row commit)."""
+        cursor = self._cursors.get(conn)
+        if cursor is None or cursor.closed:
+            cursor = self._cursors[conn] = psycopg.AsyncRawCursor(conn)
+        return cursor
+
     async def discard_idle(self) -> None:
         """Close every idle connection (after a failure that probably cut them all)."""
         idle, self._idle = self._idle, []
         for conn in idle:
-            await close_quietly(conn)
+            await self._close(conn)
 
     async def close(self) -> None:
         """Close the idle connections; connections in use are closed when handed back."""
         self._closed = True
         await self.discard_idle()
+
+    async def _close(self, conn: Connection) -> None:
+        self._cursors.pop(conn, None)
+        await close_quietly(conn)
 
     async def _take(self) -> Connection:
         if self._closed:
@@ -165,7 +183,7 @@ class ConnectionPool:
                     and conn.pgconn.transaction_status == TransactionStatus.IDLE):
                 self._idle.append(conn)
             else:
-                await close_quietly(conn)
+                await self._close(conn)
         finally:
             self._slots.release()
 

@@ -229,7 +229,7 @@ class PostgresRecorder(Recorder):
                 async with self._pool.connection() as conn:
                     backend = conn.info.backend_pid
                     return await commit_group(conn, self._sql, appends, self.clock,
-                                              self._known)
+                                              self._known, cursor=self._pool.kept_cursor(conn))
             except CommitUnknown as exc:
                 await self._pool.discard_idle()
                 ended = await self._ended(backend)

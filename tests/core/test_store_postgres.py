@@ -446,6 +446,23 @@ async def test_connections_cut_by_the_server_are_replaced_on_the_next_call(
     assert [e.data["n"] for e in await store.read()] == [0, 1, 2]
 
 
+async def test_the_commit_cursors_kept_are_those_of_connections_the_pool_still_holds(
+    store: EventStore, pg_url: str, postgres_server: PostgresServer
+) -> None:
+    """Each pooled connection keeps a raw cursor for the one-round-trip commit; one the server
+    cut is closed, and its cursor let go with it (else each reconnect would leak one)."""
+    pool = store.recorder._pool  # type: ignore[attr-defined]
+    for round_ in range(3):
+        await asyncio.gather(*(store.append([draft(f"k{i}", round_)]) for i in range(8)))
+        postgres_server.sql("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                            database(pg_url))
+    await store.append([draft("a", 3)])
+    assert pool._cursors  # the commit went through a kept cursor
+    assert set(pool._cursors) <= set(pool._idle), "a cursor kept for a closed connection"
+    assert all(not conn.closed for conn in pool._cursors)
+
+
 async def test_an_append_whose_session_the_server_ends_mid_commit_is_stored_once(
     store: EventStore, pg_url: str
 ) -> None:
