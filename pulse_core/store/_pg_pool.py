@@ -59,6 +59,12 @@ class Deadlines:
         """The bound of one block of work on `conn`: a context manager."""
         return _Watch(self, conn)
 
+    def cancel(self) -> None:
+        """Stop the timer: the blocks still open are no longer bounded."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def _enter(self, watch: _Watch) -> None:
         loop = asyncio.get_running_loop()
         watch.due = loop.time() + self.seconds
@@ -112,8 +118,12 @@ def deadline(conn: Connection, seconds: float | None) -> Iterator[None]:
     if seconds is None:
         yield
         return
-    with Deadlines(seconds).watch(conn):
-        yield
+    bounds = Deadlines(seconds)
+    try:
+        with bounds.watch(conn):
+            yield
+    finally:
+        bounds.cancel()
 
 
 class ConnectionPool:
