@@ -107,6 +107,9 @@ class _Staged(Batch):
         return self.idem.get(idem)
 
 
+KEPT_ROWS = 64
+"""Groups of at most this many rows are committed through the connection's kept cursor."""
+
 UNSURE = -1
 """A `last` no log ends at: `commit_if_heads` checks every assumed head under the writer
 lock, without reading them before it."""
@@ -275,10 +278,12 @@ async def _commit_assumed(cursor: RawCursor, sql: LogSQL, appends: Sequence[Prep
         if not rows:
             return outcomes if fresh else None
         assumed = staged.known
+        # The kept cursor holds its last parameters until its next call: not a large group's.
+        call = cursor if len(rows) <= KEPT_ROWS else psycopg.AsyncRawCursor(cursor.connection)
         try:
-            await cursor.execute(sql.commit_if_heads, [
+            await call.execute(sql.commit_if_heads, [
                 json_of(rows), json_of(assumed), now, known.vouches(keys)])
-            found = await cursor.fetchone()
+            found = await call.fetchone()
         except (psycopg.Error, OSError) as exc:
             await roll_back(cursor.connection)
             if is_disconnect(exc):

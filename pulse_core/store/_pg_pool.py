@@ -54,6 +54,7 @@ class Deadlines:
         self.seconds = seconds
         self._open: dict[_Watch, None] = {}  # in the order entered: the first is due first
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the timer's
 
     def watch(self, conn: Connection) -> _Watch:
         """The bound of one block of work on `conn`: a context manager."""
@@ -69,7 +70,8 @@ class Deadlines:
         loop = asyncio.get_running_loop()
         watch.due = loop.time() + self.seconds
         self._open[watch] = None
-        if self._timer is None:
+        if self._timer is None or self._loop is not loop:  # (a timer of a loop since gone)
+            self._loop = loop
             self._timer = loop.call_at(watch.due, self._expire)
 
     def _expire(self) -> None:
@@ -217,7 +219,7 @@ class _Lease:
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        reuse = exc is None
+        reuse = exc is None and not (self._watch is not None and self._watch.fired)
         try:
             if self._watch is not None:
                 self._watch.__exit__(kind, exc, tb)  # may raise NoAnswer

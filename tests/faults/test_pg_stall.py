@@ -23,7 +23,7 @@ import pytest
 
 from pulse_core import Engine, EventDraft, StoreUnavailable
 from pulse_core.store import open_event_store
-from pulse_core.store._pg_pool import Deadlines, NoAnswer
+from pulse_core.store._pg_pool import ConnectionPool, Deadlines, NoAnswer
 from tests.servers import LOOPBACK, PostgresServer
 from tests.timing import scaled
 
@@ -310,3 +310,47 @@ async def test_one_timer_cuts_each_stalled_block_at_its_own_bound_and_no_other(
         proxy.resume()
         await first.close()
         await second.close()
+
+
+async def test_a_connection_whose_bound_ran_out_in_a_block_that_ended_cleanly_is_not_kept(
+        postgres_server: PostgresServer) -> None:
+    """The bound can run out after a block's last answer came and before it ends: the block
+    ends without an error, but its connection was dropped, so the pool must not keep it."""
+    dsn = postgres_server.url(database(postgres_server))
+
+    async def connect() -> psycopg.AsyncConnection[tuple[object, ...]]:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+
+    pool = ConnectionPool(connect, 1, "test", bound=0.05)
+    try:
+        async with pool.connection() as conn:
+            await conn.execute("SELECT 1")
+            await asyncio.sleep(0.5)  # the bound runs out here, with nothing waiting on it
+        async with pool.connection() as again:
+            assert again is not conn, "the dropped connection was handed out again"
+            await again.execute("SELECT 1")
+    finally:
+        await pool.close()
+
+
+def test_the_pool_bounds_blocks_on_a_second_event_loop_after_the_first_closed(
+        postgres_server: PostgresServer, proxy: StallingProxy) -> None:
+    """The one timer belongs to the loop it was set on: a block on another loop (the first
+    closed with the timer still set) gets a timer of its own loop, so a stall is still cut."""
+    dsn = proxy.url(database(postgres_server), connect_timeout="1")
+    bounds = Deadlines(BOUND_S)
+
+    async def block(stall: bool) -> None:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            if stall:
+                proxy.pause()
+            with bounds.watch(conn):
+                await within(30, "a round trip", conn.execute("SELECT 1"))
+        finally:
+            proxy.resume()
+            await conn.close()
+
+    asyncio.run(block(stall=False))  # leaves the timer set on a loop that then closes
+    with pytest.raises(NoAnswer, match="operation_timeout"):
+        asyncio.run(block(stall=True))
