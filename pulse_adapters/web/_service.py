@@ -91,10 +91,16 @@ class WebService:
             self.url = await self._address(child)
             _last_port[self.home] = int(self.url.rstrip("/").rsplit(":", 1)[1])
             await asyncio.to_thread(self._announce, self.url, child.pid)
+            me = asyncio.current_task()
             while child.returncode is None:
+                if me is not None and me.cancelling():
+                    # a stop whose cancellation a wait swallowed (asyncio.wait_for can,
+                    # before Python 3.12): honour it rather than serve on, unstoppable
+                    raise asyncio.CancelledError
                 await self._send(child, msgspec.to_builtins(await report()))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(listening), self.settings.live_every_s)
+                    async with asyncio.timeout(self.settings.live_every_s):
+                        await asyncio.shield(listening)
             raise WebUnavailable(self._ended(child))
         finally:
             self.url = None
@@ -107,7 +113,8 @@ class WebService:
         assert child.stdin is not None
         try:
             child.stdin.write(json.dumps(data, separators=(",", ":")).encode() + b"\n")
-            await asyncio.wait_for(child.stdin.drain(), STALLED_S)
+            async with asyncio.timeout(STALLED_S):
+                await child.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             await child.wait()
             raise WebUnavailable(self._ended(child)) from None
@@ -119,7 +126,8 @@ class WebService:
     async def _address(self, child: asyncio.subprocess.Process) -> str:
         assert child.stdout is not None
         try:
-            line = await asyncio.wait_for(child.stdout.readline(), START_TIMEOUT_S)
+            async with asyncio.timeout(START_TIMEOUT_S):
+                line = await child.stdout.readline()
         except TimeoutError:
             raise WebUnavailable(f"the web UI's process did not serve within "
                                  f"{START_TIMEOUT_S:g} s") from None

@@ -21,7 +21,9 @@ import psutil
 import pytest
 
 from pulse_adapters.web import layer, read_token
+from pulse_adapters.web._service import WebService
 from pulse_core import Engine, LayerContext, SystemClock
+from tests.timing import eventually
 
 
 def web_engine(home: Path, port: int = 0) -> Engine:
@@ -191,3 +193,37 @@ async def test_the_report_clips_long_error_texts(tmp_path: Path) -> None:
     (traced,) = [t for t in report.trace if t.rule == "loud"]
     assert traced.error is not None and "ValueError" in traced.error
     assert len(traced.error) <= TEXT_MAX + 1
+
+
+async def test_a_stop_whose_cancellation_a_wait_swallowed_still_ends_the_ui(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before Python 3.12, `asyncio.wait_for` can swallow a cancellation that comes as the
+    awaited thing finishes; the service then served on, and closing the engine waited for it
+    forever. Here a report's send swallows the stop's cancellation the same way: the service
+    must honour it at its next turn, and the engine close."""
+    real_send = WebService._send
+    sends = 0
+    swallowed = asyncio.Event()
+
+    async def send(self: WebService, child: asyncio.subprocess.Process, data: object) -> None:
+        nonlocal sends
+        sends += 1
+        await real_send(self, child, data)
+        if sends > 1:  # a report while serving: the stop comes while it is sent
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                swallowed.set()
+
+    monkeypatch.setattr(WebService, "_send", send)
+    home = tmp_path / "home"
+    engine = web_engine(home)
+    await engine.open()
+    try:
+        await engine.start()
+        await served(home)
+        await eventually(lambda: sends > 1, what="a report sent while serving")
+    finally:
+        await asyncio.wait_for(engine.close(), 60)
+    assert swallowed.is_set(), "the stop's cancellation never reached the report's send"
+    assert not (home / "web.json").exists()
