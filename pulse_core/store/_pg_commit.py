@@ -224,11 +224,11 @@ async def roll_back(conn: Connection) -> None:
             await conn.close()
 
 
-async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[PreparedAppend],
-                       clock: Clock, known: Known, *, cursor: RawCursor) -> list[Outcome]:
-    """Store `appends` in one transaction on `conn`: each one's outcome, in order (a
+async def commit_group(cursor: RawCursor, sql: LogSQL, appends: Sequence[PreparedAppend],
+                       clock: Clock, known: Known) -> list[Outcome]:
+    """Store `appends` in one transaction on the connection of `cursor` (a raw cursor kept
+    with it, for the one-round-trip commit): each one's outcome, in order (a
     VersionConflict, IdempotencyConflict or InvalidEvent fails that append alone).
-    `cursor` is a raw cursor of `conn`, kept for the one-round-trip commit.
 
     When no draft has an idempotency key, the group is staged against the heads `known`
     assumes and sent in one round trip, the server checking those heads (see
@@ -240,6 +240,7 @@ async def commit_group(conn: Connection, sql: LogSQL, appends: Sequence[Prepared
     keys = sorted({d.key for a in appends for d in a.drafts}
                   | {k for a in appends for k in a.expect})
     idems = [d.idem for a in appends for d in a.drafts if d.idem is not None]
+    conn = cursor.connection
     try:
         if not idems and known.trying() and quiet(conn):
             done = await _commit_assumed(cursor, sql, appends, clock, known, keys=keys)

@@ -219,11 +219,12 @@ class _Lease:
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        reuse = exc is None and not (self._watch is not None and self._watch.fired)
+        # kept unless its bound ran out (the connection was dropped), the block was cut
+        # short (a cancellation may leave the protocol mid-way) or the connection failed
+        reuse = not (self._watch is not None and self._watch.fired) and (
+            exc is None or (isinstance(exc, Exception) and not is_disconnect(exc)))
         try:
             if self._watch is not None:
                 self._watch.__exit__(kind, exc, tb)  # may raise NoAnswer
-            if isinstance(exc, Exception):
-                reuse = not is_disconnect(exc)
         finally:
             await self._pool._give_back(self._conn, reuse)

@@ -228,8 +228,8 @@ class PostgresRecorder(Recorder):
             try:
                 async with self._pool.connection() as conn:
                     backend = conn.info.backend_pid
-                    return await commit_group(conn, self._sql, appends, self.clock,
-                                              self._known, cursor=self._pool.kept_cursor(conn))
+                    return await commit_group(self._pool.kept_cursor(conn), self._sql,
+                                              appends, self.clock, self._known)
             except CommitUnknown as exc:
                 await self._pool.discard_idle()
                 ended = await self._ended(backend)
