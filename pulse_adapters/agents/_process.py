@@ -201,7 +201,8 @@ async def kill_group(proc: _Child, grace_s: float) -> None:
     pgid = proc.pid
     if proc.returncode is None and _signal_group(pgid, signal.SIGTERM):
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), grace_s)
+            async with asyncio.timeout(grace_s):
+                await proc.wait()
     await end_group(proc)
 
 
@@ -300,7 +301,8 @@ async def run_process(argv: Sequence[str], *, cwd: str | None, env: Mapping[str,
         else:
             await end_group(proc)  # what it left behind holds the pipes open
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(output.closed.wait(), DRAIN_S)
+            async with asyncio.timeout(DRAIN_S):
+                await output.closed.wait()
     except BaseException:
         # Cancelled (or failing) mid-run: end the group whatever happens to this task next.
         ending = asyncio.ensure_future(kill_group(proc, limits.kill_grace_s))

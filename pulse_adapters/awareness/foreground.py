@@ -162,7 +162,8 @@ class Foreground:
         if self._free.is_set():
             return True
         try:
-            await asyncio.wait_for(self._free.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._free.wait()
         except TimeoutError:
             return False
         return True

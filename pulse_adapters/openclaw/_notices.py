@@ -177,7 +177,8 @@ class NoticeDelivery:
             await self.settle(events, event, body)
         except asyncio.CancelledError:  # the engine stops: the next one need not wait
             with contextlib.suppress(Exception):  # out this one's lease
-                await asyncio.wait_for(self.release(events, event.key), RELEASE_S)
+                async with asyncio.timeout(RELEASE_S):
+                    await self.release(events, event.key)
             raise
         finally:
             self.open.discard(event.seq)

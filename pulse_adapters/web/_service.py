@@ -175,7 +175,8 @@ async def _stop(child: asyncio.subprocess.Process) -> None:
             with contextlib.suppress(ProcessLookupError):
                 signal_it()
         try:
-            await asyncio.wait_for(asyncio.shield(child.wait()), STOP_TIMEOUT_S)
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await asyncio.shield(child.wait())
             return
         except TimeoutError:
             continue

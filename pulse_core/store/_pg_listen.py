@@ -92,8 +92,8 @@ class Listener:
                                 "commits (%s); reconnecting, readers poll meanwhile",
                                 self._location, first_line(exc))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(),
-                                           RECONNECT.delay_ms(failures) / 1000)
+                    async with asyncio.timeout(RECONNECT.delay_ms(failures) / 1000):
+                        await self._stop.wait()
             finally:
                 used, self._conn = self._conn, None
                 if used is not None:

@@ -153,6 +153,20 @@ async def test_an_engine_without_the_awareness_layer_has_no_foreground(tmp_path:
         await engine.close()
 
 
+async def test_a_stop_arriving_as_the_foreground_frees_stops_the_waiting_review() -> None:
+    """The engine's stop and a hold's end in the same turn of the loop: the review's wait is
+    stopped, not returned from as if free (asyncio.wait_for lost such a stop on Python 3.11)."""
+    foreground = Foreground()
+    foreground.begin("turn")
+    waiting = asyncio.create_task(foreground.wait_free(60))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    foreground.end("turn")
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
 @given(st.lists(st.tuples(st.booleans(), st.sampled_from(["a", "b", "c"])), max_size=30))
 def test_the_foreground_is_held_exactly_while_some_holder_holds(
         steps: list[tuple[bool, str]]) -> None:
