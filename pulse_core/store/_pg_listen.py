@@ -110,8 +110,7 @@ class Listener:
         done, _ = await asyncio.wait({task}, timeout=CLOSE_WAIT)
         if not done:  # connecting: nothing to drop yet
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})  # not `await task`: a cancel of this close propagates
 
 
 class _Held:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import os
 import re
 import secrets
@@ -255,8 +254,10 @@ class ErrorLogWatcher(Watcher):
         self._stop.set()
         if self._watch_task is not None:
             self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch_task
+            # waited for, not awaited: however it ended, a cancel of this close propagates
+            await asyncio.wait({self._watch_task})
+            if not self._watch_task.cancelled():
+                self._watch_task.exception()  # retrieved: closing, a failed watch has no sample
         if self.busy_for() is not None:
             return  # a read still blocked holds the files: closing them here would wait on it
         for f in self.files:

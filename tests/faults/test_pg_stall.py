@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -235,6 +235,37 @@ async def test_the_listen_connection_of_a_stalled_server_is_replaced(
     finally:
         await within(30, "close()", store.close())
         await writer.close()
+
+
+async def test_a_close_cancelled_while_a_hung_listen_connect_ends_is_cancelled_not_finished(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing a listener whose connect never answered cancels the connect and waits for it;
+    a cancel of the close itself meanwhile (an engine stop bounded by a timeout) ends the
+    close with CancelledError, never lost while the connect takes its moment to end."""
+    from pulse_core.store import _pg_listen
+
+    monkeypatch.setattr(_pg_listen, "CLOSE_WAIT", 0.01)
+    ending = asyncio.Event()
+
+    async def hung_connect() -> Any:
+        try:
+            await asyncio.Event().wait()  # a server that never answers
+        except asyncio.CancelledError:
+            ending.set()
+            await asyncio.sleep(scaled(30))  # the attempt takes a moment to end
+            raise
+
+    listener = _pg_listen.Listener(hung_connect, "pulse_test", "test", probe=1.0)
+    listener.add(lambda: None)
+    listening = listener._task
+    assert listening is not None
+    closing = asyncio.create_task(listener.close())
+    await within(30, "the close cancelling the connect", ending.wait())
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    listening.cancel()  # the connect's moment, cut short
+    await asyncio.wait({listening})
 
 
 async def test_an_engine_on_a_stalled_server_keeps_ticking_and_carries_on_after(
