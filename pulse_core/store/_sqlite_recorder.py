@@ -23,7 +23,7 @@ from pulse_core._errors import (
     StoreReadOnly,
     VersionConflict,
 )
-from pulse_core._waits import Handoff, JobThread, reject, resolve
+from pulse_core._waits import Handoff, JobThread, others_ready, reject, resolve
 from pulse_core.store._commit import COLUMNS, HEAD, Batch, copy_chunk
 from pulse_core.store._recorder import (
     AppendResult,
@@ -205,7 +205,8 @@ class SqliteRecorder(Recorder):
         self._committing = True
         self._idle.clear()
         try:
-            await asyncio.sleep(0)
+            if others_ready(self._loop):
+                await asyncio.sleep(0)
         except asyncio.CancelledError:
             future.cancel()
             self._submit()

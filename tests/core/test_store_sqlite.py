@@ -21,6 +21,7 @@ from pulse_core import (
     StoreError,
     VersionConflict,
 )
+from pulse_core._waits import others_ready
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
 from tests.timing import LoopTurns
@@ -221,6 +222,24 @@ async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_t
         assert len({e.ts for e in lone}) == 20  # one commit each
     finally:
         await store.close()
+
+
+def test_a_loop_that_does_not_show_its_ready_coroutines_is_turned_before_a_lone_commit(
+) -> None:
+    """Where the event loop does not show what is ready (uvloop), a lone append still lets
+    the coroutines ready beside it run first: their appends join its group."""
+
+    class OtherLoop(asyncio.AbstractEventLoop):
+        pass
+
+    assert others_ready(OtherLoop())
+    loop = asyncio.new_event_loop()
+    try:
+        assert not others_ready(loop)
+        loop.call_soon(lambda: None)
+        assert others_ready(loop)
+    finally:
+        loop.close()
 
 
 async def test_a_lone_append_whose_commit_meets_a_stalled_disk_leaves_the_loop_turning(
