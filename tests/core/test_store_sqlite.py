@@ -24,7 +24,7 @@ from pulse_core import (
 from pulse_core._waits import others_ready
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
-from tests.timing import LoopTurns
+from tests.timing import LoopTurns, eventually
 
 
 class TestSqliteRecorder(RecorderContract):
@@ -221,6 +221,32 @@ async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_t
         assert [e.version for e in lone] == list(range(1, 21))
         assert len({e.ts for e in lone}) == 20  # one commit each
     finally:
+        await store.close()
+
+
+async def test_a_coroutine_appending_alone_without_pause_still_lets_timers_fire(
+        tmp_path: Path) -> None:
+    """A lone append committed while the loop's thread waits may end without suspending;
+    a coroutine appending over and over still lets the loop turn at least every TURN_GAP,
+    so a timer (the tick, a watcher's interval) fires meanwhile."""
+    store = await SqliteEventStore.open(tmp_path / "events.db", inline_commit=1.0)
+    beats = 0
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        while True:
+            await asyncio.sleep(0.001)
+            beats += 1
+
+    beating = asyncio.create_task(heartbeat())
+    try:
+        await eventually(lambda: beats > 0, what="the heartbeat")
+        before = beats
+        for i in range(300):
+            await store.append([draft("lone", i)])
+        assert beats - before >= 3, f"a timer fired {beats - before} times over 300 appends"
+    finally:
+        beating.cancel()
         await store.close()
 
 
