@@ -103,15 +103,18 @@ async def past_the_newest(store: EventStore) -> None:
 
 class LoopTurns:
     """`async with LoopTurns() as loop:` runs a coroutine beside the block that counts, in
-    `loop.turns`, the turns of the event loop it gets; cancelled when the block ends."""
+    `loop.turns`, the turns of the event loop it gets; cancelled when the block ends. With
+    `every` (seconds), it counts the beats of a timer of that period instead: a loop that
+    stops serving its timers stops the count."""
 
-    def __init__(self) -> None:
+    def __init__(self, every: float = 0.0) -> None:
         self.turns = 0
+        self.every = every
         self._task: asyncio.Task[None] | None = None
 
     async def _count(self) -> None:
         while True:
-            await asyncio.sleep(0)
+            await asyncio.sleep(self.every)
             self.turns += 1
 
     async def __aenter__(self) -> LoopTurns:

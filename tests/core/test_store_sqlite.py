@@ -24,7 +24,7 @@ from pulse_core import (
 from pulse_core._waits import others_ready
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
-from tests.timing import LoopTurns, eventually
+from tests.timing import LoopTurns
 
 
 class TestSqliteRecorder(RecorderContract):
@@ -230,23 +230,12 @@ async def test_a_coroutine_appending_alone_without_pause_still_lets_timers_fire(
     a coroutine appending over and over still lets the loop turn at least every TURN_GAP,
     so a timer (the tick, a watcher's interval) fires meanwhile."""
     store = await SqliteEventStore.open(tmp_path / "events.db", inline_commit=1.0)
-    beats = 0
-
-    async def heartbeat() -> None:
-        nonlocal beats
-        while True:
-            await asyncio.sleep(0.001)
-            beats += 1
-
-    beating = asyncio.create_task(heartbeat())
     try:
-        await eventually(lambda: beats > 0, what="the heartbeat")
-        before = beats
-        for i in range(300):
-            await store.append([draft("lone", i)])
-        assert beats - before >= 3, f"a timer fired {beats - before} times over 300 appends"
+        async with LoopTurns(every=0.001) as timer:
+            for i in range(300):
+                await store.append([draft("lone", i)])
+        assert timer.turns >= 3, f"a timer fired {timer.turns} times over 300 appends"
     finally:
-        beating.cancel()
         await store.close()
 
 

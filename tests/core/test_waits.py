@@ -3,10 +3,8 @@ over still lets the loop turn."""
 
 from __future__ import annotations
 
-import asyncio
-
 from pulse_core._waits import JobThread
-from tests.timing import eventually
+from tests.timing import LoopTurns
 
 
 async def test_quick_jobs_waited_for_over_and_over_still_let_timers_fire() -> None:
@@ -14,21 +12,10 @@ async def test_quick_jobs_waited_for_over_and_over_still_let_timers_fire() -> No
     the caller suspending; a caller that calls one after another still lets the loop turn
     at least every TURN_GAP, so a timer fires meanwhile."""
     thread = JobThread("pulse-test")
-    beats = 0
-
-    async def heartbeat() -> None:
-        nonlocal beats
-        while True:
-            await asyncio.sleep(0.001)
-            beats += 1
-
-    beating = asyncio.create_task(heartbeat())
     try:
-        await eventually(lambda: beats > 0, what="the heartbeat")
-        before = beats
-        for _ in range(1_000):
-            await thread.call_waiting(lambda: None, 1.0)
-        assert beats - before >= 3, f"a timer fired {beats - before} times over 1,000 jobs"
+        async with LoopTurns(every=0.001) as timer:
+            for _ in range(1_000):
+                await thread.call_waiting(lambda: None, 1.0)
+        assert timer.turns >= 3, f"a timer fired {timer.turns} times over 1,000 jobs"
     finally:
-        beating.cancel()
         await thread.stop()
