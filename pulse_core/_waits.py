@@ -33,35 +33,6 @@ async def wait_signal(signal: asyncio.Event, seconds: float | None) -> bool:
     return bool(done)
 
 
-TURN_GAP = 0.001
-"""The longest a caller that may finish without suspending goes on without letting the loop
-turn (seconds): its timers and I/O wait no longer than this, and the work itself, for it."""
-
-
-def others_ready(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether callbacks (other coroutines' steps among them) wait to run on `loop` before its
-    next poll. Read from CPython's loop (its ready queue); True for a loop that does not show
-    it (uvloop)."""
-    return bool(getattr(loop, "_ready", True))
-
-
-class LoopTurn:
-    """When work that may finish without suspending (a lone append committed while the
-    loop's thread waits, a quick selection) lets the loop turn first: when other callbacks
-    are ready, so that they run first (their appends join the group), or when it has not let
-    the loop turn for TURN_GAP, so that timers and I/O are served; not otherwise, since that
-    turn would only poll (about a fifth of a lone SQLite append here)."""
-
-    def __init__(self) -> None:
-        self._last = float("-inf")
-
-    async def take(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Let `loop` turn, unless neither reason holds."""
-        if others_ready(loop) or loop.time() - self._last >= TURN_GAP:
-            await asyncio.sleep(0)
-            self._last = loop.time()
-
-
 def resolve(future: asyncio.Future[T], result: T) -> None:
     """Set `future`'s result unless it is done (cancelled) already."""
     if not future.done():
@@ -125,7 +96,6 @@ class JobThread:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
-        self._turn = LoopTurn()
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -153,10 +123,9 @@ class JobThread:
         return await future
 
     async def call_waiting(self, fn: Callable[[], T], seconds: float) -> T:
-        """`fn()` in the thread, awaited; once the loop has turned, if it should (LoopTurn:
-        ready coroutines run while the job starts), the loop's thread waits for it blocked, at
-        most `seconds`, and only then awaits it as `call` does. A quick job so saves what
-        `call` costs beyond it:
+        """`fn()` in the thread, awaited; once the loop has turned (other coroutines run
+        while the job starts), the loop's thread waits for it blocked, at most `seconds`, and
+        only then awaits it as `call` does. A quick job so saves what `call` costs beyond it:
         waking the loop from its selector and a turn of it to resume the caller. A slow one
         (a stalled disk) holds the loop `seconds` at most."""
         loop = asyncio.get_running_loop()
@@ -174,7 +143,7 @@ class JobThread:
 
         self.submit(job)
         try:
-            await self._turn.take(loop)
+            await asyncio.sleep(0)
             came = handoff.done.acquire(timeout=seconds) or handoff.abandon()
         except BaseException:  # cancelled or interrupted: no one takes the outcome
             handoff.abandon()

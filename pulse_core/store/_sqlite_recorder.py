@@ -23,7 +23,7 @@ from pulse_core._errors import (
     StoreReadOnly,
     VersionConflict,
 )
-from pulse_core._waits import Handoff, JobThread, LoopTurn, reject, resolve
+from pulse_core._waits import Handoff, JobThread, reject, resolve
 from pulse_core.store._commit import COLUMNS, HEAD, Batch, copy_chunk
 from pulse_core.store._recorder import (
     AppendResult,
@@ -149,7 +149,6 @@ class SqliteRecorder(Recorder):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: collections.deque[_Request] = collections.deque()
         self._committing = False
-        self._turn = LoopTurn()  # taken before a lone append: its group, and fairness
         self._idle: asyncio.Event | None = None
 
     @classmethod
@@ -201,13 +200,12 @@ class SqliteRecorder(Recorder):
             self._submit()
             return await future
         # Let the coroutines ready beside this one run first: if they append too, all go
-        # to the thread as one group; if none does, this append is alone. (The loop also
-        # turns at least every TURN_GAP for timers and I/O: this append may not suspend.)
+        # to the thread as one group; if none does, this append is alone.
         assert self._idle is not None
         self._committing = True
         self._idle.clear()
         try:
-            await self._turn.take(self._loop)
+            await asyncio.sleep(0)
         except asyncio.CancelledError:
             future.cancel()
             self._submit()

@@ -21,7 +21,6 @@ from pulse_core import (
     StoreError,
     VersionConflict,
 )
-from pulse_core._waits import others_ready
 from pulse_core.store import EventStore, Recorder, SqliteRecorder
 from tests.core.store_contract import RecorderContract, draft
 from tests.timing import LoopTurns
@@ -226,9 +225,9 @@ async def test_concurrent_appends_share_commits_and_a_lone_one_leaves_the_loop_t
 
 async def test_a_coroutine_appending_alone_without_pause_still_lets_timers_fire(
         tmp_path: Path) -> None:
-    """A lone append committed while the loop's thread waits may end without suspending;
-    a coroutine appending over and over still lets the loop turn at least every TURN_GAP,
-    so a timer (the tick, a watcher's interval) fires meanwhile."""
+    """A lone append committed while the loop's thread waits need not suspend for its
+    commit; a coroutine appending over and over still lets the loop turn before each, so a
+    timer (the tick, a watcher's interval) fires meanwhile."""
     store = await SqliteEventStore.open(tmp_path / "events.db", inline_commit=1.0)
     try:
         async with LoopTurns(every=0.001) as timer:
@@ -237,24 +236,6 @@ async def test_a_coroutine_appending_alone_without_pause_still_lets_timers_fire(
         assert timer.turns >= 3, f"a timer fired {timer.turns} times over 300 appends"
     finally:
         await store.close()
-
-
-def test_a_loop_that_does_not_show_its_ready_coroutines_is_turned_before_a_lone_commit(
-) -> None:
-    """Where the event loop does not show what is ready (uvloop), a lone append still lets
-    the coroutines ready beside it run first: their appends join its group."""
-
-    class OtherLoop(asyncio.AbstractEventLoop):
-        pass
-
-    assert others_ready(OtherLoop())
-    loop = asyncio.new_event_loop()
-    try:
-        assert not others_ready(loop)
-        loop.call_soon(lambda: None)
-        assert others_ready(loop)
-    finally:
-        loop.close()
 
 
 async def test_a_lone_append_whose_commit_meets_a_stalled_disk_leaves_the_loop_turning(

@@ -8,9 +8,9 @@ from tests.timing import LoopTurns
 
 
 async def test_quick_jobs_waited_for_over_and_over_still_let_timers_fire() -> None:
-    """A job the loop's thread waits for (a kept recall's quick selection) may end without
-    the caller suspending; a caller that calls one after another still lets the loop turn
-    at least every TURN_GAP, so a timer fires meanwhile."""
+    """A job the loop's thread waits for (a kept recall's quick selection) need not make the
+    caller suspend; a caller that calls one after another still lets the loop turn before
+    each, so a timer fires meanwhile."""
     thread = JobThread("pulse-test")
     try:
         async with LoopTurns(every=0.001) as timer:
