@@ -165,6 +165,10 @@ class Supervisor:
                 else:
                     status.state = LoopState.EXITED
                     return
+                if me is not None and me.cancelling():
+                    # stop() asked and the body turned the cancel into an error (a cleanup
+                    # that failed): we end all the same, never start it again
+                    raise asyncio.CancelledError
                 failures = 1 if loop.time() - began >= self.stable_s else failures + 1
                 status.state = LoopState.BACKOFF
                 status.last_error = redact_urls(f"{type(failure).__name__}: {failure}")

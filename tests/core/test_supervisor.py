@@ -11,6 +11,7 @@ import pytest
 
 from pulse_core import Backoff, Engine, LoopState, ManualClock, StoreUnavailable, Supervisor
 from pulse_core._supervisor import StoreOutage, wait_signal
+from tests.timing import scaled
 
 
 async def test_a_cancel_that_arrives_as_the_wait_expires_is_never_swallowed() -> None:
@@ -143,6 +144,37 @@ async def test_a_cancel_the_loop_did_not_ask_for_is_a_failure_not_a_stop() -> No
     assert runs == 2 and reports == ["CancelledError"]
     assert supervisor.status()[0].state is LoopState.RUNNING
     await supervisor.stop()
+
+
+async def test_a_loop_that_turns_its_stop_into_an_error_is_stopped_not_restarted() -> None:
+    """A body whose cleanup fails as it is cancelled raises an error, not CancelledError:
+    stop() still ends the loop (it waited forever, the loop restarted after each backoff)."""
+    runs = 0
+
+    async def exporter() -> None:
+        nonlocal runs
+        runs += 1
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if runs == 1:  # (a restarted one ends when cancelled: the test cannot hang)
+                raise RuntimeError("the exporter's socket would not close") from None
+            raise
+
+    supervisor = Supervisor(lambda where, exc: None,
+                            backoff=Backoff(initial_ms=1, max_ms=1, jitter=0))
+    supervisor.start("exporter", exporter)
+    await asyncio.sleep(0)
+    stopping = asyncio.create_task(supervisor.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=scaled(30))
+    try:
+        assert done, f"stop() still waits; the loop ran {runs} times"
+        assert runs == 1
+        assert supervisor.status()[0].state is LoopState.STOPPED
+    finally:
+        if not done:
+            await supervisor.stop()  # a second cancel ends the restarted body
+            await stopping
 
 
 async def test_a_loop_stopped_during_its_backoff_reads_stopped() -> None:
