@@ -94,8 +94,8 @@ class WebService:
             me = asyncio.current_task()
             while child.returncode is None:
                 if me is not None and me.cancelling():
-                    # a stop whose cancellation a wait swallowed (asyncio.wait_for can,
-                    # before Python 3.12): honour it rather than serve on, unstoppable
+                    # a stop whose cancellation a wait swallowed (a library's, as
+                    # asyncio.wait_for could before Python 3.12): honour it, never serve on
                     raise asyncio.CancelledError
                 await self._send(child, msgspec.to_builtins(await report()))
                 with contextlib.suppress(TimeoutError):
@@ -170,13 +170,17 @@ async def _stop(child: asyncio.subprocess.Process) -> None:
         return
     if child.stdin is not None:
         child.stdin.close()
-    for signal_it in (None, child.terminate, child.kill):
-        if signal_it is not None:
-            with contextlib.suppress(ProcessLookupError):
-                signal_it()
-        try:
-            async with asyncio.timeout(STOP_TIMEOUT_S):
-                await asyncio.shield(child.wait())
-            return
-        except TimeoutError:
-            continue
+    waiting = asyncio.ensure_future(child.wait())
+    try:
+        for signal_it in (None, child.terminate, child.kill):
+            if signal_it is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal_it()
+            # asyncio.wait, not asyncio.timeout: this runs while a stop cancels the service,
+            # and before Python 3.11.3 a timeout entered in a task being cancelled never
+            # expires as a timeout (the process would be left running)
+            done, _ = await asyncio.wait({waiting}, timeout=STOP_TIMEOUT_S)
+            if done:
+                return
+    finally:
+        waiting.cancel()
