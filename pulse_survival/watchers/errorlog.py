@@ -252,13 +252,15 @@ class ErrorLogWatcher(Watcher):
 
     async def aclose(self) -> None:
         self._stop.set()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            # waited for, not awaited: however it ended, a cancel of this close propagates
-            await asyncio.wait({self._watch_task})
-            if not self._watch_task.cancelled():
-                self._watch_task.exception()  # retrieved: closing, a failed watch has no sample
-        if self.busy_for() is not None:
-            return  # a read still blocked holds the files: closing them here would wait on it
-        for f in self.files:
-            f.close()
+        watching = self._watch_task
+        try:
+            if watching is not None:
+                watching.cancel()
+                # retrieved whenever it ends: closing, a failed watch has no sample left
+                watching.add_done_callback(lambda task: task.cancelled() or task.exception())
+                # waited for, not awaited: however it ended, a cancel of this close propagates
+                await asyncio.wait({watching})
+        finally:  # the files are closed (their offsets handed over) even if this close is cut
+            if self.busy_for() is None:  # a read still blocked holds them: it would wait on it
+                for f in self.files:
+                    f.close()
