@@ -61,6 +61,14 @@ class Listener:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name=f"pulse-listen {self._location}")
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """Say so when listening ends by an error `_run` does not expect (never silently)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("pulse: %s: stopped hearing other processes' commits (%s: %s); "
+                      "readers poll from now on", self._location, type(exc).__name__,
+                      first_line(exc))
 
     def _wake(self) -> None:
         for wake in self._wakes:
@@ -102,7 +110,7 @@ class Listener:
     async def close(self) -> None:
         """Stop listening, without waiting on the server: the connection is dropped."""
         self._stop.set()
-        task, self._task = self._task, None
+        task = self._task
         if task is None:
             return
         if self._conn is not None:
@@ -111,6 +119,7 @@ class Listener:
         if not done:  # connecting: nothing to drop yet
             task.cancel()
             await asyncio.wait({task})  # not `await task`: a cancel of this close propagates
+        self._task = None  # (kept until it ended: a close cut short leaves it to the next)
 
 
 class _Held:

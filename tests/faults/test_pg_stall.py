@@ -264,8 +264,28 @@ async def test_a_close_cancelled_while_a_hung_listen_connect_ends_is_cancelled_n
     closing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await closing
-    listening.cancel()  # the connect's moment, cut short
+    assert not listening.done()
+    await within(30, "a second close", listener.close())  # it ends what the first left
+    assert listening.done()
+
+
+async def test_a_listener_ended_by_an_unexpected_error_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Listening that ends by an error it does not expect (a bug) is logged, never silent:
+    readers fall back to polling."""
+    from pulse_core.store import _pg_listen
+
+    async def broken_connect() -> Any:
+        raise RuntimeError("a bug in the connect")
+
+    listener = _pg_listen.Listener(broken_connect, "pulse_test", "test", probe=1.0)
+    listener.add(lambda: None)
+    listening = listener._task
+    assert listening is not None
     await asyncio.wait({listening})
+    assert "stopped hearing other processes' commits (RuntimeError: a bug in the connect)" \
+        in caplog.text
+    await listener.close()
 
 
 async def test_an_engine_on_a_stalled_server_keeps_ticking_and_carries_on_after(
