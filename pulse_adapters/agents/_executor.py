@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import math
 import os
 import socket
@@ -194,8 +193,8 @@ class AgentRunExecutor(Executor):
         try:
             return await asyncio.shield(finishing)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await finishing
+            finishing.add_done_callback(lambda task: task.cancelled() or task.exception())
+            await asyncio.wait({finishing})  # not awaited: a second cancel leaves it recording
             raise
 
     async def _spawn(self, run: AgentRun, program: str, ctx: ExecutionContext

@@ -306,7 +306,8 @@ async def run_process(argv: Sequence[str], *, cwd: str | None, env: Mapping[str,
     except BaseException:
         # Cancelled (or failing) mid-run: end the group whatever happens to this task next.
         ending = asyncio.ensure_future(kill_group(proc, limits.kill_grace_s))
-        with contextlib.suppress(BaseException):
+        ending.add_done_callback(lambda task: task.cancelled() or task.exception())
+        with contextlib.suppress(Exception):  # a cancel meanwhile propagates; it ends anyway
             await asyncio.shield(ending)
         raise
     finally:

@@ -63,8 +63,10 @@ async def _with_keepalive(source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     finally:
         if pending is not None:
             pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+            # waited for, not awaited: a cancel of the stream itself propagates
+            await asyncio.wait({pending})
+            if not pending.cancelled():
+                pending.exception()  # retrieved: the stream ends, nobody reads it
         with contextlib.suppress(RuntimeError):
             await source.aclose()  # type: ignore[attr-defined]
 
