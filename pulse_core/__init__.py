@@ -180,6 +180,7 @@ from pulse_core._tick_records import (
     last_recorded,
     replay_tick,
 )
+from pulse_core._waits import wait_ended
 from pulse_core._watchers import LLM_ROUTE_KEY, Watcher
 from pulse_core.memory import IdentityMemory, Memory, MemoryBoard, identity_key
 from pulse_core.store import (
@@ -399,6 +400,7 @@ __all__ = [
     "stored_next",
     "summarise_identities",
     "uuid7",
+    "wait_ended",
     "wait_signal",
     "write_private",
     "write_through_outage",

@@ -33,6 +33,19 @@ async def wait_signal(signal: asyncio.Event, seconds: float | None) -> bool:
     return bool(done)
 
 
+async def wait_ended(task: asyncio.Future[Any]) -> None:
+    """Wait until `task` has ended, however it ends: its outcome is not raised here and never
+    left unretrieved. A cancel of the caller propagates at once and leaves `task` to end on
+    its own (awaiting `task` with its CancelledError suppressed would swallow that too)."""
+    task.add_done_callback(_retrieve)
+    await asyncio.wait({task})
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def resolve(future: asyncio.Future[T], result: T) -> None:
     """Set `future`'s result unless it is done (cancelled) already."""
     if not future.done():

@@ -55,6 +55,7 @@ EXPECTED_CORE = {
     "started_on_wall_clock",
     "still_running",
     "summarise_identities",
+    "wait_ended",
     "wait_signal",
     # what the CLI and the layers use of the kernel: kinds, ids, text and host checks, the
     # home's private files, rule names

@@ -45,6 +45,7 @@ from pulse_core import (
     VersionConflict,
     register_kind,
     stored_next,
+    wait_ended,
     write_through_outage,
 )
 
@@ -193,8 +194,7 @@ class AgentRunExecutor(Executor):
         try:
             return await asyncio.shield(finishing)
         except asyncio.CancelledError:
-            finishing.add_done_callback(lambda task: task.cancelled() or task.exception())
-            await asyncio.wait({finishing})  # not awaited: a second cancel leaves it recording
+            await wait_ended(finishing)  # a second cancel leaves it recording, not cut
             raise
 
     async def _spawn(self, run: AgentRun, program: str, ctx: ExecutionContext

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import msgspec
 import psutil
 
-from pulse_core import process_started, started_on_wall_clock
+from pulse_core import process_started, started_on_wall_clock, wait_ended
 
 _POLL_S = 0.02
 GONE_WITHIN_S = 10.0
@@ -305,10 +305,7 @@ async def run_process(argv: Sequence[str], *, cwd: str | None, env: Mapping[str,
                 await output.closed.wait()
     except BaseException:
         # Cancelled (or failing) mid-run: end the group whatever happens to this task next.
-        ending = asyncio.ensure_future(kill_group(proc, limits.kill_grace_s))
-        ending.add_done_callback(lambda task: task.cancelled() or task.exception())
-        with contextlib.suppress(Exception):  # a cancel meanwhile propagates; it ends anyway
-            await asyncio.shield(ending)
+        await wait_ended(asyncio.ensure_future(kill_group(proc, limits.kill_grace_s)))
         raise
     finally:
         transport.close()

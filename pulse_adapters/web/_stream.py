@@ -22,7 +22,7 @@ import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pulse_adapters.web._query import EventFilter, matches
-from pulse_core import Event, EventStore, StoreClosed, VitalsStore
+from pulse_core import Event, EventStore, StoreClosed, VitalsStore, wait_ended
 
 KEEPALIVE_S = 15.0
 RETRY_MS = 2_000
@@ -63,10 +63,7 @@ async def _with_keepalive(source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     finally:
         if pending is not None:
             pending.cancel()
-            # waited for, not awaited: a cancel of the stream itself propagates
-            await asyncio.wait({pending})
-            if not pending.cancelled():
-                pending.exception()  # retrieved: the stream ends, nobody reads it
+            await wait_ended(pending)  # not awaited: a cancel of the stream itself propagates
         with contextlib.suppress(RuntimeError):
             await source.aclose()  # type: ignore[attr-defined]
 

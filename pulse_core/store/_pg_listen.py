@@ -14,6 +14,7 @@ import psycopg
 
 from pulse_core._backoff import Backoff
 from pulse_core._errors import StoreError, StoreUnavailable
+from pulse_core._waits import wait_ended
 from pulse_core.store._pg_ddl import quoted
 from pulse_core.store._pg_pool import ConnectionPool, close_quietly, deadline, drop
 from pulse_core.store._pg_schema import (
@@ -118,7 +119,7 @@ class Listener:
         done, _ = await asyncio.wait({task}, timeout=CLOSE_WAIT)
         if not done:  # connecting: nothing to drop yet
             task.cancel()
-            await asyncio.wait({task})  # not `await task`: a cancel of this close propagates
+            await wait_ended(task)  # not `await task`: a cancel of this close propagates
         self._task = None  # (kept until it ended: a close cut short leaves it to the next)
 
 

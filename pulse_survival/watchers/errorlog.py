@@ -22,7 +22,7 @@ from typing import IO, Any
 import msgspec
 import watchfiles
 
-from pulse_core import Sample, Watcher
+from pulse_core import Sample, Watcher, wait_ended
 
 CHUNK = 64 * 1024
 MAX_READ_PER_COLLECT = 8 * 1024 * 1024
@@ -256,10 +256,9 @@ class ErrorLogWatcher(Watcher):
         try:
             if watching is not None:
                 watching.cancel()
-                # retrieved whenever it ends: closing, a failed watch has no sample left
-                watching.add_done_callback(lambda task: task.cancelled() or task.exception())
-                # waited for, not awaited: however it ended, a cancel of this close propagates
-                await asyncio.wait({watching})
+                # not awaited: a cancel of this close propagates (a failed watch, closing,
+                # has no sample left to report in)
+                await wait_ended(watching)
         finally:  # the files are closed (their offsets handed over) even if this close is cut
             if self.busy_for() is None:  # a read still blocked holds them: it would wait on it
                 for f in self.files:
