@@ -12,7 +12,7 @@ PACKAGES = ("pulse_core", "pulse_survival", "pulse_adapters", "pulse_cli", "engi
 
 def test_no_package_suppresses_cancelled_error() -> None:
     """`with suppress(CancelledError): await task` (or BaseException) also swallows a cancel
-    of the awaiting task itself; wait for the task with `asyncio.wait({task})` instead."""
+    of the awaiting task itself; wait for the task with `pulse_core.wait_ended` instead."""
     pattern = re.compile(r"suppress\([^)]*(CancelledError|BaseException)")
     offenders = [f"{path.relative_to(ROOT)}:{number}"
                  for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
