@@ -86,6 +86,14 @@ class AppendOutcomeUnknown(StoreUnavailable):
     stored twice."""
 
 
+class LockLost(StoreUnavailable):
+    """An exclusive lock (`EventStore.exclusive`) was lost while held: the session holding it
+    dropped, so another holder may be inside. Raised by each append made inside the block
+    since, and by leaving it. It does not pass with time: leave the block and take the lock
+    again; trying the same write inside the block never succeeds (`write_through_outage`
+    raises it at once)."""
+
+
 class StoreClosed(StoreError):
     """The store was used after close()."""
 

@@ -11,6 +11,7 @@ from pulse_core._backoff import Backoff
 from pulse_core._errors import (
     AppendOutcomeUnknown,
     InvalidTransition,
+    LockLost,
     StoreUnavailable,
     VersionConflict,
 )
@@ -28,7 +29,8 @@ async def write_through_outage(write: Callable[[], Awaitable[object]], *, patien
                                written: Callable[[], Awaitable[bool]] | None = None) -> None:
     """Await `write()`, and while it raises StoreUnavailable, again after OUTAGE_BACKOFF,
     until `patience_s` seconds have passed since the first try (each later try is cut off
-    then); the first failure is logged as a warning naming `what`.
+    then); the first failure is logged as a warning naming `what`. A LockLost is raised at
+    once: inside the block of a lock that was lost, every try would be refused.
 
     Retrying is safe for a write that sends the same drafts each time, each with an `idem`,
     or one that expects a key's version. After a try whose outcome was unknown
@@ -52,6 +54,8 @@ async def write_through_outage(write: Callable[[], Awaitable[object]], *, patien
             if unknown and written is not None and await written():
                 return
             raise
+        except LockLost:
+            raise  # not an outage: the caller must leave the block and take the lock again
         except TimeoutError:
             if not failures or loop.time() < deadline:
                 raise  # the write's own, not the cut-off

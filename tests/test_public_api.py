@@ -22,7 +22,7 @@ EXPECTED_CORE = {
     "KindSpec", "Layer", "LayerContext", "LayerError", "LayerFactory", "LayerMetric",
     "LayerOpenFailed",
     "Lifespan", "LoopState", "LoopStatus",
-    "ManualClock", "Mark", "Memory", "MemoryBoard", "MergeRefused", "NotAPulseDatabase",
+    "LockLost", "ManualClock", "Mark", "Memory", "MemoryBoard", "MergeRefused", "NotAPulseDatabase",
     "NotAuthorized", "PurgeRefused", "ElementTextUnreadable", "RevisionRefused",
     "ObjectMissing", "ObjectStore", "Page", "PageAction", "PageRequest", "PageView",
     "PayloadNotEncodable", "PendingTasks",

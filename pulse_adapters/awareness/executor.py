@@ -52,6 +52,7 @@ from pulse_core import (
     EventStore,
     ExecutionContext,
     Executor,
+    LockLost,
     StoreError,
     VersionConflict,
     error_draft,
@@ -222,7 +223,8 @@ class AwarenessExecutor(Executor):
         `failed` cycle with the calls made. A world already reviewed since the effect was
         asked for is left as it is (outcome `already-reviewed`, no cycle); a lock that cannot
         be taken (the database is down), or is lost before the settlement (the log refuses
-        appends under a lost lock), fails the attempt itself, and the rule asks again. A lock
+        appends under a lost lock: LockLost, never tried again), fails the attempt itself at
+        once, and the rule asks again. A lock
         lost once the settlement is stored does not undo it: the outcome is returned with
         `lock_lost` saying so, and an `error` event records it."""
         cycle = _Cycle(CycleRecord(
@@ -236,6 +238,8 @@ class AwarenessExecutor(Executor):
                 try:
                     settled = await self._review(effect, ctx, cycle)
                 except AppendOutcomeUnknown:  # its settlement may be stored: not recorded over
+                    raise
+                except LockLost:  # nothing more can be written under it: the rule asks again
                     raise
                 except Exception as exc:  # every failure, foreseen or not, becomes the record
                     settled = await self._settle(ctx, cycle, msgspec.structs.replace(

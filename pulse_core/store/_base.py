@@ -438,7 +438,9 @@ class EventStore:
 
     def exclusive(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Held by at most one holder at a time among everything sharing this log (every
-        process and host on a PostgreSQL database; this store's users on SQLite)."""
+        process and host on a PostgreSQL database; this store's users on SQLite). Should a
+        PostgreSQL lock's session drop while inside, each append inside the block and
+        leaving it raise LockLost: another holder may be inside."""
         return self.recorder.exclusive(name)
 
     async def close(self) -> None:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import psycopg
 
 from pulse_core._backoff import Backoff
-from pulse_core._errors import StoreError, StoreUnavailable
+from pulse_core._errors import LockLost, StoreError
 from pulse_core._waits import wait_ended
 from pulse_core.store._pg_ddl import quoted
 from pulse_core.store._pg_pool import ConnectionPool, close_quietly, deadline, drop
@@ -133,13 +133,13 @@ class _Held:
         self.lost: str | None = None
         self.released = False
 
-    def error(self, what: str) -> StoreUnavailable:
-        return StoreUnavailable(
+    def error(self, what: str) -> LockLost:
+        return LockLost(
             f"{self.location}: the exclusive lock {self.name!r} was lost while held (the "
             f"connection holding it dropped: {self.lost}), so {what}")
 
     async def check(self) -> None:
-        """StoreUnavailable unless the lock's session still answers (one round trip): a
+        """LockLost unless the lock's session still answers (one round trip): a
         session advisory lock goes only with its session."""
         if self.lost is None:
             try:
@@ -160,7 +160,7 @@ _HELD: contextvars.ContextVar[tuple[_Held, ...]] = contextvars.ContextVar(
 
 
 async def check_held(pool: ConnectionPool) -> None:
-    """StoreUnavailable if an exclusive lock of `pool` that the caller is inside was lost
+    """LockLost if an exclusive lock of `pool` that the caller is inside was lost
     (one round trip per lock held; none when it holds none)."""
     held = [h for h in _HELD.get() if h.pool is pool and not h.released]
     if held:
@@ -175,8 +175,8 @@ async def advisory_lock(pool: ConnectionPool, schema: str, name: str, location: 
 
     The lock lives in one session: should that connection drop while inside, the server
     lets the lock go. Then `check_held` (the recorder's appends inside the block call it)
-    raises StoreUnavailable, so nothing is written under a lock another holder may have
-    taken, and leaving the block raises StoreUnavailable saying the lock was lost.
+    raises LockLost (a StoreUnavailable), so nothing is written under a lock another holder
+    may have taken, and leaving the block raises LockLost saying the lock was lost.
     """
     key = lock_key("pulse-exclusive", schema, name)
     async with pool.connection() as conn:
@@ -201,7 +201,7 @@ async def advisory_lock(pool: ConnectionPool, schema: str, name: str, location: 
 
 
 async def _release(held: _Held, key: int) -> None:
-    """Unlock `held`; StoreUnavailable if it was lost meanwhile."""
+    """Unlock `held`; LockLost if it was lost meanwhile."""
     if held.lost is None:
         try:
             with deadline(held.conn, held.timeout):

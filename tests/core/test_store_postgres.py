@@ -16,6 +16,7 @@ from pulse_core import (
     AppendResult,
     EventDraft,
     EventStore,
+    LockLost,
     NotAPulseDatabase,
     ObjectStore,
     SchemaTooNew,
@@ -659,7 +660,7 @@ async def test_an_append_inside_an_exclusive_lock_that_was_lost_is_refused_and_l
     store: EventStore, pg_url: str, postgres_server: PostgresServer
 ) -> None:
     refused: StoreUnavailable | None = None
-    with pytest.raises(StoreUnavailable, match="'identity:ana' was lost while held") as left:
+    with pytest.raises(LockLost, match="'identity:ana' was lost while held") as left:
         async with store.exclusive("identity:ana"):
             await store.append([draft("a", 1)])
             postgres_server.sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE "
@@ -668,7 +669,7 @@ async def test_an_append_inside_an_exclusive_lock_that_was_lost_is_refused_and_l
                 await store.append([draft("a", 2)])
             except StoreUnavailable as exc:
                 refused = exc
-    assert refused is not None and "this append is refused" in str(refused)
+    assert isinstance(refused, LockLost) and "this append is refused" in str(refused)
     assert "overlapped" in str(left.value)
     async with asyncio.timeout(10), store.exclusive("identity:ana"):  # taken afresh
         await store.append([draft("a", 3)])

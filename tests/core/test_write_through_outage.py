@@ -14,6 +14,7 @@ import pytest
 from pulse_core import (
     AppendOutcomeUnknown,
     EventDraft,
+    LockLost,
     SqliteEventStore,
     StoreUnavailable,
     VersionConflict,
@@ -61,6 +62,22 @@ async def test_a_write_that_may_be_stored_is_never_reported_as_not_stored() -> N
     steps = [AppendOutcomeUnknown("lost reply"), *[StoreUnavailable("refused")] * 100]
     with pytest.raises(AppendOutcomeUnknown, match="may or may not be stored"):
         await write_through_outage(outcomes(*steps), patience_s=0.3, what="the thing")
+
+
+@pytest.mark.parametrize("before", [[], [AppendOutcomeUnknown("lost reply")]])
+async def test_a_lost_lock_is_raised_at_once_never_tried_again(
+        before: list[StoreUnavailable], caplog: pytest.LogCaptureFixture) -> None:
+    tries: list[int] = []
+    fails = outcomes(*before, LockLost("lost while held"), StoreUnavailable("down"))
+
+    async def write() -> None:
+        tries.append(1)
+        await fails()
+
+    with caplog.at_level(logging.WARNING, "pulse"), pytest.raises(LockLost):
+        await write_through_outage(write, patience_s=30, what="the thing")
+    assert len(tries) == len(before) + 1
+    assert len([r for r in caplog.records if "the thing" in r.getMessage()]) == len(before)
 
 
 async def test_no_patience_raises_the_first_failure_at_once() -> None:

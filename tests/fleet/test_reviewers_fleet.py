@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import re
 import threading
 import time
@@ -351,15 +352,16 @@ async def test_a_lock_lost_after_the_settlement_committed_leaves_the_review_acke
     assert ack.data["result"]["outcome"] == "reviewed"
     assert "'awareness:ana' was lost while held" in ack.data["result"]["lock_lost"]
     (error,) = [e for e in log if e.kind == "error"]
-    assert error.key == "executor:awareness" and error.data["type"] == "StoreUnavailable"
+    assert error.key == "executor:awareness" and error.data["type"] == "LockLost"
     assert error.data["effect"] == ack.key and error.seq > cycle.seq
 
 
 async def test_a_review_whose_lock_was_lost_during_the_model_call_settles_nothing(
     tmp_path: Path, pg_url: str, postgres_server: PostgresServer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     go = threading.Event()
-    with ReviewModel(go=go) as model:
+    with ReviewModel(go=go) as model, caplog.at_level(logging.WARNING, "pulse"):
         async with reviewing_engine(tmp_path / "a", model, pg_url, "host-a",
                                     ManualClock()) as engine:
             try:
@@ -385,6 +387,9 @@ async def test_a_review_whose_lock_was_lost_during_the_model_call_settles_nothin
     assert [e for e in after_loss if e.kind == "awareness-cycle"] == []
     (failed,) = [e for e in after_loss if e.kind == "effect-failed"]
     assert "'awareness:ana' was lost while held" in failed.data["error"]
+    # refused at once, not sent again as through an outage (a lost lock does not come back)
+    assert [r.getMessage() for r in caplog.records if "cannot take it yet" in r.getMessage()
+            ] == []
     assert model.total() == 2
     (cycle,) = [e for e in log if e.kind == "awareness-cycle"]
     assert cycle.data["outcome"] == "reviewed"
