@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,19 +34,42 @@ def write_pidfile(path: Path, pid: int) -> None:
     os.replace(tmp, path)
 
 
+EXIT_POLL_S = 0.05
+"""How often a stopping process that is not this one's child is looked at again."""
+
+
 def stop(proc: psutil.Process, wait_s: float) -> str:
     """Stop `proc`: SIGTERM, then SIGKILL after `wait_s`; the signal that ended it (a child
-    of this process is reaped)."""
+    of this process is reaped). A process that exited but that its parent has not reaped
+    yet (a zombie: one started by hand from a program that does not wait for it) has
+    ended, as the process watcher sees it."""
     try:
         proc.terminate()
-        proc.wait(wait_s)
-        return "SIGTERM"
-    except psutil.TimeoutExpired:
+        if _ended(proc, wait_s):
+            return "SIGTERM"
         proc.kill()
-        proc.wait(KILL_WAIT_S)
+        if not _ended(proc, KILL_WAIT_S):
+            raise psutil.TimeoutExpired(KILL_WAIT_S, proc.pid)
         return "SIGKILL"
     except psutil.NoSuchProcess:
         return "already gone"
+
+
+def _ended(proc: psutil.Process, wait_s: float) -> bool:
+    """Whether `proc` ends within `wait_s` seconds (reaped if it is this one's child)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            proc.wait(max(0.0, min(EXIT_POLL_S, deadline - time.monotonic())))
+            return True
+        except psutil.TimeoutExpired:
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    return True
+            except psutil.NoSuchProcess:
+                return True
+            if time.monotonic() >= deadline:
+                return False
 
 
 class RestartProcessExecutor(Executor):

@@ -196,6 +196,47 @@ async def test_a_process_started_by_hand_is_adopted_not_started_twice(
     assert state.state is SupervisedState.RUNNING and state.pid == by_hand.pid
 
 
+NEGLECTFUL_PARENT = """\
+import subprocess, sys
+child = subprocess.Popen(sys.argv[1:])
+print(child.pid, flush=True)
+sys.stdin.readline()  # reaps it only when told
+print(child.wait(), flush=True)
+"""
+
+
+async def test_a_stop_ends_when_the_process_exits_even_if_its_parent_never_reaps_it(
+    tmp_path: Path, reaper: list[int], open_engine: Callable[..., Any]
+) -> None:
+    """Started by hand from a program that does not wait for it, the process is a zombie
+    once SIGTERM ends it: stopped then, not SIGKILLed after `wait_s`."""
+    spec = worker(tmp_path)
+    parent = subprocess.Popen(  # noqa: ASYNC220 - returns at once
+        [sys.executable, "-c", NEGLECTFUL_PARENT, *spec.argv], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+    assert parent.stdin is not None and parent.stdout is not None
+    try:
+        pid = int(parent.stdout.readline())
+        reaper.append(pid)
+        engine: Engine = await open_engine(tmp_path / "home", survival=config(spec))
+        await engine.step()
+        assert (await state_of(engine)).pid == pid  # adopted
+        await request_process(engine.events, "worker", "stop", origin="cli")
+        await engine.step()
+        (stop,) = await effects(engine, "stop-process")
+        finished = [e for e in await engine.events.read(key=stop.key)
+                    if e.kind in ("effect-acked", "effect-failed")]
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        code = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+    assert [(e.kind, e.data.get("result")) for e in finished] == [
+        ("effect-acked", {"name": "worker", "pid": pid, "signal": "SIGTERM"})]
+    assert code == -15  # SIGTERM ended it, never SIGKILL
+
+
 async def test_a_restart_finding_the_process_already_running_adopts_it(
     tmp_path: Path, reaper: list[int]
 ) -> None:

@@ -191,7 +191,10 @@ async def test_a_killed_gateway_is_started_again_and_the_restart_recorded(
     gateway: Gateway,
 ) -> None:
     killed = gateway.pid()
-    async with Engine(gateway.home, layers=layers(gateway), default_tick_ms=500) as engine:
+    # retried every second or two: queued soon after the restart, not a doubled wait later
+    retry = {"retry_initial_s": 1.0, "retry_max_s": 2.0}
+    async with Engine(gateway.home, layers=layers(gateway, notices=retry),
+                      default_tick_ms=500) as engine:
         os.kill(killed, signal.SIGKILL)
 
         async def restarted() -> bool:
@@ -212,7 +215,10 @@ async def test_a_notice_raised_while_the_gateway_is_down_reaches_the_model_once_
     gateway: Gateway,
 ) -> None:
     killed = gateway.pid()
-    async with Engine(gateway.home, layers=layers(gateway), default_tick_ms=500) as engine:
+    # retried every second or two: queued soon after the restart, not a doubled wait later
+    retry = {"retry_initial_s": 1.0, "retry_max_s": 2.0}
+    async with Engine(gateway.home, layers=layers(gateway, notices=retry),
+                      default_tick_ms=500) as engine:
         os.kill(killed, signal.SIGKILL)
         (effect,) = (await engine.events.append([effect_draft(
             Notify(topic="disk", level="warning", text="disk / is 93% full"),
