@@ -91,7 +91,7 @@ class LockLost(StoreUnavailable):
     dropped, so another holder may be inside. Raised by each append made inside the block
     since, and by leaving it. It does not pass with time: leave the block and take the lock
     again; trying the same write inside the block never succeeds (`write_through_outage`
-    raises it at once)."""
+    stops trying at once)."""
 
 
 class StoreClosed(StoreError):

@@ -29,8 +29,9 @@ async def write_through_outage(write: Callable[[], Awaitable[object]], *, patien
                                written: Callable[[], Awaitable[bool]] | None = None) -> None:
     """Await `write()`, and while it raises StoreUnavailable, again after OUTAGE_BACKOFF,
     until `patience_s` seconds have passed since the first try (each later try is cut off
-    then); the first failure is logged as a warning naming `what`. A LockLost is raised at
-    once: inside the block of a lock that was lost, every try would be refused.
+    then); the first failure is logged as a warning naming `what`. A LockLost ends the
+    tries at once (inside the block of a lock that was lost, every try would be refused):
+    raised as it is, or as AppendOutcomeUnknown after a try whose outcome was unknown.
 
     Retrying is safe for a write that sends the same drafts each time, each with an `idem`,
     or one that expects a key's version. After a try whose outcome was unknown
@@ -54,8 +55,11 @@ async def write_through_outage(write: Callable[[], Awaitable[object]], *, patien
             if unknown and written is not None and await written():
                 return
             raise
-        except LockLost:
-            raise  # not an outage: the caller must leave the block and take the lock again
+        except LockLost as exc:  # not an outage: leave the block and take the lock again
+            if unknown:  # an earlier try may be stored: never reported as not stored
+                raise AppendOutcomeUnknown(
+                    f"{what} may or may not be stored: a reply was lost, then {exc}") from exc
+            raise
         except TimeoutError:
             if not failures or loop.time() < deadline:
                 raise  # the write's own, not the cut-off

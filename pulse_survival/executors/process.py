@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from pulse_core import Essential, ExecutionContext, Executor
+from pulse_core import Essential, ExecutionContext, Executor, process_started
 from pulse_survival.effects import RestartProcess, StopProcess
 from pulse_survival.watchers import find_process
 
@@ -41,8 +41,8 @@ EXIT_POLL_S = 0.05
 def stop(proc: psutil.Process, wait_s: float) -> str:
     """Stop `proc`: SIGTERM, then SIGKILL after `wait_s`; the signal that ended it (a child
     of this process is reaped). A process that exited but that its parent has not reaped
-    yet (a zombie: one started by hand from a program that does not wait for it) has
-    ended, as the process watcher sees it."""
+    yet (a zombie with no thread left: one started by hand from a program that does not
+    wait for it) has ended; one whose main thread ended while another runs has not."""
     try:
         proc.terminate()
         if _ended(proc, wait_s):
@@ -63,10 +63,7 @@ def _ended(proc: psutil.Process, wait_s: float) -> bool:
             proc.wait(max(0.0, min(EXIT_POLL_S, deadline - time.monotonic())))
             return True
         except psutil.TimeoutExpired:
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    return True
-            except psutil.NoSuchProcess:
+            if not process_started(proc.pid):  # gone, or a zombie only its parent waits on
                 return True
             if time.monotonic() >= deadline:
                 return False

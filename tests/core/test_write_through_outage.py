@@ -65,8 +65,10 @@ async def test_a_write_that_may_be_stored_is_never_reported_as_not_stored() -> N
 
 
 @pytest.mark.parametrize("before", [[], [AppendOutcomeUnknown("lost reply")]])
-async def test_a_lost_lock_is_raised_at_once_never_tried_again(
+async def test_a_lost_lock_ends_the_tries_at_once(
         before: list[StoreUnavailable], caplog: pytest.LogCaptureFixture) -> None:
+    """Raised as it is, or, after a try whose outcome was unknown, as AppendOutcomeUnknown:
+    a write that may be stored is never reported as refused."""
     tries: list[int] = []
     fails = outcomes(*before, LockLost("lost while held"), StoreUnavailable("down"))
 
@@ -74,10 +76,15 @@ async def test_a_lost_lock_is_raised_at_once_never_tried_again(
         tries.append(1)
         await fails()
 
-    with caplog.at_level(logging.WARNING, "pulse"), pytest.raises(LockLost):
+    with caplog.at_level(logging.WARNING, "pulse"), pytest.raises(LockLost if not before
+                                                                  else AppendOutcomeUnknown
+                                                                  ) as raised:
         await write_through_outage(write, patience_s=30, what="the thing")
     assert len(tries) == len(before) + 1
     assert len([r for r in caplog.records if "the thing" in r.getMessage()]) == len(before)
+    if before:
+        assert isinstance(raised.value.__cause__, LockLost)
+        assert "the thing may or may not be stored" in str(raised.value)
 
 
 async def test_no_patience_raises_the_first_failure_at_once() -> None:

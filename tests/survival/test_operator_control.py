@@ -13,7 +13,16 @@ from typing import Any
 import psutil
 import pytest
 
-from pulse_core import Engine, Event, EventDraft, ManualClock, Principal, PrincipalRefused
+from pulse_core import (
+    Engine,
+    Event,
+    EventDraft,
+    ExecutionContext,
+    ManualClock,
+    Principal,
+    PrincipalRefused,
+    SqliteEventStore,
+)
 from pulse_survival import (
     PROCESS_REQUESTED,
     Essential,
@@ -235,6 +244,43 @@ async def test_a_stop_ends_when_the_process_exits_even_if_its_parent_never_reaps
     assert [(e.kind, e.data.get("result")) for e in finished] == [
         ("effect-acked", {"name": "worker", "pid": pid, "signal": "SIGTERM"})]
     assert code == -15  # SIGTERM ended it, never SIGKILL
+
+
+LEADER_LEAVES = """\
+import ctypes, signal, sys, threading, time
+def on_term(*_):  # a slow shutdown: a thread carries on, the main thread ends
+    threading.Thread(target=time.sleep, args=(120,)).start()
+    ctypes.CDLL(None).pthread_exit(None)
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+async def test_a_process_whose_main_thread_ended_while_another_runs_has_not_stopped(
+    tmp_path: Path, reaper: list[int]
+) -> None:
+    """Linux shows it as a zombie, yet it runs (and holds what it held): a stop waits for
+    it, then SIGKILLs it."""
+    from pulse_survival.effects import StopProcess
+    from pulse_survival.executors import RestartProcessExecutor
+
+    spec = Essential(name="worker", argv=(sys.executable, "-c", LEADER_LEAVES, str(tmp_path)),
+                     pidfile=str(tmp_path / "worker.pid"))
+    child = subprocess.Popen(spec.argv, stdout=subprocess.PIPE)  # noqa: ASYNC220
+    reaper.append(child.pid)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+    (tmp_path / "worker.pid").write_text(f"{child.pid}\n")
+    events = await SqliteEventStore.open(tmp_path / "events.db")
+    try:
+        ctx = ExecutionContext(effect_id="e", attempt=1, seq=1, origin="rule:test",
+                               clock=ManualClock(), events=events)
+        executor = RestartProcessExecutor(tmp_path / "logs", (spec,))
+        result = await executor.execute(StopProcess(name="worker", wait_s=1.0), ctx)
+    finally:
+        await events.close()
+    assert result == {"name": "worker", "pid": child.pid, "signal": "SIGKILL"}
+    assert not alive(child.pid)
 
 
 async def test_a_restart_finding_the_process_already_running_adopts_it(
