@@ -224,9 +224,9 @@ class AwarenessExecutor(Executor):
         asked for is left as it is (outcome `already-reviewed`, no cycle); a lock that cannot
         be taken (the database is down), or is lost before the settlement (the log refuses
         appends under a lost lock: LockLost, never tried again), fails the attempt itself at
-        once, and the rule asks again. A lock
-        lost once the settlement is stored does not undo it: the outcome is returned with
-        `lock_lost` saying so, and an `error` event records it."""
+        once, and the rule asks again. A lock lost once the settlement is stored does not
+        undo it: the outcome is returned with `lock_lost` saying so, and an `error` event
+        records it."""
         cycle = _Cycle(CycleRecord(
             identity=effect.identity, outcome="failed", reason=effect.reason,
             route=effect.route, model=self.client.model, quiet_skips=effect.quiet_skips,
