@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from pulse_core import Essential, Sample, Watcher, process_age_s
+from pulse_core import Essential, Sample, Watcher, process_age_s, process_started
 
 
 def same_command(cmdline: Sequence[str], argv: Sequence[str]) -> bool:
@@ -47,12 +47,13 @@ def find_process(spec: Essential) -> psutil.Process | None:
     """The live process `spec` describes, or None: the one its pidfile names, else the first
     whose name is `match_name` or whose command line holds `match_cmdline`, else one of this
     user's whose command line is `argv` (as supervisord or systemd started it, or by hand);
-    one found other than by its pidfile must have `match_env` in its environment."""
+    one found other than by its pidfile must have `match_env` in its environment. A zombie
+    is dead unless a thread of it still runs (its main thread ended before the others)."""
     if spec.pidfile:
         try:
             pid = int(Path(spec.pidfile).read_text().split()[0])
             proc = psutil.Process(pid)
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.is_running() and process_started(pid):  # a zombie with no thread: dead
                 return proc
         except (OSError, ValueError, IndexError, psutil.Error):
             pass
@@ -62,7 +63,8 @@ def find_process(spec: Essential) -> psutil.Process | None:
     me, uid = os.getpid(), os.getuid()
     for proc in psutil.process_iter(["name", "cmdline", "status", "uids"]):
         try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == me:
+            if proc.pid == me or (proc.info["status"] == psutil.STATUS_ZOMBIE
+                                  and not process_started(proc.pid)):
                 continue
             argv = proc.info["cmdline"] or ()
             if _named(spec, proc.info["name"], argv) and has_env(proc, spec.match_env):

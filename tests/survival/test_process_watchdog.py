@@ -185,6 +185,35 @@ def test_a_process_found_by_its_argv_or_command_line_must_have_the_match_env(
             worker.wait(timeout=30)
 
 
+MAIN_THREAD_LEAVES = """\
+import ctypes, sys, threading, time
+threading.Thread(target=time.sleep, args=(120,)).start()
+print("ready", flush=True)
+ctypes.CDLL(None).pthread_exit(None)  # the process runs on in the other thread
+"""
+
+
+async def test_a_process_whose_main_thread_ended_while_another_runs_is_alive(
+    tmp_path: Path, reaper: list[int]
+) -> None:
+    """Linux shows it as a zombie; the watcher does not take it for dead (and so never
+    starts a second one beside it), until it is."""
+    pidfile = tmp_path / "w.pid"
+    spec = Essential(name="w", pidfile=str(pidfile))
+    child = subprocess.Popen(  # noqa: ASYNC220 - returns at once
+        [sys.executable, "-c", MAIN_THREAD_LEAVES, str(tmp_path)], stdout=subprocess.PIPE)
+    reaper.append(child.pid)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+    pidfile.write_text(f"{child.pid}\n")
+    await eventually(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE,
+                     what="its main thread to end")
+    seen = find_process(spec)
+    assert seen is not None and seen.pid == child.pid
+    child.kill()
+    child.wait(timeout=30)
+    assert find_process(spec) is None
+
+
 @pytest.mark.parametrize(("policy", "why"), [
     (ProcessPolicy(startretries=3, budget_per_hour=50, backoff_initial_s=1), "3 failed starts"),
     (ProcessPolicy(startretries=20, budget_per_hour=2, backoff_initial_s=1),
