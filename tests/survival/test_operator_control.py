@@ -37,7 +37,7 @@ from pulse_survival import (
     request_draft,
     request_process,
 )
-from tests.processes import alive
+from tests.processes import MAIN_THREAD_LEAVES, alive
 from tests.timing import eventually
 
 SLEEPER = "import time; time.sleep(120)"
@@ -246,17 +246,6 @@ async def test_a_stop_ends_when_the_process_exits_even_if_its_parent_never_reaps
     assert code == -15  # SIGTERM ended it, never SIGKILL
 
 
-LEADER_LEAVES = """\
-import ctypes, signal, sys, threading, time
-def on_term(*_):  # a slow shutdown: a thread carries on, the main thread ends
-    threading.Thread(target=time.sleep, args=(120,)).start()
-    ctypes.CDLL(None).pthread_exit(None)
-signal.signal(signal.SIGTERM, on_term)
-print("ready", flush=True)
-time.sleep(120)
-"""
-
-
 async def test_a_process_whose_main_thread_ended_while_another_runs_has_not_stopped(
     tmp_path: Path, reaper: list[int]
 ) -> None:
@@ -265,7 +254,8 @@ async def test_a_process_whose_main_thread_ended_while_another_runs_has_not_stop
     from pulse_survival.effects import StopProcess
     from pulse_survival.executors import RestartProcessExecutor
 
-    spec = Essential(name="worker", argv=(sys.executable, "-c", LEADER_LEAVES, str(tmp_path)),
+    spec = Essential(name="worker", argv=(sys.executable, "-c", MAIN_THREAD_LEAVES,
+                                          "on-sigterm", str(tmp_path)),
                      pidfile=str(tmp_path / "worker.pid"))
     child = subprocess.Popen(spec.argv, stdout=subprocess.PIPE)  # noqa: ASYNC220
     reaper.append(child.pid)

@@ -24,6 +24,7 @@ from pulse_survival import (
     SurvivalLedger,
 )
 from pulse_survival.watchers import ProcessAliveWatcher, find_process
+from tests.processes import MAIN_THREAD_LEAVES
 from tests.processes import exited as exited_pid
 from tests.timing import eventually
 
@@ -185,14 +186,6 @@ def test_a_process_found_by_its_argv_or_command_line_must_have_the_match_env(
             worker.wait(timeout=30)
 
 
-MAIN_THREAD_LEAVES = """\
-import ctypes, sys, threading, time
-threading.Thread(target=time.sleep, args=(120,)).start()
-print("ready", flush=True)
-ctypes.CDLL(None).pthread_exit(None)  # the process runs on in the other thread
-"""
-
-
 async def test_a_process_whose_main_thread_ended_while_another_runs_is_alive(
     tmp_path: Path, reaper: list[int]
 ) -> None:
@@ -201,7 +194,8 @@ async def test_a_process_whose_main_thread_ended_while_another_runs_is_alive(
     pidfile = tmp_path / "w.pid"
     spec = Essential(name="w", pidfile=str(pidfile))
     child = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-        [sys.executable, "-c", MAIN_THREAD_LEAVES, str(tmp_path)], stdout=subprocess.PIPE)
+        [sys.executable, "-c", MAIN_THREAD_LEAVES, "now", str(tmp_path)],
+        stdout=subprocess.PIPE)
     reaper.append(child.pid)
     assert child.stdout is not None and child.stdout.readline() == b"ready\n"
     pidfile.write_text(f"{child.pid}\n")
