@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,6 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Locator, Page, Request
 
-from tests.timing import scaled
 from tests.web.conftest import (
     CODER,
     ELSEWHERE,
@@ -241,11 +239,9 @@ def test_a_new_event_appears_live_on_the_events_page_and_expands_to_its_data(
     wait_for(lambda: page.locator("#events tbody tr").count() > 0, LIVE_S, "the events table")
     daemon.upulse("task", "create", "web-live-1", "--title", "seen live in the browser",
                   "--home", daemon.home)
-    appended = time.monotonic()
     [created] = daemon.events("task-created", key="web-live-1")
     row = page.locator(f'#events tr[data-seq="{created["seq"]}"]')
     wait_for(lambda: row.count() == 1, LIVE_S, "the new event's row")
-    assert time.monotonic() - appended < LIVE_S
     assert cells(row)[2:4] == ["task-created", "web-live-1"]
     assert not_reloaded(page)
     row.click()
@@ -331,13 +327,13 @@ def test_the_maintenance_page_renders_from_its_view_alone(
     daemon.request_maintenance("asked by the browser test")
     # The daemon's part first (its next tick, then the cycle), so that a failure says which
     # part did not happen: the cycle ending, or the page showing how it ended.
-    ended = wait_for(lambda: on_demand_ending(daemon), scaled(60),
+    ended = wait_for(lambda: on_demand_ending(daemon), 60,
                      "the daemon to begin and end the cycle asked for")
     assert ended["kind"] == "activity-completed", ended
     open_ui(page, daemon, "maintenance")
     waited(page, lambda: page.title() == "pulse · Maintenance", LIVE_S, "the page's title")
     row = page.locator('[data-field="cycles"] tr').nth(1)
-    waited(page, lambda: row.count() == 1 and "completed" in cells(row), scaled(LIVE_S),
+    waited(page, lambda: row.count() == 1 and "completed" in cells(row), LIVE_S,
            "the completed cycle in the cycles table")
     began = page.locator('[data-field="cycles_began"] .value')
     assert int(began.inner_text()) >= 1
