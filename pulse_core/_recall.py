@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 
 from pulse_core._errors import RecallRefused, UnknownIdentity
+from pulse_core._events import Event
 from pulse_core._pmap import PersistentMap
 from pulse_core.store import (
     ElementKeys,
@@ -388,11 +389,20 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
     archived (unless `include_archived`), tombstoned or purged are left out. Reads the
     identity's key once to fold its elements' stages; what reads memory to show it to a
     model (the awareness reviewer's evidence and allowlist) reads it through this."""
-    from pulse_core.maintenance import MemoryElements
     from pulse_core.memory import identity_key
+
+    events = await store.read(key=identity_key(memory.identity))
+    return recallable_from_events(memory, events, include_archived=include_archived)
+
+
+def recallable_from_events(memory: IdentityMemory, events: Iterable[Event], *,
+                           include_archived: bool = False) -> IdentityMemory:
+    """What `recallable` gives, from the identity key's events already read (all of them,
+    oldest first) instead of reading the key again."""
+    from pulse_core.maintenance import MemoryElements
 
     fold = MemoryElements()
     elements = fold.initial()
-    for event in await store.read(key=identity_key(memory.identity)):
+    for event in events:
         elements = fold.apply(elements, event)
     return recallable_form(memory, elements, include_archived=include_archived)

@@ -23,7 +23,13 @@ from pulse_core._errors import RecallRefused, UnknownIdentity
 from pulse_core._events import QUARANTINED, Event, EventDraft, register_kind, uuid7
 from pulse_core._memory_text import reveal_memory
 from pulse_core._pmap import PersistentMap
-from pulse_core._recall import Recalled, RecallQuery, recallable, recallable_form
+from pulse_core._recall import (
+    Recalled,
+    RecallQuery,
+    recallable,
+    recallable_form,
+    recallable_from_events,
+)
 from pulse_core._recaller import Recaller, recall
 from pulse_core._snapshot import Projection
 from pulse_core.store import EventStore
@@ -62,6 +68,7 @@ __all__ = [
     "recall",
     "recallable",
     "recallable_form",
+    "recallable_from_events",
     "remember",
     "reveal_memory",
 ]

@@ -61,7 +61,7 @@ from pulse_core import (
 from pulse_core.memory import (
     IdentityMemory,
     identity_key,
-    recallable,
+    recallable_from_events,
     remember,
     reveal_memory,
 )
@@ -136,14 +136,17 @@ class AwarenessExecutor(Executor):
         self.timeout = client.max_wall_s * 2 + 30 + self.config.foreground_wait_s
 
     async def _memory(self, events: EventStore, identity: str, after: IdentityMemory | None,
-                      after_seq: int, head: int = 0, *, cycles: list[Event] | None = None
-                      ) -> tuple[IdentityMemory | None, int, int]:
+                      after_seq: int, head: int = 0, *, cycles: list[Event] | None = None,
+                      read: list[Event] | None = None) -> tuple[IdentityMemory | None, int, int]:
         """The identity's memory folded on from `after_seq`, the last seq read, and the
         key's version (which also counts the reviewer's own ledger events); the cycle
-        records read are added to `cycles`."""
+        records read are added to `cycles`, and every event read to `read`."""
         memory = after
         seq = after_seq
-        for event in await events.read(after_seq, key=identity_key(identity)):
+        found = await events.read(after_seq, key=identity_key(identity))
+        if read is not None:
+            read += found
+        for event in found:
             if event.kind == "awareness-cycle":
                 if cycles is not None:
                     cycles.append(event)
@@ -269,7 +272,9 @@ class AwarenessExecutor(Executor):
                       cycle: _Cycle) -> dict[str, Any]:
         identity = effect.identity
         cycles: list[Event] = []
-        memory, seen, head = await self._memory(ctx.events, identity, None, 0, cycles=cycles)
+        history: list[Event] = []  # the key's whole history: what recall folds its stages from
+        memory, seen, head = await self._memory(ctx.events, identity, None, 0, cycles=cycles,
+                                                read=history)
         done = self._reviewed_since(effect, ctx.seq, cycles)
         if done is not None:
             return {"outcome": ALREADY_REVIEWED, "accepted": 0, "rejected": 0, "error": None,
@@ -283,7 +288,7 @@ class AwarenessExecutor(Executor):
             base = msgspec.structs.replace(base, source=human.record,
                                            fingerprint=fingerprint(memory))
         keys = ctx.events.keys  # sealed element text is opened only to be shown and gated
-        shown = await recallable(ctx.events, memory)  # archived, tombstoned: not evidence
+        shown = recallable_from_events(memory, history)  # archived, tombstoned: not evidence
         evidence = build_evidence(await asyncio.to_thread(reveal_memory, shown, keys),
                                   self.config)
         base = cycle.record = msgspec.structs.replace(

@@ -32,7 +32,7 @@ def settings(server: ChatServer, review: AwarenessConfig, **more: Any) -> dict[s
 
 
 async def open_engine(home: Path, clock: ManualClock, reviewer: Reviewer
-                      ) -> tuple[Engine, asyncio.Future[None]]:
+                      ) -> tuple[Engine, asyncio.Future[list[None]]]:
     """An engine running the reviewer's layer, opened, with the layer's services running as
     `engine.start()` would run them (ticks stay in the test's hands)."""
     engine = Engine(home, clock=clock, layers=[reviewer.layer])
@@ -42,7 +42,7 @@ async def open_engine(home: Path, clock: ManualClock, reviewer: Reviewer
     return engine, running
 
 
-async def close_engine(engine: Engine, service: asyncio.Future[None]) -> None:
+async def close_engine(engine: Engine, service: asyncio.Future[list[None]]) -> None:
     """Stop the layer's service (it writes the rest of the quiet hold), then the engine."""
     service.cancel()
     await asyncio.gather(service, return_exceptions=True)

@@ -32,7 +32,11 @@ from pulse_core.memory import (
     RecallQuery,
     RecallRefused,
     UnknownIdentity,
+    identity_key,
     recall,
+    recallable,
+    recallable_from_events,
+    remember,
 )
 from tests.timing import LoopTurns, past_the_newest
 
@@ -96,6 +100,32 @@ async def test_an_archived_element_leaves_recall_unless_asked_and_tombstoned_nev
     await lad.tombstone("ana/city")
     assert records(await recall(store, RecallQuery(identity="ana", include_archived=True))
                    ) == ["pet"]
+
+
+async def test_recallable_leaves_out_what_recall_does_read_once_or_from_events_given(
+    store: EventStore,
+) -> None:
+    board = MemoryBoard(store)
+    await board.set_state("ana", "city", "Lisbon")
+    await board.set_state("ana", "pet", "a cat")
+    await board.set_state("ana", "job", "baker")
+    lad = ladder(store)
+    await lad.archive("ana/city", "old")
+    await lad.archive("ana/job", "old")
+    await lad.tombstone("ana/job")
+    history = await store.read(key=identity_key("ana"))
+    memory = None
+    for event in history:
+        memory = remember(memory, event)
+    assert memory is not None and set(memory.state) == {"city", "pet", "job"}
+    shown = await recallable(store, memory)
+    assert set(shown.state) == {"pet"}
+    assert recallable_from_events(memory, history) == shown
+    assert set(recallable_from_events(memory, history, include_archived=True).state) == {
+        "city", "pet"}  # a tombstoned element never
+    assert set((await recallable(store, memory, include_archived=True)).state) == {
+        "city", "pet"}
+    assert recallable_from_events(memory, []) == memory  # nothing maintenance decided: all
 
 
 async def test_purged_and_forgotten_never_return(store: EventStore) -> None:
