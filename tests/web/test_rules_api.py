@@ -36,10 +36,12 @@ from pulse_core import (
 from pulse_core._effects import effect_draft
 from pulse_survival import Rollback
 from tests.cli.support import git, promote_without_gate, stage_new_text
+from tests.timing import scaled
 
 TOKEN = "rules-test-token-" + "x" * 24
 PORT = 8421
-LIVE_S = 10.0
+LIVE_S = scaled(30.0)
+"""The bound of a wait on the UI's process, which runs niced (a hang, not a speed)."""
 ELSEWHERE = "another-host.invalid"
 """A host no engine here runs as: a rollback bound to it stays pending."""
 
