@@ -388,7 +388,8 @@ async def recallable(store: EventStore, memory: IdentityMemory, *,
     """`memory` (an identity's current form) as recall sees it: the records maintenance
     archived (unless `include_archived`), tombstoned or purged are left out. Reads the
     identity's key once to fold its elements' stages; what reads memory to show it to a
-    model (the awareness reviewer's evidence and allowlist) reads it through this."""
+    model reads it through this, or through `recallable_from_events` when it has read the
+    key already (the awareness reviewer's evidence and allowlist)."""
     from pulse_core.memory import identity_key
 
     events = await store.read(key=identity_key(memory.identity))

@@ -80,7 +80,7 @@ class Rig:
 @pytest.fixture
 async def make_rig(tmp_path: Path, chat_server: ChatServer
                    ) -> AsyncIterator[Callable[..., Any]]:
-    made: list[tuple[Engine, asyncio.Future[None], Reviewer]] = []
+    made: list[tuple[Engine, asyncio.Future[list[None]], Reviewer]] = []
 
     async def make() -> Rig:
         clock = ManualClock()

@@ -24,9 +24,9 @@ from pulse_adapters.awareness import (
 from pulse_adapters.awareness.executor import ALREADY_REVIEWED
 from pulse_adapters.llm import RouteHealth
 from pulse_adapters.llm.stand_in import ChatServer, Drop, Hang, Status, Stream
-from pulse_core import Engine, Event, LayerContext, ManualClock, MemoryBoard
+from pulse_core import Engine, Event, EventStore, LayerContext, ManualClock, MemoryBoard
 from pulse_core._effects import effect_draft
-from pulse_core.memory import reveal_memory
+from pulse_core.memory import identity_key, reveal_memory
 from tests.adapters.awareness_rig import MINUTE, close_engine, open_engine, reply, settings
 from tests.timing import eventually
 
@@ -38,7 +38,7 @@ class Rig:
     board: MemoryBoard
     server: ChatServer
     reviewer: Reviewer
-    service: asyncio.Future[None]
+    service: asyncio.Future[list[None]]
 
     @property
     def quiet(self) -> QuietHold:
@@ -471,7 +471,7 @@ async def test_a_missing_element_key_fails_the_review_by_name_and_the_engine_goe
 
 
 async def test_an_archived_state_item_leaves_the_evidence_and_the_allowlist(
-    make_rig: Any,
+    make_rig: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pulse_core.maintenance import Authority, ElementsReader, RetentionLadder
 
@@ -487,7 +487,17 @@ async def test_an_archived_state_item_leaves_the_evidence_and_the_allowlist(
         {"verb": "adjust_confidence", "target": "state:job", "delta": -0.1, "reason": "old"},
         {"verb": "adjust_confidence", "target": "state:city", "delta": 0.1, "reason": "said"},
     ]))
+    whole_reads: list[str] = []  # reads of a key from its first event: the review's one
+    read = type(events).read  # the executor writes through a view of its own on the log
+
+    async def counted(self: EventStore, after_seq: int = 0, **options: Any) -> list[Event]:
+        if options.get("key") is not None and after_seq == 0:
+            whole_reads.append(options["key"])
+        return await read(self, after_seq, **options)
+
+    monkeypatch.setattr(type(events), "read", counted)
     (cycle,) = await rig.run(minutes=1)
+    assert whole_reads == [identity_key("ana")]  # stages folded from the memory's read
     evidence = rig.server.chat_bodies()[0]["messages"][1]["content"]
     assert "state:city" in evidence
     assert "state:job" not in evidence and "Alfama" not in evidence

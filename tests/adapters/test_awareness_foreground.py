@@ -32,7 +32,7 @@ from tests.timing import eventually, scaled
 @pytest.fixture
 async def engine_of(tmp_path: Path, chat_server: ChatServer
                     ) -> AsyncIterator[Callable[..., Any]]:
-    opened: list[tuple[Engine, asyncio.Future[None], Any]] = []
+    opened: list[tuple[Engine, asyncio.Future[list[None]], Any]] = []
 
     async def make(**review: Any) -> Engine:
         config = AwarenessConfig(initial_delay_s=30, **review)
