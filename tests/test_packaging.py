@@ -41,7 +41,8 @@ EXTRAS_OF = {
     "pulse_adapters.mcp._watches": "mcp",
     "pulse_cli.mcp_server": "mcp",
 }
-NEEDS = {"postgresql": "psycopg", "mcp": "mcp"}  # the module an extra's users import
+NEEDS = {"postgresql": "No module named 'psycopg", "mcp": "No module named 'mcp"}
+"""What importing an extra's module says without the extra: the package its users import."""
 
 
 def _norm(name: str) -> str:

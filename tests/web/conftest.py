@@ -294,7 +294,7 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 def context(browser: Browser) -> Iterator[BrowserContext]:
     """A context of its own for each test: no cookie from another test."""
     fresh = browser.new_context(viewport={"width": 1280, "height": 900})
-    fresh.set_default_timeout(10_000)  # a page that never shows what is waited for fails soon
+    fresh.set_default_timeout(scaled(LIVE_S) * 1000)  # the niced UI's pages: a hang's bound
     try:
         yield fresh
     finally:
