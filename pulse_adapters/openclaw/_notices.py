@@ -10,9 +10,10 @@ them from the queue. The queue lives in the gateway's memory and holds at most 2
 session (the oldest is dropped past that): the service keeps at most `max_queued` notices
 there at once, and queues none while the gateway's queue is full.
 
-Every `poll_s` the service asks the gateway (`status`: its `queuedSystemEvents` and `pid`)
-whether each queued notice is still there. One that left the queue of the same gateway
-process was consumed by a turn: `openclaw-notice-delivered` is recorded at key
+Every `poll_s`, and when the session's transcript gains a turn, the service asks the
+gateway (`status`: its `queuedSystemEvents` and `pid`) whether each queued notice is still
+there; one status call serves every notice waiting for a turn. One that left the queue of
+the same gateway process was consumed by a turn: `openclaw-notice-delivered` is recorded at key
 `openclaw-notice:<effect id>` with expected version 0. One whose gateway restarted meanwhile
 was lost with its queue, unless the session's transcript gained a turn since it was queued
 (that turn read it): it is queued again. A notice still in the queue is never queued twice,
@@ -92,11 +93,13 @@ class NoticeNotListed(RuntimeError):
 @dataclass(frozen=True)
 class QueueState:
     """What the gateway's status says of one notice: its process, whether the notice is
-    queued, and whether the queue is full (one more would push the oldest out)."""
+    queued, whether the queue is full (one more would push the oldest out), and when
+    (`time.monotonic()`) the status call that said so began."""
 
     pid: int | None
     held: bool
     full: bool
+    asked_at: float
 
 
 def attempt_key(effect_id: str) -> str:
@@ -137,6 +140,10 @@ class NoticeDelivery:
         # what this service queued, by effect id, until the delivery is recorded: a record
         # the store did not take (an outage) is not taken for a notice never queued
         self.queued: dict[str, NoticeQueued] = {}
+        # the newest gateway status (when its call began, what it said), shared by the
+        # notices waiting for a turn: one `status` call a poll for all of them
+        self._last_status: tuple[float, Any] | None = None
+        self._polling = asyncio.Lock()
 
     async def cursor(self, events: EventStore) -> int:
         """The seq after which effects are still to be settled (first start: the engine's
@@ -349,10 +356,14 @@ class NoticeDelivery:
                     return None
                 renewed = time.monotonic()
             now_turns = await self._turns()
-            if now_turns == seen and time.monotonic() - asked < notices.poll_s:
+            looked = time.monotonic()
+            if now_turns == seen and looked - asked < notices.poll_s:
                 continue  # no turn yet: the gateway is asked only every poll_s
-            seen, asked = now_turns, time.monotonic()
-            now = await self.queue_state(label)
+            # any status begun since this notice's last one (since the turn was seen) is
+            # news to it: one asked for another waiting notice serves this one too
+            now = await self.queue_state(label, newer_than=asked if now_turns == seen
+                                         else looked)
+            seen, asked = now_turns, now.asked_at
             if now.pid != state.pid:  # another gateway process: its queue began empty
                 return True if now_turns > turns else None
             if not now.held:
@@ -375,17 +386,39 @@ class NoticeDelivery:
         except msgspec.ValidationError:
             return None
 
-    async def queue_state(self, label: str) -> QueueState:
+    async def queue_state(self, label: str, *, newer_than: float | None = None) -> QueueState:
         """The gateway's pid, whether a system event labelled `label` is queued, and whether
-        its queue is full."""
-        status = await self.cli.call("status", {}, timeout_s=self.settings.notices.timeout_s)
+        its queue is full: asked now, or with `newer_than` (a `time.monotonic()` moment)
+        from the newest status asked since then when there is one. Each `openclaw gateway
+        call` is a Node process costing about a second of CPU: the notices waiting for a
+        turn share one call a poll instead of one each."""
+        asked_at, status = await self._status(newer_than)
         if not isinstance(status, dict):
             raise TypeError(f"gateway status is not an object: {str(status)[:200]}")
         pid = status.get("pid")
         texts = [t for t in status.get("queuedSystemEvents") or [] if isinstance(t, str)]
         return QueueState(pid=pid if isinstance(pid, int) else None,
                           held=any(f"[{label}]" in t for t in texts),
-                          full=len(texts) >= GATEWAY_QUEUE_MAX)
+                          full=len(texts) >= GATEWAY_QUEUE_MAX, asked_at=asked_at)
+
+    async def _status(self, newer_than: float | None) -> tuple[float, Any]:
+        """When a `status` call began and what it returned: a new call, or with
+        `newer_than` the newest one begun after that moment (the pollers take turns, so
+        those waiting while one asks share its answer)."""
+        if newer_than is None:
+            return await self._ask_status()
+        async with self._polling:
+            last = self._last_status
+            if last is not None and last[0] > newer_than:
+                return last
+            return await self._ask_status()
+
+    async def _ask_status(self) -> tuple[float, Any]:
+        asked_at = time.monotonic()
+        status = await self.cli.call("status", {}, timeout_s=self.settings.notices.timeout_s)
+        if self._last_status is None or asked_at > self._last_status[0]:
+            self._last_status = (asked_at, status)
+        return asked_at, status
 
     async def show(self, effect_id: str, effect: dict[str, Any]) -> None:
         """Append the notice to the transcript for the UI (`chat.inject`), unless there."""

@@ -426,6 +426,32 @@ async def test_a_waiting_notice_asks_the_gateway_when_a_turn_is_seen_not_on_a_ti
     assert rig.gateway.read_by_model(rig.label) == 1
 
 
+async def test_notices_waiting_for_a_turn_share_one_status_call_a_poll(tmp_path: Path) -> None:
+    store = agent_store(tmp_path / "state")
+    gateway = Gateway(store)
+    poll_s, waited_s, waiting = 0.2, 2.0, 5
+    notices = delivery(tmp_path, store, gateway, poll_s=poll_s)
+    async with Engine(tmp_path / "pulse", layers=[Layer("openclaw", services=[notices])]) as engine:
+        effects = [await effect_of(engine.events, f"notice {n}") for n in range(waiting)]
+
+        async def queued() -> bool:
+            return len(await read(engine.events, NOTICE_QUEUED)) == waiting
+
+        await eventually(queued, limit_s=30)
+        before = gateway.statuses
+        await asyncio.sleep(waited_s)  # no turn: each notice would ask every poll_s
+        polled = gateway.statuses - before
+        gateway.turn()
+
+        async def delivered() -> bool:
+            return len(await read(engine.events, NOTICE_DELIVERED)) == waiting
+
+        await eventually(delivered, limit_s=30)
+    # a call each poll_s at most (one each was 5 a poll: seconds of a Node process's CPU)
+    assert 1 <= polled <= waited_s / poll_s + 2, polled
+    assert all(gateway.read_by_model(notice_label(e.key)) == 1 for e in effects)
+
+
 class RefusingOne(Gateway):
     """A gateway that refuses to queue any text holding `refused`."""
 
