@@ -1,8 +1,8 @@
 """The openclaw layer around a real OpenClaw 2026.9.6 gateway (one per module, on a free
 loopback port, its model a loopback stand-in): transcripts become memory the reviewer
-reviews, a notice reaches the model's next request once (also when raised while the gateway
-was down), broken rows are survived, a killed gateway is
-started again."""
+reviews, a notice reaches the model's next request once, broken rows are survived, a killed
+gateway is started again and a notice raised while it was down reaches the model once it is
+up."""
 
 from __future__ import annotations
 
@@ -187,31 +187,7 @@ async def test_malformed_and_unstorable_transcript_rows_are_recorded_and_skipped
     assert [x.record for x in memory.exchanges].count("openclaw-m-after") == 1
 
 
-async def test_a_killed_gateway_is_started_again_and_the_restart_recorded(
-    gateway: Gateway,
-) -> None:
-    killed = gateway.pid()
-    # retried every second or two: queued soon after the restart, not a doubled wait later
-    retry = {"retry_initial_s": 1.0, "retry_max_s": 2.0}
-    async with Engine(gateway.home, layers=layers(gateway, notices=retry),
-                      default_tick_ms=500) as engine:
-        os.kill(killed, signal.SIGKILL)
-
-        async def restarted() -> bool:
-            acked = await engine.events.read(kinds=["effect-acked"])
-            return any(isinstance(e.data, dict) and e.data.get("result", {}).get("name")
-                       == "openclaw-gateway" for e in acked)
-
-        await eventually(restarted, limit_s=240)
-        restarts = [e for e in await engine.events.read(kinds=["effect"])
-                    if e.data["effect"]["type"] == "restart-process"]
-    assert [e.data["effect"]["name"] for e in restarts] == ["openclaw-gateway"]
-    assert restarts[0].data["effect"]["argv"][1:4] == ["gateway", "run", "--port"]
-    assert gateway.pid() != killed
-    wait_healthy(gateway.port)  # the new gateway serves on the same port
-
-
-async def test_a_notice_raised_while_the_gateway_is_down_reaches_the_model_once_it_is_up(
+async def test_a_killed_gateway_is_restarted_and_a_notice_raised_meanwhile_reaches_the_model(
     gateway: Gateway,
 ) -> None:
     killed = gateway.pid()
@@ -229,11 +205,19 @@ async def test_a_notice_raised_while_the_gateway_is_down_reaches_the_model_once_
         async def failed() -> bool:
             return bool(await engine.events.read(kinds=[NOTICE_FAILED], key=attempt))
 
+        async def restarted() -> bool:
+            acked = await engine.events.read(kinds=["effect-acked"])
+            return any(isinstance(e.data, dict) and e.data.get("result", {}).get("name")
+                       == "openclaw-gateway" for e in acked)
+
         async def queued() -> bool:
             return bool(await engine.events.read(kinds=[NOTICE_QUEUED], key=attempt))
 
         await eventually(failed, limit_s=240)  # the gateway is down: pending, recorded
-        await eventually(queued, limit_s=240)  # restarted by the watchdog, then queued
+        await eventually(restarted, limit_s=240)  # by the watchdog
+        await eventually(queued, limit_s=240)
+        restarts = [e for e in await engine.events.read(kinds=["effect"])
+                    if e.data["effect"]["type"] == "restart-process"]
         assert gateway.pid() != killed
         first = await turn(gateway, "anything new?")
 
@@ -243,6 +227,9 @@ async def test_a_notice_raised_while_the_gateway_is_down_reaches_the_model_once_
         await eventually(delivered, limit_s=240)
         second = await turn(gateway, "and now?")
         attempts = await engine.events.read(key=f"openclaw-notice-attempt:{effect.key}")
+    assert [e.data["effect"]["name"] for e in restarts] == ["openclaw-gateway"]
+    assert restarts[0].data["effect"]["argv"][1:4] == ["gateway", "run", "--port"]
+    wait_healthy(gateway.port)  # the new gateway serves on the same port
     label = f"[{notice_label(effect.key)}]"
     assert first.count(label) == 1 and label not in second
     kinds = [e.kind for e in attempts if e.kind != "openclaw-notice-claimed"]
