@@ -12,7 +12,7 @@ there at once, and queues none while the gateway's queue is full.
 
 Every `poll_s`, and when the session's transcript gains a turn, the service asks the
 gateway (`status`: its `queuedSystemEvents` and `pid`) whether each queued notice is still
-there; one status call serves every notice waiting for a turn. One that left the queue of
+there; one status call serves every notice that needs none newer. One that left the queue of
 the same gateway process was consumed by a turn: `openclaw-notice-delivered` is recorded at key
 `openclaw-notice:<effect id>` with expected version 0. One whose gateway restarted meanwhile
 was lost with its queue, unless the session's transcript gained a turn since it was queued
@@ -141,9 +141,9 @@ class NoticeDelivery:
         # the store did not take (an outage) is not taken for a notice never queued
         self.queued: dict[str, NoticeQueued] = {}
         # the newest gateway status (when its call began, what it said), shared by the
-        # notices waiting for a turn: one `status` call a poll for all of them
+        # notices being settled (queue_state)
         self._last_status: tuple[float, Any] | None = None
-        self._polling = asyncio.Lock()
+        self._asking = asyncio.Lock()
 
     async def cursor(self, events: EventStore) -> int:
         """The seq after which effects are still to be settled (first start: the engine's
@@ -307,8 +307,11 @@ class NoticeDelivery:
         label = notice_label(effect_id)
         where = attempt_key(effect_id)
         notices = self.settings.notices
+        # this engine holds the claim from here: a status begun since shows every earlier
+        # queueing of the notice (this engine's attempts before, another's before its claim)
+        entered = time.monotonic()
         await self.program.require()
-        state = await self.queue_state(label)
+        state = await self.queue_state(label, since=entered)
         turns = await self._turns()
         pushed_out = effect_id in self.pushed_out
         self.pushed_out.discard(effect_id)
@@ -322,13 +325,13 @@ class NoticeDelivery:
             await asyncio.sleep(notices.poll_s)
             if not await self._renew(events, where, event.seq):
                 return None
-            state = await self.queue_state(label)
+            state = await self.queue_state(label, since=time.monotonic())
             turns = await self._turns()
         if not state.held:
             text = f"[{label}] {notice_text(effect)}"
             await self.cli.call("system-event", {"sessionKey": self.session_key, "text": text},
                                 timeout_s=notices.timeout_s)
-            state = await self.queue_state(label)
+            state = await self.queue_state(label, since=time.monotonic())
             queued = NoticeQueued(effect_id=effect_id, session_key=self.session_key,
                                   gateway_pid=state.pid, turns=turns)
             if not state.held:
@@ -361,8 +364,7 @@ class NoticeDelivery:
                 continue  # no turn yet: the gateway is asked only every poll_s
             # any status begun since this notice's last one (since the turn was seen) is
             # news to it: one asked for another waiting notice serves this one too
-            now = await self.queue_state(label, newer_than=asked if now_turns == seen
-                                         else looked)
+            now = await self.queue_state(label, since=asked if now_turns == seen else looked)
             seen, asked = now_turns, now.asked_at
             if now.pid != state.pid:  # another gateway process: its queue began empty
                 return True if now_turns > turns else None
@@ -386,13 +388,13 @@ class NoticeDelivery:
         except msgspec.ValidationError:
             return None
 
-    async def queue_state(self, label: str, *, newer_than: float | None = None) -> QueueState:
+    async def queue_state(self, label: str, since: float) -> QueueState:
         """The gateway's pid, whether a system event labelled `label` is queued, and whether
-        its queue is full: asked now, or with `newer_than` (a `time.monotonic()` moment)
-        from the newest status asked since then when there is one. Each `openclaw gateway
-        call` is a Node process costing about a second of CPU: the notices waiting for a
-        turn share one call a poll instead of one each."""
-        asked_at, status = await self._status(newer_than)
+        its queue is full, from a `status` call begun after `since` (a `time.monotonic()`
+        moment). The notices being settled take turns asking, and an answer serves every
+        notice that needs none newer: each `openclaw gateway call` is a Node process of
+        seconds of CPU, and notices queued or waiting together share the calls."""
+        asked_at, status = await self._status(since)
         if not isinstance(status, dict):
             raise TypeError(f"gateway status is not an object: {str(status)[:200]}")
         pid = status.get("pid")
@@ -401,24 +403,17 @@ class NoticeDelivery:
                           held=any(f"[{label}]" in t for t in texts),
                           full=len(texts) >= GATEWAY_QUEUE_MAX, asked_at=asked_at)
 
-    async def _status(self, newer_than: float | None) -> tuple[float, Any]:
-        """When a `status` call began and what it returned: a new call, or with
-        `newer_than` the newest one begun after that moment (the pollers take turns, so
-        those waiting while one asks share its answer)."""
-        if newer_than is None:
-            return await self._ask_status()
-        async with self._polling:
+    async def _status(self, since: float) -> tuple[float, Any]:
+        """When a `status` call begun after `since` began, and what it returned: the newest
+        one, or a new one (asked while no other is in flight)."""
+        async with self._asking:
             last = self._last_status
-            if last is not None and last[0] > newer_than:
-                return last
-            return await self._ask_status()
-
-    async def _ask_status(self) -> tuple[float, Any]:
-        asked_at = time.monotonic()
-        status = await self.cli.call("status", {}, timeout_s=self.settings.notices.timeout_s)
-        if self._last_status is None or asked_at > self._last_status[0]:
-            self._last_status = (asked_at, status)
-        return asked_at, status
+            if last is None or last[0] <= since:
+                asked_at = time.monotonic()
+                status = await self.cli.call("status", {},
+                                             timeout_s=self.settings.notices.timeout_s)
+                last = self._last_status = (asked_at, status)
+            return last
 
     async def show(self, effect_id: str, effect: dict[str, Any]) -> None:
         """Append the notice to the transcript for the UI (`chat.inject`), unless there."""

@@ -452,6 +452,46 @@ async def test_notices_waiting_for_a_turn_share_one_status_call_a_poll(tmp_path:
     assert all(gateway.read_by_model(notice_label(e.key)) == 1 for e in effects)
 
 
+class Slow(Gateway):
+    """A gateway whose `status` takes as long as the real CLI's (a Node process)."""
+
+    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
+        if method == "status":
+            await asyncio.sleep(STATUS_S)
+        return await super().call(method, params, timeout_s=timeout_s)
+
+
+STATUS_S = 0.5
+
+
+async def test_notices_queued_together_share_the_gateway_status_calls(tmp_path: Path) -> None:
+    store = agent_store(tmp_path / "state")
+    gateway = Slow(store)
+    count = 5
+    notices = delivery(tmp_path, store, gateway, poll_s=3600)
+    async with Engine(tmp_path / "pulse", layers=[Layer("openclaw", services=[notices])]) as engine:
+        effects = (await engine.events.append([effect_draft(
+            Notify(topic="disk", level="warning", text=f"notice {n}"), "rule:test")
+            for n in range(count)])).events
+
+        async def queued() -> bool:
+            return len(await read(engine.events, NOTICE_QUEUED)) == count
+
+        await eventually(queued, limit_s=60)
+        asked = gateway.statuses
+        gateway.turn()
+
+        async def delivered() -> bool:
+            return len(await read(engine.events, NOTICE_DELIVERED)) == count
+
+        await eventually(delivered, limit_s=60)
+    # one before and one after queueing each were 10: what begins after a notice's claim
+    # (after its system event) answers every notice that needed it
+    assert asked <= count, asked
+    assert len(gateway.queued_calls()) == count
+    assert all(gateway.read_by_model(notice_label(e.key)) == 1 for e in effects)
+
+
 class RefusingOne(Gateway):
     """A gateway that refuses to queue any text holding `refused`."""
 
