@@ -28,17 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pulse_adapters.agents import ProgramCheck, notice_body, open_notice
-from pulse_adapters.openclaw._cli import OpenClawCli
+from pulse_adapters.openclaw._claims import ORIGIN, NoticeClaims, attempt_key
+from pulse_adapters.openclaw._cli import OpenClawCli, OpenClawCommandFailed
 from pulse_adapters.openclaw._kinds import (
     NOTICE_DELIVERED,
     NOTICE_FAILED,
@@ -57,10 +55,8 @@ from pulse_core import (
     EventDraft,
     EventStore,
     VersionConflict,
-    process_started,
     redact_urls,
     register_kind,
-    still_running,
 )
 
 if TYPE_CHECKING:
@@ -70,9 +66,6 @@ log = logging.getLogger("pulse.openclaw")
 
 STARTED = "openclaw-notices-started"
 STARTED_KEY = "openclaw-notices"
-ORIGIN = "executor:openclaw-notices"
-
-CLAIMED = "openclaw-notice-claimed"
 CLAIM_POLL_S = 0.5
 RELEASE_S = 2.0  # how long a stopping service may take to release its claims
 TURN_POLL_S = 0.5  # how often the session's transcript is read for a new turn
@@ -80,9 +73,6 @@ GATEWAY_QUEUE_MAX = 20  # OpenClaw keeps this many system events per session, dr
 
 register_kind(STARTED, "the openclaw notice service's first start; data: seq (notices of "
                        "effects after it are delivered); key: openclaw-notices, written once")
-register_kind(CLAIMED, "an engine attempts a notice's delivery; key: "
-                       "openclaw-notice-attempt:<effect id>; data: owner, host, pid, started, "
-                       "until_ms (the claim's lease)")
 
 
 class NoticeNotListed(RuntimeError):
@@ -100,11 +90,6 @@ class QueueState:
     held: bool
     full: bool
     asked_at: float
-
-
-def attempt_key(effect_id: str) -> str:
-    """The key of an effect's delivery attempts: claims and failures."""
-    return f"openclaw-notice-attempt:{effect_id}"
 
 
 def notice_text(effect: dict[str, Any]) -> str:
@@ -130,8 +115,8 @@ class NoticeDelivery:
         notices = settings.notices
         self.effects = frozenset(notices.effects)
         self.session_key = settings.notice_session()
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self.host = socket.gethostname()
+        # a claim stands twice a gateway call's own limit unless renewed
+        self.claims = NoticeClaims(lease_s=2 * (notices.timeout_s + 15))
         self.backoff = Backoff(initial_ms=int(notices.retry_initial_s * 1000), factor=2.0,
                                max_ms=int(notices.retry_max_s * 1000))
         self.open: set[int] = set()  # seqs of chosen effects being settled
@@ -140,8 +125,8 @@ class NoticeDelivery:
         # what this service queued, by effect id, until the delivery is recorded: a record
         # the store did not take (an outage) is not taken for a notice never queued
         self.queued: dict[str, NoticeQueued] = {}
-        # the newest gateway status (when its call began, what it said), shared by the
-        # notices being settled (queue_state)
+        # the newest gateway status call (when it began, what it said or how it failed),
+        # shared by the notices being settled (queue_state)
         self._last_status: tuple[float, Any] | None = None
         self._asking = asyncio.Lock()
 
@@ -185,19 +170,11 @@ class NoticeDelivery:
         except asyncio.CancelledError:  # the engine stops: the next one need not wait
             with contextlib.suppress(Exception):  # out this one's lease
                 async with asyncio.timeout(RELEASE_S):
-                    await self.release(events, event.key)
+                    await self.claims.release(events, event.key)
             raise
         finally:
             self.open.discard(event.seq)
             slots.release()
-
-    async def release(self, events: EventStore, effect_id: str) -> None:
-        """End this service's claim on `effect_id`'s delivery, if it holds the newest."""
-        where = attempt_key(effect_id)
-        version, claim = await self._newest_claim(events, where)
-        if claim is not None and claim.get("owner") == self.owner:
-            await events.append([EventDraft(CLAIMED, where, {**claim, "until_ms": 0},
-                                            origin=ORIGIN)], expect={where: version})
 
     def through(self, seq: int) -> int:
         """The seq up to which every chosen effect is settled once effect #`seq` is."""
@@ -211,7 +188,7 @@ class NoticeDelivery:
         effect_id, key = event.key, notice_key(event.key)
         attempt = 0
         while await events.head(key) == 0:
-            if not await self.claim(events, effect_id, event.seq):
+            if not await self.claims.claim(events, effect_id, event.seq):
                 await asyncio.sleep(CLAIM_POLL_S)  # another engine delivers it now
                 continue
             try:  # sealed memory text the notice quotes is opened only to be shown
@@ -241,62 +218,6 @@ class NoticeDelivery:
             break
         self.queued.pop(effect_id, None)  # its delivery is recorded (here or by another)
 
-    def lease_s(self) -> float:
-        """How long a claim stands unless renewed: twice a gateway call's own limit."""
-        return 2 * (self.settings.notices.timeout_s + 15)
-
-    async def claim(self, events: EventStore, effect_id: str, cause: int) -> bool:
-        """Whether this service may attempt the delivery now: no live claim of another
-        engine stands (one ends with its lease, or at once when its process on this host is
-        gone), and this one's claim was appended first."""
-        where = attempt_key(effect_id)
-        version, claim = await self._newest_claim(events, where)
-        if claim is not None and self._held_elsewhere(claim):
-            return False
-        return await self._claim_at(events, where, cause, version)
-
-    @staticmethod
-    async def _newest_claim(events: EventStore, where: str) -> tuple[int, Any]:
-        """The version of `where` and the data of the newest claim at it (None when none),
-        the version read first: a claim appended in between makes the next append at that
-        version conflict."""
-        version = await events.head(where)
-        claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
-        return version, (claims[0].data if claims else None)
-
-    async def _claim_at(self, events: EventStore, where: str, cause: int,
-                        version: int) -> bool:
-        """Append this service's claim (its lease from now) unless anything was appended
-        at `where` since its version `version` was read."""
-        claim = {"effect_id": where.removeprefix("openclaw-notice-attempt:"),
-                 "owner": self.owner, "host": self.host, "pid": os.getpid(),
-                 "started": process_started(os.getpid()),
-                 "until_ms": int((time.time() + self.lease_s()) * 1000)}
-        try:
-            await events.append([EventDraft(CLAIMED, where, claim, origin=ORIGIN, cause=cause)],
-                                expect={where: version})
-        except VersionConflict:
-            return False
-        return True
-
-    async def _renew(self, events: EventStore, where: str, cause: int) -> bool:
-        """Extend this service's claim at `where`; False when another engine's claim is the
-        newest (this one ran out and was taken over)."""
-        version, claim = await self._newest_claim(events, where)
-        if claim is None or claim.get("owner") != self.owner:
-            return False
-        return await self._claim_at(events, where, cause, version)
-
-    def _held_elsewhere(self, claim: Any) -> bool:
-        if not isinstance(claim, dict) or claim.get("owner") == self.owner:
-            return False
-        started = claim.get("started")
-        if claim.get("host") == self.host and not (
-                isinstance(started, (int, float))
-                and still_running(int(claim.get("pid", 0)), float(started))):
-            return False  # its process on this host is gone (or the pid is another's now)
-        return bool(int(claim.get("until_ms", 0)) > time.time() * 1000)
-
     async def deliver(self, events: EventStore, event: Event, effect_id: str,
                       effect: dict[str, Any]) -> bool | None:
         """Queue the notice unless the gateway holds it already, then wait until a turn
@@ -323,11 +244,15 @@ class NoticeDelivery:
                 return True  # its gateway restarted, after a turn that read it
         while not state.held and state.full:  # queued now, it could push one out
             await asyncio.sleep(notices.poll_s)
-            if not await self._renew(events, where, event.seq):
+            if not await self.claims.renew(events, effect_id, event.seq):
                 return None
             state = await self.queue_state(label, since=time.monotonic())
             turns = await self._turns()
         if not state.held:
+            # the status calls before may have waited their turn behind others: the claim
+            # is renewed (or found taken over) before the notice is queued
+            if not await self.claims.renew(events, effect_id, event.seq):
+                return None
             text = f"[{label}] {notice_text(effect)}"
             await self.cli.call("system-event", {"sessionKey": self.session_key, "text": text},
                                 timeout_s=notices.timeout_s)
@@ -350,23 +275,31 @@ class NoticeDelivery:
             if notices.show_in_ui:
                 await self.show(effect_id, effect)
                 turns = await self._turns()
+        return await self._wait_for_turn(events, event.seq, effect_id, state.pid, turns)
+
+    async def _wait_for_turn(self, events: EventStore, cause: int, effect_id: str,
+                             pid: int | None, turns: int) -> bool | None:
+        """`deliver`'s outcome for a notice queued in gateway process `pid` when the
+        session's transcript counted `turns`, once a turn took it or that process is gone
+        (the claim renewed meanwhile)."""
+        label, poll_s = notice_label(effect_id), self.settings.notices.poll_s
         renewed = asked = time.monotonic()
         seen = turns
         while True:
-            await asyncio.sleep(min(TURN_POLL_S, notices.poll_s))
-            if time.monotonic() - renewed > self.lease_s() / 3:
-                if not await self._renew(events, where, event.seq):
+            await asyncio.sleep(min(TURN_POLL_S, poll_s))
+            if time.monotonic() - renewed > self.claims.lease_s / 3:
+                if not await self.claims.renew(events, effect_id, cause):
                     return None
                 renewed = time.monotonic()
             now_turns = await self._turns()
             looked = time.monotonic()
-            if now_turns == seen and looked - asked < notices.poll_s:
+            if now_turns == seen and looked - asked < poll_s:
                 continue  # no turn yet: the gateway is asked only every poll_s
             # any status begun since this notice's last one (since the turn was seen) is
             # news to it: one asked for another waiting notice serves this one too
             now = await self.queue_state(label, since=asked if now_turns == seen else looked)
             seen, asked = now_turns, now.asked_at
-            if now.pid != state.pid:  # another gateway process: its queue began empty
+            if now.pid != pid:  # another gateway process: its queue began empty
                 return True if now_turns > turns else None
             if not now.held:
                 if now.full:  # pushed out by newer events, unread: queued again
@@ -391,9 +324,7 @@ class NoticeDelivery:
     async def queue_state(self, label: str, since: float) -> QueueState:
         """The gateway's pid, whether a system event labelled `label` is queued, and whether
         its queue is full, from a `status` call begun after `since` (a `time.monotonic()`
-        moment). The notices being settled take turns asking, and an answer serves every
-        notice that needs none newer: each `openclaw gateway call` is a Node process of
-        seconds of CPU, and notices queued or waiting together share the calls."""
+        moment), shared with the other notices being settled."""
         asked_at, status = await self._status(since)
         if not isinstance(status, dict):
             raise TypeError(f"gateway status is not an object: {str(status)[:200]}")
@@ -404,16 +335,24 @@ class NoticeDelivery:
                           full=len(texts) >= GATEWAY_QUEUE_MAX, asked_at=asked_at)
 
     async def _status(self, since: float) -> tuple[float, Any]:
-        """When a `status` call begun after `since` began, and what it returned: the newest
-        one, or a new one (asked while no other is in flight)."""
+        """When a `status` call begun after `since` began, and what it returned (or its
+        failure, raised): the newest one, or a new one."""
+        # Each `openclaw gateway call` is a Node process of seconds of CPU: the notices take
+        # turns asking, and one answer (or failure) serves every notice that needs none newer.
         async with self._asking:
             last = self._last_status
             if last is None or last[0] <= since:
                 asked_at = time.monotonic()
-                status = await self.cli.call("status", {},
-                                             timeout_s=self.settings.notices.timeout_s)
+                try:
+                    status = await self.cli.call("status", {},
+                                                 timeout_s=self.settings.notices.timeout_s)
+                except OpenClawCommandFailed as exc:
+                    self._last_status = (asked_at, exc)
+                    raise
                 last = self._last_status = (asked_at, status)
-            return last
+        if isinstance(last[1], OpenClawCommandFailed):
+            raise OpenClawCommandFailed(str(last[1]))
+        return last
 
     async def show(self, effect_id: str, effect: dict[str, Any]) -> None:
         """Append the notice to the transcript for the UI (`chat.inject`), unless there."""
