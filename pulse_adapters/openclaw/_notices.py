@@ -69,6 +69,10 @@ STARTED_KEY = "openclaw-notices"
 CLAIM_POLL_S = 0.5
 RELEASE_S = 2.0  # how long a stopping service may take to release its claims
 TURN_POLL_S = 0.5  # how often the session's transcript is read for a new turn
+TURN_ROW_S = 5.0
+"""How long a notice gone from the queue right after it was queued waits for the turn that
+took it to show in the transcript (a turn drains the queue as it builds its prompt, and its
+rows are written after)."""
 GATEWAY_QUEUE_MAX = 20  # OpenClaw keeps this many system events per session, dropping the oldest
 
 register_kind(STARTED, "the openclaw notice service's first start; data: seq (notices of "
@@ -260,7 +264,7 @@ class NoticeDelivery:
             queued = NoticeQueued(effect_id=effect_id, session_key=self.session_key,
                                   gateway_pid=state.pid, turns=turns)
             if not state.held:
-                if await self._turns() > turns:
+                if await self._turn_after(turns):
                     self.queued[effect_id] = queued
                     return False  # a turn began meanwhile and read it
                 if state.pid is not None and not state.full:
@@ -310,6 +314,15 @@ class NoticeDelivery:
     async def _turns(self) -> int:
         """The session transcript's growing count (AgentStore.turns), read off the loop."""
         return await asyncio.to_thread(self.store.turns, self.session_key)
+
+    async def _turn_after(self, turns: int) -> bool:
+        """Whether the transcript shows a turn after `turns` within TURN_ROW_S."""
+        deadline = time.monotonic() + TURN_ROW_S
+        while await self._turns() <= turns:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(TURN_POLL_S)
+        return True
 
     async def _queued_before(self, events: EventStore, where: str) -> NoticeQueued | None:
         """The newest record of this notice being queued (by any engine), if any."""

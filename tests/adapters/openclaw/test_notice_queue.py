@@ -576,6 +576,57 @@ async def test_a_delivery_taken_over_while_the_gateway_was_asked_is_not_queued(
     assert claims >= 2
 
 
+class TurnAsQueued(Gateway):
+    """A gateway whose agent takes a turn as the first notice is queued: the turn drains the
+    queue as it builds its prompt and writes its transcript row `ROW_S` later."""
+
+    ROW_S = 1.0
+
+    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
+        result = await super().call(method, params, timeout_s=timeout_s)
+        if method == "system-event" and not self.requests:
+            drained, self.queue = self.queue, []
+            self.requests.append(drained)
+            asyncio.get_running_loop().call_later(self.ROW_S, add, self.store, "main",
+                                                  said("t-late", "anything new?"))
+        return result
+
+
+async def test_a_turn_that_took_the_notice_before_its_row_was_written_is_not_sent_it_again(
+    tmp_path: Path,
+) -> None:
+    async with one_notice(tmp_path, gateway=TurnAsQueued) as rig:
+        await until(lambda: rig.settling.done() or len(rig.gateway.queued_calls()) > 1,
+                    within=30, what="the notice settled, or queued again")
+        failed = await rig.recorded(NOTICE_FAILED)
+    assert len(rig.gateway.queued_calls()) == 1, failed  # before: NoticeNotListed, again
+    assert rig.gateway.read_by_model(rig.label) == 1
+    assert failed == []
+
+
+class Unlisted(Gateway):
+    """A gateway that takes system events for a session its status does not report (not an
+    agent's main session)."""
+
+    async def call(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
+        result = await super().call(method, params, timeout_s=timeout_s)
+        if method == "system-event":
+            self.queue.clear()
+        return result
+
+
+async def test_a_session_whose_queue_the_gateway_does_not_report_fails_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("pulse_adapters.openclaw._notices.TURN_ROW_S", 0.2)
+    async with one_notice(tmp_path, gateway=Unlisted) as rig:
+        await eventually(lambda: rig.has(NOTICE_FAILED), limit_s=30)
+        (failed, *_) = await rig.recorded(NOTICE_FAILED)
+    assert "NoticeNotListed" in failed.data["error"]
+    assert "notices need an agent's main session as notices.session_key" in \
+        failed.data["error"]
+
+
 class RefusingOne(Gateway):
     """A gateway that refuses to queue any text holding `refused`."""
 
