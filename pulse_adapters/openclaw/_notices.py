@@ -232,8 +232,8 @@ class NoticeDelivery:
         label = notice_label(effect_id)
         where = attempt_key(effect_id)
         notices = self.settings.notices
-        # this engine holds the claim from here: a status begun since shows every earlier
-        # queueing of the notice (this engine's attempts before, another's before its claim)
+        # the claim was just taken: a status begun since shows every earlier queueing of the
+        # notice (this engine's attempts before, another's before its claim)
         entered = time.monotonic()
         await self.program.require()
         state = await self.queue_state(label, since=entered)
