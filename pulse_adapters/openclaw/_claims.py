@@ -45,45 +45,44 @@ class NoticeClaims:
         """Whether this service may attempt the delivery now: no live claim of another
         engine stands (one ends with its lease, or at once when its process on this host is
         gone), and this one's claim was appended first."""
-        where = attempt_key(effect_id)
-        version, claim = await self._newest(events, where)
+        version, claim = await self._newest(events, effect_id)
         if claim is not None and self._held_elsewhere(claim):
             return False
-        return await self._claim_at(events, where, cause, version)
+        return await self._claim_at(events, effect_id, cause, version)
 
     async def renew(self, events: EventStore, effect_id: str, cause: int) -> bool:
         """Extend this service's claim on `effect_id`'s delivery; False when another
         engine's claim is the newest (this one ran out and was taken over)."""
-        where = attempt_key(effect_id)
-        version, claim = await self._newest(events, where)
+        version, claim = await self._newest(events, effect_id)
         if claim is None or claim.get("owner") != self.owner:
             return False
-        return await self._claim_at(events, where, cause, version)
+        return await self._claim_at(events, effect_id, cause, version)
 
     async def release(self, events: EventStore, effect_id: str) -> None:
         """End this service's claim on `effect_id`'s delivery, if it holds the newest."""
-        where = attempt_key(effect_id)
-        version, claim = await self._newest(events, where)
+        version, claim = await self._newest(events, effect_id)
         if claim is not None and claim.get("owner") == self.owner:
+            where = attempt_key(effect_id)
             await events.append([EventDraft(CLAIMED, where, {**claim, "until_ms": 0},
                                             origin=ORIGIN)], expect={where: version})
 
     @staticmethod
-    async def _newest(events: EventStore, where: str) -> tuple[int, Any]:
-        """The version of `where` and the data of the newest claim at it (None when none),
-        the version read first: a claim appended in between makes the next append at that
-        version conflict."""
+    async def _newest(events: EventStore, effect_id: str) -> tuple[int, Any]:
+        """The version of `effect_id`'s attempt key and the data of the newest claim at it
+        (None when none), the version read first: a claim appended in between makes the
+        next append at that version conflict."""
+        where = attempt_key(effect_id)
         version = await events.head(where)
         claims = await events.read(key=where, kinds=[CLAIMED], newest_first=True, limit=1)
         return version, (claims[0].data if claims else None)
 
-    async def _claim_at(self, events: EventStore, where: str, cause: int,
+    async def _claim_at(self, events: EventStore, effect_id: str, cause: int,
                         version: int) -> bool:
         """Append this service's claim (its lease from now) unless anything was appended
-        at `where` since its version `version` was read."""
-        claim = {"effect_id": where.removeprefix("openclaw-notice-attempt:"),
-                 "owner": self.owner, "host": self.host, "pid": os.getpid(),
-                 "started": process_started(os.getpid()),
+        at `effect_id`'s attempt key since its version `version` was read."""
+        where = attempt_key(effect_id)
+        claim = {"effect_id": effect_id, "owner": self.owner, "host": self.host,
+                 "pid": os.getpid(), "started": process_started(os.getpid()),
                  "until_ms": int((time.time() + self.lease_s) * 1000)}
         try:
             await events.append([EventDraft(CLAIMED, where, claim, origin=ORIGIN, cause=cause)],
