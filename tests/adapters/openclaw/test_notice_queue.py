@@ -126,6 +126,21 @@ async def read(events: EventStore, kind: str, key: str | None = None) -> list[Ev
     return await events.read(kinds=[kind], key=key)
 
 
+async def recorded(events: EventStore, kind: str, count: int, limit_s: float = 60) -> None:
+    """Wait until the log holds exactly `count` events of `kind` (`limit_s` ends a hang)."""
+    async def there() -> bool:
+        return len(await read(events, kind)) == count
+
+    await eventually(there, limit_s=limit_s)
+
+
+async def notices_of(events: EventStore, count: int) -> list[Event]:
+    """`count` notify effects, appended together."""
+    return list((await events.append([effect_draft(
+        Notify(topic="disk", level="warning", text=f"notice {n}"), "rule:test")
+        for n in range(count)])).events)
+
+
 async def turn_once_queued(gateway: Gateway, count: int = 1) -> None:
     """The agent's next turn, once `count` notices wait in the queue."""
     await until(lambda: len(gateway.queue) >= count, within=30, what=f"{count} queued")
@@ -433,20 +448,12 @@ async def test_notices_waiting_for_a_turn_share_one_status_call_a_poll(tmp_path:
     notices = delivery(tmp_path, store, gateway, poll_s=poll_s)
     async with Engine(tmp_path / "pulse", layers=[Layer("openclaw", services=[notices])]) as engine:
         effects = [await effect_of(engine.events, f"notice {n}") for n in range(waiting)]
-
-        async def queued() -> bool:
-            return len(await read(engine.events, NOTICE_QUEUED)) == waiting
-
-        await eventually(queued, limit_s=30)
+        await recorded(engine.events, NOTICE_QUEUED, waiting, limit_s=30)
         before = gateway.statuses
         await asyncio.sleep(waited_s)  # no turn: each notice would ask every poll_s
         polled = gateway.statuses - before
         gateway.turn()
-
-        async def delivered() -> bool:
-            return len(await read(engine.events, NOTICE_DELIVERED)) == waiting
-
-        await eventually(delivered, limit_s=30)
+        await recorded(engine.events, NOTICE_DELIVERED, waiting, limit_s=30)
     # a call each poll_s at most (one each was 5 a poll: seconds of a Node process's CPU)
     assert 1 <= polled <= waited_s / poll_s + 2, polled
     assert all(gateway.read_by_model(notice_label(e.key)) == 1 for e in effects)
@@ -470,21 +477,11 @@ async def test_notices_queued_together_share_the_gateway_status_calls(tmp_path: 
     count = 5
     notices = delivery(tmp_path, store, gateway, poll_s=3600)
     async with Engine(tmp_path / "pulse", layers=[Layer("openclaw", services=[notices])]) as engine:
-        effects = (await engine.events.append([effect_draft(
-            Notify(topic="disk", level="warning", text=f"notice {n}"), "rule:test")
-            for n in range(count)])).events
-
-        async def queued() -> bool:
-            return len(await read(engine.events, NOTICE_QUEUED)) == count
-
-        await eventually(queued, limit_s=60)
+        effects = await notices_of(engine.events, count)
+        await recorded(engine.events, NOTICE_QUEUED, count)
         asked = gateway.statuses
         gateway.turn()
-
-        async def delivered() -> bool:
-            return len(await read(engine.events, NOTICE_DELIVERED)) == count
-
-        await eventually(delivered, limit_s=60)
+        await recorded(engine.events, NOTICE_DELIVERED, count)
     # one before and one after queueing each were 10: what begins after a notice's claim
     # (after its system event) answers every notice that needed it (4 here; one more if
     # the claims were spread over more than STATUS_S)
@@ -511,14 +508,8 @@ async def test_notices_raised_together_share_a_failed_status_call(tmp_path: Path
     count = 5
     notices = delivery(tmp_path, store, gateway, retry_initial_s=60, retry_max_s=60)
     async with Engine(tmp_path / "pulse", layers=[Layer("openclaw", services=[notices])]) as engine:
-        await engine.events.append([effect_draft(
-            Notify(topic="disk", level="warning", text=f"notice {n}"), "rule:test")
-            for n in range(count)])
-
-        async def failed() -> bool:
-            return len(await read(engine.events, NOTICE_FAILED)) == count
-
-        await eventually(failed, limit_s=60)
+        await notices_of(engine.events, count)
+        await recorded(engine.events, NOTICE_FAILED, count)
         errors = [e.data["error"] for e in await read(engine.events, NOTICE_FAILED)]
     # each waiting behind a call that failed takes its failure (5 failed calls before)
     assert gateway.statuses <= 2, gateway.statuses
